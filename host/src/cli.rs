@@ -1,0 +1,431 @@
+//! The `leash` command line.
+//!
+//! `leash run` runs one component once, with no store: the plugin author's
+//! loop. Every outcome maps to a documented exit code ([`ExitStatus`]).
+//! This module talks to the sandbox only through its public API.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+
+use crate::job::{ErrorKind, Target};
+use crate::sandbox::{
+    self, Allocator, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
+    StopHandle,
+};
+
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0   the job succeeded
+  1   the plugin returned an error (failed or retryable)
+  2   usage error, unreadable or invalid component, or input the plugin rejected
+  3   the job ran past its timeout
+  4   the job was cancelled (Ctrl-C)
+  5   a resource limit stopped the job (fuel, memory or output)
+  6   the plugin trapped (panic, stack overflow, bad memory access)
+  70  leash itself failed";
+
+/// Durable, leased jobs inside WebAssembly sandboxes.
+#[derive(Debug, Parser)]
+#[command(name = "leash", version, about, after_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a plugin component once, with no job store.
+    ///
+    /// The output bytes go to stdout; the plugin's logs, stdout and stderr go
+    /// to stderr. The first Ctrl-C asks the plugin to stop; a second stops it
+    /// at once.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The component (.wasm) implementing leash:plugin@0.1.0.
+    component: PathBuf,
+    /// Plan phase to run.
+    #[arg(long, value_parser = ["execute", "apply"], conflicts_with = "action", default_value = "execute")]
+    phase: String,
+    /// Run a named action instead of a phase.
+    #[arg(long, value_name = "NAME")]
+    action: Option<String>,
+    /// Input file, or `-` for stdin. Empty input when absent.
+    #[arg(long, value_name = "FILE|-")]
+    input: Option<String>,
+    /// Wall-clock limit, e.g. `30s`, `500ms`, `2m`, `1h`.
+    #[arg(long, value_parser = parse_duration, default_value = "1h")]
+    timeout: Duration,
+    /// Fuel budget (roughly, wasm instructions). Unlimited when absent.
+    #[arg(long)]
+    fuel: Option<u64>,
+    /// Memory limit, e.g. `64MiB`, `1GiB`, or bytes.
+    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
+    memory: u64,
+    /// Largest output accepted, e.g. `1MiB`.
+    #[arg(long, value_parser = parse_size, default_value = "1MiB")]
+    output_limit: u64,
+    /// Time the plugin has to stop after Ctrl-C before it is stopped by force.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    cancel_grace: Duration,
+    /// Print the outcome as one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
+    #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Do not read or write the compiled-component cache.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
+}
+
+/// What `leash` exits with. The numbers are part of the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ExitStatus {
+    /// The job succeeded.
+    Success = 0,
+    /// The plugin returned `failed` or `retryable`.
+    GuestError = 1,
+    /// Bad arguments, an unusable component, or input the plugin rejected.
+    Usage = 2,
+    /// The job ran past its timeout.
+    Timeout = 3,
+    /// The job was cancelled.
+    Cancelled = 4,
+    /// Fuel, memory or output limit.
+    ResourceLimit = 5,
+    /// The plugin trapped.
+    Trap = 6,
+    /// leash failed.
+    Internal = 70,
+}
+
+impl ExitStatus {
+    /// The exit status for a failure of `kind`.
+    pub fn for_kind(kind: ErrorKind) -> Self {
+        match kind {
+            ErrorKind::GuestError => ExitStatus::GuestError,
+            ErrorKind::InvalidInput => ExitStatus::Usage,
+            ErrorKind::Timeout => ExitStatus::Timeout,
+            ErrorKind::Cancelled => ExitStatus::Cancelled,
+            ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit => ExitStatus::ResourceLimit,
+            ErrorKind::Trap => ExitStatus::Trap,
+            ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::HostError => ExitStatus::Internal,
+        }
+    }
+}
+
+/// A failure before the job ran, with the exit status it earns.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CliError {
+    /// One line for people.
+    pub message: String,
+    /// What to exit with.
+    pub status: ExitStatus,
+}
+
+impl CliError {
+    fn usage(message: impl Into<String>) -> Self {
+        CliError { message: message.into(), status: ExitStatus::Usage }
+    }
+
+    fn internal(message: impl Into<String>) -> Self {
+        CliError { message: message.into(), status: ExitStatus::Internal }
+    }
+}
+
+/// Run the parsed command line.
+pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
+    match cli.command {
+        Command::Run(args) => run_once(args).await,
+    }
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    Some(base.join("leash"))
+}
+
+/// Prints guest logs to stderr as they arrive.
+struct StderrLogs;
+
+impl RunObserver for StderrLogs {
+    fn on_log(&self, record: &LogRecord) {
+        let fields: String = record.fields.iter().map(|(k, v)| format!(" {k}={v}")).collect();
+        let level = serde_json::to_value(record.level).ok().and_then(|v| v.as_str().map(str::to_owned));
+        eprintln!("[{}] {}{fields}", level.unwrap_or_default(), record.message);
+    }
+
+    fn on_progress(&self, _progress: &Progress) {}
+}
+
+async fn run_once(args: RunArgs) -> Result<ExitStatus, CliError> {
+    let target = match &args.action {
+        Some(name) => Target::action(name).map_err(|e| CliError::usage(e.to_string()))?,
+        None => args.phase.parse().map_err(|e: crate::job::ParseTargetError| CliError::usage(e.to_string()))?,
+    };
+    if args.memory > sandbox::DEFAULT_MEMORY_CEILING_BYTES {
+        return Err(CliError::usage(format!(
+            "--memory {} is over the ceiling of {} bytes (1GiB)",
+            args.memory,
+            sandbox::DEFAULT_MEMORY_CEILING_BYTES
+        )));
+    }
+    let bytes = std::fs::read(&args.component)
+        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.component.display())))?;
+    let input = read_input(args.input.as_deref())?;
+
+    let cache_dir = if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) };
+    let config = SandboxConfig { allocator: Allocator::Pooling { slots: 1 }, cache_dir, ..SandboxConfig::default() };
+    let sandbox = Arc::new(Sandbox::new(config).map_err(|e| CliError::internal(e.to_string()))?);
+    let plugin = {
+        let sandbox = sandbox.clone();
+        tokio::task::spawn_blocking(move || sandbox.load(&bytes))
+            .await
+            .map_err(|e| CliError::internal(format!("compiling the component failed: {e}")))?
+            .map_err(|e| CliError::usage(format!("{}: {e}", args.component.display())))?
+    };
+
+    let stop = StopHandle::new();
+    let interrupts = tokio::spawn(stop_on_interrupt(stop.clone(), interrupt_signal()?));
+    eprintln!("leash: running {} ({})", args.component.display(), plugin.digest());
+    let request = RunRequest {
+        job_id: String::new(),
+        target,
+        attempt: 1,
+        input,
+        limits: RunLimits {
+            timeout: args.timeout,
+            fuel: args.fuel,
+            memory_bytes: args.memory,
+            output_bytes: args.output_limit,
+            cancel_grace: args.cancel_grace,
+            ..RunLimits::default()
+        },
+    };
+    let observer: Arc<dyn RunObserver> = if args.json { Arc::new(sandbox::NoObserver) } else { Arc::new(StderrLogs) };
+    let outcome = sandbox.run(&plugin, request, &stop, observer).await;
+    interrupts.abort();
+    report(&outcome, args.json)?;
+    Ok(outcome.error_kind().map_or(ExitStatus::Success, ExitStatus::for_kind))
+}
+
+/// SIGINT, registered before the plugin starts so an early Ctrl-C is seen.
+fn interrupt_signal() -> Result<tokio::signal::unix::Signal, CliError> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| CliError::internal(format!("cannot listen for Ctrl-C: {e}")))
+}
+
+/// First Ctrl-C: ask the plugin to stop. Second: stop it now.
+async fn stop_on_interrupt(stop: StopHandle, mut interrupts: tokio::signal::unix::Signal) {
+    if interrupts.recv().await.is_none() {
+        return;
+    }
+    eprintln!("leash: cancelling; press Ctrl-C again to stop the plugin now");
+    stop.request();
+    if interrupts.recv().await.is_some() {
+        eprintln!("leash: stopping the plugin now");
+        stop.force();
+    }
+}
+
+fn read_input(source: Option<&str>) -> Result<Vec<u8>, CliError> {
+    match source {
+        None => Ok(Vec::new()),
+        Some("-") => {
+            let mut input = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut input)
+                .map_err(|e| CliError::usage(format!("cannot read input from stdin: {e}")))?;
+            Ok(input)
+        }
+        Some(path) => std::fs::read(path).map_err(|e| CliError::usage(format!("cannot read input file {path}: {e}"))),
+    }
+}
+
+/// `leash run --json` prints one of these.
+#[derive(Debug, Serialize)]
+struct RunReport<'a> {
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_kind: Option<ErrorKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backtrace: Option<&'a str>,
+    retryable: bool,
+    /// Output as text when it is UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a str>,
+    /// Output as base64 when it is not UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_base64: Option<String>,
+    fuel_used: u64,
+    peak_memory_bytes: u64,
+    duration_ms: f64,
+    logs: &'a [LogRecord],
+    logs_dropped: u64,
+    stdout: String,
+    stderr: String,
+}
+
+fn status_name(outcome: &Outcome) -> &'static str {
+    match outcome.error_kind() {
+        None => "succeeded",
+        Some(ErrorKind::Cancelled) => "cancelled",
+        Some(_) => "failed",
+    }
+}
+
+fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
+    let write_err = |e: std::io::Error| CliError::internal(format!("cannot write to stdout: {e}"));
+    let failure = outcome.result.as_ref().err();
+    if json {
+        let output = outcome.result.as_deref().ok();
+        let text = output.and_then(|o| std::str::from_utf8(o).ok());
+        let report = RunReport {
+            status: status_name(outcome),
+            error_kind: failure.map(|f| f.kind),
+            message: failure.map(|f| f.message.as_str()),
+            backtrace: failure.and_then(|f| f.backtrace.as_deref()),
+            retryable: failure.is_some_and(|f| f.retryable),
+            output: text,
+            output_base64: output
+                .filter(|_| text.is_none())
+                .map(|o| base64::engine::general_purpose::STANDARD.encode(o)),
+            fuel_used: outcome.usage.fuel_used,
+            peak_memory_bytes: outcome.usage.peak_memory_bytes,
+            duration_ms: outcome.usage.duration.as_secs_f64() * 1000.0,
+            logs: &outcome.logs,
+            logs_dropped: outcome.logs_dropped,
+            stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+            stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+        };
+        let mut stdout = std::io::stdout().lock();
+        serde_json::to_writer(&mut stdout, &report).map_err(|e| CliError::internal(e.to_string()))?;
+        writeln!(stdout).map_err(write_err)?;
+        return Ok(());
+    }
+    for (name, captured) in [("stdout", &outcome.stdout), ("stderr", &outcome.stderr)] {
+        for line in String::from_utf8_lossy(&captured.bytes).lines() {
+            eprintln!("[guest {name}] {line}");
+        }
+        if captured.dropped > 0 {
+            eprintln!("[guest {name}] ... {} more bytes dropped", captured.dropped);
+        }
+    }
+    if outcome.logs_dropped > 0 {
+        eprintln!("leash: {} log records dropped past the cap", outcome.logs_dropped);
+    }
+    match &outcome.result {
+        Ok(output) => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(output).map_err(write_err)?;
+            if std::io::stdout().is_terminal() && !output.ends_with(b"\n") {
+                writeln!(stdout).map_err(write_err)?;
+            }
+            stdout.flush().map_err(write_err)?;
+        }
+        Err(failure) => {
+            eprintln!("leash: {} ({}): {}", status_name(outcome), failure.kind, failure.message);
+            if let Some(backtrace) = &failure.backtrace {
+                eprintln!("guest backtrace:\n{backtrace}");
+            }
+        }
+    }
+    eprintln!(
+        "leash: {} in {:.1} ms, fuel used {}, peak memory {} bytes",
+        status_name(outcome),
+        outcome.usage.duration.as_secs_f64() * 1000.0,
+        outcome.usage.fuel_used,
+        outcome.usage.peak_memory_bytes
+    );
+    Ok(())
+}
+
+/// Parse `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 =
+        number.parse().map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 30s, 2m, 1h"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => return Err(format!("invalid duration unit {other:?} in {text:?}: use ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("duration {text:?} is out of range"))
+}
+
+/// Parse `64MiB`, `1GiB`, `512KiB`, `10MB`, or a bare number of bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 =
+        number.parse().map_err(|_| format!("invalid size {text:?}: expected e.g. 64MiB, 1GiB or bytes"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => return Err(format!("invalid size unit {other:?} in {text:?}: use B, KiB, MiB, GiB, KB, MB or GB")),
+    };
+    value.checked_mul(scale).ok_or_else(|| format!("size {text:?} is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5d").unwrap_err().contains("unit"));
+    }
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("10MB").unwrap(), 10_000_000);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999GiB").unwrap_err().contains("out of range"));
+    }
+
+    #[test]
+    fn every_error_kind_has_a_distinct_meaningful_exit_status() {
+        assert_eq!(ExitStatus::for_kind(ErrorKind::Timeout) as u8, 3);
+        assert_eq!(ExitStatus::for_kind(ErrorKind::MemoryLimit), ExitStatus::ResourceLimit);
+        assert_eq!(ExitStatus::for_kind(ErrorKind::Trap) as u8, 6);
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,243 @@
+//! Words shared by every part of leash: what a job targets, how it can fail,
+//! and how plugins are named by content.
+//!
+//! This module depends on nothing else inside the crate, so the store, the
+//! sandbox and the faces can all speak it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+/// Longest action name accepted, in bytes.
+pub const MAX_ACTION_NAME_BYTES: usize = 64;
+
+/// What a job asks its plugin to do: a plan phase or a named action.
+///
+/// Written as `execute`, `apply` or `action:<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// The plan's execute phase.
+    Execute,
+    /// The plan's apply phase.
+    Apply,
+    /// A named action: `[a-z0-9_.-]`, 1 to 64 bytes.
+    Action(String),
+}
+
+impl Target {
+    /// An action target, checking the name.
+    pub fn action(name: &str) -> Result<Self, ParseTargetError> {
+        let valid_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c);
+        if name.is_empty() || name.len() > MAX_ACTION_NAME_BYTES || !name.chars().all(valid_char) {
+            return Err(ParseTargetError(format!(
+                "invalid action name {name:?}: use 1 to {MAX_ACTION_NAME_BYTES} characters from a-z, 0-9, '_', '.', '-'"
+            )));
+        }
+        Ok(Target::Action(name.to_owned()))
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Execute => f.write_str("execute"),
+            Target::Apply => f.write_str("apply"),
+            Target::Action(name) => write!(f, "action:{name}"),
+        }
+    }
+}
+
+/// A target string that is not `execute`, `apply` or `action:<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseTargetError(String);
+
+impl FromStr for Target {
+    type Err = ParseTargetError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "execute" => Ok(Target::Execute),
+            "apply" => Ok(Target::Apply),
+            _ => match s.strip_prefix("action:") {
+                Some(name) => Target::action(name),
+                None => Err(ParseTargetError(format!(
+                    "unknown target {s:?}: expected \"execute\", \"apply\" or \"action:<name>\""
+                ))),
+            },
+        }
+    }
+}
+
+impl Serialize for Target {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Target {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Why a job did not succeed. Stored and reported as its snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The plugin returned `failed` or `retryable`.
+    GuestError,
+    /// The plugin rejected its input.
+    InvalidInput,
+    /// The plugin trapped (panic, stack overflow, bad memory access...).
+    Trap,
+    /// The job ran past its wall-clock timeout.
+    Timeout,
+    /// The job used up its fuel budget.
+    OutOfFuel,
+    /// The job asked for more memory than its limit.
+    MemoryLimit,
+    /// The job returned more output than its limit.
+    OutputLimit,
+    /// The job was cancelled.
+    Cancelled,
+    /// The worker lost the job's lease (it died or stalled).
+    LeaseLost,
+    /// The job waited in the queue past its expiry.
+    Expired,
+    /// leash itself failed to run the job.
+    HostError,
+}
+
+impl ErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ErrorKind; 11] = [
+        ErrorKind::GuestError,
+        ErrorKind::InvalidInput,
+        ErrorKind::Trap,
+        ErrorKind::Timeout,
+        ErrorKind::OutOfFuel,
+        ErrorKind::MemoryLimit,
+        ErrorKind::OutputLimit,
+        ErrorKind::Cancelled,
+        ErrorKind::LeaseLost,
+        ErrorKind::Expired,
+        ErrorKind::HostError,
+    ];
+
+    /// The stored name, e.g. `out_of_fuel`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::GuestError => "guest_error",
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::Trap => "trap",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::OutOfFuel => "out_of_fuel",
+            ErrorKind::MemoryLimit => "memory_limit",
+            ErrorKind::OutputLimit => "output_limit",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::LeaseLost => "lease_lost",
+            ErrorKind::Expired => "expired",
+            ErrorKind::HostError => "host_error",
+        }
+    }
+
+    /// True for the kinds that mean a resource limit stopped the job.
+    pub fn is_resource_limit(self) -> bool {
+        matches!(self, ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ErrorKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ErrorKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| format!("unknown error kind {s:?}"))
+    }
+}
+
+/// A plugin's identity: the sha256 of its component bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest([u8; 32]);
+
+impl Digest {
+    /// The digest of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Digest(Sha256::digest(bytes).into())
+    }
+
+    /// Lowercase hex, without the `sha256:` prefix.
+    pub fn hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sha256:{}", self.hex())
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for Digest {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let hex_part = s.strip_prefix("sha256:").unwrap_or(s);
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(hex_part, &mut bytes)
+            .map_err(|_| format!("invalid digest {s:?}: expected sha256:<64 hex digits>"))?;
+        Ok(Digest(bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_round_trip_through_their_text_form() {
+        for text in ["execute", "apply", "action:export-csv"] {
+            assert_eq!(text.parse::<Target>().unwrap().to_string(), text);
+        }
+    }
+
+    #[test]
+    fn bad_targets_are_refused_with_the_reason() {
+        assert!("plan".parse::<Target>().unwrap_err().to_string().contains("unknown target"));
+        assert!("action:".parse::<Target>().unwrap_err().to_string().contains("invalid action name"));
+        assert!("action:Bad Name".parse::<Target>().is_err());
+        let long = format!("action:{}", "a".repeat(MAX_ACTION_NAME_BYTES + 1));
+        assert!(long.parse::<Target>().is_err());
+    }
+
+    #[test]
+    fn error_kinds_round_trip() {
+        for kind in ErrorKind::ALL {
+            assert_eq!(kind.as_str().parse::<ErrorKind>().unwrap(), kind);
+            assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{kind}\""));
+        }
+    }
+
+    #[test]
+    fn digest_parses_with_or_without_prefix() {
+        let d = Digest::of(b"leash");
+        assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
+        assert_eq!(d.hex().parse::<Digest>().unwrap(), d);
+        assert!("sha256:xyz".parse::<Digest>().is_err());
+    }
+}

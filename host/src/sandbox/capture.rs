@@ -1,0 +1,120 @@
+//! Bounded capture of a guest's stdout and stderr.
+//!
+//! wasmtime-wasi's `MemoryOutputPipe` traps the guest once its buffer is
+//! full, which would turn a chatty plugin into a crash. This pipe keeps the
+//! first `capacity` bytes, counts the rest, and never fails a write.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::io::AsyncWrite;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+
+#[derive(Debug, Default)]
+struct Buffer {
+    kept: Vec<u8>,
+    dropped: u64,
+}
+
+/// A shared, bounded byte sink handed to WASI as stdout or stderr.
+#[derive(Debug, Clone)]
+pub(crate) struct CapturedOutput {
+    capacity: usize,
+    buffer: Arc<Mutex<Buffer>>,
+}
+
+impl CapturedOutput {
+    pub(crate) fn new(capacity: usize) -> Self {
+        CapturedOutput { capacity, buffer: Arc::default() }
+    }
+
+    fn push(&self, bytes: &[u8]) {
+        let mut buffer = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
+        let room = self.capacity.saturating_sub(buffer.kept.len());
+        let keep = bytes.len().min(room);
+        buffer.kept.extend_from_slice(&bytes[..keep]);
+        buffer.dropped += (bytes.len() - keep) as u64;
+    }
+
+    /// The kept bytes so far, as text.
+    pub(crate) fn lossy_text(&self) -> String {
+        let buffer = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&buffer.kept).into_owned()
+    }
+
+    /// The kept bytes and how many were dropped past the capacity.
+    pub(crate) fn take(&self) -> (Vec<u8>, u64) {
+        let mut buffer = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
+        (std::mem::take(&mut buffer.kept), std::mem::take(&mut buffer.dropped))
+    }
+}
+
+impl IsTerminal for CapturedOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for CapturedOutput {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for CapturedOutput {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.push(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        // Always ready: bytes past the capacity are counted, not refused.
+        Ok(64 * 1024)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for CapturedOutput {
+    async fn ready(&mut self) {}
+}
+
+impl AsyncWrite for CapturedOutput {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.push(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_first_bytes_and_counts_the_rest() {
+        let out = CapturedOutput::new(4);
+        out.push(b"abc");
+        out.push(b"defg");
+        assert_eq!(out.take(), (b"abcd".to_vec(), 3));
+        assert_eq!(out.take(), (Vec::new(), 0));
+    }
+}

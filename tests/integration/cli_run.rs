@@ -1,0 +1,185 @@
+//! `leash run` as a user runs it: the real binary, real plugins, exit codes.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use leash_tests::plugin_path;
+
+fn leash() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leash"));
+    cmd.env("LEASH_CACHE_DIR", crate::support::cache_dir());
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    leash().arg("run").args(args).output().expect("leash runs")
+}
+
+fn path(name: &str) -> String {
+    plugin_path(name).display().to_string()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn run_hello_prints_its_output_and_exits_0() {
+    let output = run(&[&path("hello")]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["greeting"], "Hello, world!");
+    assert!(stderr(&output).contains("[info] greeting world"), "guest logs go to stderr");
+}
+
+#[test]
+fn run_reads_input_from_a_file_and_runs_an_action() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, r#"{"name":"Grace"}"#).unwrap();
+    let output = run(&[&path("hello"), "--input", input.to_str().unwrap(), "--action", "wave"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["greeting"], "Hello, Grace!");
+    assert_eq!(value["target"], "action:wave");
+}
+
+#[test]
+fn run_json_reports_the_outcome_as_one_object() {
+    let output = run(&[&path("spin"), "--timeout", "200ms", "--json"]);
+    assert_eq!(output.status.code(), Some(3));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("stdout is one JSON object");
+    assert_eq!(report["status"], "failed");
+    assert_eq!(report["error_kind"], "timeout");
+    for field in ["message", "fuel_used", "peak_memory_bytes", "duration_ms"] {
+        assert!(!report[field].is_null(), "{field} missing from {report}");
+    }
+}
+
+#[test]
+fn run_json_carries_binary_output_as_base64() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.bin");
+    std::fs::write(&input, [0xff, 0x00, 0xfe]).unwrap();
+    let output = run(&[&path("echo"), "--input", input.to_str().unwrap(), "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["output_base64"], "/wD+");
+}
+
+#[test]
+fn each_kind_of_ending_has_its_exit_code() {
+    let cases: &[(&[&str], i32)] = &[
+        (&[&path("hello"), "--json"], 0),
+        (&[&path("coop"), "--input", &path("hello")], 2),
+        (&[&path("spin"), "--timeout", "200ms"], 3),
+        (&[&path("spin"), "--fuel", "1000000"], 5),
+        (&[&path("alloc-bomb"), "--memory", "16MiB"], 5),
+        (&[&path("big-output"), "--output-limit", "1KiB"], 5),
+        (&[&path("panic")], 6),
+        (&[&path("stack-overflow")], 6),
+    ];
+    for (args, code) in cases {
+        let output = run(args);
+        assert_eq!(output.status.code(), Some(*code), "leash run {args:?}: {}", stderr(&output));
+    }
+}
+
+#[test]
+fn a_guest_error_exits_1_and_rejected_input_exits_2() {
+    let output = run(&[&path("fail")]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(stderr(&output).contains("guest_error"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, r#"{"name":"  "}"#).unwrap();
+    let output = run(&[&path("hello"), "--input", input.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("invalid_input"));
+}
+
+fn assert_one_line_error(output: &Output, needle: &str) {
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(output);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line, no backtrace: {err}");
+    assert!(err.contains(needle), "expected {needle:?} in {err}");
+}
+
+#[test]
+fn a_file_that_is_not_a_component_gets_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("plugin.wasm");
+    std::fs::write(&text, "hello, I am text").unwrap();
+    assert_one_line_error(&run(&[text.to_str().unwrap()]), "not a WebAssembly file");
+
+    let module = dir.path().join("module.wasm");
+    std::fs::write(&module, wat::parse_str("(module)").unwrap()).unwrap();
+    assert_one_line_error(&run(&[module.to_str().unwrap()]), "core WebAssembly module");
+
+    let wrong_world = dir.path().join("empty.wasm");
+    std::fs::write(&wrong_world, wat::parse_str("(component)").unwrap()).unwrap();
+    assert_one_line_error(&run(&[wrong_world.to_str().unwrap()]), "does not implement leash:plugin@0.1.0");
+
+    assert_one_line_error(&run(&["/nonexistent/plugin.wasm"]), "cannot read");
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    assert_eq!(run(&[&path("hello"), "--timeout", "soon"]).status.code(), Some(2));
+    assert_eq!(run(&[&path("hello"), "--memory", "2GiB"]).status.code(), Some(2));
+    assert_eq!(run(&[&path("hello"), "--action", "Bad Name"]).status.code(), Some(2));
+    assert_eq!(run(&[&path("hello"), "--phase", "plan"]).status.code(), Some(2));
+}
+
+/// Start `leash run` and wait until it says the plugin is running.
+fn start(args: &[&str]) -> (std::process::Child, BufReader<std::process::ChildStderr>) {
+    let mut child = leash().arg("run").args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    wait_for_line(&mut err, "leash: running");
+    (child, err)
+}
+
+fn wait_for_line(err: &mut impl BufRead, needle: &str) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "leash exited before printing {needle:?}");
+        if line.contains(needle) {
+            return;
+        }
+    }
+}
+
+fn interrupt(child: &std::process::Child) {
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn ctrl_c_cancels_a_cooperative_plugin() {
+    let (mut child, _err) = start(&[&path("coop"), "--cancel-grace", "1h"]);
+    interrupt(&child);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(4), "cancelled, cooperatively (the grace is an hour)");
+}
+
+#[test]
+fn a_second_ctrl_c_stops_a_plugin_that_ignores_the_first() {
+    let (mut child, mut err) = start(&[&path("sleep"), "--cancel-grace", "1h"]);
+    interrupt(&child);
+    wait_for_line(&mut err, "press Ctrl-C again");
+    interrupt(&child);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(4));
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let output = leash().args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    for code in ["0 ", "1 ", "2 ", "3 ", "4 ", "5 ", "6 ", "70 "] {
+        assert!(help.contains(&format!("  {code}")), "exit code {code} documented in --help");
+    }
+    assert!(Path::new(env!("CARGO_BIN_EXE_leash")).exists());
+}

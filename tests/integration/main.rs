@@ -1,0 +1,7 @@
+//! leash's integration tests: the real plugins in `plugins/`, built from
+//! source by the `leash-tests` crate, run through the sandbox and through
+//! the `leash` binary.
+
+mod cli_run;
+mod sandbox;
+mod support;
