@@ -4,4 +4,5 @@
 
 mod cli_run;
 mod sandbox;
+mod store;
 mod support;

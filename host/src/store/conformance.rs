@@ -1,0 +1,483 @@
+//! The cases every [`JobStore`] backend must pass, unchanged.
+//!
+//! Each case gets a fresh, empty store and drives time by passing `now`
+//! explicitly. A backend's test runs every case in [`CASES`]:
+//!
+//! ```ignore
+//! for case in leash::store::conformance::CASES {
+//!     (case.run)(Arc::new(open_fresh_store())).await;
+//! }
+//! ```
+//!
+//! A behaviour change to the store is a new case here.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    CancelResult, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobLimits, JobReleaseParams,
+    JobStatus, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState,
+    NewJob, ReclaimReport, StoreError,
+};
+use crate::clock::Timestamp;
+use crate::job::{Digest, ErrorKind, Target};
+
+/// The future a case returns.
+pub type CaseFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// One named conformance case.
+pub struct Case {
+    /// What it checks, as a sentence in snake case.
+    pub name: &'static str,
+    /// The check; panics on failure.
+    pub run: fn(Arc<dyn JobStore>) -> CaseFuture,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+macro_rules! cases {
+    ($($name:ident),* $(,)?) => {
+        /// Every case, in a stable order.
+        pub const CASES: &[Case] = &[$(Case { name: stringify!($name), run: |s| Box::pin($name(s)) }),*];
+    };
+}
+
+cases!(
+    insert_then_get_round_trips_every_field,
+    insert_refuses_zero_attempts_and_writes_nothing,
+    claim_takes_the_oldest_jobs_first_up_to_the_limit,
+    claim_sets_owner_token_and_lease,
+    claim_skips_running_and_expired_jobs,
+    every_claim_gets_a_fresh_token,
+    finish_records_success_output_and_usage,
+    finish_records_failure_kind_message_and_backtrace,
+    a_stale_token_changes_nothing,
+    terminal_jobs_have_no_way_out,
+    extend_renews_the_lease_and_reads_cancel_requested,
+    cancel_has_three_windows,
+    cancel_of_an_unknown_job_is_not_found,
+    reclaim_requeues_while_attempts_remain,
+    reclaim_fails_with_lease_lost_when_no_attempts_remain,
+    reclaim_leaves_live_leases_alone,
+    reclaim_of_a_job_being_cancelled_cancels_it,
+    release_requeues_without_spending_an_attempt,
+    a_released_job_is_claimable_again,
+    queued_jobs_expire_as_expired,
+    a_requeued_job_gets_a_fresh_expiry,
+    retention_deletes_only_old_terminal_jobs,
+    concurrency_key_allows_one_running_job_per_key,
+    counts_snapshot_matches_the_states,
+);
+
+const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
+const TTL: Duration = Duration::from_secs(30);
+const QUEUE_TTL: Duration = Duration::from_secs(3600);
+
+fn at(seconds: u64) -> Timestamp {
+    T0.plus(Duration::from_secs(seconds))
+}
+
+fn new_job(input: &str) -> NewJob {
+    NewJob {
+        plugin: Digest::of(b"plugin"),
+        target: Target::Execute,
+        input: input.as_bytes().to_vec(),
+        limits: JobLimits { timeout_ms: 1000, fuel: Some(5), memory_bytes: 1 << 20, output_bytes: 1 << 10 },
+        max_attempts: 1,
+        concurrency_key: None,
+        plan_id: None,
+        queue_ttl: QUEUE_TTL,
+    }
+}
+
+async fn insert(store: &dyn JobStore, jobs: Vec<NewJob>, now: Timestamp) -> Vec<Job> {
+    store.job_insert(JobInsertParams { jobs, now }).await.expect("insert")
+}
+
+async fn insert_one(store: &dyn JobStore, job: NewJob, now: Timestamp) -> Job {
+    insert(store, vec![job], now).await.pop().unwrap()
+}
+
+async fn claim(store: &dyn JobStore, worker: &str, limit: u32, now: Timestamp) -> Vec<Lease> {
+    store.job_claim(JobClaimParams { worker_id: worker.into(), limit, lease_ttl: TTL, now }).await.expect("claim")
+}
+
+async fn claim_one(store: &dyn JobStore, now: Timestamp) -> Lease {
+    let mut leases = claim(store, "worker-aaaaaaaa", 1, now).await;
+    assert_eq!(leases.len(), 1, "expected one job to claim");
+    leases.pop().unwrap()
+}
+
+async fn get(store: &dyn JobStore, id: JobId) -> Job {
+    store.job_get(id).await.expect("get").expect("job exists")
+}
+
+fn finish_params(lease: &Lease, finish: Finish, now: Timestamp) -> JobFinishParams {
+    JobFinishParams {
+        id: lease.job.id,
+        token: lease.token.clone(),
+        finish,
+        fuel_used: 7,
+        peak_memory_bytes: 65536,
+        now,
+    }
+}
+
+fn succeed(lease: &Lease, now: Timestamp) -> JobFinishParams {
+    finish_params(lease, Finish::Succeeded { output: b"out".to_vec() }, now)
+}
+
+async fn reclaim(store: &dyn JobStore, now: Timestamp) -> ReclaimReport {
+    store.lease_reclaim_expired(LeaseReclaimParams { now, queue_ttl: QUEUE_TTL }).await.expect("reclaim")
+}
+
+async fn insert_then_get_round_trips_every_field(store: Arc<dyn JobStore>) {
+    let mut job = new_job("in");
+    job.target = Target::action("export").unwrap();
+    job.max_attempts = 3;
+    job.concurrency_key = Some("plan-7".into());
+    job.plan_id = Some("01PLAN".into());
+    let inserted = insert_one(&*store, job.clone(), T0).await;
+    let got = get(&*store, inserted.id).await;
+    assert_eq!(got, inserted);
+    assert_eq!(got.status, JobStatus::Queued);
+    assert_eq!(got.target, job.target);
+    assert_eq!(got.input, b"in");
+    assert_eq!(got.limits, job.limits);
+    assert_eq!((got.max_attempts, got.attempt, got.lost_leases), (3, 0, 0));
+    assert_eq!(got.concurrency_key.as_deref(), Some("plan-7"));
+    assert_eq!(got.plan_id.as_deref(), Some("01PLAN"));
+    assert_eq!(got.created_at, T0);
+    assert_eq!(got.expires_at, T0.plus(QUEUE_TTL));
+    assert_eq!(got.schema_version, super::SCHEMA_VERSION);
+    assert!(got.started_at.is_none() && got.finished_at.is_none() && got.lease_token.is_none());
+    assert!(got.error_kind.is_none() && got.output.is_none());
+}
+
+async fn insert_refuses_zero_attempts_and_writes_nothing(store: Arc<dyn JobStore>) {
+    let mut bad = new_job("bad");
+    bad.max_attempts = 0;
+    let err = store.job_insert(JobInsertParams { jobs: vec![new_job("ok"), bad], now: T0 }).await.unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err}");
+    assert_eq!(store.counts_snapshot().await.unwrap().total(), 0, "all or nothing");
+}
+
+async fn claim_takes_the_oldest_jobs_first_up_to_the_limit(store: Arc<dyn JobStore>) {
+    let first = insert_one(&*store, new_job("1"), at(0)).await;
+    let second = insert_one(&*store, new_job("2"), at(1)).await;
+    let third = insert_one(&*store, new_job("3"), at(2)).await;
+    let leases = claim(&*store, "worker-aaaaaaaa", 2, at(5)).await;
+    let ids: Vec<JobId> = leases.iter().map(|l| l.job.id).collect();
+    assert_eq!(ids, vec![first.id, second.id]);
+    let rest = claim(&*store, "worker-bbbbbbbb", 10, at(5)).await;
+    assert_eq!(rest.iter().map(|l| l.job.id).collect::<Vec<_>>(), vec![third.id]);
+    assert!(claim(&*store, "worker-bbbbbbbb", 10, at(5)).await.is_empty());
+}
+
+async fn claim_sets_owner_token_and_lease(store: Arc<dyn JobStore>) {
+    let job = insert_one(&*store, new_job("x"), T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    assert_eq!(lease.job.id, job.id);
+    let got = get(&*store, job.id).await;
+    assert_eq!(got.status, JobStatus::Running);
+    assert_eq!(got.worker_id.as_deref(), Some("worker-aaaaaaaa"));
+    assert_eq!(got.lease_token.as_deref(), Some(lease.token.as_str()));
+    assert!(lease.token.len() >= 16, "a token with real entropy: {}", lease.token);
+    assert_eq!(got.lease_expires_at, Some(at(1).plus(TTL)));
+    assert_eq!(got.started_at, Some(at(1)));
+    assert_eq!(got.last_heartbeat, Some(at(1)));
+    assert_eq!((got.attempt, got.lost_leases), (1, 0), "a claim is not a lost lease");
+}
+
+async fn claim_skips_running_and_expired_jobs(store: Arc<dyn JobStore>) {
+    let mut short = new_job("short-lived");
+    short.queue_ttl = Duration::from_secs(10);
+    insert_one(&*store, short, T0).await;
+    let live = insert_one(&*store, new_job("live"), T0).await;
+    let lease = claim_one(&*store, at(20)).await;
+    assert_eq!(lease.job.id, live.id, "the expired job is not handed out");
+    assert!(claim(&*store, "worker-bbbbbbbb", 10, at(20)).await.is_empty(), "a running job is not claimed twice");
+}
+
+async fn every_claim_gets_a_fresh_token(store: Arc<dyn JobStore>) {
+    let mut job = new_job("x");
+    job.max_attempts = 3;
+    insert_one(&*store, job, T0).await;
+    let first = claim_one(&*store, at(1)).await;
+    reclaim(&*store, at(100)).await;
+    let second = claim_one(&*store, at(101)).await;
+    assert_eq!(first.job.id, second.job.id);
+    assert_ne!(first.token, second.token);
+    assert_eq!(second.job.attempt, 2);
+}
+
+async fn finish_records_success_output_and_usage(store: Arc<dyn JobStore>) {
+    insert_one(&*store, new_job("x"), T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    assert!(store.job_finish(succeed(&lease, at(2))).await.unwrap());
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!(got.status, JobStatus::Succeeded);
+    assert_eq!(got.output.as_deref(), Some(&b"out"[..]));
+    assert_eq!((got.fuel_used, got.peak_memory_bytes), (Some(7), Some(65536)));
+    assert_eq!(got.finished_at, Some(at(2)));
+    assert!(got.lease_token.is_none() && got.lease_expires_at.is_none());
+    assert!(got.error_kind.is_none() && got.error_message.is_none());
+}
+
+async fn finish_records_failure_kind_message_and_backtrace(store: Arc<dyn JobStore>) {
+    insert_one(&*store, new_job("fails"), at(3)).await;
+    let lease = claim_one(&*store, at(4)).await;
+    let finish = Finish::Failed { kind: ErrorKind::Trap, message: "Trap: boom".into(), backtrace: Some("0: f".into()) };
+    assert!(store.job_finish(finish_params(&lease, finish, at(5))).await.unwrap());
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!(got.status, JobStatus::Failed);
+    assert_eq!(got.error_kind, Some(ErrorKind::Trap));
+    assert_eq!(got.error_message.as_deref(), Some("Trap: boom"));
+    assert_eq!(got.backtrace.as_deref(), Some("0: f"));
+    assert!(got.output.is_none());
+
+    insert_one(&*store, new_job("cancelled"), at(6)).await;
+    let lease = claim_one(&*store, at(7)).await;
+    let finish = Finish::Cancelled { message: "Cancelled: asked".into() };
+    assert!(store.job_finish(finish_params(&lease, finish, at(8))).await.unwrap());
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!((got.status, got.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
+}
+
+async fn a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
+    let mut job = new_job("x");
+    job.max_attempts = 2;
+    insert_one(&*store, job, T0).await;
+    let old = claim_one(&*store, at(1)).await;
+    reclaim(&*store, at(100)).await;
+    let new = claim_one(&*store, at(101)).await;
+    let before = get(&*store, new.job.id).await;
+
+    assert!(!store.job_finish(succeed(&old, at(102))).await.unwrap(), "stale finish");
+    let extend = LeaseExtendParams { id: old.job.id, token: old.token.clone(), lease_ttl: TTL, now: at(102) };
+    assert_eq!(store.lease_extend(extend).await.unwrap(), LeaseState::Lost, "stale renewal");
+    let release = JobReleaseParams { id: old.job.id, token: old.token.clone(), queue_ttl: QUEUE_TTL, now: at(102) };
+    assert!(!store.job_release(release).await.unwrap(), "stale release");
+    let forged = Lease { job: old.job.clone(), token: "not-a-token".into() };
+    assert!(!store.job_finish(succeed(&forged, at(102))).await.unwrap(), "forged token");
+
+    assert_eq!(get(&*store, new.job.id).await, before, "the row is exactly as the new owner left it");
+    assert!(store.job_finish(succeed(&new, at(103))).await.unwrap(), "the new owner still owns it");
+}
+
+async fn terminal_jobs_have_no_way_out(store: Arc<dyn JobStore>) {
+    insert_one(&*store, new_job("x"), T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    assert!(store.job_finish(succeed(&lease, at(2))).await.unwrap());
+    let done = get(&*store, lease.job.id).await;
+
+    let again =
+        finish_params(&lease, Finish::Failed { kind: ErrorKind::Trap, message: "late".into(), backtrace: None }, at(3));
+    assert!(!store.job_finish(again).await.unwrap(), "finish twice");
+    let release = JobReleaseParams { id: lease.job.id, token: lease.token.clone(), queue_ttl: QUEUE_TTL, now: at(3) };
+    assert!(!store.job_release(release).await.unwrap(), "release a finished job");
+    assert_eq!(
+        store.job_cancel(lease.job.id, at(3)).await.unwrap(),
+        CancelResult::AlreadyTerminal(JobStatus::Succeeded)
+    );
+    assert!(claim(&*store, "w", 10, at(3)).await.is_empty(), "claim a finished job");
+    assert_eq!(reclaim(&*store, at(1000)).await, ReclaimReport::default());
+    assert_eq!(store.jobs_expire_queued(JobsExpireParams { now: at(100_000) }).await.unwrap(), 0);
+    assert_eq!(get(&*store, lease.job.id).await, done);
+
+    // A queued job cannot be finished or released: nobody owns it.
+    let queued = insert_one(&*store, new_job("q"), at(4)).await;
+    let unowned = Lease { job: queued.clone(), token: lease.token.clone() };
+    assert!(!store.job_finish(succeed(&unowned, at(5))).await.unwrap());
+    assert_eq!(get(&*store, queued.id).await.status, JobStatus::Queued);
+}
+
+async fn extend_renews_the_lease_and_reads_cancel_requested(store: Arc<dyn JobStore>) {
+    insert_one(&*store, new_job("x"), T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    let extend = |now| LeaseExtendParams { id: lease.job.id, token: lease.token.clone(), lease_ttl: TTL, now };
+    assert_eq!(store.lease_extend(extend(at(10))).await.unwrap(), LeaseState::Held { cancel_requested: false });
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!((got.lease_expires_at, got.last_heartbeat), (Some(at(10).plus(TTL)), Some(at(10))));
+    // The renewed lease is not reclaimed at the old expiry.
+    assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport::default());
+
+    assert_eq!(store.job_cancel(lease.job.id, at(11)).await.unwrap(), CancelResult::Requested);
+    assert_eq!(store.lease_extend(extend(at(12))).await.unwrap(), LeaseState::Held { cancel_requested: true });
+}
+
+async fn cancel_has_three_windows(store: Arc<dyn JobStore>) {
+    let queued = insert_one(&*store, new_job("q"), T0).await;
+    assert_eq!(store.job_cancel(queued.id, at(1)).await.unwrap(), CancelResult::Cancelled);
+    let got = get(&*store, queued.id).await;
+    assert_eq!((got.status, got.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
+    assert_eq!(got.finished_at, Some(at(1)));
+
+    insert_one(&*store, new_job("r"), at(2)).await;
+    let lease = claim_one(&*store, at(3)).await;
+    assert_eq!(store.job_cancel(lease.job.id, at(4)).await.unwrap(), CancelResult::Requested);
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!(got.status, JobStatus::Running, "only the owner moves a running job");
+    assert!(got.cancel_requested);
+    assert_eq!(store.job_cancel(lease.job.id, at(5)).await.unwrap(), CancelResult::Requested, "idempotent");
+    let finish = Finish::Cancelled { message: "Cancelled: the plugin stopped when asked".into() };
+    assert!(store.job_finish(finish_params(&lease, finish, at(6))).await.unwrap());
+
+    assert_eq!(
+        store.job_cancel(lease.job.id, at(7)).await.unwrap(),
+        CancelResult::AlreadyTerminal(JobStatus::Cancelled)
+    );
+    assert_eq!(store.job_cancel(queued.id, at(7)).await.unwrap(), CancelResult::AlreadyTerminal(JobStatus::Cancelled));
+}
+
+async fn cancel_of_an_unknown_job_is_not_found(store: Arc<dyn JobStore>) {
+    assert_eq!(store.job_cancel(JobId::new(T0), at(1)).await.unwrap(), CancelResult::NotFound);
+    assert!(store.job_get(JobId::new(T0)).await.unwrap().is_none());
+}
+
+async fn reclaim_requeues_while_attempts_remain(store: Arc<dyn JobStore>) {
+    let mut job = new_job("x");
+    job.max_attempts = 2;
+    insert_one(&*store, job, T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0 });
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!(got.status, JobStatus::Queued);
+    assert_eq!((got.attempt, got.lost_leases), (1, 1));
+    assert!(got.lease_token.is_none() && got.lease_expires_at.is_none() && got.finished_at.is_none());
+    assert!(got.error_kind.is_none());
+}
+
+async fn reclaim_fails_with_lease_lost_when_no_attempts_remain(store: Arc<dyn JobStore>) {
+    insert_one(&*store, new_job("x"), T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1 });
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!(got.status, JobStatus::Failed);
+    assert_eq!(got.error_kind, Some(ErrorKind::LeaseLost));
+    assert!(got.error_message.as_deref().unwrap().contains("Heartbeat timeout"));
+    assert_eq!((got.attempt, got.lost_leases), (1, 1));
+    assert_eq!(got.finished_at, Some(at(1).plus(TTL)));
+    assert!(claim(&*store, "w", 10, at(100)).await.is_empty(), "never silently re-run");
+}
+
+async fn reclaim_leaves_live_leases_alone(store: Arc<dyn JobStore>) {
+    insert_one(&*store, new_job("x"), T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    let just_before = at(1).plus(TTL).minus(Duration::from_millis(1));
+    assert_eq!(reclaim(&*store, just_before).await, ReclaimReport::default());
+    assert_eq!(get(&*store, lease.job.id).await.status, JobStatus::Running);
+}
+
+async fn reclaim_of_a_job_being_cancelled_cancels_it(store: Arc<dyn JobStore>) {
+    let mut job = new_job("x");
+    job.max_attempts = 5;
+    insert_one(&*store, job, T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    assert_eq!(store.job_cancel(lease.job.id, at(2)).await.unwrap(), CancelResult::Requested);
+    reclaim(&*store, at(1).plus(TTL)).await;
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!((got.status, got.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
+    assert_eq!(got.lost_leases, 1);
+}
+
+async fn release_requeues_without_spending_an_attempt(store: Arc<dyn JobStore>) {
+    insert_one(&*store, new_job("x"), T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    let release = JobReleaseParams { id: lease.job.id, token: lease.token.clone(), queue_ttl: QUEUE_TTL, now: at(2) };
+    assert!(store.job_release(release).await.unwrap());
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!(got.status, JobStatus::Queued);
+    assert_eq!(got.lost_leases, 0, "a clean release costs no attempt");
+    assert!(got.lease_token.is_none());
+    assert_eq!(got.expires_at, at(2).plus(QUEUE_TTL));
+    assert!(!store.job_finish(succeed(&lease, at(3))).await.unwrap(), "the releaser no longer owns it");
+}
+
+async fn a_released_job_is_claimable_again(store: Arc<dyn JobStore>) {
+    insert_one(&*store, new_job("x"), T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    let release = JobReleaseParams { id: lease.job.id, token: lease.token.clone(), queue_ttl: QUEUE_TTL, now: at(2) };
+    assert!(store.job_release(release).await.unwrap());
+    let again = claim_one(&*store, at(3)).await;
+    assert_eq!(again.job.id, lease.job.id);
+    assert!(store.job_finish(succeed(&again, at(4))).await.unwrap());
+}
+
+async fn queued_jobs_expire_as_expired(store: Arc<dyn JobStore>) {
+    let mut short = new_job("short");
+    short.queue_ttl = Duration::from_secs(10);
+    let short = insert_one(&*store, short, T0).await;
+    let long = insert_one(&*store, new_job("long"), T0).await;
+    assert_eq!(store.jobs_expire_queued(JobsExpireParams { now: at(9) }).await.unwrap(), 0);
+    assert_eq!(store.jobs_expire_queued(JobsExpireParams { now: at(10) }).await.unwrap(), 1);
+    let got = get(&*store, short.id).await;
+    assert_eq!((got.status, got.error_kind), (JobStatus::Failed, Some(ErrorKind::Expired)));
+    assert!(got.error_message.as_deref().unwrap().starts_with("Expired: "));
+    assert_eq!(get(&*store, long.id).await.status, JobStatus::Queued);
+}
+
+async fn a_requeued_job_gets_a_fresh_expiry(store: Arc<dyn JobStore>) {
+    let mut job = new_job("x");
+    job.queue_ttl = Duration::from_secs(60);
+    job.max_attempts = 2;
+    let job = insert_one(&*store, job, T0).await;
+    // Claimed just before its queue expiry, then its worker dies.
+    claim_one(&*store, at(59)).await;
+    reclaim(&*store, at(59).plus(TTL)).await;
+    let now = at(59).plus(TTL).plus(Duration::from_secs(1));
+    assert_eq!(store.jobs_expire_queued(JobsExpireParams { now }).await.unwrap(), 0, "the retry is not killed");
+    assert_eq!(get(&*store, job.id).await.status, JobStatus::Queued);
+    assert_eq!(claim_one(&*store, now).await.job.id, job.id);
+}
+
+async fn retention_deletes_only_old_terminal_jobs(store: Arc<dyn JobStore>) {
+    insert(&*store, vec![new_job("a"), new_job("b")], T0).await;
+    let old = claim_one(&*store, at(1)).await;
+    assert!(store.job_finish(succeed(&old, at(2))).await.unwrap());
+    let recent = claim_one(&*store, at(3)).await;
+    assert!(store.job_finish(succeed(&recent, at(100))).await.unwrap());
+    let queued = insert_one(&*store, new_job("q"), at(0)).await;
+    insert_one(&*store, new_job("r"), at(0)).await;
+    let running = claim(&*store, "w", 1, at(4)).await.pop().unwrap();
+
+    assert_eq!(store.jobs_delete_expired(JobsDeleteParams { finished_before: at(50) }).await.unwrap(), 1);
+    assert!(store.job_get(old.job.id).await.unwrap().is_none());
+    for id in [recent.job.id, queued.id, running.job.id] {
+        assert!(store.job_get(id).await.unwrap().is_some(), "kept {id}");
+    }
+}
+
+async fn concurrency_key_allows_one_running_job_per_key(store: Arc<dyn JobStore>) {
+    let keyed = |input: &str, key: &str| NewJob { concurrency_key: Some(key.into()), ..new_job(input) };
+    let a1 = insert_one(&*store, keyed("a1", "plan-a"), at(0)).await;
+    let a2 = insert_one(&*store, keyed("a2", "plan-a"), at(1)).await;
+    let b1 = insert_one(&*store, keyed("b1", "plan-b"), at(2)).await;
+    let free = insert_one(&*store, new_job("free"), at(3)).await;
+
+    let first: Vec<JobId> = claim(&*store, "w1", 10, at(4)).await.iter().map(|l| l.job.id).collect();
+    assert_eq!(first, vec![a1.id, b1.id, free.id], "one per key, oldest first; keyless jobs unaffected");
+    assert!(claim(&*store, "w2", 10, at(4)).await.is_empty(), "a2 waits while a1 runs, across workers");
+
+    let lease = Lease { token: get(&*store, a1.id).await.lease_token.unwrap(), job: a1 };
+    assert!(store.job_finish(succeed(&lease, at(5))).await.unwrap());
+    let next: Vec<JobId> = claim(&*store, "w2", 10, at(6)).await.iter().map(|l| l.job.id).collect();
+    assert_eq!(next, vec![a2.id]);
+}
+
+async fn counts_snapshot_matches_the_states(store: Arc<dyn JobStore>) {
+    insert(&*store, (0..6).map(|i| new_job(&i.to_string())).collect(), T0).await;
+    let leases = claim(&*store, "w", 4, at(1)).await;
+    assert!(store.job_finish(succeed(&leases[0], at(2))).await.unwrap());
+    let failed = Finish::Failed { kind: ErrorKind::GuestError, message: "Failed: x".into(), backtrace: None };
+    assert!(store.job_finish(finish_params(&leases[1], failed, at(2))).await.unwrap());
+    let counts = store.counts_snapshot().await.unwrap();
+    assert_eq!((counts.queued, counts.running, counts.succeeded, counts.failed, counts.cancelled), (2, 2, 1, 1, 0));
+    assert_eq!(counts.total(), 6);
+}

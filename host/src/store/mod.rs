@@ -1,0 +1,473 @@
+//! The store seam: where jobs live between submission and retention.
+//!
+//! [`JobStore`] is the one interface the rest of leash uses; each backend
+//! owns its SQL and migrations ([`sqlite`] now, PostgreSQL next). Methods
+//! are noun-first and take params structs with `now` injected. Every write
+//! that only a lease holder may make takes the lease token and reports
+//! whether it took effect: `false` means the lease was lost (the job was
+//! reclaimed, released or finished elsewhere) and the caller must drop its
+//! result. [`conformance`] holds the cases every backend must pass.
+//!
+//! This module knows nothing of wasm: it stores plugin digests and bytes.
+
+pub mod conformance;
+pub mod sqlite;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::job::{Digest, ErrorKind, Target};
+
+/// Version of the stored job payload format.
+pub const SCHEMA_VERSION: u32 = 1;
+/// Message recorded when a job's lease expired with no attempts left.
+pub const LEASE_LOST_MESSAGE: &str = "LeaseLost: Heartbeat timeout — job stuck (its worker stopped renewing the lease)";
+
+/// A job's id: a ULID, so ids sort by creation time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(ulid::Ulid);
+
+impl JobId {
+    /// A fresh id for a job created at `now`.
+    pub fn new(now: Timestamp) -> Self {
+        JobId(ulid::Ulid::from_parts(now.unix_ms().max(0) as u64, rand_u128()))
+    }
+}
+
+fn rand_u128() -> u128 {
+    ulid::Ulid::generate().random()
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl FromStr for JobId {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ulid::Ulid::from_string(s).map(JobId).map_err(|_| format!("invalid job id {s:?}: expected a 26-character ULID"))
+    }
+}
+
+impl Serialize for JobId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for JobId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Where a job is in its life. Terminal states have no way out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting for a worker.
+    Queued,
+    /// Owned by a worker under a lease.
+    Running,
+    /// Finished with output.
+    Succeeded,
+    /// Finished with an error kind and message.
+    Failed,
+    /// Cancelled before or while running.
+    Cancelled,
+}
+
+impl JobStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [JobStatus; 5] =
+        [JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// True for succeeded, failed and cancelled.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled)
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobStatus::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| format!("unknown job status {s:?}"))
+    }
+}
+
+/// Resource limits stored with a job (the sandbox's run limits, by value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLimits {
+    /// Wall-clock limit, milliseconds.
+    pub timeout_ms: u64,
+    /// Fuel budget; `None` for unlimited.
+    pub fuel: Option<u64>,
+    /// Memory limit, bytes.
+    pub memory_bytes: u64,
+    /// Output limit, bytes.
+    pub output_bytes: u64,
+}
+
+/// What a submitter provides.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// The plugin, by content digest.
+    pub plugin: Digest,
+    /// Phase or action.
+    pub target: Target,
+    /// Input bytes.
+    pub input: Vec<u8>,
+    /// Limits for each attempt.
+    pub limits: JobLimits,
+    /// How many lease losses the job may survive, plus one. At least 1.
+    pub max_attempts: u32,
+    /// At most one running job per key, across every process on the store.
+    pub concurrency_key: Option<String>,
+    /// A logical plan this job belongs to (no foreign key).
+    pub plan_id: Option<String>,
+    /// How long the job may wait in the queue before it expires.
+    pub queue_ttl: Duration,
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Job {
+    /// Id.
+    pub id: JobId,
+    /// Status.
+    pub status: JobStatus,
+    /// The plugin's digest.
+    pub plugin: Digest,
+    /// Phase or action.
+    pub target: Target,
+    /// Logical plan.
+    pub plan_id: Option<String>,
+    /// Concurrency key.
+    pub concurrency_key: Option<String>,
+    /// Input bytes.
+    #[serde(skip)]
+    pub input: Vec<u8>,
+    /// Limits.
+    pub limits: JobLimits,
+    /// Payload format version.
+    pub schema_version: u32,
+    /// When it was submitted.
+    pub created_at: Timestamp,
+    /// When the current or last attempt started.
+    pub started_at: Option<Timestamp>,
+    /// When it reached a terminal state.
+    pub finished_at: Option<Timestamp>,
+    /// The last lease renewal.
+    pub last_heartbeat: Option<Timestamp>,
+    /// When it expires if still queued.
+    pub expires_at: Timestamp,
+    /// The owning (or last owning) worker.
+    pub worker_id: Option<String>,
+    /// The current lease's token (running jobs only).
+    #[serde(skip)]
+    pub lease_token: Option<String>,
+    /// When the current lease runs out (running jobs only).
+    pub lease_expires_at: Option<Timestamp>,
+    /// Claims so far: 1 during the first attempt.
+    pub attempt: u32,
+    /// Attempts that lost their lease.
+    pub lost_leases: u32,
+    /// The attempt limit.
+    pub max_attempts: u32,
+    /// A cancel was asked for while it ran.
+    pub cancel_requested: bool,
+    /// Why it failed or was cancelled.
+    pub error_kind: Option<ErrorKind>,
+    /// `"Type: message"`.
+    pub error_message: Option<String>,
+    /// The guest backtrace of a trap.
+    pub backtrace: Option<String>,
+    /// Output bytes of a succeeded job.
+    #[serde(skip)]
+    pub output: Option<Vec<u8>>,
+    /// Fuel the last attempt used.
+    pub fuel_used: Option<u64>,
+    /// Peak memory of the last attempt.
+    pub peak_memory_bytes: Option<u64>,
+}
+
+/// A job a worker now owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The job, as claimed (status running).
+    pub job: Job,
+    /// The token every later write must carry.
+    pub token: String,
+}
+
+/// Parameters of [`JobStore::job_insert`].
+#[derive(Debug, Clone)]
+pub struct JobInsertParams {
+    /// Jobs to insert, in one transaction.
+    pub jobs: Vec<NewJob>,
+    /// The time of submission.
+    pub now: Timestamp,
+}
+
+/// Parameters of [`JobStore::job_claim`].
+#[derive(Debug, Clone)]
+pub struct JobClaimParams {
+    /// The claiming worker.
+    pub worker_id: String,
+    /// Most jobs to claim.
+    pub limit: u32,
+    /// Lease length.
+    pub lease_ttl: Duration,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// Parameters of [`JobStore::lease_extend`].
+#[derive(Debug, Clone)]
+pub struct LeaseExtendParams {
+    /// The job.
+    pub id: JobId,
+    /// The lease token from the claim.
+    pub token: String,
+    /// New lease length from `now`.
+    pub lease_ttl: Duration,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// What a renewal learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Still ours; `cancel_requested` read in the same statement.
+    Held {
+        /// Someone asked to cancel the job.
+        cancel_requested: bool,
+    },
+    /// Not ours any more: stop the guest and drop its result.
+    Lost,
+}
+
+/// How a lease holder ends a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    /// Succeeded with output.
+    Succeeded {
+        /// Output bytes.
+        output: Vec<u8>,
+    },
+    /// Failed.
+    Failed {
+        /// Why.
+        kind: ErrorKind,
+        /// `"Type: message"`.
+        message: String,
+        /// Guest backtrace of a trap.
+        backtrace: Option<String>,
+    },
+    /// Cancelled after the worker observed the request.
+    Cancelled {
+        /// `"Cancelled: ..."`.
+        message: String,
+    },
+}
+
+/// Parameters of [`JobStore::job_finish`].
+#[derive(Debug, Clone)]
+pub struct JobFinishParams {
+    /// The job.
+    pub id: JobId,
+    /// The lease token from the claim.
+    pub token: String,
+    /// The ending.
+    pub finish: Finish,
+    /// Fuel used by the attempt.
+    pub fuel_used: u64,
+    /// Peak memory of the attempt.
+    pub peak_memory_bytes: u64,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// Parameters of [`JobStore::job_release`].
+#[derive(Debug, Clone)]
+pub struct JobReleaseParams {
+    /// The job.
+    pub id: JobId,
+    /// The lease token from the claim.
+    pub token: String,
+    /// How long the requeued job may wait again.
+    pub queue_ttl: Duration,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelResult {
+    /// It was queued and is now cancelled.
+    Cancelled,
+    /// It is running; the owner was asked to stop it.
+    Requested,
+    /// It had already ended; nothing changed.
+    AlreadyTerminal(JobStatus),
+    /// No such job.
+    NotFound,
+}
+
+/// Parameters of [`JobStore::lease_reclaim_expired`].
+#[derive(Debug, Clone)]
+pub struct LeaseReclaimParams {
+    /// Now: leases that ran out before it are reclaimed.
+    pub now: Timestamp,
+    /// How long a requeued job may wait again.
+    pub queue_ttl: Duration,
+}
+
+/// What a reclaim sweep did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReclaimReport {
+    /// Jobs put back in the queue (attempts left).
+    pub requeued: u64,
+    /// Jobs failed with `lease_lost` (no attempts left).
+    pub failed: u64,
+}
+
+/// Parameters of [`JobStore::jobs_expire_queued`].
+#[derive(Debug, Clone)]
+pub struct JobsExpireParams {
+    /// Now: queued jobs whose `expires_at` has passed fail as `expired`.
+    pub now: Timestamp,
+}
+
+/// Parameters of [`JobStore::jobs_delete_expired`].
+#[derive(Debug, Clone)]
+pub struct JobsDeleteParams {
+    /// Terminal jobs finished before this are deleted.
+    pub finished_before: Timestamp,
+}
+
+/// Job counts by state, from one consistent snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Queued.
+    pub queued: u64,
+    /// Running.
+    pub running: u64,
+    /// Succeeded.
+    pub succeeded: u64,
+    /// Failed.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
+impl Counts {
+    /// All jobs in the store.
+    pub fn total(&self) -> u64 {
+        self.queued + self.running + self.succeeded + self.failed + self.cancelled
+    }
+}
+
+/// Why a store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database refused or failed an operation.
+    #[error("database error during {operation}: {source}")]
+    Database {
+        /// What was being done.
+        operation: &'static str,
+        /// The driver's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+        /// Worth retrying (busy, locked).
+        transient: bool,
+    },
+    /// A stored row could not be read back.
+    #[error("corrupt job row {id}: {detail}")]
+    Corrupt {
+        /// The row's id.
+        id: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The input was refused before touching the database.
+    #[error("invalid job: {0}")]
+    Invalid(String),
+    /// The store's writer has stopped.
+    #[error("the job store is closed")]
+    Closed,
+}
+
+impl StoreError {
+    /// True when retrying the same call may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Database { transient: true, .. })
+    }
+}
+
+/// The durable job store. See the module docs for the rules every
+/// implementation keeps.
+#[async_trait::async_trait]
+pub trait JobStore: Send + Sync + fmt::Debug {
+    /// Insert jobs as `queued`. All or nothing.
+    async fn job_insert(&self, params: JobInsertParams) -> Result<Vec<Job>, StoreError>;
+
+    /// One job by id.
+    async fn job_get(&self, id: JobId) -> Result<Option<Job>, StoreError>;
+
+    /// Claim up to `limit` queued, unexpired jobs, oldest first, skipping
+    /// any whose concurrency key already has a running job (and all but the
+    /// oldest queued job of each key). Each gets a fresh lease token.
+    async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError>;
+
+    /// Renew a lease and read `cancel_requested` in the same statement.
+    async fn lease_extend(&self, params: LeaseExtendParams) -> Result<LeaseState, StoreError>;
+
+    /// End a running job. `false` if the token no longer owns it.
+    async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError>;
+
+    /// Give a running job back to the queue (shutdown): no attempt spent.
+    /// `false` if the token no longer owns it.
+    async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError>;
+
+    /// Cancel: queued jobs at once, running jobs by request.
+    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError>;
+
+    /// Reclaim running jobs whose lease ran out: `lost_leases + 1`, then
+    /// requeue while attempts remain, else fail with `lease_lost`.
+    async fn lease_reclaim_expired(&self, params: LeaseReclaimParams) -> Result<ReclaimReport, StoreError>;
+
+    /// Fail queued jobs past their `expires_at` with kind `expired`.
+    async fn jobs_expire_queued(&self, params: JobsExpireParams) -> Result<u64, StoreError>;
+
+    /// Delete terminal jobs finished before the cutoff, in one pass.
+    async fn jobs_delete_expired(&self, params: JobsDeleteParams) -> Result<u64, StoreError>;
+
+    /// Counts by state from one consistent read.
+    async fn counts_snapshot(&self) -> Result<Counts, StoreError>;
+}
