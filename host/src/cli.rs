@@ -14,10 +14,12 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
 use crate::job::{ErrorKind, Target};
+use crate::runtime::{PluginSource, Runtime, RuntimeError, Submit};
 use crate::sandbox::{
     self, Allocator, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
     StopHandle,
 };
+use crate::store::sqlite::Durability;
 
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
@@ -47,6 +49,89 @@ enum Command {
     /// at once.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
+    /// Run a worker pool and the sweeps on a job database until SIGINT or
+    /// SIGTERM, then shut down within the shutdown budget.
+    Worker(WorkerArgs),
+    /// Queue a job (storing the plugin) and print its id; `--wait` waits for
+    /// it to end and exits with its outcome's exit code.
+    Submit(SubmitArgs),
+}
+
+#[derive(Debug, Args)]
+struct StoreArgs {
+    /// The job database (SQLite; created if missing).
+    #[arg(long, env = "LEASH_DATABASE_PATH", default_value = "leash.db")]
+    db: PathBuf,
+    /// `normal` survives a killed process; `full` also survives power loss.
+    #[arg(long, env = "LEASH_DURABILITY", default_value = "normal", value_parser = ["normal", "full"])]
+    durability: String,
+}
+
+#[derive(Debug, Args)]
+struct WorkerArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Job slots.
+    #[arg(long, env = "LEASH_MAX_WORKERS", default_value_t = crate::runtime::DEFAULT_MAX_WORKERS)]
+    max_workers: usize,
+    /// Fallback poll for jobs from other processes.
+    #[arg(long, env = "LEASH_POLL_INTERVAL", value_parser = parse_duration, default_value = "1s")]
+    poll_interval: Duration,
+    /// Lease length; renewed every third of it.
+    #[arg(long, env = "LEASH_LEASE_TTL", value_parser = parse_duration, default_value = "30s")]
+    lease_ttl: Duration,
+    /// Retention of finished jobs.
+    #[arg(long, env = "LEASH_JOB_TTL", value_parser = parse_duration, default_value = "86400s")]
+    job_ttl: Duration,
+    /// Grace between a cancel and a forced stop.
+    #[arg(long, env = "LEASH_CANCEL_GRACE", value_parser = parse_duration, default_value = "5s")]
+    cancel_grace: Duration,
+    /// Everything shutdown does must fit in this.
+    #[arg(long, env = "LEASH_SHUTDOWN_BUDGET", value_parser = parse_duration, default_value = "3s")]
+    shutdown_budget: Duration,
+    /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
+    #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct SubmitArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The component (.wasm) to run.
+    component: PathBuf,
+    /// Plan phase to run.
+    #[arg(long, value_parser = ["execute", "apply"], conflicts_with = "action", default_value = "execute")]
+    phase: String,
+    /// Run a named action instead of a phase.
+    #[arg(long, value_name = "NAME")]
+    action: Option<String>,
+    /// Input file, or `-` for stdin. Empty input when absent.
+    #[arg(long, value_name = "FILE|-")]
+    input: Option<String>,
+    /// Wall-clock limit per attempt.
+    #[arg(long, env = "LEASH_JOB_TIMEOUT", value_parser = parse_duration, default_value = "3600s")]
+    timeout: Duration,
+    /// Fuel budget per attempt.
+    #[arg(long)]
+    fuel: Option<u64>,
+    /// Attempts the job may use when workers die under it.
+    #[arg(long, env = "LEASH_MAX_ATTEMPTS", default_value_t = 1)]
+    max_attempts: u32,
+    /// At most one running job per key.
+    #[arg(long)]
+    concurrency_key: Option<String>,
+    /// Wait for the job to end (up to this long) and print its output.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    wait: Option<Duration>,
+    /// Also run a worker pool in this process while waiting (embedded
+    /// mode: no separate `leash worker` needed). It may run other queued
+    /// jobs too, and releases them when the wait ends.
+    #[arg(long, requires = "wait")]
+    work: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -149,7 +234,98 @@ impl CliError {
 pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {
         Command::Run(args) => run_once(args).await,
+        Command::Worker(args) => run_worker(args).await,
+        Command::Submit(args) => submit(args).await,
     }
+}
+
+fn durability(args: &StoreArgs) -> Result<Durability, CliError> {
+    args.durability.parse().map_err(CliError::usage)
+}
+
+fn parse_target(phase: &str, action: Option<&str>) -> Result<Target, CliError> {
+    match action {
+        Some(name) => Target::action(name).map_err(|e| CliError::usage(e.to_string())),
+        None => phase.parse().map_err(|e: crate::job::ParseTargetError| CliError::usage(e.to_string())),
+    }
+}
+
+async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
+    let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
+    let slots = u32::try_from(args.max_workers).unwrap_or(u32::MAX).max(1);
+    let runtime = Runtime::builder(&args.store.db)
+        .durability(durability(&args.store)?)
+        .sandbox(SandboxConfig { allocator: Allocator::Pooling { slots }, cache_dir, ..SandboxConfig::default() })
+        .max_workers(args.max_workers)
+        .poll_interval(args.poll_interval)
+        .lease_ttl(args.lease_ttl)
+        .job_ttl(args.job_ttl)
+        .cancel_grace(args.cancel_grace)
+        .shutdown_budget(args.shutdown_budget)
+        .build()
+        .await
+        .map_err(|e| CliError::internal(e.to_string()))?;
+    let mut interrupt = interrupt_signal()?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| CliError::internal(format!("cannot listen for SIGTERM: {e}")))?;
+    eprintln!("leash: {} running {} slots on {}", runtime.worker_id(), args.max_workers, args.store.db.display());
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    eprintln!("leash: shutting down (budget {:?})", args.shutdown_budget);
+    runtime.shutdown().await;
+    eprintln!("leash: stopped");
+    Ok(ExitStatus::Success)
+}
+
+async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
+    let target = parse_target(&args.phase, args.action.as_deref())?;
+    let bytes = std::fs::read(&args.component)
+        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.component.display())))?;
+    let input = read_input(args.input.as_deref())?;
+    let mut builder = Runtime::builder(&args.store.db).durability(durability(&args.store)?);
+    if args.work {
+        builder = builder.sandbox(SandboxConfig { cache_dir: default_cache_dir(), ..SandboxConfig::default() });
+    } else {
+        builder = builder.without_workers();
+    }
+    let runtime = builder.build().await.map_err(|e| CliError::internal(e.to_string()))?;
+    let mut job = Submit::new(PluginSource::Bytes(bytes), target, input);
+    job.timeout = Some(args.timeout);
+    job.fuel = args.fuel;
+    job.max_attempts = Some(args.max_attempts);
+    job.concurrency_key = args.concurrency_key;
+    let id = runtime.submit(job).await.map_err(|e| match e {
+        RuntimeError::InvalidPlugin(_) | RuntimeError::InvalidJob(_) => CliError::usage(e.to_string()),
+        other => CliError::internal(other.to_string()),
+    })?;
+    let Some(wait) = args.wait else {
+        if args.json {
+            println!("{}", serde_json::json!({ "job_id": id.to_string(), "status": "queued" }));
+        } else {
+            println!("{id}");
+        }
+        return Ok(ExitStatus::Success);
+    };
+    let waited = runtime.wait(id, wait).await;
+    runtime.shutdown().await;
+    let job = match waited {
+        Ok(job) => job,
+        Err(RuntimeError::WaitTimeout(_)) => {
+            eprintln!("leash: job {id} is still running after {wait:?}");
+            return Ok(ExitStatus::Timeout);
+        }
+        Err(e) => return Err(CliError::internal(e.to_string())),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&job).map_err(|e| CliError::internal(e.to_string()))?);
+    } else if let Some(output) = &job.output {
+        std::io::stdout().write_all(output).map_err(|e| CliError::internal(e.to_string()))?;
+    } else {
+        eprintln!("leash: job {id} {}: {}", job.status, job.error_message.as_deref().unwrap_or(""));
+    }
+    Ok(job.error_kind.map_or(ExitStatus::Success, ExitStatus::for_kind))
 }
 
 fn default_cache_dir() -> Option<PathBuf> {
@@ -173,10 +349,7 @@ impl RunObserver for StderrLogs {
 }
 
 async fn run_once(args: RunArgs) -> Result<ExitStatus, CliError> {
-    let target = match &args.action {
-        Some(name) => Target::action(name).map_err(|e| CliError::usage(e.to_string()))?,
-        None => args.phase.parse().map_err(|e: crate::job::ParseTargetError| CliError::usage(e.to_string()))?,
-    };
+    let target = parse_target(&args.phase, args.action.as_deref())?;
     if args.memory > sandbox::DEFAULT_MEMORY_CEILING_BYTES {
         return Err(CliError::usage(format!(
             "--memory {} is over the ceiling of {} bytes (1GiB)",

@@ -6,10 +6,17 @@
 //!   nothing of wasm.
 //! - [`sandbox`]: runs one plugin as a wasmtime component under enforced
 //!   limits; knows nothing of storage.
+//! - [`lease`], [`worker`], [`sweep`]: claiming, lease renewal, the worker
+//!   pool, shutdown, and the reclaim/expiry/retention sweeps.
+//! - [`runtime`]: the embedding API built from all of the above.
 //! - [`cli`]: the `leash` command line.
 
 pub mod cli;
 pub mod clock;
 pub mod job;
+pub mod lease;
+pub mod runtime;
 pub mod sandbox;
 pub mod store;
+pub mod sweep;
+pub mod worker;

@@ -3,6 +3,7 @@
 //! the `leash` binary.
 
 mod cli_run;
+mod runtime;
 mod sandbox;
 mod store;
 mod support;

@@ -19,7 +19,7 @@ use std::time::Duration;
 use super::{
     CancelResult, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobLimits, JobReleaseParams,
     JobStatus, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState,
-    NewJob, ReclaimReport, StoreError,
+    NewJob, PluginPutParams, ReclaimReport, StoreError,
 };
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, Target};
@@ -73,6 +73,7 @@ cases!(
     retention_deletes_only_old_terminal_jobs,
     concurrency_key_allows_one_running_job_per_key,
     counts_snapshot_matches_the_states,
+    plugins_are_stored_by_digest_once,
 );
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
@@ -480,4 +481,14 @@ async fn counts_snapshot_matches_the_states(store: Arc<dyn JobStore>) {
     let counts = store.counts_snapshot().await.unwrap();
     assert_eq!((counts.queued, counts.running, counts.succeeded, counts.failed, counts.cancelled), (2, 2, 1, 1, 0));
     assert_eq!(counts.total(), 6);
+}
+
+async fn plugins_are_stored_by_digest_once(store: Arc<dyn JobStore>) {
+    let bytes = b"\0asm component bytes".to_vec();
+    let digest = store.plugin_put(PluginPutParams { bytes: bytes.clone(), now: T0 }).await.unwrap();
+    assert_eq!(digest, Digest::of(&bytes));
+    let again = store.plugin_put(PluginPutParams { bytes: bytes.clone(), now: at(1) }).await.unwrap();
+    assert_eq!(again, digest, "idempotent");
+    assert_eq!(store.plugin_get(digest).await.unwrap(), Some(bytes));
+    assert_eq!(store.plugin_get(Digest::of(b"other")).await.unwrap(), None);
 }

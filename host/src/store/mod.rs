@@ -393,6 +393,15 @@ impl Counts {
     }
 }
 
+/// Parameters of [`JobStore::plugin_put`].
+#[derive(Debug, Clone)]
+pub struct PluginPutParams {
+    /// The component bytes.
+    pub bytes: Vec<u8>,
+    /// Now.
+    pub now: Timestamp,
+}
+
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -470,4 +479,10 @@ pub trait JobStore: Send + Sync + fmt::Debug {
 
     /// Counts by state from one consistent read.
     async fn counts_snapshot(&self) -> Result<Counts, StoreError>;
+
+    /// Store plugin bytes under their digest (idempotent); returns the digest.
+    async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError>;
+
+    /// The bytes of the plugin with `digest`.
+    async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError>;
 }

@@ -27,10 +27,10 @@ use tokio::sync::oneshot;
 use super::{
     CancelResult, Counts, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobReleaseParams,
     JobStatus, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams,
-    LeaseReclaimParams, LeaseState, ReclaimReport, SCHEMA_VERSION, StoreError,
+    LeaseReclaimParams, LeaseState, PluginPutParams, ReclaimReport, SCHEMA_VERSION, StoreError,
 };
 use crate::clock::Timestamp;
-use crate::job::{ErrorKind, Target};
+use crate::job::{Digest, ErrorKind, Target};
 
 /// How long a connection waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -60,7 +60,8 @@ impl FromStr for Durability {
 }
 
 /// The schema, one migration per entry; applied in order, each once.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE jobs (
     job_id            TEXT PRIMARY KEY,
     plan_id           TEXT,
@@ -113,7 +114,16 @@ CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX jobs_plan ON jobs (plan_id) WHERE plan_id IS NOT NULL;
 CREATE INDEX jobs_worker ON jobs (worker_id) WHERE worker_id IS NOT NULL;
 CREATE INDEX jobs_created ON jobs (created_at);
-"#];
+"#,
+    r#"
+CREATE TABLE plugins (
+    digest      TEXT PRIMARY KEY,
+    bytes       BLOB NOT NULL,
+    size_bytes  INTEGER NOT NULL CHECK (size_bytes = length(bytes)),
+    created_at  INTEGER NOT NULL
+);
+"#,
+];
 
 const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
     schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, \
@@ -633,6 +643,31 @@ impl JobStore for SqliteStore {
                 .execute("DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?1", params![cutoff])
                 .map_err(db_err("deleting old jobs"))?;
             Ok(n as u64)
+        })
+        .await
+    }
+
+    async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
+        let digest = Digest::of(&params.bytes);
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO plugins (digest, bytes, size_bytes, created_at) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (digest) DO NOTHING",
+            )
+            .and_then(|mut s| {
+                s.execute(params![digest.to_string(), params.bytes, params.bytes.len() as i64, params.now.unix_ms()])
+            })
+            .map_err(db_err("storing a plugin"))?;
+            Ok(digest)
+        })
+        .await
+    }
+
+    async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read(move |conn| {
+            conn.query_row("SELECT bytes FROM plugins WHERE digest = ?1", params![digest.to_string()], |r| r.get(0))
+                .optional()
+                .map_err(db_err("reading a plugin"))
         })
         .await
     }

@@ -1,0 +1,81 @@
+//! Keeping a claimed job's lease alive while its guest runs.
+//!
+//! The host renews every `lease_ttl / 3`. Each renewal reads back
+//! `cancel_requested` in the same statement, so "I still own it" and "I
+//! should stop" are one observation. A renewal that matches no row means the
+//! lease is lost: the guest is stopped at once and its result is dropped.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::sandbox::StopHandle;
+use crate::store::{JobId, JobStore, LeaseExtendParams, LeaseState};
+
+/// What the keeper saw; read after the guest has ended.
+#[derive(Debug, Default)]
+pub struct LeaseWatch {
+    /// The lease was lost: drop the result.
+    pub lost: AtomicBool,
+    /// A cancel was requested through the store.
+    pub cancel_requested: AtomicBool,
+}
+
+/// One job's lease.
+#[derive(Debug, Clone)]
+pub struct LeaseKeeper {
+    /// The store holding the lease.
+    pub store: Arc<dyn JobStore>,
+    /// Time source for `now`.
+    pub clock: Arc<dyn Clock>,
+    /// The job.
+    pub id: JobId,
+    /// Its lease token.
+    pub token: String,
+    /// Lease length.
+    pub lease_ttl: Duration,
+}
+
+impl LeaseKeeper {
+    /// The renewal period: a third of the lease, so two renewals may fail
+    /// before the lease runs out.
+    pub fn period(&self) -> Duration {
+        (self.lease_ttl / 3).max(Duration::from_millis(1))
+    }
+
+    /// Renew once. On `Lost` the guest is stopped by force.
+    pub async fn renew_once(&self, stop: &StopHandle, watch: &LeaseWatch) -> Option<LeaseState> {
+        let params = LeaseExtendParams {
+            id: self.id,
+            token: self.token.clone(),
+            lease_ttl: self.lease_ttl,
+            now: self.clock.now(),
+        };
+        // A failed renewal is retried next period; the lease outlives two.
+        let state = self.store.lease_extend(params).await.ok()?;
+        match state {
+            LeaseState::Held { cancel_requested: true } => {
+                watch.cancel_requested.store(true, Ordering::SeqCst);
+                stop.request();
+            }
+            LeaseState::Held { cancel_requested: false } => {}
+            LeaseState::Lost => {
+                watch.lost.store(true, Ordering::SeqCst);
+                stop.force();
+            }
+        }
+        Some(state)
+    }
+
+    /// Renew every period until the lease is lost; then wait forever (the
+    /// caller races this against the guest's run).
+    pub async fn keep(&self, stop: &StopHandle, watch: &LeaseWatch) {
+        loop {
+            tokio::time::sleep(self.period()).await;
+            if self.renew_once(stop, watch).await == Some(LeaseState::Lost) {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,537 @@
+//! The embedding API: open a store, start a pool, submit jobs, await
+//! results, cancel, read health, shut down.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use leash::job::Target;
+//! use leash::runtime::{PluginSource, Runtime, Submit};
+//!
+//! let runtime = Runtime::builder("jobs.db").max_workers(4).build().await?;
+//! let bytes = std::fs::read("plugins/target/wasm32-wasip2/release/hello.wasm")?;
+//! let id = runtime.submit(Submit::new(PluginSource::Bytes(bytes), Target::Execute, br#"{"name":"Ada"}"#.to_vec())).await?;
+//! let job = runtime.wait(id, std::time::Duration::from_secs(30)).await?;
+//! println!("{} {:?}", job.status, job.output.map(String::from_utf8));
+//! runtime.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::job::{Digest, Target};
+use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
+use crate::store::sqlite::{Durability, SqliteStore};
+use crate::store::{
+    CancelResult, Counts, Job, JobId, JobInsertParams, JobLimits, JobStatus, JobStore, NewJob, PluginPutParams,
+    StoreError,
+};
+use crate::sweep::{SweepConfig, Sweeper};
+use crate::worker::{Completion, Pool, PoolState, Subscriber, WorkerConfig};
+
+/// Default job slots per process.
+pub const DEFAULT_MAX_WORKERS: usize = 4;
+/// Default fallback poll for jobs from other processes.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default lease length.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+/// Default retention of terminal jobs.
+pub const DEFAULT_JOB_TTL: Duration = Duration::from_secs(86_400);
+/// Default time a job may wait in the queue.
+pub const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(86_400);
+/// Default shutdown budget.
+pub const DEFAULT_SHUTDOWN_BUDGET: Duration = Duration::from_secs(3);
+/// Default bound on queued jobs before submit refuses.
+pub const DEFAULT_MAX_QUEUED: u64 = 100_000;
+
+/// Where a job's plugin comes from.
+#[derive(Debug, Clone)]
+pub enum PluginSource {
+    /// Component bytes: validated, stored by digest.
+    Bytes(Vec<u8>),
+    /// A plugin already in the store.
+    Digest(Digest),
+}
+
+/// A job to submit. Unset fields take the runtime's defaults.
+#[derive(Debug, Clone)]
+pub struct Submit {
+    /// The plugin.
+    pub plugin: PluginSource,
+    /// Phase or action.
+    pub target: Target,
+    /// Input bytes.
+    pub input: Vec<u8>,
+    /// Wall-clock limit per attempt.
+    pub timeout: Option<Duration>,
+    /// Fuel budget per attempt.
+    pub fuel: Option<u64>,
+    /// Memory limit, bytes.
+    pub memory_bytes: Option<u64>,
+    /// Output limit, bytes.
+    pub output_bytes: Option<u64>,
+    /// Attempt limit (default 1: actions are not idempotent).
+    pub max_attempts: Option<u32>,
+    /// At most one running job per key.
+    pub concurrency_key: Option<String>,
+    /// A logical plan id.
+    pub plan_id: Option<String>,
+}
+
+impl Submit {
+    /// A job with every limit at its default.
+    pub fn new(plugin: PluginSource, target: Target, input: Vec<u8>) -> Self {
+        Submit {
+            plugin,
+            target,
+            input,
+            timeout: None,
+            fuel: None,
+            memory_bytes: None,
+            output_bytes: None,
+            max_attempts: None,
+            concurrency_key: None,
+            plan_id: None,
+        }
+    }
+}
+
+/// Why a runtime call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The queue is full: try again later.
+    #[error("backpressure: {queued} jobs are queued (limit {limit}); retry later")]
+    Backpressure {
+        /// Queued jobs seen.
+        queued: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The plugin bytes are not a usable component.
+    #[error("invalid plugin: {0}")]
+    InvalidPlugin(#[source] SandboxError),
+    /// No plugin with this digest is stored.
+    #[error("unknown plugin {0}")]
+    UnknownPlugin(Digest),
+    /// A limit or field is out of bounds.
+    #[error("invalid job: {0}")]
+    InvalidJob(String),
+    /// No job with this id.
+    #[error("no job {0}")]
+    NotFound(JobId),
+    /// The job already ended; it cannot be cancelled.
+    #[error("job {id} already ended ({status})")]
+    AlreadyTerminal {
+        /// The job.
+        id: JobId,
+        /// Its terminal status.
+        status: JobStatus,
+    },
+    /// The job did not end within the wait (it keeps running).
+    #[error("job {0} did not finish within the wait; it is still running")]
+    WaitTimeout(JobId),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The sandbox could not be built.
+    #[error(transparent)]
+    Sandbox(SandboxError),
+}
+
+/// What `cancel` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cancelled {
+    /// It was queued and is now cancelled.
+    Cancelled,
+    /// It is running; its owner was asked to stop it.
+    Requested,
+}
+
+/// The health report: this process's worker and the store's queue depth.
+#[derive(Debug, Clone, Serialize)]
+pub struct Health {
+    /// This process's worker id.
+    pub worker_id: String,
+    /// Pool state.
+    pub state: PoolState,
+    /// Job slots.
+    pub max_workers: usize,
+    /// Jobs running in this process now.
+    pub running_here: usize,
+    /// Jobs that succeeded here.
+    pub processed: u64,
+    /// Jobs that failed here.
+    pub failed: u64,
+    /// Jobs cancelled here.
+    pub cancelled: u64,
+    /// Results dropped here because a lease was lost.
+    pub leases_lost: u64,
+    /// Last claim, renewal or completion here (UTC).
+    pub last_heartbeat: Option<Timestamp>,
+    /// Queue depth by state, from one atomic snapshot.
+    pub counts: Counts,
+}
+
+/// Builds a [`Runtime`].
+#[derive(Debug)]
+pub struct RuntimeBuilder {
+    db_path: PathBuf,
+    durability: Durability,
+    sandbox: SandboxConfig,
+    worker: WorkerConfig,
+    job_ttl: Duration,
+    sweep_interval: Option<Duration>,
+    max_queued: u64,
+    default_timeout: Duration,
+    default_memory_bytes: u64,
+    default_output_bytes: u64,
+    default_max_attempts: u32,
+    clock: Arc<dyn Clock>,
+    workers: bool,
+}
+
+impl RuntimeBuilder {
+    /// SQLite durability (default `normal`).
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Sandbox settings.
+    pub fn sandbox(mut self, config: SandboxConfig) -> Self {
+        self.sandbox = config;
+        self
+    }
+
+    /// Job slots in this process.
+    pub fn max_workers(mut self, n: usize) -> Self {
+        self.worker.max_workers = n.max(1);
+        self
+    }
+
+    /// Fallback poll interval.
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.worker.poll_interval = d;
+        self
+    }
+
+    /// Lease length.
+    pub fn lease_ttl(mut self, d: Duration) -> Self {
+        self.worker.lease_ttl = d;
+        self
+    }
+
+    /// Grace between a cancel request and a forced stop.
+    pub fn cancel_grace(mut self, d: Duration) -> Self {
+        self.worker.cancel_grace = d;
+        self
+    }
+
+    /// Shutdown budget.
+    pub fn shutdown_budget(mut self, d: Duration) -> Self {
+        self.worker.shutdown_budget = d;
+        self
+    }
+
+    /// How long a job may wait in the queue.
+    pub fn queue_ttl(mut self, d: Duration) -> Self {
+        self.worker.queue_ttl = d;
+        self
+    }
+
+    /// Retention of terminal jobs.
+    pub fn job_ttl(mut self, d: Duration) -> Self {
+        self.job_ttl = d;
+        self
+    }
+
+    /// Time between sweeps (default: a third of the lease TTL, at most 5 s).
+    pub fn sweep_interval(mut self, d: Duration) -> Self {
+        self.sweep_interval = Some(d);
+        self
+    }
+
+    /// Queued jobs beyond which submit refuses with backpressure.
+    pub fn max_queued(mut self, n: u64) -> Self {
+        self.max_queued = n;
+        self
+    }
+
+    /// Default wall-clock limit of a job (default 3600 s).
+    pub fn default_timeout(mut self, d: Duration) -> Self {
+        self.default_timeout = d;
+        self
+    }
+
+    /// Default attempt limit (default 1).
+    pub fn default_max_attempts(mut self, n: u32) -> Self {
+        self.default_max_attempts = n.max(1);
+        self
+    }
+
+    /// The time source (tests inject a manual clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Run no workers or sweeps: submit, inspect and cancel only.
+    pub fn without_workers(mut self) -> Self {
+        self.workers = false;
+        self
+    }
+
+    /// Open the store, build the sandbox, start the pool and sweeps.
+    pub async fn build(self) -> Result<Runtime, RuntimeError> {
+        let path = self.db_path.clone();
+        let durability = self.durability;
+        let store = tokio::task::spawn_blocking(move || SqliteStore::open(path, durability))
+            .await
+            .map_err(|e| StoreError::Invalid(format!("opening the store panicked: {e}")))??;
+        let store: Arc<dyn JobStore> = Arc::new(store);
+        let sandbox = Arc::new(Sandbox::new(self.sandbox.clone()).map_err(RuntimeError::Sandbox)?);
+        let pool = Pool::new(store.clone(), sandbox.clone(), self.clock.clone(), self.worker.clone());
+        let (stop_sweeps, stop_rx) = watch::channel(false);
+        if self.workers {
+            tokio::spawn(pool.clone().claim_loop());
+            let interval = self.sweep_interval.unwrap_or((self.worker.lease_ttl / 3).min(Duration::from_secs(5)));
+            let sweeper = Sweeper::new(
+                store.clone(),
+                self.clock.clone(),
+                SweepConfig { interval, queue_ttl: self.worker.queue_ttl, job_ttl: self.job_ttl },
+            );
+            tokio::spawn(sweeper.run(stop_rx));
+        } else {
+            pool.state.send_replace(PoolState::Stopped);
+        }
+        Ok(Runtime { inner: Arc::new(Inner { store, sandbox, pool, stop_sweeps, settings: self }) })
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Arc<dyn JobStore>,
+    sandbox: Arc<Sandbox>,
+    pool: Arc<Pool>,
+    stop_sweeps: watch::Sender<bool>,
+    settings: RuntimeBuilder,
+}
+
+/// A running leash: store, sandbox, worker pool and sweeps. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+impl Runtime {
+    /// A builder for a runtime on the SQLite database at `db_path`.
+    pub fn builder(db_path: impl Into<PathBuf>) -> RuntimeBuilder {
+        RuntimeBuilder {
+            db_path: db_path.into(),
+            durability: Durability::Normal,
+            sandbox: SandboxConfig::default(),
+            worker: WorkerConfig {
+                max_workers: DEFAULT_MAX_WORKERS,
+                poll_interval: DEFAULT_POLL_INTERVAL,
+                lease_ttl: DEFAULT_LEASE_TTL,
+                cancel_grace: sandbox::DEFAULT_CANCEL_GRACE,
+                shutdown_budget: DEFAULT_SHUTDOWN_BUDGET,
+                queue_ttl: DEFAULT_QUEUE_TTL,
+            },
+            job_ttl: DEFAULT_JOB_TTL,
+            sweep_interval: None,
+            max_queued: DEFAULT_MAX_QUEUED,
+            default_timeout: sandbox::DEFAULT_TIMEOUT,
+            default_memory_bytes: sandbox::DEFAULT_MEMORY_BYTES,
+            default_output_bytes: sandbox::DEFAULT_OUTPUT_BYTES,
+            default_max_attempts: 1,
+            clock: Arc::new(SystemClock),
+            workers: true,
+        }
+    }
+
+    /// The store this runtime uses.
+    pub fn store(&self) -> &Arc<dyn JobStore> {
+        &self.inner.store
+    }
+
+    /// This process's worker id.
+    pub fn worker_id(&self) -> &str {
+        &self.inner.pool.worker_id
+    }
+
+    /// Validate and store a plugin; returns its digest.
+    pub async fn plugin_add(&self, bytes: Vec<u8>) -> Result<Digest, RuntimeError> {
+        let sandbox = self.inner.sandbox.clone();
+        let (bytes, loaded) = tokio::task::spawn_blocking(move || {
+            let loaded = sandbox.load(&bytes).map(|_| ());
+            (bytes, loaded)
+        })
+        .await
+        .map_err(|e| StoreError::Invalid(format!("validating the plugin panicked: {e}")))?;
+        loaded.map_err(RuntimeError::InvalidPlugin)?;
+        let now = self.inner.settings.clock.now();
+        Ok(self.inner.store.plugin_put(PluginPutParams { bytes, now }).await?)
+    }
+
+    /// Validate and queue jobs in one transaction. All validation happens
+    /// here: a bad job is refused, never queued to fail later.
+    pub async fn submit_many(&self, jobs: Vec<Submit>) -> Result<Vec<JobId>, RuntimeError> {
+        let settings = &self.inner.settings;
+        let counts = self.inner.store.counts_snapshot().await?;
+        if counts.queued + jobs.len() as u64 > settings.max_queued {
+            return Err(RuntimeError::Backpressure { queued: counts.queued, limit: settings.max_queued });
+        }
+        let mut checked: Vec<(Digest, Submit)> = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let digest = match &job.plugin {
+                PluginSource::Bytes(bytes) => self.plugin_add(bytes.clone()).await?,
+                PluginSource::Digest(digest) => {
+                    if !checked.iter().any(|(d, _)| d == digest)
+                        && self.inner.store.plugin_get(*digest).await?.is_none()
+                    {
+                        return Err(RuntimeError::UnknownPlugin(*digest));
+                    }
+                    *digest
+                }
+            };
+            checked.push((digest, job));
+        }
+        let mut new_jobs = Vec::with_capacity(checked.len());
+        for (digest, job) in checked {
+            new_jobs.push(self.new_job(digest, job)?);
+        }
+        let inserted =
+            self.inner.store.job_insert(JobInsertParams { jobs: new_jobs, now: settings.clock.now() }).await?;
+        self.inner.pool.wake.notify_one();
+        Ok(inserted.into_iter().map(|j| j.id).collect())
+    }
+
+    /// Validate and queue one job.
+    pub async fn submit(&self, job: Submit) -> Result<JobId, RuntimeError> {
+        Ok(self.submit_many(vec![job]).await?.remove(0))
+    }
+
+    fn new_job(&self, plugin: Digest, job: Submit) -> Result<NewJob, RuntimeError> {
+        let settings = &self.inner.settings;
+        let ceiling = settings.sandbox.memory_ceiling_bytes;
+        let memory_bytes = job.memory_bytes.unwrap_or(settings.default_memory_bytes);
+        if memory_bytes > ceiling {
+            return Err(RuntimeError::InvalidJob(format!(
+                "memory_bytes {memory_bytes} is over the ceiling of {ceiling}"
+            )));
+        }
+        if job.max_attempts == Some(0) {
+            return Err(RuntimeError::InvalidJob("max_attempts must be at least 1".into()));
+        }
+        let timeout = job.timeout.unwrap_or(settings.default_timeout);
+        if timeout.is_zero() {
+            return Err(RuntimeError::InvalidJob("timeout must be positive".into()));
+        }
+        Ok(NewJob {
+            plugin,
+            target: job.target,
+            input: job.input,
+            limits: JobLimits {
+                timeout_ms: timeout.as_millis() as u64,
+                fuel: job.fuel,
+                memory_bytes,
+                output_bytes: job.output_bytes.unwrap_or(settings.default_output_bytes),
+            },
+            max_attempts: job.max_attempts.unwrap_or(settings.default_max_attempts),
+            concurrency_key: job.concurrency_key,
+            plan_id: job.plan_id,
+            queue_ttl: settings.worker.queue_ttl,
+        })
+    }
+
+    /// One job.
+    pub async fn get(&self, id: JobId) -> Result<Job, RuntimeError> {
+        self.inner.store.job_get(id).await?.ok_or(RuntimeError::NotFound(id))
+    }
+
+    /// Wait until the job ends, up to `timeout`. Timing out does not cancel
+    /// the job. Woken at once by completions in this process; jobs run by
+    /// other processes are polled every `poll_interval`.
+    pub async fn wait(&self, id: JobId, timeout: Duration) -> Result<Job, RuntimeError> {
+        let mut completions = self.inner.pool.completions.subscribe();
+        let poll = self.inner.settings.worker.poll_interval;
+        let waiting = async {
+            loop {
+                let job = self.get(id).await?;
+                if job.status.is_terminal() {
+                    return Ok(job);
+                }
+                let sleep = tokio::time::sleep(poll);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        event = completions.recv() => match event {
+                            Ok(c) if c.id == id => break,
+                            Ok(_) => {}
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => {}
+                        },
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(timeout, waiting).await.map_err(|_| RuntimeError::WaitTimeout(id))?
+    }
+
+    /// Cancel: a queued job at once, a running job by asking its owner.
+    pub async fn cancel(&self, id: JobId) -> Result<Cancelled, RuntimeError> {
+        match self.inner.store.job_cancel(id, self.inner.settings.clock.now()).await? {
+            CancelResult::Cancelled => Ok(Cancelled::Cancelled),
+            CancelResult::Requested => {
+                // If this process runs it, stop it now rather than at the
+                // next lease renewal.
+                self.inner.pool.cancel_local(id);
+                Ok(Cancelled::Requested)
+            }
+            CancelResult::AlreadyTerminal(status) => Err(RuntimeError::AlreadyTerminal { id, status }),
+            CancelResult::NotFound => Err(RuntimeError::NotFound(id)),
+        }
+    }
+
+    /// Call `subscriber` for every job this process finishes.
+    pub fn on_complete(&self, subscriber: impl Fn(&Completion) + Send + Sync + 'static) {
+        let subscriber: Subscriber = Box::new(subscriber);
+        self.inner.pool.subscribe(subscriber);
+    }
+
+    /// The health report.
+    pub async fn health(&self) -> Result<Health, RuntimeError> {
+        let pool = &self.inner.pool;
+        let counts = self.inner.store.counts_snapshot().await?;
+        Ok(Health {
+            worker_id: pool.worker_id.clone(),
+            state: *pool.state.borrow(),
+            max_workers: pool.config.max_workers,
+            running_here: pool.running_count(),
+            processed: pool.stats.processed.load(Ordering::Relaxed),
+            failed: pool.stats.failed.load(Ordering::Relaxed),
+            cancelled: pool.stats.cancelled.load(Ordering::Relaxed),
+            leases_lost: pool.stats.leases_lost.load(Ordering::Relaxed),
+            last_heartbeat: crate::worker::last_heartbeat(&pool.stats),
+            counts,
+        })
+    }
+
+    /// Stop claiming, stop running guests (cooperatively, then by force)
+    /// and release their leases, within the shutdown budget. Idempotent.
+    pub async fn shutdown(&self) {
+        self.inner.stop_sweeps.send_replace(true);
+        if *self.inner.pool.state.borrow() == PoolState::Stopped {
+            return;
+        }
+        self.inner.pool.shutdown().await;
+    }
+}

@@ -1,0 +1,423 @@
+//! The worker pool: one per process, `max_workers` job slots.
+//!
+//! The claim loop waits for a free slot, claims as many queued jobs as
+//! there are free slots in one store call, and runs each on its own task:
+//! load the plugin (compiled once per process), run it in the sandbox while
+//! a [`LeaseKeeper`] renews the lease, then record the outcome — fenced by
+//! the lease token, so a worker that lost its lease records nothing.
+//!
+//! An enqueue in this process wakes the claim loop at once; `poll_interval`
+//! is the fallback for jobs submitted by other processes.
+//!
+//! Shutdown: stop claiming, ask every guest to stop, stop by force what
+//! remains after the shutdown grace, and release the leases (running →
+//! queued, no attempt spent), all within the shutdown budget.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{Notify, Semaphore, broadcast, watch};
+
+use crate::clock::{Clock, Timestamp};
+use crate::job::{Digest, ErrorKind};
+use crate::lease::{LeaseKeeper, LeaseWatch};
+use crate::sandbox::{NoObserver, Outcome, Plugin, RunLimits, RunRequest, Sandbox, StopHandle};
+use crate::store::{Finish, JobFinishParams, JobId, JobReleaseParams, JobStatus, JobStore, Lease};
+
+/// Pool settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Job slots.
+    pub max_workers: usize,
+    /// How often to look for jobs from other processes.
+    pub poll_interval: Duration,
+    /// Lease length; renewed every third of it.
+    pub lease_ttl: Duration,
+    /// Time a cancelled guest has to stop before it is stopped by force.
+    pub cancel_grace: Duration,
+    /// Everything shutdown does must fit in this.
+    pub shutdown_budget: Duration,
+    /// How long a released job may wait in the queue again.
+    pub queue_ttl: Duration,
+}
+
+/// A fresh random worker id, `worker-<8 hex>`: never a host name.
+pub fn new_worker_id() -> String {
+    let n = ulid::Ulid::generate().random() as u32;
+    format!("worker-{n:08x}")
+}
+
+/// How a job this process ran ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Completion {
+    /// The job.
+    pub id: JobId,
+    /// Its terminal status.
+    pub status: JobStatus,
+    /// Why it did not succeed.
+    pub error_kind: Option<ErrorKind>,
+    /// Fuel the attempt used.
+    pub fuel_used: u64,
+}
+
+/// Receives every completion this process records. A subscriber that
+/// panics is isolated: the others still run, and so does the pool.
+pub type Subscriber = Box<dyn Fn(&Completion) + Send + Sync>;
+
+/// Lifecycle of the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolState {
+    /// Claiming and running jobs.
+    Running,
+    /// Shutting down.
+    Stopping,
+    /// Stopped.
+    Stopped,
+}
+
+#[derive(Debug, Clone)]
+struct RunningJob {
+    stop: StopHandle,
+    cancelled: Arc<AtomicBool>,
+}
+
+/// Counters for the health report.
+#[derive(Debug, Default)]
+pub struct PoolStats {
+    /// Jobs that succeeded here.
+    pub processed: AtomicU64,
+    /// Jobs that failed here.
+    pub failed: AtomicU64,
+    /// Jobs cancelled here.
+    pub cancelled: AtomicU64,
+    /// Results dropped because the lease was lost.
+    pub leases_lost: AtomicU64,
+    /// Last lease renewal or claim, ms since the epoch (0: none yet).
+    pub last_heartbeat_ms: AtomicU64,
+}
+
+/// The parts every job task shares.
+pub(crate) struct Pool {
+    pub(crate) store: Arc<dyn JobStore>,
+    pub(crate) sandbox: Arc<Sandbox>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: WorkerConfig,
+    pub(crate) worker_id: String,
+    pub(crate) wake: Notify,
+    pub(crate) stats: PoolStats,
+    pub(crate) state: watch::Sender<PoolState>,
+    pub(crate) completions: broadcast::Sender<Completion>,
+    running: Mutex<HashMap<JobId, RunningJob>>,
+    plugins: Mutex<HashMap<Digest, Plugin>>,
+    subscribers: Mutex<Vec<Arc<Subscriber>>>,
+    shutting_down: AtomicBool,
+    idle: Notify,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("worker_id", &self.worker_id).field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(
+        store: Arc<dyn JobStore>,
+        sandbox: Arc<Sandbox>,
+        clock: Arc<dyn Clock>,
+        config: WorkerConfig,
+    ) -> Arc<Self> {
+        Arc::new(Pool {
+            store,
+            sandbox,
+            clock,
+            config,
+            worker_id: new_worker_id(),
+            wake: Notify::new(),
+            stats: PoolStats::default(),
+            state: watch::Sender::new(PoolState::Running),
+            completions: broadcast::channel(1024).0,
+            running: Mutex::default(),
+            plugins: Mutex::default(),
+            subscribers: Mutex::default(),
+            shutting_down: AtomicBool::new(false),
+            idle: Notify::new(),
+        })
+    }
+
+    pub(crate) fn subscribe(&self, subscriber: Subscriber) {
+        self.subscribers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(subscriber));
+    }
+
+    pub(crate) fn running_count(&self) -> usize {
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Stop a job this process runs, if it does (a cancel observed locally
+    /// does not wait for the next lease renewal).
+    pub(crate) fn cancel_local(&self, id: JobId) -> bool {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        match running.get(&id) {
+            Some(job) => {
+                job.cancelled.store(true, Ordering::SeqCst);
+                job.stop.request();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Claim and run jobs until shutdown begins.
+    pub(crate) async fn claim_loop(self: Arc<Self>) {
+        let slots = Arc::new(Semaphore::new(self.config.max_workers));
+        let mut state = self.state.subscribe();
+        loop {
+            let first = tokio::select! {
+                permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+                _ = state.wait_for(|s| *s != PoolState::Running) => return,
+            };
+            let mut permits = vec![first];
+            while let Ok(permit) = slots.clone().try_acquire_owned() {
+                permits.push(permit);
+            }
+            let wanted = permits.len();
+            let claimed = self
+                .store
+                .job_claim(crate::store::JobClaimParams {
+                    worker_id: self.worker_id.clone(),
+                    limit: wanted as u32,
+                    lease_ttl: self.config.lease_ttl,
+                    now: self.clock.now(),
+                })
+                .await
+                .unwrap_or_default();
+            let got = claimed.len();
+            if got > 0 {
+                self.stats.last_heartbeat_ms.store(self.clock.now().unix_ms() as u64, Ordering::Relaxed);
+            }
+            for (lease, permit) in claimed.into_iter().zip(permits.drain(..)) {
+                // Registered before the task starts, so shutdown sees it.
+                let running = self.register(lease.job.id);
+                let pool = self.clone();
+                tokio::spawn(async move {
+                    pool.run_job(lease, running).await;
+                    drop(permit);
+                });
+            }
+            drop(permits);
+            if got < wanted {
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(self.config.poll_interval) => {}
+                    _ = state.wait_for(|s| *s != PoolState::Running) => return,
+                }
+            }
+        }
+    }
+
+    async fn plugin(&self, digest: Digest) -> Result<Plugin, String> {
+        if let Some(plugin) = self.plugins.lock().unwrap_or_else(|e| e.into_inner()).get(&digest) {
+            return Ok(plugin.clone());
+        }
+        let bytes = self
+            .store
+            .plugin_get(digest)
+            .await
+            .map_err(|e| format!("HostError: cannot read plugin {digest}: {e}"))?
+            .ok_or_else(|| format!("HostError: plugin {digest} is not in the store"))?;
+        let sandbox = self.sandbox.clone();
+        let plugin = tokio::task::spawn_blocking(move || sandbox.load(&bytes))
+            .await
+            .map_err(|e| format!("HostError: loading plugin {digest} failed: {e}"))?
+            .map_err(|e| format!("HostError: plugin {digest}: {e}"))?;
+        self.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, plugin.clone());
+        Ok(plugin)
+    }
+
+    fn register(&self, id: JobId) -> RunningJob {
+        let job = RunningJob { stop: StopHandle::new(), cancelled: Arc::new(AtomicBool::new(false)) };
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).insert(id, job.clone());
+        if self.shutting_down.load(Ordering::SeqCst) {
+            job.stop.request();
+        }
+        job
+    }
+
+    async fn run_job(self: Arc<Self>, lease: Lease, running: RunningJob) {
+        let Lease { job, token } = lease;
+        let id = job.id;
+        let RunningJob { stop, cancelled } = running;
+
+        let keeper = LeaseKeeper {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            id,
+            token: token.clone(),
+            lease_ttl: self.config.lease_ttl,
+        };
+        let watch = LeaseWatch::default();
+        let outcome = match self.plugin(job.plugin).await {
+            Err(message) => Err(message),
+            Ok(plugin) => {
+                let request = RunRequest {
+                    job_id: id.to_string(),
+                    target: job.target.clone(),
+                    attempt: job.attempt,
+                    input: job.input,
+                    limits: RunLimits {
+                        timeout: Duration::from_millis(job.limits.timeout_ms),
+                        fuel: job.limits.fuel,
+                        memory_bytes: job.limits.memory_bytes,
+                        output_bytes: job.limits.output_bytes,
+                        cancel_grace: self.config.cancel_grace,
+                        ..RunLimits::default()
+                    },
+                };
+                let run = self.sandbox.run(&plugin, request, &stop, Arc::new(NoObserver));
+                tokio::select! {
+                    outcome = run => Ok(outcome),
+                    _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
+                }
+            }
+        };
+        self.stats.last_heartbeat_ms.store(self.clock.now().unix_ms() as u64, Ordering::Relaxed);
+
+        let user_cancel = cancelled.load(Ordering::SeqCst) || watch.cancel_requested.load(Ordering::SeqCst);
+        if watch.lost.load(Ordering::SeqCst) {
+            self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+        } else if self.shutting_down.load(Ordering::SeqCst)
+            && !user_cancel
+            && outcome.as_ref().is_ok_and(|o| o.error_kind() == Some(ErrorKind::Cancelled))
+        {
+            let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, now: self.clock.now() };
+            let _ = self.store.job_release(params).await;
+        } else {
+            let (finish, fuel_used, peak) = finish_for(outcome);
+            let status = match &finish {
+                Finish::Succeeded { .. } => JobStatus::Succeeded,
+                Finish::Failed { .. } => JobStatus::Failed,
+                Finish::Cancelled { .. } => JobStatus::Cancelled,
+            };
+            let error_kind = match &finish {
+                Finish::Succeeded { .. } => None,
+                Finish::Failed { kind, .. } => Some(*kind),
+                Finish::Cancelled { .. } => Some(ErrorKind::Cancelled),
+            };
+            let params =
+                JobFinishParams { id, token, finish, fuel_used, peak_memory_bytes: peak, now: self.clock.now() };
+            if self.finish_with_retry(params).await {
+                let counter = match status {
+                    JobStatus::Succeeded => &self.stats.processed,
+                    JobStatus::Cancelled => &self.stats.cancelled,
+                    _ => &self.stats.failed,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                self.notify(Completion { id, status, error_kind, fuel_used });
+            } else {
+                self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+
+        let now_empty = {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            running.remove(&id);
+            running.is_empty()
+        };
+        if now_empty {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Record the outcome, retrying transient store errors while the lease
+    /// could still be ours. `false`: the lease was lost.
+    async fn finish_with_retry(&self, mut params: JobFinishParams) -> bool {
+        let mut delay = Duration::from_millis(5);
+        let give_up = self.clock.now().plus(self.config.lease_ttl);
+        loop {
+            match self.store.job_finish(params.clone()).await {
+                Ok(took_effect) => return took_effect,
+                Err(e) if e.is_transient() && self.clock.now() < give_up => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_millis(500));
+                    params.now = self.clock.now();
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+
+    fn notify(&self, completion: Completion) {
+        let subscribers: Vec<Arc<Subscriber>> = self.subscribers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for subscriber in subscribers {
+            // A panicking subscriber must not stop the others or the pool.
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| subscriber(&completion)));
+        }
+        let _ = self.completions.send(completion);
+    }
+
+    /// Stop claiming, stop every guest (cooperatively, then by force), and
+    /// release their leases, within the shutdown budget.
+    pub(crate) async fn shutdown(&self) {
+        if self.shutting_down.swap(true, Ordering::SeqCst) {
+            let _ = self.state.subscribe().wait_for(|s| *s == PoolState::Stopped).await;
+            return;
+        }
+        self.state.send_replace(PoolState::Stopping);
+        let budget = self.config.shutdown_budget;
+        let grace = self.config.cancel_grace.min(budget / 2);
+        let deadline = tokio::time::Instant::now() + budget;
+        self.for_each_running(|job| job.stop.request());
+        let idle = async {
+            loop {
+                let notified = self.idle.notified();
+                if self.running_count() == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::pin!(idle);
+        tokio::select! {
+            _ = &mut idle => {}
+            _ = tokio::time::sleep(grace) => {
+                self.for_each_running(|job| job.stop.force());
+                let _ = tokio::time::timeout_at(deadline, &mut idle).await;
+            }
+        }
+        self.state.send_replace(PoolState::Stopped);
+    }
+
+    fn for_each_running(&self, f: impl Fn(&RunningJob)) {
+        for job in self.running.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            f(job);
+        }
+    }
+}
+
+/// The store's record of a sandbox outcome.
+fn finish_for(outcome: Result<Outcome, String>) -> (Finish, u64, u64) {
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(message) => return (Finish::Failed { kind: ErrorKind::HostError, message, backtrace: None }, 0, 0),
+    };
+    let (fuel, peak) = (outcome.usage.fuel_used, outcome.usage.peak_memory_bytes);
+    let finish = match outcome.result {
+        Ok(output) => Finish::Succeeded { output },
+        Err(failure) if failure.kind == ErrorKind::Cancelled => Finish::Cancelled { message: failure.message },
+        Err(failure) => Finish::Failed { kind: failure.kind, message: failure.message, backtrace: failure.backtrace },
+    };
+    (finish, fuel, peak)
+}
+
+/// Last heartbeat as a timestamp.
+pub(crate) fn last_heartbeat(stats: &PoolStats) -> Option<Timestamp> {
+    match stats.last_heartbeat_ms.load(Ordering::Relaxed) {
+        0 => None,
+        ms => Some(Timestamp::from_unix_ms(ms as i64)),
+    }
+}

@@ -1,0 +1,222 @@
+//! The embedding API end to end: durable jobs through the real store, pool
+//! and sandbox.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use leash::clock::{Clock, ManualClock, Timestamp};
+use leash::job::{ErrorKind, Target};
+use leash::runtime::{Cancelled, PluginSource, Runtime, RuntimeBuilder, RuntimeError, Submit};
+use leash::sandbox::SandboxConfig;
+use leash::store::{JobId, JobStatus, LeaseReclaimParams};
+
+use crate::support::{GENEROUS, cache_dir};
+
+fn builder(dir: &tempfile::TempDir) -> RuntimeBuilder {
+    Runtime::builder(dir.path().join("jobs.db"))
+        .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
+        .poll_interval(Duration::from_millis(50))
+}
+
+fn job(name: &str, input: &str) -> Submit {
+    Submit::new(PluginSource::Bytes(leash_tests::plugin_bytes(name)), Target::Execute, input.as_bytes().to_vec())
+}
+
+/// Wait until the job reaches `status`, polling the store (the state is
+/// written by another task or process; there is no event to wait on).
+async fn wait_for_status(runtime: &Runtime, id: JobId, status: JobStatus) {
+    let start = Instant::now();
+    while runtime.get(id).await.unwrap().status != status {
+        assert!(start.elapsed() < GENEROUS, "job {id} never reached {status}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_runs_as_a_durable_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).build().await.unwrap();
+    let id = runtime.submit(job("hello", r#"{"name":"Ada"}"#)).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error_message);
+    let output: serde_json::Value = serde_json::from_slice(done.output.as_deref().unwrap()).unwrap();
+    assert_eq!(output["greeting"], "Hello, Ada!");
+    assert_eq!(done.attempt, 1);
+    assert_eq!(done.worker_id.as_deref(), Some(runtime.worker_id()));
+    assert!(done.fuel_used.unwrap() > 0);
+    let health = runtime.health().await.unwrap();
+    assert_eq!((health.processed, health.failed, health.counts.succeeded), (1, 0, 1));
+    assert!(health.worker_id.starts_with("worker-") && health.worker_id.len() == 15);
+    assert!(health.last_heartbeat.is_some());
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_recorded_with_their_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).build().await.unwrap();
+    let mut spin = job("spin", "");
+    spin.fuel = Some(1_000_000);
+    let cases =
+        [(job("panic", ""), ErrorKind::Trap), (job("fail", ""), ErrorKind::GuestError), (spin, ErrorKind::OutOfFuel)];
+    for (submit, kind) in cases {
+        let id = runtime.submit(submit).await.unwrap();
+        let done = runtime.wait(id, GENEROUS).await.unwrap();
+        assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(kind)));
+        assert!(done.error_message.is_some());
+    }
+    assert_eq!(runtime.health().await.unwrap().failed, 3);
+    runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_submissions_are_refused_before_anything_is_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).without_workers().build().await.unwrap();
+    let not_wasm = Submit::new(PluginSource::Bytes(b"text".to_vec()), Target::Execute, Vec::new());
+    assert!(matches!(runtime.submit(not_wasm).await, Err(RuntimeError::InvalidPlugin(_))));
+    let unknown = Submit::new(PluginSource::Digest(leash::job::Digest::of(b"nope")), Target::Execute, Vec::new());
+    assert!(matches!(runtime.submit(unknown).await, Err(RuntimeError::UnknownPlugin(_))));
+    let mut greedy = job("hello", "");
+    greedy.memory_bytes = Some(64 << 30);
+    assert!(matches!(runtime.submit(greedy).await, Err(RuntimeError::InvalidJob(m)) if m.contains("ceiling")));
+    let mut never = job("hello", "");
+    never.max_attempts = Some(0);
+    assert!(matches!(runtime.submit(never).await, Err(RuntimeError::InvalidJob(_))));
+    assert_eq!(runtime.health().await.unwrap().counts.total(), 0);
+}
+
+#[tokio::test]
+async fn a_full_queue_refuses_at_once_with_backpressure() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).without_workers().max_queued(2).build().await.unwrap();
+    runtime.submit_many(vec![job("hello", ""), job("hello", "")]).await.unwrap();
+    let refused = runtime.submit(job("hello", "")).await;
+    assert!(matches!(refused, Err(RuntimeError::Backpressure { queued: 2, limit: 2 })), "{refused:?}");
+    assert_eq!(runtime.health().await.unwrap().counts.queued, 2);
+}
+
+#[tokio::test]
+async fn a_queued_job_is_cancelled_at_once_and_a_finished_one_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).without_workers().build().await.unwrap();
+    let id = runtime.submit(job("hello", "")).await.unwrap();
+    assert_eq!(runtime.cancel(id).await.unwrap(), Cancelled::Cancelled);
+    assert_eq!(runtime.get(id).await.unwrap().status, JobStatus::Cancelled);
+    let again = runtime.cancel(id).await;
+    assert!(matches!(again, Err(RuntimeError::AlreadyTerminal { status: JobStatus::Cancelled, .. })));
+    let missing = JobId::new(Timestamp::now());
+    assert!(matches!(runtime.cancel(missing).await, Err(RuntimeError::NotFound(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_is_cancelled_by_its_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).cancel_grace(Duration::from_secs(3600)).build().await.unwrap();
+    let id = runtime.submit(job("coop", "")).await.unwrap();
+    wait_for_status(&runtime, id, JobStatus::Running).await;
+    assert_eq!(runtime.cancel(id).await.unwrap(), Cancelled::Requested);
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
+    assert!(done.error_message.unwrap().contains("stopped when asked"), "cooperative, within an hour's grace");
+    assert_eq!(runtime.health().await.unwrap().cancelled, 1);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_another_process_arrives_with_the_lease_renewal() {
+    let dir = tempfile::tempdir().unwrap();
+    let worker = builder(&dir).lease_ttl(Duration::from_millis(300)).build().await.unwrap();
+    let other = builder(&dir).without_workers().build().await.unwrap();
+    let id = worker.submit(job("coop", "")).await.unwrap();
+    wait_for_status(&worker, id, JobStatus::Running).await;
+    assert_eq!(other.cancel(id).await.unwrap(), Cancelled::Requested);
+    let done = worker.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(done.status, JobStatus::Cancelled);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_times_out_does_not_cancel_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).build().await.unwrap();
+    let id = runtime.submit(job("sleep", r#"{"ms": 600000}"#)).await.unwrap();
+    wait_for_status(&runtime, id, JobStatus::Running).await;
+    assert!(matches!(runtime.wait(id, Duration::from_millis(20)).await, Err(RuntimeError::WaitTimeout(_))));
+    assert_eq!(runtime.get(id).await.unwrap().status, JobStatus::Running);
+    runtime.cancel(id).await.unwrap();
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_subscriber_does_not_stop_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).build().await.unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    runtime.on_complete(|_| panic!("a broken subscriber"));
+    let counter = seen.clone();
+    runtime.on_complete(move |c| {
+        assert_eq!(c.status, JobStatus::Succeeded);
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    for _ in 0..2 {
+        let id = runtime.submit(job("hello", "")).await.unwrap();
+        assert_eq!(runtime.wait(id, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 2, "the second subscriber saw both");
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_running_jobs_without_spending_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = Duration::from_secs(3);
+    let runtime = builder(&dir).shutdown_budget(budget).build().await.unwrap();
+    let spin = runtime.submit(job("spin", "")).await.unwrap();
+    let coop = runtime.submit(job("coop", "")).await.unwrap();
+    wait_for_status(&runtime, spin, JobStatus::Running).await;
+    wait_for_status(&runtime, coop, JobStatus::Running).await;
+    let started = Instant::now();
+    runtime.shutdown().await;
+    assert!(started.elapsed() <= budget + Duration::from_secs(1), "took {:?}", started.elapsed());
+    for id in [spin, coop] {
+        let job = runtime.get(id).await.unwrap();
+        assert_eq!(job.status, JobStatus::Queued, "{id} released");
+        assert_eq!((job.attempt, job.lost_leases), (1, 0));
+        assert!(job.lease_token.is_none());
+    }
+    assert_eq!(runtime.health().await.unwrap().running_here, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_lost_its_lease_stops_the_guest_and_drops_the_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(Timestamp::now());
+    let ttl = Duration::from_millis(300);
+    let runtime = builder(&dir)
+        .clock(Arc::new(clock.clone()))
+        .lease_ttl(ttl)
+        .sweep_interval(Duration::from_secs(3600))
+        .build()
+        .await
+        .unwrap();
+    let id = runtime.submit(job("sleep", r#"{"ms": 600000}"#)).await.unwrap();
+    wait_for_status(&runtime, id, JobStatus::Running).await;
+    // The lease runs out (as if this worker had stalled) and a sweeper reclaims it.
+    clock.advance(ttl * 10);
+    let store = runtime.store().clone();
+    let report =
+        store.lease_reclaim_expired(LeaseReclaimParams { now: clock.now(), queue_ttl: GENEROUS }).await.unwrap();
+    assert_eq!(report.failed, 1);
+    // The next renewal finds the lease gone and stops the guest.
+    let start = Instant::now();
+    while runtime.health().await.unwrap().leases_lost == 0 {
+        assert!(start.elapsed() < GENEROUS, "the worker never noticed its lost lease");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let job = runtime.get(id).await.unwrap();
+    assert_eq!((job.status, job.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)), "the reclaim stands");
+    assert_eq!(runtime.health().await.unwrap().running_here, 0, "the guest was stopped");
+    runtime.shutdown().await;
+}
