@@ -3,6 +3,7 @@
 //! the `leash` binary.
 
 mod cli_run;
+mod crash;
 mod runtime;
 mod sandbox;
 mod store;

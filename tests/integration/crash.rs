@@ -1,0 +1,133 @@
+//! Crash behaviour with real processes: `leash worker` killed with SIGKILL
+//! mid-job, and stopped with SIGTERM while guests run.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use leash::job::{ErrorKind, Target};
+use leash::runtime::{PluginSource, Runtime, Submit};
+use leash::store::{JobId, JobStatus};
+
+use crate::support::{GENEROUS, cache_dir};
+
+const LEASE_TTL: &str = "600ms";
+
+fn start_worker(db: &Path, max_workers: u32) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leash"))
+        .args(["worker", "--db"])
+        .arg(db)
+        .args(["--lease-ttl", LEASE_TTL, "--poll-interval", "50ms", "--shutdown-budget", "3s"])
+        .args(["--max-workers", &max_workers.to_string()])
+        .env("LEASH_CACHE_DIR", cache_dir())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("leash worker starts");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains(" running ") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "leash worker exited before it was ready");
+    }
+    // Keep draining stderr so the worker never blocks on a full pipe.
+    std::thread::spawn(move || for _ in err.lines() {});
+    child
+}
+
+fn sigterm(child: &Child) {
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+}
+
+async fn submitter(db: &Path) -> Runtime {
+    Runtime::builder(db).poll_interval(Duration::from_millis(50)).without_workers().build().await.unwrap()
+}
+
+fn job(name: &str, input: &str, max_attempts: u32) -> Submit {
+    let mut job =
+        Submit::new(PluginSource::Bytes(leash_tests::plugin_bytes(name)), Target::Execute, input.as_bytes().to_vec());
+    job.max_attempts = Some(max_attempts);
+    job
+}
+
+/// Poll the shared database until the job reaches `status`.
+async fn wait_for_status(runtime: &Runtime, id: JobId, status: JobStatus) {
+    let start = Instant::now();
+    while runtime.get(id).await.unwrap().status != status {
+        assert!(start.elapsed() < GENEROUS, "job {id} never reached {status}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workers_job_with_one_attempt_fails_as_lease_lost_and_never_reruns() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.db");
+    let runtime = submitter(&db).await;
+    let id = runtime.submit(job("sleep", r#"{"ms": 600000}"#, 1)).await.unwrap();
+
+    let mut first = start_worker(&db, 2);
+    wait_for_status(&runtime, id, JobStatus::Running).await;
+    let owner = runtime.get(id).await.unwrap().worker_id.unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    let mut second = start_worker(&db, 2);
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)));
+    assert!(done.error_message.unwrap().contains("Heartbeat timeout"));
+    assert_eq!((done.attempt, done.lost_leases), (1, 1), "started once, never silently re-run");
+    assert_eq!(done.worker_id.as_deref(), Some(owner.as_str()));
+    assert_eq!(runtime.health().await.unwrap().counts.total(), 1, "nothing disappeared");
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workers_job_with_two_attempts_is_rerun_by_another_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.db");
+    let runtime = submitter(&db).await;
+    let id = runtime.submit(job("sleep", r#"{"ms": 1500}"#, 2)).await.unwrap();
+
+    let mut first = start_worker(&db, 2);
+    wait_for_status(&runtime, id, JobStatus::Running).await;
+    let owner = runtime.get(id).await.unwrap().worker_id.unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    let mut second = start_worker(&db, 2);
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error_message);
+    assert_eq!((done.attempt, done.lost_leases), (2, 1), "the re-run is accounted for");
+    assert_ne!(done.worker_id.as_deref(), Some(owner.as_str()), "another worker ran it");
+    assert_eq!(runtime.health().await.unwrap().counts.total(), 1);
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_running_guests_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.db");
+    let runtime = submitter(&db).await;
+    let spin = runtime.submit(job("spin", "", 1)).await.unwrap();
+    let coop = runtime.submit(job("coop", "", 1)).await.unwrap();
+
+    let mut worker = start_worker(&db, 2);
+    wait_for_status(&runtime, spin, JobStatus::Running).await;
+    wait_for_status(&runtime, coop, JobStatus::Running).await;
+    let started = Instant::now();
+    sigterm(&worker);
+    let status = worker.wait().unwrap();
+    let took = started.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(took <= Duration::from_secs(4), "exited in {took:?}, budget 3s");
+    for id in [spin, coop] {
+        let job = runtime.get(id).await.unwrap();
+        assert_eq!(job.status, JobStatus::Queued, "{id} is back in the queue");
+        assert_eq!((job.attempt, job.lost_leases), (1, 0), "no attempt spent");
+        assert!(job.lease_token.is_none() && job.lease_expires_at.is_none(), "no live owner");
+    }
+    assert_eq!(runtime.health().await.unwrap().counts.total(), 2);
+}
