@@ -2,7 +2,6 @@
 //! and sandbox.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use leash::clock::{Clock, ManualClock, Timestamp};
@@ -23,6 +22,17 @@ fn job(name: &str, input: &str) -> Submit {
     Submit::new(PluginSource::Bytes(leash_tests::plugin_bytes(name)), Target::Execute, input.as_bytes().to_vec())
 }
 
+/// Completions this runtime records, in order. The pool updates its
+/// counters before it calls subscribers, so after a completion arrives the
+/// health report includes it.
+fn completions(runtime: &Runtime) -> tokio::sync::mpsc::UnboundedReceiver<leash::worker::Completion> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    runtime.on_complete(move |c| {
+        let _ = tx.send(c.clone());
+    });
+    rx
+}
+
 /// Wait until the job reaches `status`, polling the store (the state is
 /// written by another task or process; there is no event to wait on).
 async fn wait_for_status(runtime: &Runtime, id: JobId, status: JobStatus) {
@@ -37,8 +47,10 @@ async fn wait_for_status(runtime: &Runtime, id: JobId, status: JobStatus) {
 async fn hello_runs_as_a_durable_job() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = builder(&dir).build().await.unwrap();
+    let mut completed = completions(&runtime);
     let id = runtime.submit(job("hello", r#"{"name":"Ada"}"#)).await.unwrap();
     let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(completed.recv().await.unwrap().id, id);
     assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error_message);
     let output: serde_json::Value = serde_json::from_slice(done.output.as_deref().unwrap()).unwrap();
     assert_eq!(output["greeting"], "Hello, Ada!");
@@ -56,6 +68,7 @@ async fn hello_runs_as_a_durable_job() {
 async fn failures_are_recorded_with_their_kind() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = builder(&dir).build().await.unwrap();
+    let mut completed = completions(&runtime);
     let mut spin = job("spin", "");
     spin.fuel = Some(1_000_000);
     let cases =
@@ -65,6 +78,7 @@ async fn failures_are_recorded_with_their_kind() {
         let done = runtime.wait(id, GENEROUS).await.unwrap();
         assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(kind)));
         assert!(done.error_message.is_some());
+        assert_eq!(completed.recv().await.unwrap().error_kind, Some(kind));
     }
     assert_eq!(runtime.health().await.unwrap().failed, 3);
     runtime.shutdown().await;
@@ -114,12 +128,14 @@ async fn a_queued_job_is_cancelled_at_once_and_a_finished_one_refuses() {
 async fn a_running_job_is_cancelled_by_its_owner() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = builder(&dir).cancel_grace(Duration::from_secs(3600)).build().await.unwrap();
+    let mut completed = completions(&runtime);
     let id = runtime.submit(job("coop", "")).await.unwrap();
     wait_for_status(&runtime, id, JobStatus::Running).await;
     assert_eq!(runtime.cancel(id).await.unwrap(), Cancelled::Requested);
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!((done.status, done.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
     assert!(done.error_message.unwrap().contains("stopped when asked"), "cooperative, within an hour's grace");
+    assert_eq!(completed.recv().await.unwrap().status, JobStatus::Cancelled);
     assert_eq!(runtime.health().await.unwrap().cancelled, 1);
     runtime.shutdown().await;
 }
@@ -153,18 +169,17 @@ async fn a_wait_that_times_out_does_not_cancel_the_job() {
 async fn a_panicking_subscriber_does_not_stop_the_others() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = builder(&dir).build().await.unwrap();
-    let seen = Arc::new(AtomicUsize::new(0));
+    let (seen, mut completions) = tokio::sync::mpsc::unbounded_channel();
     runtime.on_complete(|_| panic!("a broken subscriber"));
-    let counter = seen.clone();
     runtime.on_complete(move |c| {
-        assert_eq!(c.status, JobStatus::Succeeded);
-        counter.fetch_add(1, Ordering::SeqCst);
+        let _ = seen.send((c.id, c.status));
     });
     for _ in 0..2 {
         let id = runtime.submit(job("hello", "")).await.unwrap();
-        assert_eq!(runtime.wait(id, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
+        // Subscribers run after the outcome is stored, so wait on them, not on the job.
+        let (seen_id, status) = tokio::time::timeout(GENEROUS, completions.recv()).await.unwrap().unwrap();
+        assert_eq!((seen_id, status), (id, JobStatus::Succeeded), "the second subscriber still runs");
     }
-    assert_eq!(seen.load(Ordering::SeqCst), 2, "the second subscriber saw both");
     runtime.shutdown().await;
 }
 
