@@ -257,7 +257,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Queued jobs beyond which submit refuses with backpressure.
+    /// Queued jobs beyond which submit refuses with backpressure. The store
+    /// is counted at most once per poll interval; jobs this process submits
+    /// in between are added to that count.
     pub fn max_queued(mut self, n: u64) -> Self {
         self.max_queued = n;
         self
@@ -310,12 +312,31 @@ impl RuntimeBuilder {
         } else {
             pool.state.send_replace(PoolState::Stopped);
         }
-        Ok(Runtime { inner: Arc::new(Inner { store, sandbox, pool, stop_sweeps, settings: self }) })
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                queue: Default::default(),
+                known_plugins: Default::default(),
+                store,
+                sandbox,
+                pool,
+                stop_sweeps,
+                settings: self,
+            }),
+        })
     }
+}
+
+/// The admission estimate of queued jobs.
+#[derive(Debug, Default)]
+struct QueueDepth {
+    queued: u64,
+    counted_at: Option<std::time::Instant>,
 }
 
 #[derive(Debug)]
 struct Inner {
+    queue: std::sync::Mutex<QueueDepth>,
+    known_plugins: std::sync::Mutex<std::collections::HashSet<Digest>>,
     store: Arc<dyn JobStore>,
     sandbox: Arc<Sandbox>,
     pool: Arc<Pool>,
@@ -377,27 +398,25 @@ impl Runtime {
         .map_err(|e| StoreError::Invalid(format!("validating the plugin panicked: {e}")))?;
         loaded.map_err(RuntimeError::InvalidPlugin)?;
         let now = self.inner.settings.clock.now();
-        Ok(self.inner.store.plugin_put(PluginPutParams { bytes, now }).await?)
+        let digest = self.inner.store.plugin_put(PluginPutParams { bytes, now }).await?;
+        self.inner.known_plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest);
+        Ok(digest)
     }
 
     /// Validate and queue jobs in one transaction. All validation happens
     /// here: a bad job is refused, never queued to fail later.
     pub async fn submit_many(&self, jobs: Vec<Submit>) -> Result<Vec<JobId>, RuntimeError> {
         let settings = &self.inner.settings;
-        let counts = self.inner.store.counts_snapshot().await?;
-        if counts.queued + jobs.len() as u64 > settings.max_queued {
-            return Err(RuntimeError::Backpressure { queued: counts.queued, limit: settings.max_queued });
+        let queued = self.queue_depth().await?;
+        if queued + jobs.len() as u64 > settings.max_queued {
+            return Err(RuntimeError::Backpressure { queued, limit: settings.max_queued });
         }
         let mut checked: Vec<(Digest, Submit)> = Vec::with_capacity(jobs.len());
         for job in jobs {
             let digest = match &job.plugin {
                 PluginSource::Bytes(bytes) => self.plugin_add(bytes.clone()).await?,
                 PluginSource::Digest(digest) => {
-                    if !checked.iter().any(|(d, _)| d == digest)
-                        && self.inner.store.plugin_get(*digest).await?.is_none()
-                    {
-                        return Err(RuntimeError::UnknownPlugin(*digest));
-                    }
+                    self.check_plugin_known(*digest).await?;
                     *digest
                 }
             };
@@ -409,8 +428,39 @@ impl Runtime {
         }
         let inserted =
             self.inner.store.job_insert(JobInsertParams { jobs: new_jobs, now: settings.clock.now() }).await?;
+        self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued += inserted.len() as u64;
         self.inner.pool.wake.notify_one();
         Ok(inserted.into_iter().map(|j| j.id).collect())
+    }
+
+    /// Queued jobs, for admission: counted in the store at most once per
+    /// poll interval, plus what this process submitted since. Counting on
+    /// every submit would cost a scan per job.
+    async fn queue_depth(&self) -> Result<u64, RuntimeError> {
+        let fresh_for = self.inner.settings.worker.poll_interval;
+        let stale = {
+            let queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+            queue.counted_at.is_none_or(|at| at.elapsed() >= fresh_for)
+        };
+        if stale {
+            let queued = self.inner.store.counts_snapshot().await?.queued;
+            let mut queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+            *queue = QueueDepth { queued, counted_at: Some(std::time::Instant::now()) };
+        }
+        Ok(self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued)
+    }
+
+    /// Plugins are immutable by digest, so one successful look-up is
+    /// remembered instead of reading the bytes on every submit.
+    async fn check_plugin_known(&self, digest: Digest) -> Result<(), RuntimeError> {
+        if self.inner.known_plugins.lock().unwrap_or_else(|e| e.into_inner()).contains(&digest) {
+            return Ok(());
+        }
+        if self.inner.store.plugin_get(digest).await?.is_none() {
+            return Err(RuntimeError::UnknownPlugin(digest));
+        }
+        self.inner.known_plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest);
+        Ok(())
     }
 
     /// Validate and queue one job.

@@ -28,6 +28,9 @@ use crate::lease::{LeaseKeeper, LeaseWatch};
 use crate::sandbox::{NoObserver, Outcome, Plugin, RunLimits, RunRequest, Sandbox, StopHandle};
 use crate::store::{Finish, JobFinishParams, JobId, JobReleaseParams, JobStatus, JobStore, Lease};
 
+/// Longest a busy pool waits to gather free slots into one claim.
+const CLAIM_COALESCE_WINDOW: Duration = Duration::from_millis(1);
+
 /// Pool settings.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -184,6 +187,20 @@ impl Pool {
             let mut permits = vec![first];
             while let Ok(permit) = slots.clone().try_acquire_owned() {
                 permits.push(permit);
+            }
+            // A busy pool frees a slot at a time. Gather a few before claiming,
+            // briefly, so one store round trip claims many jobs instead of one:
+            // under load the claim loop, not the store, would set the pace.
+            let enough = (self.config.max_workers / 4).max(1);
+            if permits.len() < enough {
+                let window = tokio::time::sleep(CLAIM_COALESCE_WINDOW);
+                tokio::pin!(window);
+                while permits.len() < enough {
+                    tokio::select! {
+                        permit = slots.clone().acquire_owned() => permits.push(permit.expect("never closed")),
+                        _ = &mut window => break,
+                    }
+                }
             }
             let wanted = permits.len();
             let claimed = self

@@ -1,0 +1,240 @@
+//! Durable-path benchmark: trivial jobs through the SQLite store, the pool
+//! and the sandbox, beside the raw sandbox rate measured in this process.
+//!
+//! Run with `cargo bench -p leash --bench durable` (`-- --quick` for a short
+//! run without the 1M backlog).
+//!
+//! 1. Raw sandbox: fresh store + instantiate + call of `echo`, same thread
+//!    count and concurrency as the pool.
+//! 2. End to end: enqueue 10k `echo` jobs in batches, run to completion.
+//! 3. Enqueue→completion latency at about half of peak (an upper bound on
+//!    enqueue→start: it includes the run and the recorded outcome).
+//! 4. Throughput with 1k vs 1M other jobs queued behind the measured ones.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use leash::job::Target;
+use leash::runtime::{PluginSource, Runtime, Submit};
+use leash::sandbox::{Allocator, NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
+use leash::store::sqlite::Durability;
+use leash::store::{JobInsertParams, JobLimits, NewJob};
+use tokio::sync::Notify;
+
+const SLOTS: usize = 64;
+const BATCH: usize = 1000;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn sandbox_config() -> SandboxConfig {
+    let cache_dir = Some(std::env::temp_dir().join("leash-bench-cache"));
+    SandboxConfig { allocator: Allocator::Pooling { slots: SLOTS as u32 }, cache_dir, ..SandboxConfig::default() }
+}
+
+async fn raw_rate(n: usize) -> f64 {
+    let sandbox = Arc::new(Sandbox::new(sandbox_config()).unwrap());
+    let plugin = sandbox.load(&leash_tests::plugin_bytes("echo")).unwrap();
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..SLOTS {
+        let (sandbox, plugin, next) = (sandbox.clone(), plugin.clone(), next.clone());
+        tasks.spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < n {
+                let request = RunRequest {
+                    job_id: String::new(),
+                    target: Target::Execute,
+                    attempt: 1,
+                    input: b"x".to_vec(),
+                    limits: RunLimits::default(),
+                };
+                let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;
+                assert!(outcome.result.is_ok());
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+struct Done {
+    count: AtomicUsize,
+    target: AtomicUsize,
+    all: Notify,
+}
+
+async fn runtime(dir: &tempfile::TempDir, durability: Durability) -> (Runtime, Arc<Done>) {
+    let runtime = Runtime::builder(dir.path().join("jobs.db"))
+        .durability(durability)
+        .sandbox(sandbox_config())
+        .max_workers(SLOTS)
+        .max_queued(u64::MAX)
+        .build()
+        .await
+        .unwrap();
+    let done = Arc::new(Done { count: AtomicUsize::new(0), target: AtomicUsize::new(usize::MAX), all: Notify::new() });
+    let seen = done.clone();
+    runtime.on_complete(move |c| {
+        assert_eq!(c.status, leash::store::JobStatus::Succeeded, "{c:?}");
+        if seen.count.fetch_add(1, Ordering::SeqCst) + 1 == seen.target.load(Ordering::SeqCst) {
+            seen.all.notify_one();
+        }
+    });
+    (runtime, done)
+}
+
+fn echo_jobs(digest: leash::job::Digest, n: usize) -> Vec<Submit> {
+    (0..n).map(|_| Submit::new(PluginSource::Digest(digest), Target::Execute, b"x".to_vec())).collect()
+}
+
+/// Enqueue `n` jobs in batches and wait for all of them; jobs/s overall.
+async fn drain(runtime: &Runtime, done: &Done, digest: leash::job::Digest, n: usize) -> (f64, f64) {
+    done.count.store(0, Ordering::SeqCst);
+    done.target.store(n, Ordering::SeqCst);
+    let all = done.all.notified();
+    tokio::pin!(all);
+    let start = Instant::now();
+    for chunk in echo_jobs(digest, n).chunks(BATCH) {
+        runtime.submit_many(chunk.to_vec()).await.unwrap();
+    }
+    let enqueued = start.elapsed();
+    all.await;
+    (n as f64 / start.elapsed().as_secs_f64(), n as f64 / enqueued.as_secs_f64())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let n = 10_000;
+    println!(
+        "leash durable benchmark ({} mode), {SLOTS} slots, 2 runtime threads\n",
+        if quick { "quick" } else { "full" }
+    );
+
+    for durability in [Durability::Normal, Durability::Full] {
+        let raw = raw_rate(n).await;
+        let dir = tempfile::tempdir().unwrap();
+        let (runtime, done) = runtime(&dir, durability).await;
+        let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
+        drain(&runtime, &done, digest, 1000).await; // warm: compile, caches
+        let (rate, enqueue_rate) = drain(&runtime, &done, digest, n).await;
+        println!("durability {durability:?}");
+        println!("   raw sandbox (echo, {SLOTS} concurrent)       {raw:>9.0} calls/s");
+        println!(
+            "   durable, enqueue {n} + run to completion   {rate:>9.0} jobs/s   {:.0}% of raw",
+            rate / raw * 100.0
+        );
+        println!("   (enqueue alone, batches of {BATCH})            {enqueue_rate:>9.0} jobs/s");
+        runtime.shutdown().await;
+        if durability == Durability::Normal {
+            latency(rate).await;
+        }
+    }
+
+    if !quick {
+        backlog(n).await;
+    }
+}
+
+async fn latency(peak: f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, done) = runtime(&dir, Durability::Normal).await;
+    let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
+    drain(&runtime, &done, digest, 1000).await;
+    let rate = peak / 2.0;
+    let total = (rate * 3.0) as usize; // about three seconds
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let samples = Arc::new(std::sync::Mutex::new(Vec::with_capacity(total)));
+    let submitted = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    {
+        let (samples, submitted) = (samples.clone(), submitted.clone());
+        runtime.on_complete(move |c| {
+            let at = Instant::now();
+            if let Some(start) = submitted.lock().unwrap().remove(&c.id) {
+                samples.lock().unwrap().push(at - start);
+            }
+        });
+    }
+    done.count.store(0, Ordering::SeqCst);
+    done.target.store(total, Ordering::SeqCst);
+    let all = done.all.notified();
+    tokio::pin!(all);
+    let start = Instant::now();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut sent = 0;
+    while sent < total {
+        ticker.tick().await;
+        let at = Instant::now();
+        let id = runtime.submit(echo_jobs(digest, 1).remove(0)).await.unwrap();
+        submitted.lock().unwrap().insert(id, at);
+        sent += 1;
+    }
+    all.await;
+    let mut samples = samples.lock().unwrap().clone();
+    samples.sort();
+    println!(
+        "   enqueue→completion at {rate:.0} jobs/s offered ({} jobs in {:.1} s): p50 {:.3} ms  p99 {:.3} ms  (n={})",
+        total,
+        start.elapsed().as_secs_f64(),
+        ms(percentile(&samples, 0.5)),
+        ms(percentile(&samples, 0.99)),
+        samples.len()
+    );
+    runtime.shutdown().await;
+}
+
+async fn backlog(n: usize) {
+    println!("\nbacklog: {n} measured jobs ahead of B other queued jobs");
+    let mut results = Vec::new();
+    for backlog in [1_000usize, 1_000_000] {
+        let dir = tempfile::tempdir().unwrap();
+        let (runtime, done) = runtime(&dir, Durability::Normal).await;
+        let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
+        runtime.shutdown().await; // build the backlog with no worker claiming
+        let filler = Runtime::builder(dir.path().join("jobs.db")).without_workers().build().await.unwrap();
+        let limits = JobLimits { timeout_ms: 60_000, fuel: None, memory_bytes: 64 << 20, output_bytes: 1 << 20 };
+        let job = |_| NewJob {
+            plugin: digest,
+            target: Target::Execute,
+            input: b"x".to_vec(),
+            limits: limits.clone(),
+            max_attempts: 1,
+            concurrency_key: None,
+            plan_id: None,
+            queue_ttl: Duration::from_secs(86_400),
+        };
+        let now = leash::clock::Timestamp::now();
+        filler.store().job_insert(JobInsertParams { jobs: (0..n).map(job).collect(), now }).await.unwrap();
+        let later = now.plus(Duration::from_secs(1));
+        let started = Instant::now();
+        for chunk in (0..backlog).collect::<Vec<_>>().chunks(50_000) {
+            let jobs = chunk.iter().map(|&i| job(i)).collect();
+            filler.store().job_insert(JobInsertParams { jobs, now: later }).await.unwrap();
+        }
+        let fill = started.elapsed();
+        drop(runtime);
+        drop(done);
+        let (runtime, done) = runtime_again(&dir).await;
+        done.target.store(n, Ordering::SeqCst);
+        let all = done.all.notified();
+        let start = Instant::now();
+        all.await;
+        let rate = n as f64 / start.elapsed().as_secs_f64();
+        println!("   B = {backlog:>9}: {rate:>9.0} jobs/s   (backlog inserted in {:.1} s)", fill.as_secs_f64());
+        results.push(rate);
+        runtime.shutdown().await;
+    }
+    println!("   1M backlog keeps {:.0}% of the 1k-backlog throughput", results[1] / results[0] * 100.0);
+}
+
+async fn runtime_again(dir: &tempfile::TempDir) -> (Runtime, Arc<Done>) {
+    runtime(dir, Durability::Normal).await
+}
