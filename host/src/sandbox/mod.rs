@@ -66,6 +66,8 @@ pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_POOL_SLOTS: u32 = 64;
 /// Table elements a job may grow a table to.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// Instance slots whose memory is reset in one batch of system calls.
+const DECOMMIT_BATCH: usize = 16;
 /// Frames kept in a trap's backtrace.
 const MAX_BACKTRACE_FRAMES: usize = 48;
 /// Core instances, memories and tables a job's component may create.
@@ -386,7 +388,10 @@ impl Sandbox {
                 .total_memories(slots.saturating_mul(2))
                 .total_tables(slots.saturating_mul(4))
                 .total_stacks(slots)
-                .max_memory_size(ceiling);
+                .max_memory_size(ceiling)
+                // Each decommit is an madvise, and with more than one thread
+                // each madvise is a TLB shootdown on every core: batch them.
+                .decommit_batch_size(DECOMMIT_BATCH.min(slots as usize).max(1));
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&wasm).map_err(engine_err)?;
