@@ -21,6 +21,15 @@ use crate::sandbox::{
 };
 use crate::store::sqlite::Durability;
 
+/// Like `eprintln!`, but a closed stderr (a log pipe whose reader went
+/// away) is ignored instead of aborting a worker mid-shutdown.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0   the job succeeded
@@ -36,8 +45,36 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "leash", version, about, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
+    /// A TOML file of settings; flags and LEASH_* variables override it.
+    #[arg(long, global = true, env = "LEASH_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// Parse `args`, filling settings the command line and environment left
+    /// at their defaults from the `--config` file. A bad file is a usage
+    /// error naming the key.
+    pub fn parse_with_config(args: Vec<std::ffi::OsString>) -> Result<Self, clap::Error> {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Cli::command();
+        let usage = |message: String| Cli::command().error(clap::error::ErrorKind::InvalidValue, message);
+        crate::config::check_env(&command).map_err(usage)?;
+        let matches = command.clone().try_get_matches_from(&args)?;
+        let Some(path) = matches.get_one::<PathBuf>("config").cloned() else {
+            return Cli::from_arg_matches(&matches);
+        };
+        let pairs = crate::config::read_file(&path).map_err(usage)?;
+        let mut args = args;
+        if let Some((name, sub_matches)) = matches.subcommand()
+            && let Some(sub) = command.find_subcommand(name)
+        {
+            args.extend(crate::config::fill_defaults(sub, sub_matches, &path, &pairs).map_err(usage)?);
+        }
+        let matches = Cli::command().try_get_matches_from(&args)?;
+        Cli::from_arg_matches(&matches)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -268,14 +305,14 @@ async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
     let mut interrupt = interrupt_signal()?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| CliError::internal(format!("cannot listen for SIGTERM: {e}")))?;
-    eprintln!("leash: {} running {} slots on {}", runtime.worker_id(), args.max_workers, args.store.db.display());
+    say!("leash: {} running {} slots on {}", runtime.worker_id(), args.max_workers, args.store.db.display());
     tokio::select! {
         _ = interrupt.recv() => {}
         _ = terminate.recv() => {}
     }
-    eprintln!("leash: shutting down (budget {:?})", args.shutdown_budget);
+    say!("leash: shutting down (budget {:?})", args.shutdown_budget);
     runtime.shutdown().await;
-    eprintln!("leash: stopped");
+    say!("leash: stopped");
     Ok(ExitStatus::Success)
 }
 
@@ -313,7 +350,7 @@ async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
     let job = match waited {
         Ok(job) => job,
         Err(RuntimeError::WaitTimeout(_)) => {
-            eprintln!("leash: job {id} is still running after {wait:?}");
+            say!("leash: job {id} is still running after {wait:?}");
             return Ok(ExitStatus::Timeout);
         }
         Err(e) => return Err(CliError::internal(e.to_string())),
@@ -323,7 +360,7 @@ async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
     } else if let Some(output) = &job.output {
         std::io::stdout().write_all(output).map_err(|e| CliError::internal(e.to_string()))?;
     } else {
-        eprintln!("leash: job {id} {}: {}", job.status, job.error_message.as_deref().unwrap_or(""));
+        say!("leash: job {id} {}: {}", job.status, job.error_message.as_deref().unwrap_or(""));
     }
     Ok(job.error_kind.map_or(ExitStatus::Success, ExitStatus::for_kind))
 }
@@ -342,7 +379,7 @@ impl RunObserver for StderrLogs {
     fn on_log(&self, record: &LogRecord) {
         let fields: String = record.fields.iter().map(|(k, v)| format!(" {k}={v}")).collect();
         let level = serde_json::to_value(record.level).ok().and_then(|v| v.as_str().map(str::to_owned));
-        eprintln!("[{}] {}{fields}", level.unwrap_or_default(), record.message);
+        say!("[{}] {}{fields}", level.unwrap_or_default(), record.message);
     }
 
     fn on_progress(&self, _progress: &Progress) {}
@@ -374,7 +411,7 @@ async fn run_once(args: RunArgs) -> Result<ExitStatus, CliError> {
 
     let stop = StopHandle::new();
     let interrupts = tokio::spawn(stop_on_interrupt(stop.clone(), interrupt_signal()?));
-    eprintln!("leash: running {} ({})", args.component.display(), plugin.digest());
+    say!("leash: running {} ({})", args.component.display(), plugin.digest());
     let request = RunRequest {
         job_id: String::new(),
         target,
@@ -407,10 +444,10 @@ async fn stop_on_interrupt(stop: StopHandle, mut interrupts: tokio::signal::unix
     if interrupts.recv().await.is_none() {
         return;
     }
-    eprintln!("leash: cancelling; press Ctrl-C again to stop the plugin now");
+    say!("leash: cancelling; press Ctrl-C again to stop the plugin now");
     stop.request();
     if interrupts.recv().await.is_some() {
-        eprintln!("leash: stopping the plugin now");
+        say!("leash: stopping the plugin now");
         stop.force();
     }
 }
@@ -494,14 +531,14 @@ fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
     }
     for (name, captured) in [("stdout", &outcome.stdout), ("stderr", &outcome.stderr)] {
         for line in String::from_utf8_lossy(&captured.bytes).lines() {
-            eprintln!("[guest {name}] {line}");
+            say!("[guest {name}] {line}");
         }
         if captured.dropped > 0 {
-            eprintln!("[guest {name}] ... {} more bytes dropped", captured.dropped);
+            say!("[guest {name}] ... {} more bytes dropped", captured.dropped);
         }
     }
     if outcome.logs_dropped > 0 {
-        eprintln!("leash: {} log records dropped past the cap", outcome.logs_dropped);
+        say!("leash: {} log records dropped past the cap", outcome.logs_dropped);
     }
     match &outcome.result {
         Ok(output) => {
@@ -513,13 +550,13 @@ fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
             stdout.flush().map_err(write_err)?;
         }
         Err(failure) => {
-            eprintln!("leash: {} ({}): {}", status_name(outcome), failure.kind, failure.message);
+            say!("leash: {} ({}): {}", status_name(outcome), failure.kind, failure.message);
             if let Some(backtrace) = &failure.backtrace {
-                eprintln!("guest backtrace:\n{backtrace}");
+                say!("guest backtrace:\n{backtrace}");
             }
         }
     }
-    eprintln!(
+    say!(
         "leash: {} in {:.1} ms, fuel used {}, peak memory {} bytes",
         status_name(outcome),
         outcome.usage.duration.as_secs_f64() * 1000.0,

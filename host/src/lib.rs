@@ -9,10 +9,11 @@
 //! - [`lease`], [`worker`], [`sweep`]: claiming, lease renewal, the worker
 //!   pool, shutdown, and the reclaim/expiry/retention sweeps.
 //! - [`runtime`]: the embedding API built from all of the above.
-//! - [`cli`]: the `leash` command line.
+//! - [`cli`], [`config`]: the `leash` command line and its config file.
 
 pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod job;
 pub mod lease;
 pub mod runtime;

@@ -2,6 +2,7 @@
 //! source by the `leash-tests` crate, run through the sandbox and through
 //! the `leash` binary.
 
+mod cli_config;
 mod cli_run;
 mod crash;
 mod runtime;

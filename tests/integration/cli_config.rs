@@ -1,0 +1,51 @@
+//! Settings precedence for `leash worker`: flag > LEASH_* variable > config
+//! file > default, and bad settings named by their key.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+fn worker(dir: &tempfile::TempDir, config: &str, env: &[(&str, &str)], flags: &[&str]) -> (Option<i32>, String) {
+    let file = dir.path().join("leash.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leash"));
+    cmd.arg("worker").arg("--config").arg(&file).arg("--db").arg(dir.path().join("jobs.db")).args(flags);
+    for var in ["LEASH_MAX_WORKERS", "LEASH_CONFIG", "LEASH_LEASE_TTL"] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut first).unwrap();
+    if first.contains(" running ") {
+        Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    }
+    (child.wait().unwrap().code(), first)
+}
+
+#[test]
+fn a_flag_beats_its_variable_which_beats_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, line) = worker(&dir, "max_workers = 3\n", &[], &[]);
+    assert!(line.contains("running 3 slots"), "file over default: {line}");
+    assert_eq!(code, Some(0));
+    let (_, line) = worker(&dir, "max_workers = 3\n", &[("LEASH_MAX_WORKERS", "5")], &[]);
+    assert!(line.contains("running 5 slots"), "variable over file: {line}");
+    let (_, line) = worker(&dir, "max_workers = 3\n", &[("LEASH_MAX_WORKERS", "5")], &["--max-workers", "7"]);
+    assert!(line.contains("running 7 slots"), "flag over variable: {line}");
+    let (_, line) = worker(&dir, "", &[], &[]);
+    assert!(line.contains("running 4 slots"), "the default: {line}");
+}
+
+#[test]
+fn bad_settings_are_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, line) = worker(&dir, "max_workers = \"lots\"\n", &[], &[]);
+    assert_eq!(code, Some(2));
+    assert!(line.contains("max_workers") && line.contains("leash.toml"), "{line}");
+    let (code, line) = worker(&dir, "max_wrokers = 3\n", &[], &[]);
+    assert_eq!(code, Some(2));
+    assert!(line.contains("unknown key \"max_wrokers\""), "{line}");
+    let (code, line) = worker(&dir, "", &[("LEASH_LEASE_TTL", "forever")], &[]);
+    assert_eq!(code, Some(2));
+    assert!(line.contains("LEASH_LEASE_TTL"), "{line}");
+}
