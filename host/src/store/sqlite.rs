@@ -282,7 +282,7 @@ fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>) {
                 Err(_) => break,
             }
         }
-        // Without an outer transaction each savepoint commits by itself:
+        // Without an outer transaction each write commits by itself:
         // slower, but still correct, so a failed BEGIN is not fatal.
         let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([])).map(|_| ());
         let in_tx = run("BEGIN IMMEDIATE").is_ok();
