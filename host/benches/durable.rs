@@ -113,6 +113,10 @@ async fn drain(runtime: &Runtime, done: &Done, digest: leash::job::Digest, n: us
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let n = 10_000;
+    if let Ok(size) = std::env::var("LEASH_BENCH_BACKLOG_ONLY") {
+        backlog_sizes(n, &[1_000, size.parse().unwrap()]).await;
+        return;
+    }
     println!(
         "leash durable benchmark ({} mode), {SLOTS} slots, 2 runtime threads\n",
         if quick { "quick" } else { "full" }
@@ -138,9 +142,69 @@ async fn main() {
         }
     }
 
+    store_only(n).await;
     if !quick {
         backlog(n).await;
     }
+}
+
+/// The store's share: insert, claim and finish `n` jobs from 64 concurrent
+/// tasks, with no sandbox at all.
+async fn store_only(n: usize) {
+    const CLAIM: u32 = 8;
+    use leash::store::sqlite::SqliteStore;
+    use leash::store::{Finish, JobClaimParams, JobFinishParams, JobStore};
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn JobStore> = Arc::new(SqliteStore::open(dir.path().join("jobs.db"), Durability::Normal).unwrap());
+    let start = Instant::now();
+    for _ in 0..n / BATCH {
+        let jobs = (0..BATCH).map(|_| raw_job(leash::job::Digest::of(b"p"))).collect();
+        store.job_insert(JobInsertParams { jobs, now: leash::clock::Timestamp::now() }).await.unwrap();
+    }
+    let inserted = start.elapsed();
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..SLOTS {
+        let store = store.clone();
+        tasks.spawn(async move {
+            loop {
+                let now = leash::clock::Timestamp::now();
+                let claim = JobClaimParams {
+                    worker_id: format!("w{t}"),
+                    limit: CLAIM,
+                    lease_ttl: Duration::from_secs(30),
+                    now,
+                };
+                let leases = store.job_claim(claim).await.unwrap();
+                if leases.is_empty() {
+                    return;
+                }
+                let finishes = leases.into_iter().map(|lease| {
+                    let store = store.clone();
+                    async move {
+                        let finish = JobFinishParams {
+                            id: lease.job.id,
+                            token: lease.token,
+                            finish: Finish::Succeeded { output: b"x".to_vec() },
+                            fuel_used: 1,
+                            peak_memory_bytes: 1,
+                            now,
+                        };
+                        assert!(store.job_finish(finish).await.unwrap());
+                    }
+                });
+                for f in finishes.collect::<Vec<_>>() {
+                    f.await;
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    println!(
+        "\nstore only ({SLOTS} tasks, claim {CLAIM} + finish each, no sandbox): {:.0} jobs/s; insert {:.0} jobs/s",
+        n as f64 / start.elapsed().as_secs_f64(),
+        n as f64 / inserted.as_secs_f64()
+    );
 }
 
 async fn latency(peak: f64) {
@@ -192,25 +256,19 @@ async fn latency(peak: f64) {
 }
 
 async fn backlog(n: usize) {
+    backlog_sizes(n, &[1_000, 1_000_000]).await;
+}
+
+async fn backlog_sizes(n: usize, sizes: &[usize]) {
     println!("\nbacklog: {n} measured jobs ahead of B other queued jobs");
     let mut results = Vec::new();
-    for backlog in [1_000usize, 1_000_000] {
+    for &backlog in sizes {
         let dir = tempfile::tempdir().unwrap();
         let (runtime, done) = runtime(&dir, Durability::Normal).await;
         let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
         runtime.shutdown().await; // build the backlog with no worker claiming
         let filler = Runtime::builder(dir.path().join("jobs.db")).without_workers().build().await.unwrap();
-        let limits = JobLimits { timeout_ms: 60_000, fuel: None, memory_bytes: 64 << 20, output_bytes: 1 << 20 };
-        let job = |_| NewJob {
-            plugin: digest,
-            target: Target::Execute,
-            input: b"x".to_vec(),
-            limits: limits.clone(),
-            max_attempts: 1,
-            concurrency_key: None,
-            plan_id: None,
-            queue_ttl: Duration::from_secs(86_400),
-        };
+        let job = |_| raw_job(digest);
         let now = leash::clock::Timestamp::now();
         filler.store().job_insert(JobInsertParams { jobs: (0..n).map(job).collect(), now }).await.unwrap();
         let later = now.plus(Duration::from_secs(1));
@@ -232,7 +290,21 @@ async fn backlog(n: usize) {
         results.push(rate);
         runtime.shutdown().await;
     }
-    println!("   1M backlog keeps {:.0}% of the 1k-backlog throughput", results[1] / results[0] * 100.0);
+    println!("   {} backlog keeps {:.0}% of the 1k-backlog throughput", sizes[1], results[1] / results[0] * 100.0);
+}
+
+/// A store-level `echo` job, for filling the store directly.
+fn raw_job(plugin: leash::job::Digest) -> NewJob {
+    NewJob {
+        plugin,
+        target: Target::Execute,
+        input: b"x".to_vec(),
+        limits: JobLimits { timeout_ms: 60_000, fuel: None, memory_bytes: 64 << 20, output_bytes: 1 << 20 },
+        max_attempts: 1,
+        concurrency_key: None,
+        plan_id: None,
+        queue_ttl: Duration::from_secs(86_400),
+    }
 }
 
 async fn runtime_again(dir: &tempfile::TempDir) -> (Runtime, Arc<Done>) {

@@ -94,6 +94,29 @@ enum Command {
     Submit(SubmitArgs),
 }
 
+/// What to run: a phase or an action, on some input.
+#[derive(Debug, Args)]
+struct JobArgs {
+    /// Plan phase to run.
+    #[arg(long, value_parser = ["execute", "apply"], conflicts_with = "action", default_value = "execute")]
+    phase: String,
+    /// Run a named action instead of a phase.
+    #[arg(long, value_name = "NAME")]
+    action: Option<String>,
+    /// Input file, or `-` for stdin. Empty input when absent.
+    #[arg(long, value_name = "FILE|-")]
+    input: Option<String>,
+}
+
+impl JobArgs {
+    fn target(&self) -> Result<Target, CliError> {
+        match &self.action {
+            Some(name) => Target::action(name).map_err(|e| CliError::usage(e.to_string())),
+            None => self.phase.parse().map_err(|e: crate::job::ParseTargetError| CliError::usage(e.to_string())),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 struct StoreArgs {
     /// The job database (SQLite; created if missing).
@@ -137,15 +160,8 @@ struct SubmitArgs {
     store: StoreArgs,
     /// The component (.wasm) to run.
     component: PathBuf,
-    /// Plan phase to run.
-    #[arg(long, value_parser = ["execute", "apply"], conflicts_with = "action", default_value = "execute")]
-    phase: String,
-    /// Run a named action instead of a phase.
-    #[arg(long, value_name = "NAME")]
-    action: Option<String>,
-    /// Input file, or `-` for stdin. Empty input when absent.
-    #[arg(long, value_name = "FILE|-")]
-    input: Option<String>,
+    #[command(flatten)]
+    job: JobArgs,
     /// Wall-clock limit per attempt.
     #[arg(long, env = "LEASH_JOB_TIMEOUT", value_parser = parse_duration, default_value = "3600s")]
     timeout: Duration,
@@ -175,15 +191,8 @@ struct SubmitArgs {
 struct RunArgs {
     /// The component (.wasm) implementing leash:plugin@0.1.0.
     component: PathBuf,
-    /// Plan phase to run.
-    #[arg(long, value_parser = ["execute", "apply"], conflicts_with = "action", default_value = "execute")]
-    phase: String,
-    /// Run a named action instead of a phase.
-    #[arg(long, value_name = "NAME")]
-    action: Option<String>,
-    /// Input file, or `-` for stdin. Empty input when absent.
-    #[arg(long, value_name = "FILE|-")]
-    input: Option<String>,
+    #[command(flatten)]
+    job: JobArgs,
     /// Wall-clock limit, e.g. `30s`, `500ms`, `2m`, `1h`.
     #[arg(long, value_parser = parse_duration, default_value = "1h")]
     timeout: Duration,
@@ -280,13 +289,6 @@ fn durability(args: &StoreArgs) -> Result<Durability, CliError> {
     args.durability.parse().map_err(CliError::usage)
 }
 
-fn parse_target(phase: &str, action: Option<&str>) -> Result<Target, CliError> {
-    match action {
-        Some(name) => Target::action(name).map_err(|e| CliError::usage(e.to_string())),
-        None => phase.parse().map_err(|e: crate::job::ParseTargetError| CliError::usage(e.to_string())),
-    }
-}
-
 async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
     let slots = u32::try_from(args.max_workers).unwrap_or(u32::MAX).max(1);
@@ -317,10 +319,10 @@ async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
 }
 
 async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
-    let target = parse_target(&args.phase, args.action.as_deref())?;
+    let target = args.job.target()?;
     let bytes = std::fs::read(&args.component)
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.component.display())))?;
-    let input = read_input(args.input.as_deref())?;
+    let input = read_input(args.job.input.as_deref())?;
     let mut builder = Runtime::builder(&args.store.db).durability(durability(&args.store)?);
     if args.work {
         builder = builder.sandbox(SandboxConfig { cache_dir: default_cache_dir(), ..SandboxConfig::default() });
@@ -386,7 +388,7 @@ impl RunObserver for StderrLogs {
 }
 
 async fn run_once(args: RunArgs) -> Result<ExitStatus, CliError> {
-    let target = parse_target(&args.phase, args.action.as_deref())?;
+    let target = args.job.target()?;
     if args.memory > sandbox::DEFAULT_MEMORY_CEILING_BYTES {
         return Err(CliError::usage(format!(
             "--memory {} is over the ceiling of {} bytes (1GiB)",
@@ -396,7 +398,7 @@ async fn run_once(args: RunArgs) -> Result<ExitStatus, CliError> {
     }
     let bytes = std::fs::read(&args.component)
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.component.display())))?;
-    let input = read_input(args.input.as_deref())?;
+    let input = read_input(args.job.input.as_deref())?;
 
     let cache_dir = if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) };
     let config = SandboxConfig { allocator: Allocator::Pooling { slots: 1 }, cache_dir, ..SandboxConfig::default() };

@@ -59,6 +59,17 @@ async fn wait_for_status(runtime: &Runtime, id: JobId, status: JobStatus) {
     }
 }
 
+/// Start a worker, SIGKILL it once it runs `id`, and start another.
+/// Returns the killed worker's id and the new worker.
+async fn kill_owner_and_start_another(db: &Path, runtime: &Runtime, id: JobId) -> (String, Child) {
+    let mut first = start_worker(db, 2);
+    wait_for_status(runtime, id, JobStatus::Running).await;
+    let owner = runtime.get(id).await.unwrap().worker_id.unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    (owner, start_worker(db, 2))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_workers_job_with_one_attempt_fails_as_lease_lost_and_never_reruns() {
     let dir = tempfile::tempdir().unwrap();
@@ -66,13 +77,7 @@ async fn a_killed_workers_job_with_one_attempt_fails_as_lease_lost_and_never_rer
     let runtime = submitter(&db).await;
     let id = runtime.submit(job("sleep", r#"{"ms": 600000}"#, 1)).await.unwrap();
 
-    let mut first = start_worker(&db, 2);
-    wait_for_status(&runtime, id, JobStatus::Running).await;
-    let owner = runtime.get(id).await.unwrap().worker_id.unwrap();
-    first.kill().unwrap();
-    first.wait().unwrap();
-
-    let mut second = start_worker(&db, 2);
+    let (owner, mut second) = kill_owner_and_start_another(&db, &runtime, id).await;
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)));
     assert!(done.error_message.unwrap().contains("Heartbeat timeout"));
@@ -90,13 +95,7 @@ async fn a_killed_workers_job_with_two_attempts_is_rerun_by_another_worker() {
     let runtime = submitter(&db).await;
     let id = runtime.submit(job("sleep", r#"{"ms": 1500}"#, 2)).await.unwrap();
 
-    let mut first = start_worker(&db, 2);
-    wait_for_status(&runtime, id, JobStatus::Running).await;
-    let owner = runtime.get(id).await.unwrap().worker_id.unwrap();
-    first.kill().unwrap();
-    first.wait().unwrap();
-
-    let mut second = start_worker(&db, 2);
+    let (owner, mut second) = kill_owner_and_start_another(&db, &runtime, id).await;
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error_message);
     assert_eq!((done.attempt, done.lost_leases), (2, 1), "the re-run is accounted for");
