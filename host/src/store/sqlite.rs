@@ -10,7 +10,8 @@
 //!
 //! Durability ([`Durability`]): `normal` (WAL + `synchronous=NORMAL`, the
 //! default) survives a killed process — a committed change is in the WAL —
-//! but the last transactions may be lost on power failure; `full`
+//! but the transactions since the last checkpoint may be lost on power
+//! failure; `full`
 //! (`synchronous=FULL`) also survives power loss, at one fsync per commit.
 //!
 //! Several processes may share one file: `BEGIN IMMEDIATE` and a busy
