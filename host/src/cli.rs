@@ -149,6 +149,10 @@ struct WorkerArgs {
     /// Everything shutdown does must fit in this.
     #[arg(long, env = "LEASH_SHUTDOWN_BUDGET", value_parser = parse_duration, default_value = "3s")]
     shutdown_budget: Duration,
+    /// How long a job may wait in the queue (also after a requeue) before it
+    /// fails as `expired`.
+    #[arg(long, env = "LEASH_QUEUE_TTL", value_parser = parse_duration, default_value = "86400s")]
+    queue_ttl: Duration,
     /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
     #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -171,6 +175,9 @@ struct SubmitArgs {
     /// Attempts the job may use when workers die under it.
     #[arg(long, env = "LEASH_MAX_ATTEMPTS", default_value_t = 1)]
     max_attempts: u32,
+    /// How long the job may wait in the queue before it fails as `expired`.
+    #[arg(long, env = "LEASH_QUEUE_TTL", value_parser = parse_duration, default_value = "86400s")]
+    queue_ttl: Duration,
     /// At most one running job per key.
     #[arg(long)]
     concurrency_key: Option<String>,
@@ -301,6 +308,7 @@ async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
         .job_ttl(args.job_ttl)
         .cancel_grace(args.cancel_grace)
         .shutdown_budget(args.shutdown_budget)
+        .queue_ttl(args.queue_ttl)
         .build()
         .await
         .map_err(|e| CliError::internal(e.to_string()))?;
@@ -323,7 +331,7 @@ async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
     let bytes = std::fs::read(&args.component)
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.component.display())))?;
     let input = read_input(args.job.input.as_deref())?;
-    let mut builder = Runtime::builder(&args.store.db).durability(durability(&args.store)?);
+    let mut builder = Runtime::builder(&args.store.db).durability(durability(&args.store)?).queue_ttl(args.queue_ttl);
     if args.work {
         builder = builder.sandbox(SandboxConfig { cache_dir: default_cache_dir(), ..SandboxConfig::default() });
     } else {

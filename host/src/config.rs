@@ -30,6 +30,7 @@ pub const FILE_KEYS: &[&str] = &[
     "job_ttl",
     "cancel_grace",
     "shutdown_budget",
+    "queue_ttl",
     "cache_dir",
     "timeout",
     "max_attempts",

@@ -130,3 +130,26 @@ async fn sigterm_releases_running_guests_within_the_budget() {
     }
     assert_eq!(runtime.health().await.unwrap().counts.total(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_queue_ttl_expires_instead_of_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.db");
+    let output = Command::new(env!("CARGO_BIN_EXE_leash"))
+        .args(["submit", "--db"])
+        .arg(&db)
+        .args(["--queue-ttl", "1ms"])
+        .arg(leash_tests::plugin_path("hello"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let id: JobId = String::from_utf8(output.stdout).unwrap().trim().parse().unwrap();
+
+    let runtime = submitter(&db).await;
+    let mut worker = start_worker(&db, 2);
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::Expired)));
+    assert_eq!(done.attempt, 0, "it never started");
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+}
