@@ -70,7 +70,7 @@ struct Done {
     all: Notify,
 }
 
-async fn runtime(dir: &tempfile::TempDir, durability: Durability) -> (Runtime, Arc<Done>) {
+async fn start(dir: &tempfile::TempDir, durability: Durability) -> (Runtime, Arc<Done>) {
     let runtime = Runtime::builder(dir.path().join("jobs.db"))
         .durability(durability)
         .sandbox(sandbox_config())
@@ -125,7 +125,7 @@ async fn main() {
     for durability in [Durability::Normal, Durability::Full] {
         let raw = raw_rate(n).await;
         let dir = tempfile::tempdir().unwrap();
-        let (runtime, done) = runtime(&dir, durability).await;
+        let (runtime, done) = start(&dir, durability).await;
         let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
         drain(&runtime, &done, digest, 1000).await; // warm: compile, caches
         let (rate, enqueue_rate) = drain(&runtime, &done, digest, n).await;
@@ -209,7 +209,7 @@ async fn store_only(n: usize) {
 
 async fn latency(peak: f64) {
     let dir = tempfile::tempdir().unwrap();
-    let (runtime, done) = runtime(&dir, Durability::Normal).await;
+    let (runtime, done) = start(&dir, Durability::Normal).await;
     let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
     drain(&runtime, &done, digest, 1000).await;
     let rate = peak / 2.0;
@@ -264,7 +264,7 @@ async fn backlog_sizes(n: usize, sizes: &[usize]) {
     let mut results = Vec::new();
     for &backlog in sizes {
         let dir = tempfile::tempdir().unwrap();
-        let (runtime, done) = runtime(&dir, Durability::Normal).await;
+        let (runtime, done) = start(&dir, Durability::Normal).await;
         let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
         runtime.shutdown().await; // build the backlog with no worker claiming
         let filler = Runtime::builder(dir.path().join("jobs.db")).without_workers().build().await.unwrap();
@@ -280,7 +280,7 @@ async fn backlog_sizes(n: usize, sizes: &[usize]) {
         let fill = started.elapsed();
         drop(runtime);
         drop(done);
-        let (runtime, done) = runtime_again(&dir).await;
+        let (runtime, done) = start(&dir, Durability::Normal).await;
         done.target.store(n, Ordering::SeqCst);
         let all = done.all.notified();
         let start = Instant::now();
@@ -305,8 +305,4 @@ fn raw_job(plugin: leash::job::Digest) -> NewJob {
         plan_id: None,
         queue_ttl: Duration::from_secs(86_400),
     }
-}
-
-async fn runtime_again(dir: &tempfile::TempDir) -> (Runtime, Arc<Done>) {
-    runtime(dir, Durability::Normal).await
 }

@@ -10,6 +10,28 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+/// Serialize a type as its `Display` text and deserialize it with its
+/// `FromStr`, so the JSON form is the same text people and the store see.
+macro_rules! serde_as_text {
+    ($ty:ty) => {
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                String::deserialize(deserializer)?.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+pub(crate) use serde_as_text;
+
+serde_as_text!(Target);
+serde_as_text!(Digest);
+
 /// Longest action name accepted, in bytes.
 pub const MAX_ACTION_NAME_BYTES: usize = 64;
 
@@ -68,19 +90,6 @@ impl FromStr for Target {
                 ))),
             },
         }
-    }
-}
-
-impl Serialize for Target {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Target {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(deserializer)?;
-        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -190,18 +199,6 @@ impl fmt::Display for Digest {
 impl fmt::Debug for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
-    }
-}
-
-impl Serialize for Digest {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Digest {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        String::deserialize(deserializer)?.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -56,7 +56,7 @@ pub struct Progress {
 
 /// Watches a running job. Called on the job's task: keep it quick.
 pub trait RunObserver: Send + Sync {
-    /// A log record the host kept (records past the cap are not seen).
+    /// A log record the host kept (records past either cap are not seen).
     fn on_log(&self, _record: &LogRecord) {}
     /// A progress heartbeat.
     fn on_progress(&self, _progress: &Progress) {}
@@ -83,16 +83,16 @@ impl LogBook {
         LogBook { records: Vec::new(), dropped: 0, bytes: 0, max_records, max_bytes }
     }
 
-    /// Keep `record` if it fits under both caps; returns whether it was kept.
-    pub(crate) fn push(&mut self, record: LogRecord) -> bool {
+    /// Keep `record` if it fits under both caps; returns it if kept.
+    pub(crate) fn push(&mut self, record: LogRecord) -> Option<&LogRecord> {
         let size = record.message.len() + record.fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         if self.records.len() >= self.max_records || self.bytes + size > self.max_bytes {
             self.dropped += 1;
-            return false;
+            return None;
         }
         self.bytes += size;
         self.records.push(record);
-        true
+        self.records.last()
     }
 }
 
@@ -142,10 +142,9 @@ impl host::Host for HostState {
             fields,
             elapsed_ms: self.started.elapsed().as_millis() as u64,
         };
-        if self.logs.records.len() < self.logs.max_records {
-            self.observer.on_log(&record);
+        if let Some(kept) = self.logs.push(record) {
+            self.observer.on_log(kept);
         }
-        self.logs.push(record);
     }
 
     async fn progress(&mut self, done: u64, total: u64, note: String) -> bool {
@@ -171,14 +170,14 @@ mod tests {
     #[test]
     fn log_book_counts_what_it_drops_past_either_cap() {
         let mut book = LogBook::new(2, 1000);
-        assert!(book.push(record("a")));
-        assert!(book.push(record("b")));
-        assert!(!book.push(record("c")));
+        assert!(book.push(record("a")).is_some());
+        assert!(book.push(record("b")).is_some());
+        assert!(book.push(record("c")).is_none());
         assert_eq!((book.records.len(), book.dropped), (2, 1));
 
         let mut book = LogBook::new(100, 5);
-        assert!(book.push(record("abc")));
-        assert!(!book.push(record("abc")));
+        assert!(book.push(record("abc")).is_some());
+        assert!(book.push(record("abc")).is_none());
         assert_eq!(book.dropped, 1);
     }
 
