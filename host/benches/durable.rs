@@ -188,6 +188,8 @@ async fn store_only(n: usize) {
                             finish: Finish::Succeeded { output: b"x".to_vec() },
                             fuel_used: 1,
                             peak_memory_bytes: 1,
+                            progress: None,
+                            logs: None,
                             now,
                         };
                         assert!(store.job_finish(finish).await.unwrap());
@@ -297,6 +299,7 @@ async fn backlog_sizes(n: usize, sizes: &[usize]) {
 fn raw_job(plugin: leash::job::Digest) -> NewJob {
     NewJob {
         plugin,
+        plugin_name: None,
         target: Target::Execute,
         input: b"x".to_vec(),
         limits: JobLimits { timeout_ms: 60_000, fuel: None, memory_bytes: 64 << 20, output_bytes: 1 << 20 },

@@ -28,8 +28,8 @@ use crate::job::{Digest, Target};
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
 use crate::store::sqlite::{Durability, SqliteStore};
 use crate::store::{
-    CancelResult, Counts, Job, JobId, JobInsertParams, JobLimits, JobStatus, JobStore, NewJob, PluginPutParams,
-    StoreError,
+    CancelResult, Counts, Job, JobId, JobInsertParams, JobLimits, JobListParams, JobLogs, JobStatus, JobStore, NewJob,
+    PluginInfo, PluginName, PluginNameParams, PluginPutParams, PluginRef, StoreError,
 };
 use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, Pool, PoolState, Subscriber, WorkerConfig};
@@ -48,6 +48,10 @@ pub const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(86_400);
 pub const DEFAULT_SHUTDOWN_BUDGET: Duration = Duration::from_secs(3);
 /// Default bound on queued jobs before submit refuses.
 pub const DEFAULT_MAX_QUEUED: u64 = 100_000;
+/// Default ceiling on a job's wall-clock limit.
+pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+/// Default ceiling on a job's output limit.
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64 << 20;
 
 /// Where a job's plugin comes from.
 #[derive(Debug, Clone)]
@@ -56,6 +60,9 @@ pub enum PluginSource {
     Bytes(Vec<u8>),
     /// A plugin already in the store.
     Digest(Digest),
+    /// A registered plugin by name, `name@version` or digest: pinned to its
+    /// digest at submit time.
+    Ref(PluginRef),
 }
 
 /// A job to submit. Unset fields take the runtime's defaults.
@@ -115,9 +122,9 @@ pub enum RuntimeError {
     /// The plugin bytes are not a usable component.
     #[error("invalid plugin: {0}")]
     InvalidPlugin(#[source] SandboxError),
-    /// No plugin with this digest is stored.
+    /// No plugin with this digest or name is stored.
     #[error("unknown plugin {0}")]
-    UnknownPlugin(Digest),
+    UnknownPlugin(String),
     /// A limit or field is out of bounds.
     #[error("invalid job: {0}")]
     InvalidJob(String),
@@ -178,6 +185,19 @@ pub struct Health {
     pub counts: Counts,
 }
 
+/// The limits a submit may ask for.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Ceilings {
+    /// Longest wall-clock limit, milliseconds.
+    pub max_timeout_ms: u64,
+    /// Largest memory limit, bytes.
+    pub max_memory_bytes: u64,
+    /// Largest output limit, bytes.
+    pub max_output_bytes: u64,
+    /// The wall-clock limit of a job that sets none, milliseconds.
+    pub default_timeout_ms: u64,
+}
+
 /// Builds a [`Runtime`].
 #[derive(Debug)]
 pub struct RuntimeBuilder {
@@ -188,6 +208,8 @@ pub struct RuntimeBuilder {
     job_ttl: Duration,
     sweep_interval: Option<Duration>,
     max_queued: u64,
+    max_timeout: Duration,
+    max_output_bytes: u64,
     default_timeout: Duration,
     default_memory_bytes: u64,
     default_output_bytes: u64,
@@ -262,6 +284,19 @@ impl RuntimeBuilder {
     /// in between are added to that count.
     pub fn max_queued(mut self, n: u64) -> Self {
         self.max_queued = n;
+        self
+    }
+
+    /// Ceiling on a job's wall-clock limit (default 24 h): submits above it
+    /// are refused.
+    pub fn max_timeout(mut self, d: Duration) -> Self {
+        self.max_timeout = d;
+        self
+    }
+
+    /// Ceiling on a job's output limit (default 64 MiB).
+    pub fn max_output_bytes(mut self, n: u64) -> Self {
+        self.max_output_bytes = n;
         self
     }
 
@@ -368,6 +403,8 @@ impl Runtime {
             job_ttl: DEFAULT_JOB_TTL,
             sweep_interval: None,
             max_queued: DEFAULT_MAX_QUEUED,
+            max_timeout: DEFAULT_MAX_TIMEOUT,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             default_timeout: sandbox::DEFAULT_TIMEOUT,
             default_memory_bytes: sandbox::DEFAULT_MEMORY_BYTES,
             default_output_bytes: sandbox::DEFAULT_OUTPUT_BYTES,
@@ -387,7 +424,28 @@ impl Runtime {
         &self.inner.pool.worker_id
     }
 
-    /// Validate and store a plugin; returns its digest.
+    /// Validate, precompile and store a plugin, and register it under
+    /// `name@version` (replacing what that pair pointed at: jobs already
+    /// queued keep their digest).
+    pub async fn plugin_register(&self, bytes: Vec<u8>, name: PluginName) -> Result<PluginInfo, RuntimeError> {
+        let digest = self.plugin_add(bytes).await?;
+        let now = self.inner.settings.clock.now();
+        Ok(self.inner.store.plugin_name_set(PluginNameParams { name, digest, now }).await?)
+    }
+
+    /// Registered plugins: names in order (newest version first), then
+    /// unnamed digests.
+    pub async fn plugins(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
+        Ok(self.inner.store.plugin_list().await?)
+    }
+
+    /// Resolve a plugin reference.
+    pub async fn plugin(&self, plugin: PluginRef) -> Result<PluginInfo, RuntimeError> {
+        let shown = plugin.to_string();
+        self.inner.store.plugin_resolve(plugin).await?.ok_or(RuntimeError::UnknownPlugin(shown))
+    }
+
+    /// Validate, precompile and store a plugin; returns its digest.
     pub async fn plugin_add(&self, bytes: Vec<u8>) -> Result<Digest, RuntimeError> {
         let sandbox = self.inner.sandbox.clone();
         let (bytes, loaded) = tokio::task::spawn_blocking(move || {
@@ -411,20 +469,28 @@ impl Runtime {
         if queued + jobs.len() as u64 > settings.max_queued {
             return Err(RuntimeError::Backpressure { queued, limit: settings.max_queued });
         }
-        let mut checked: Vec<(Digest, Submit)> = Vec::with_capacity(jobs.len());
+        let mut checked: Vec<(Digest, Option<PluginName>, Submit)> = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let digest = match &job.plugin {
-                PluginSource::Bytes(bytes) => self.plugin_add(bytes.clone()).await?,
+            let (digest, name) = match &job.plugin {
+                PluginSource::Bytes(bytes) => (self.plugin_add(bytes.clone()).await?, None),
                 PluginSource::Digest(digest) => {
                     self.check_plugin_known(*digest).await?;
-                    *digest
+                    (*digest, None)
+                }
+                PluginSource::Ref(PluginRef::Digest(digest)) => {
+                    self.check_plugin_known(*digest).await?;
+                    (*digest, None)
+                }
+                PluginSource::Ref(named) => {
+                    let info = self.plugin(named.clone()).await?;
+                    (info.digest, info.name)
                 }
             };
-            checked.push((digest, job));
+            checked.push((digest, name, job));
         }
         let mut new_jobs = Vec::with_capacity(checked.len());
-        for (digest, job) in checked {
-            new_jobs.push(self.new_job(digest, job)?);
+        for (digest, name, job) in checked {
+            new_jobs.push(self.new_job(digest, name, job)?);
         }
         let inserted =
             self.inner.store.job_insert(JobInsertParams { jobs: new_jobs, now: settings.clock.now() }).await?;
@@ -457,7 +523,7 @@ impl Runtime {
             return Ok(());
         }
         if self.inner.store.plugin_get(digest).await?.is_none() {
-            return Err(RuntimeError::UnknownPlugin(digest));
+            return Err(RuntimeError::UnknownPlugin(digest.to_string()));
         }
         self.inner.known_plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest);
         Ok(())
@@ -468,7 +534,7 @@ impl Runtime {
         Ok(self.submit_many(vec![job]).await?.remove(0))
     }
 
-    fn new_job(&self, plugin: Digest, job: Submit) -> Result<NewJob, RuntimeError> {
+    fn new_job(&self, plugin: Digest, plugin_name: Option<PluginName>, job: Submit) -> Result<NewJob, RuntimeError> {
         let settings = &self.inner.settings;
         let ceiling = settings.sandbox.memory_ceiling_bytes;
         let memory_bytes = job.memory_bytes.unwrap_or(settings.default_memory_bytes);
@@ -484,16 +550,29 @@ impl Runtime {
         if timeout.is_zero() {
             return Err(RuntimeError::InvalidJob("timeout must be positive".into()));
         }
+        if timeout > settings.max_timeout {
+            return Err(RuntimeError::InvalidJob(format!(
+                "timeout {} is over the ceiling of {}",
+                humantime::format_duration(timeout),
+                humantime::format_duration(settings.max_timeout)
+            )));
+        }
+        let output_bytes = job.output_bytes.unwrap_or(settings.default_output_bytes);
+        if output_bytes > settings.max_output_bytes {
+            return Err(RuntimeError::InvalidJob(format!(
+                "output_bytes {output_bytes} is over the ceiling of {}",
+                settings.max_output_bytes
+            )));
+        }
+        if job.concurrency_key.as_deref().is_some_and(str::is_empty) {
+            return Err(RuntimeError::InvalidJob("concurrency_key must not be empty".into()));
+        }
         Ok(NewJob {
             plugin,
+            plugin_name,
             target: job.target,
             input: job.input,
-            limits: JobLimits {
-                timeout_ms: timeout.as_millis() as u64,
-                fuel: job.fuel,
-                memory_bytes,
-                output_bytes: job.output_bytes.unwrap_or(settings.default_output_bytes),
-            },
+            limits: JobLimits { timeout_ms: timeout.as_millis() as u64, fuel: job.fuel, memory_bytes, output_bytes },
             max_attempts: job.max_attempts.unwrap_or(settings.default_max_attempts),
             concurrency_key: job.concurrency_key,
             plan_id: job.plan_id,
@@ -504,6 +583,33 @@ impl Runtime {
     /// One job.
     pub async fn get(&self, id: JobId) -> Result<Job, RuntimeError> {
         self.inner.store.job_get(id).await?.ok_or(RuntimeError::NotFound(id))
+    }
+
+    /// Jobs matching the filters, newest first, without input or output
+    /// bytes.
+    pub async fn list(&self, params: JobListParams) -> Result<Vec<Job>, RuntimeError> {
+        Ok(self.inner.store.job_list(params).await?)
+    }
+
+    /// What a job's last attempt logged (empty while it runs or if it
+    /// logged nothing).
+    pub async fn logs(&self, id: JobId) -> Result<JobLogs, RuntimeError> {
+        if let Some(logs) = self.inner.store.job_logs(id).await? {
+            return Ok(logs);
+        }
+        self.get(id).await?;
+        Ok(JobLogs::default())
+    }
+
+    /// The settings limits are checked against.
+    pub fn ceilings(&self) -> Ceilings {
+        let s = &self.inner.settings;
+        Ceilings {
+            max_timeout_ms: s.max_timeout.as_millis() as u64,
+            max_memory_bytes: s.sandbox.memory_ceiling_bytes,
+            max_output_bytes: s.max_output_bytes,
+            default_timeout_ms: s.default_timeout.as_millis() as u64,
+        }
     }
 
     /// Wait until the job ends, up to `timeout`. Timing out does not cancel

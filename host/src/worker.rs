@@ -25,11 +25,16 @@ use tokio::sync::{Notify, Semaphore, broadcast, watch};
 use crate::clock::{Clock, Timestamp};
 use crate::job::{Digest, ErrorKind};
 use crate::lease::{LeaseKeeper, LeaseWatch};
-use crate::sandbox::{NoObserver, Outcome, Plugin, RunLimits, RunRequest, Sandbox, StopHandle};
-use crate::store::{Finish, JobFinishParams, JobId, JobReleaseParams, JobStatus, JobStore, Lease};
+use crate::sandbox::{Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, StopHandle};
+use crate::store::{
+    Finish, JobFinishParams, JobId, JobLogs, JobProgress, JobProgressParams, JobReleaseParams, JobStatus, JobStore,
+    Lease, LogLine,
+};
 
 /// Longest a busy pool waits to gather free slots into one claim.
 const CLAIM_COALESCE_WINDOW: Duration = Duration::from_millis(1);
+/// Progress reports are written to the store at most this often per job.
+const PROGRESS_WRITE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Pool settings.
 #[derive(Debug, Clone)]
@@ -295,10 +300,12 @@ impl Pool {
                         ..RunLimits::default()
                     },
                 };
-                let run = self.sandbox.run(&plugin, request, &stop, Arc::new(NoObserver));
+                let progress = Arc::new(ProgressWatch::default());
+                let run = self.sandbox.run(&plugin, request, &stop, progress.clone());
                 tokio::select! {
                     outcome = run => Ok(outcome),
                     _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
+                    _ = self.write_progress(&progress, id, &token) => unreachable!("never returns"),
                 }
             }
         };
@@ -314,7 +321,7 @@ impl Pool {
             let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, now: self.clock.now() };
             let _ = self.store.job_release(params).await;
         } else {
-            let (finish, fuel_used, peak) = finish_for(outcome);
+            let (finish, fuel_used, peak, progress, logs) = finish_for(outcome);
             let status = match &finish {
                 Finish::Succeeded { .. } => JobStatus::Succeeded,
                 Finish::Failed { .. } => JobStatus::Failed,
@@ -325,8 +332,16 @@ impl Pool {
                 Finish::Failed { kind, .. } => Some(*kind),
                 Finish::Cancelled { .. } => Some(ErrorKind::Cancelled),
             };
-            let params =
-                JobFinishParams { id, token, finish, fuel_used, peak_memory_bytes: peak, now: self.clock.now() };
+            let params = JobFinishParams {
+                id,
+                token,
+                finish,
+                fuel_used,
+                peak_memory_bytes: peak,
+                progress,
+                logs,
+                now: self.clock.now(),
+            };
             if self.finish_with_retry(params).await {
                 let counter = match status {
                     JobStatus::Succeeded => &self.stats.processed,
@@ -347,6 +362,27 @@ impl Pool {
         };
         if now_empty {
             self.idle.notify_waiters();
+        }
+    }
+
+    /// Write a running guest's progress reports to the store, at most one per
+    /// [`PROGRESS_WRITE_INTERVAL`]; the last one also lands with the finish.
+    async fn write_progress(&self, progress: &ProgressWatch, id: JobId, token: &str) {
+        loop {
+            progress.changed.notified().await;
+            let latest = progress.latest.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(p) = latest {
+                let params = JobProgressParams {
+                    id,
+                    token: token.to_owned(),
+                    progress: JobProgress { done: p.done, total: p.total, note: p.note },
+                    now: self.clock.now(),
+                };
+                // A lost lease shows at the next renewal; a failed write is
+                // superseded by the next report.
+                let _ = self.store.job_progress_set(params).await;
+            }
+            tokio::time::sleep(PROGRESS_WRITE_INTERVAL).await;
         }
     }
 
@@ -416,19 +452,58 @@ impl Pool {
     }
 }
 
-/// The store's record of a sandbox outcome.
-fn finish_for(outcome: Result<Outcome, String>) -> (Finish, u64, u64) {
+/// The latest progress report of a running guest, for the store.
+#[derive(Debug, Default)]
+struct ProgressWatch {
+    latest: Mutex<Option<Progress>>,
+    changed: Notify,
+}
+
+impl RunObserver for ProgressWatch {
+    fn on_progress(&self, progress: &Progress) {
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(progress.clone());
+        self.changed.notify_one();
+    }
+}
+
+/// The store's record of a sandbox outcome: the ending, fuel, peak memory,
+/// last progress and logs.
+fn finish_for(outcome: Result<Outcome, String>) -> (Finish, u64, u64, Option<JobProgress>, Option<JobLogs>) {
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        Err(message) => return (Finish::Failed { kind: ErrorKind::HostError, message, backtrace: None }, 0, 0),
+        Err(message) => {
+            return (Finish::Failed { kind: ErrorKind::HostError, message, backtrace: None }, 0, 0, None, None);
+        }
     };
     let (fuel, peak) = (outcome.usage.fuel_used, outcome.usage.peak_memory_bytes);
+    let progress = outcome.last_progress.map(|p| JobProgress { done: p.done, total: p.total, note: p.note });
+    let quiet = outcome.logs.is_empty()
+        && outcome.logs_dropped == 0
+        && outcome.stdout.bytes.is_empty()
+        && outcome.stderr.bytes.is_empty();
+    let logs = (!quiet).then(|| JobLogs {
+        records: outcome
+            .logs
+            .into_iter()
+            .map(|r| LogLine {
+                level: r.level.as_str().to_owned(),
+                message: r.message,
+                fields: r.fields,
+                elapsed_ms: r.elapsed_ms,
+            })
+            .collect(),
+        records_dropped: outcome.logs_dropped,
+        stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+        stdout_dropped: outcome.stdout.dropped,
+        stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+        stderr_dropped: outcome.stderr.dropped,
+    });
     let finish = match outcome.result {
         Ok(output) => Finish::Succeeded { output },
         Err(failure) if failure.kind == ErrorKind::Cancelled => Finish::Cancelled { message: failure.message },
         Err(failure) => Finish::Failed { kind: failure.kind, message: failure.message, backtrace: failure.backtrace },
     };
-    (finish, fuel, peak)
+    (finish, fuel, peak, progress, logs)
 }
 
 /// Last heartbeat as a timestamp.

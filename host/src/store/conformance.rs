@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    CancelResult, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobLimits, JobReleaseParams,
-    JobStatus, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState,
-    NewJob, PluginPutParams, ReclaimReport, StoreError,
+    CancelResult, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobLimits, JobListParams,
+    JobLogs, JobProgress, JobProgressParams, JobReleaseParams, JobStatus, JobStore, JobsDeleteParams, JobsExpireParams,
+    Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, LogLine, NewJob, PluginName, PluginNameParams,
+    PluginPutParams, ReclaimReport, StoreError,
 };
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, Target};
@@ -74,6 +75,11 @@ cases!(
     concurrency_key_allows_one_running_job_per_key,
     counts_snapshot_matches_the_states,
     plugins_are_stored_by_digest_once,
+    plugin_names_resolve_to_the_newest_registration,
+    replacing_a_plugin_name_does_not_change_queued_jobs,
+    list_filters_pages_newest_first_without_payloads,
+    progress_is_fenced_by_the_token_and_reset_by_a_claim,
+    finish_keeps_logs_and_last_progress,
 );
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
@@ -87,6 +93,7 @@ fn at(seconds: u64) -> Timestamp {
 fn new_job(input: &str) -> NewJob {
     NewJob {
         plugin: Digest::of(b"plugin"),
+        plugin_name: None,
         target: Target::Execute,
         input: input.as_bytes().to_vec(),
         limits: JobLimits { timeout_ms: 1000, fuel: Some(5), memory_bytes: 1 << 20, output_bytes: 1 << 10 },
@@ -126,6 +133,8 @@ fn finish_params(lease: &Lease, finish: Finish, now: Timestamp) -> JobFinishPara
         finish,
         fuel_used: 7,
         peak_memory_bytes: 65536,
+        progress: None,
+        logs: None,
         now,
     }
 }
@@ -491,4 +500,146 @@ async fn plugins_are_stored_by_digest_once(store: Arc<dyn JobStore>) {
     assert_eq!(again, digest, "idempotent");
     assert_eq!(store.plugin_get(digest).await.unwrap(), Some(bytes));
     assert_eq!(store.plugin_get(Digest::of(b"other")).await.unwrap(), None);
+}
+
+async fn put_named(store: &dyn JobStore, bytes: &[u8], name: &str, version: &str, now: Timestamp) -> Digest {
+    let digest = store.plugin_put(PluginPutParams { bytes: bytes.to_vec(), now }).await.unwrap();
+    let name = PluginName::new(name, version).unwrap();
+    let info = store.plugin_name_set(PluginNameParams { name: name.clone(), digest, now }).await.unwrap();
+    assert_eq!((info.name, info.digest, info.size_bytes), (Some(name), digest, bytes.len() as u64));
+    digest
+}
+
+async fn resolve(store: &dyn JobStore, reference: &str) -> Option<super::PluginInfo> {
+    store.plugin_resolve(reference.parse().unwrap()).await.unwrap()
+}
+
+async fn plugin_names_resolve_to_the_newest_registration(store: Arc<dyn JobStore>) {
+    let v1 = put_named(&*store, b"one", "hello", "1.0.0", T0).await;
+    let v2 = put_named(&*store, b"two", "hello", "2.0.0", at(1)).await;
+    let unnamed = store.plugin_put(PluginPutParams { bytes: b"three".to_vec(), now: at(2) }).await.unwrap();
+    assert_eq!(resolve(&*store, "hello").await.unwrap().digest, v2, "a name alone is its newest version");
+    let exact = resolve(&*store, "hello@1.0.0").await.unwrap();
+    assert_eq!((exact.digest, exact.created_at), (v1, T0));
+    let by_digest = resolve(&*store, &v1.to_string()).await.unwrap();
+    assert_eq!(by_digest.name, Some(PluginName::new("hello", "1.0.0").unwrap()));
+    assert_eq!(resolve(&*store, &unnamed.hex()).await.unwrap().name, None, "a bare hex digest resolves too");
+    assert!(resolve(&*store, "hello@3.0.0").await.is_none());
+    assert!(resolve(&*store, "nobody").await.is_none());
+    let listed: Vec<_> = store.plugin_list().await.unwrap().into_iter().map(|p| (p.name, p.digest)).collect();
+    assert_eq!(listed.len(), 3);
+    assert_eq!(listed[2], (None, unnamed), "unnamed digests come last");
+    let missing = PluginNameParams {
+        name: PluginName::new("ghost", "1").unwrap(),
+        digest: Digest::of(b"never stored"),
+        now: at(3),
+    };
+    assert!(matches!(store.plugin_name_set(missing).await, Err(StoreError::Invalid(_))));
+    assert!(resolve(&*store, "ghost").await.is_none(), "a refused name leaves nothing behind");
+}
+
+async fn replacing_a_plugin_name_does_not_change_queued_jobs(store: Arc<dyn JobStore>) {
+    let old = put_named(&*store, b"old", "tool", "1", T0).await;
+    let job = NewJob { plugin: old, plugin_name: Some(PluginName::new("tool", "1").unwrap()), ..new_job("x") };
+    let queued = insert_one(&*store, job, T0).await;
+    let new = put_named(&*store, b"new", "tool", "1", at(1)).await;
+    assert_ne!(old, new);
+    assert_eq!(resolve(&*store, "tool@1").await.unwrap().digest, new, "the name now points at the new bytes");
+    let still = get(&*store, queued.id).await;
+    assert_eq!(still.plugin, old, "the queued job keeps the digest it was pinned to");
+    assert_eq!(still.plugin_name, Some(PluginName::new("tool", "1").unwrap()));
+    assert_eq!(claim_one(&*store, at(2)).await.job.plugin, old);
+}
+
+async fn list_filters_pages_newest_first_without_payloads(store: Arc<dyn JobStore>) {
+    let named = |input: &str, name: &str, version: &str| NewJob {
+        plugin_name: Some(PluginName::new(name, version).unwrap()),
+        plan_id: Some(format!("plan-{name}")),
+        ..new_job(input)
+    };
+    let mut ids = Vec::new();
+    for (i, job) in [
+        named("a", "alpha", "1"),
+        named("b", "alpha", "2"),
+        named("c", "beta", "1"),
+        NewJob { concurrency_key: Some("k".into()), ..new_job("d") },
+        new_job("e"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        ids.push(insert_one(&*store, job, at(i as u64)).await.id);
+    }
+    store.job_finish(succeed(&claim_one(&*store, at(10)).await, at(11))).await.unwrap();
+    let list = |params: JobListParams| {
+        let store = store.clone();
+        async move { store.job_list(params).await.unwrap().into_iter().map(|j| j.id).collect::<Vec<_>>() }
+    };
+    let all = list(JobListParams { limit: 100, ..Default::default() }).await;
+    assert_eq!(all, ids.iter().rev().copied().collect::<Vec<_>>(), "newest first");
+    let rows = store.job_list(JobListParams { limit: 100, ..Default::default() }).await.unwrap();
+    assert!(rows.iter().all(|j| j.input.is_empty() && j.output.is_none()), "no payload bytes in lists");
+    let page1 = list(JobListParams { limit: 2, ..Default::default() }).await;
+    let page2 = list(JobListParams { limit: 2, before: page1.last().copied(), ..Default::default() }).await;
+    assert_eq!([page1, page2].concat(), all[..4].to_vec(), "keyset pages join up");
+    let by = |plugin: &str| JobListParams { plugin: Some(plugin.parse().unwrap()), limit: 100, ..Default::default() };
+    assert_eq!(list(by("alpha")).await, vec![ids[1], ids[0]], "a name matches every version");
+    assert_eq!(list(by("alpha@2")).await, vec![ids[1]]);
+    assert_eq!(list(by(&Digest::of(b"plugin").to_string())).await.len(), 5);
+    let status = JobListParams { status: Some(JobStatus::Succeeded), limit: 100, ..Default::default() };
+    assert_eq!(list(status).await, vec![ids[0]], "the oldest job was claimed and finished");
+    let plan = JobListParams { plan_id: Some("plan-beta".into()), limit: 100, ..Default::default() };
+    assert_eq!(list(plan).await, vec![ids[2]]);
+    let key = JobListParams { concurrency_key: Some("k".into()), limit: 100, ..Default::default() };
+    assert_eq!(list(key).await, vec![ids[3]]);
+}
+
+fn progress_at(done: u64) -> JobProgress {
+    JobProgress { done, total: 10, note: format!("step {done}") }
+}
+
+async fn progress_is_fenced_by_the_token_and_reset_by_a_claim(store: Arc<dyn JobStore>) {
+    let job = insert_one(&*store, NewJob { max_attempts: 2, ..new_job("p") }, T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    let report = |token: &str, done: u64| JobProgressParams {
+        id: job.id,
+        token: token.into(),
+        progress: progress_at(done),
+        now: at(2),
+    };
+    assert!(store.job_progress_set(report(&lease.token, 3)).await.unwrap());
+    assert_eq!(get(&*store, job.id).await.progress, Some(progress_at(3)));
+    assert!(!store.job_progress_set(report("stale", 9)).await.unwrap(), "a stale token writes nothing");
+    assert_eq!(get(&*store, job.id).await.progress, Some(progress_at(3)));
+    reclaim(&*store, at(1).plus(TTL)).await;
+    assert!(!store.job_progress_set(report(&lease.token, 5)).await.unwrap(), "a lost lease writes nothing");
+    let again = claim_one(&*store, at(40)).await;
+    assert_eq!(again.job.progress, None, "a new attempt starts without the old progress");
+}
+
+async fn finish_keeps_logs_and_last_progress(store: Arc<dyn JobStore>) {
+    let job = insert_one(&*store, new_job("l"), T0).await;
+    assert_eq!(store.job_logs(job.id).await.unwrap(), None);
+    let lease = claim_one(&*store, at(1)).await;
+    let logs = JobLogs {
+        records: vec![LogLine {
+            level: "info".into(),
+            message: "hi".into(),
+            fields: vec![("k".into(), "v".into())],
+            elapsed_ms: 3,
+        }],
+        records_dropped: 2,
+        stdout: "out".into(),
+        stdout_dropped: 0,
+        stderr: "err".into(),
+        stderr_dropped: 1,
+    };
+    let mut params = succeed(&lease, at(2));
+    params.logs = Some(logs.clone());
+    params.progress = Some(progress_at(10));
+    assert!(store.job_finish(params).await.unwrap());
+    assert_eq!(store.job_logs(job.id).await.unwrap(), Some(logs));
+    assert_eq!(get(&*store, job.id).await.progress, Some(progress_at(10)));
+    let unknown = JobId::new(T0);
+    assert_eq!(store.job_logs(unknown).await.unwrap(), None);
 }

@@ -128,6 +128,9 @@ pub struct JobLimits {
 pub struct NewJob {
     /// The plugin, by content digest.
     pub plugin: Digest,
+    /// The registry name (and version) the plugin was submitted under, if
+    /// any: kept for listing; the digest alone decides what runs.
+    pub plugin_name: Option<PluginName>,
     /// Phase or action.
     pub target: Target,
     /// Input bytes.
@@ -153,6 +156,8 @@ pub struct Job {
     pub status: JobStatus,
     /// The plugin's digest.
     pub plugin: Digest,
+    /// The registry name it was submitted under.
+    pub plugin_name: Option<PluginName>,
     /// Phase or action.
     pub target: Target,
     /// Logical plan.
@@ -204,6 +209,190 @@ pub struct Job {
     pub fuel_used: Option<u64>,
     /// Peak memory of the last attempt.
     pub peak_memory_bytes: Option<u64>,
+    /// The guest's latest progress report.
+    pub progress: Option<JobProgress>,
+}
+
+/// A guest's latest progress report, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobProgress {
+    /// Units done.
+    pub done: u64,
+    /// Units in all (0 when unknown).
+    pub total: u64,
+    /// A short note from the guest.
+    pub note: String,
+}
+
+/// What a job's last attempt logged, kept when it ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLogs {
+    /// Structured records, in order.
+    pub records: Vec<LogLine>,
+    /// Records dropped past the caps.
+    pub records_dropped: u64,
+    /// Guest stdout, lossily decoded.
+    pub stdout: String,
+    /// Stdout bytes dropped past the cap.
+    pub stdout_dropped: u64,
+    /// Guest stderr, lossily decoded.
+    pub stderr: String,
+    /// Stderr bytes dropped past the cap.
+    pub stderr_dropped: u64,
+}
+
+/// One structured log record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLine {
+    /// `trace`, `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    /// The message.
+    pub message: String,
+    /// Key/value fields.
+    pub fields: Vec<(String, String)>,
+    /// Milliseconds since the attempt started.
+    pub elapsed_ms: u64,
+}
+
+/// A plugin's registry name and version.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PluginName {
+    /// Name: lowercase letters, digits, `-` and `_`, 1–64 characters.
+    pub name: String,
+    /// Version: letters, digits, `.`, `-`, `_` and `+`, 1–64 characters.
+    pub version: String,
+}
+
+impl PluginName {
+    /// A checked name and version.
+    pub fn new(name: &str, version: &str) -> Result<Self, String> {
+        check_plugin_name(name)?;
+        check_plugin_version(version)?;
+        Ok(PluginName { name: name.to_owned(), version: version.to_owned() })
+    }
+}
+
+impl fmt::Display for PluginName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.name, self.version)
+    }
+}
+
+/// Default version of a plugin added without one.
+pub const DEFAULT_PLUGIN_VERSION: &str = "0.0.0";
+
+fn check_plugin_name(name: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid plugin name {name:?}: use 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit"
+        ))
+    }
+}
+
+fn check_plugin_version(version: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&version.len())
+        && version.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("invalid plugin version {version:?}: use 1-64 letters, digits, '.', '-', '_' or '+'"))
+    }
+}
+
+/// How a job or a request names a plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginRef {
+    /// By content digest (64 hex digits, optionally `sha256:`-prefixed).
+    Digest(Digest),
+    /// By name: the most recently registered version.
+    Name(String),
+    /// By `name@version`.
+    Version(PluginName),
+}
+
+impl FromStr for PluginRef {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let hex = s.strip_prefix("sha256:").unwrap_or(s);
+        if hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            return hex.parse().map(PluginRef::Digest);
+        }
+        match s.split_once('@') {
+            Some((name, version)) => PluginName::new(name, version).map(PluginRef::Version),
+            None => check_plugin_name(s).map(|()| PluginRef::Name(s.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for PluginRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PluginRef::Digest(d) => write!(f, "{d}"),
+            PluginRef::Name(n) => f.write_str(n),
+            PluginRef::Version(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// A registered plugin: its digest and, if it has one, its name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PluginInfo {
+    /// Name and version; `None` for bytes submitted without a name.
+    #[serde(flatten)]
+    pub name: Option<PluginName>,
+    /// Content digest (sha256).
+    pub digest: Digest,
+    /// Size of the component, bytes.
+    pub size_bytes: u64,
+    /// When the name (or, unnamed, the bytes) was registered.
+    pub created_at: Timestamp,
+}
+
+/// Parameters of [`JobStore::plugin_name_set`].
+#[derive(Debug, Clone)]
+pub struct PluginNameParams {
+    /// The name and version; an existing pair is pointed at the new digest.
+    pub name: PluginName,
+    /// A digest already stored with [`JobStore::plugin_put`].
+    pub digest: Digest,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// Parameters of [`JobStore::job_list`]: filters, newest first, keyset-paged.
+#[derive(Debug, Clone, Default)]
+pub struct JobListParams {
+    /// Only jobs in this state.
+    pub status: Option<JobStatus>,
+    /// Only jobs of this plugin: a digest, a name (any version) or `name@version`.
+    pub plugin: Option<PluginRef>,
+    /// Only jobs of this plan.
+    pub plan_id: Option<String>,
+    /// Only jobs with this concurrency key.
+    pub concurrency_key: Option<String>,
+    /// Only jobs older than this one (the previous page's last id).
+    pub before: Option<JobId>,
+    /// Most jobs to return (at least 1).
+    pub limit: u32,
+}
+
+/// Parameters of [`JobStore::job_progress_set`].
+#[derive(Debug, Clone)]
+pub struct JobProgressParams {
+    /// The job.
+    pub id: JobId,
+    /// The lease token from the claim.
+    pub token: String,
+    /// The report.
+    pub progress: JobProgress,
+    /// Now (recorded as a heartbeat).
+    pub now: Timestamp,
 }
 
 /// A job a worker now owns.
@@ -299,6 +488,10 @@ pub struct JobFinishParams {
     pub fuel_used: u64,
     /// Peak memory of the attempt.
     pub peak_memory_bytes: u64,
+    /// The guest's last progress report, if it made one.
+    pub progress: Option<JobProgress>,
+    /// What the attempt logged.
+    pub logs: Option<JobLogs>,
     /// Now.
     pub now: Timestamp,
 }
@@ -475,4 +668,28 @@ pub trait JobStore: Send + Sync + fmt::Debug {
 
     /// The bytes of the plugin with `digest`.
     async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Point `name@version` at a stored digest (a new pair, or a
+    /// replacement: jobs already queued keep the digest they were given).
+    async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError>;
+
+    /// Every registered name in name order (each name's newest version
+    /// first), then every stored digest that has no name.
+    async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError>;
+
+    /// Resolve a reference: a name to its most recently registered version,
+    /// `name@version` exactly, a digest to itself (with its newest name).
+    async fn plugin_resolve(&self, plugin: PluginRef) -> Result<Option<PluginInfo>, StoreError>;
+
+    /// Jobs matching the filters, newest first. List rows carry no input or
+    /// output bytes (`input` is empty, `output` is `None`): fetch a job by
+    /// id for those.
+    async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError>;
+
+    /// Record a running job's progress. `false` if the token no longer owns it.
+    async fn job_progress_set(&self, params: JobProgressParams) -> Result<bool, StoreError>;
+
+    /// What a finished job's last attempt logged. `None` when the job does
+    /// not exist or kept no logs.
+    async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError>;
 }

@@ -27,9 +27,10 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 use tokio::sync::oneshot;
 
 use super::{
-    CancelResult, Counts, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobReleaseParams,
-    JobStatus, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams,
-    LeaseReclaimParams, LeaseState, PluginPutParams, ReclaimReport, SCHEMA_VERSION, StoreError,
+    CancelResult, Counts, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobListParams, JobLogs,
+    JobProgressParams, JobReleaseParams, JobStatus, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE,
+    Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginInfo, PluginName, PluginNameParams,
+    PluginPutParams, PluginRef, ReclaimReport, SCHEMA_VERSION, StoreError,
 };
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, Target};
@@ -125,12 +126,32 @@ CREATE TABLE plugins (
     created_at  INTEGER NOT NULL
 );
 "#,
+    r#"
+-- The registry: names and versions pointing at stored digests. The newest
+-- registration of a name has the highest rowid (a replacement is a delete
+-- and an insert).
+CREATE TABLE plugin_names (
+    name        TEXT NOT NULL,
+    version     TEXT NOT NULL,
+    digest      TEXT NOT NULL REFERENCES plugins (digest),
+    created_at  INTEGER NOT NULL,
+    PRIMARY KEY (name, version)
+);
+CREATE INDEX plugin_names_digest ON plugin_names (digest);
+-- The name a job was submitted under (the digest alone decides what runs),
+-- the guest's last progress report, and the last attempt's logs.
+ALTER TABLE jobs ADD COLUMN plugin_name TEXT;
+ALTER TABLE jobs ADD COLUMN plugin_version TEXT;
+ALTER TABLE jobs ADD COLUMN progress_json TEXT;
+ALTER TABLE jobs ADD COLUMN logs_json TEXT;
+CREATE INDEX jobs_plugin_name ON jobs (plugin_name, job_id) WHERE plugin_name IS NOT NULL;
+"#,
 ];
 
 const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
     schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, \
     lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, \
-    error_message, backtrace, output, fuel_used, peak_memory_bytes";
+    error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json";
 
 fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
@@ -193,7 +214,49 @@ fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
         output: row.get(25).map_err(&read)?,
         fuel_used: row.get::<_, Option<i64>>(26).map_err(&read)?.map(|v| v as u64),
         peak_memory_bytes: row.get::<_, Option<i64>>(27).map_err(&read)?.map(|v| v as u64),
+        plugin_name: match (row.get::<_, Option<String>>(28).map_err(&read)?, row.get(29).map_err(&read)?) {
+            (Some(name), Some(version)) => Some(PluginName { name, version }),
+            _ => None,
+        },
+        progress: json_column(&id_text, "progress", row.get(30).map_err(&read)?)?,
     })
+}
+
+fn json_column<T: serde::de::DeserializeOwned>(
+    id: &str,
+    what: &str,
+    text: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(id, format!("{what}: {e}")))).transpose()
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+fn row_to_plugin(row: &Row<'_>) -> rusqlite::Result<(Option<String>, Option<String>, String, i64, i64)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+}
+
+fn plugin_info(
+    (name, version, digest, size, created): (Option<String>, Option<String>, String, i64, i64),
+) -> Result<PluginInfo, StoreError> {
+    Ok(PluginInfo {
+        name: match (name, version) {
+            (Some(name), Some(version)) => Some(PluginName { name, version }),
+            _ => None,
+        },
+        digest: digest.parse().map_err(|e: String| corrupt(&digest, e))?,
+        size_bytes: size as u64,
+        created_at: Timestamp::from_unix_ms(created),
+    })
+}
+
+fn query_plugins(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<PluginInfo>, StoreError> {
+    let err = db_err("querying plugins");
+    let mut stmt = conn.prepare_cached(sql).map_err(&err)?;
+    let rows: Vec<_> = stmt.query_map(params, row_to_plugin).and_then(|r| r.collect()).map_err(&err)?;
+    rows.into_iter().map(plugin_info).collect()
 }
 
 fn ms(d: Duration) -> i64 {
@@ -433,8 +496,8 @@ impl JobStore for SqliteStore {
             let err = db_err("inserting jobs");
             let sql = format!(
                 "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
-                 schema_version, created_at, expires_at, max_attempts, concurrency_key) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING {JOB_COLUMNS}"
+                 schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) RETURNING {JOB_COLUMNS}"
             );
             let mut stmt = conn.prepare_cached(&sql).map_err(&err)?;
             let mut inserted = Vec::with_capacity(params.jobs.len());
@@ -460,6 +523,8 @@ impl JobStore for SqliteStore {
                             now.plus(job.queue_ttl).unix_ms(),
                             job.max_attempts,
                             job.concurrency_key,
+                            job.plugin_name.as_ref().map(|n| n.name.as_str()),
+                            job.plugin_name.as_ref().map(|n| n.version.as_str()),
                         ],
                         |row| Ok(row_to_job(row)),
                     )
@@ -487,7 +552,7 @@ impl JobStore for SqliteStore {
             let sql = format!(
                 "UPDATE jobs SET status = 'running', worker_id = ?1, lease_token = lower(hex(randomblob(16))), \
                  lease_expires_at = ?2, started_at = ?3, last_heartbeat = ?3, attempt = attempt + 1, \
-                 cancel_requested = 0 \
+                 cancel_requested = 0, progress_json = NULL, logs_json = NULL \
                  WHERE job_id IN ( \
                    SELECT q.job_id FROM jobs q WHERE q.status = 'queued' AND q.expires_at > ?3 \
                    AND (q.concurrency_key IS NULL OR ( \
@@ -547,11 +612,14 @@ impl JobStore for SqliteStore {
                     (JobStatus::Cancelled, None, Some(ErrorKind::Cancelled), Some(message), None)
                 }
             };
+            let progress = params.progress.as_ref().map(to_json).transpose()?;
+            let logs = params.logs.as_ref().map(to_json).transpose()?;
             let changed = conn
                 .prepare_cached(
                     "UPDATE jobs SET status = ?1, output = ?2, error_kind = ?3, error_message = ?4, backtrace = ?5, \
                      fuel_used = ?6, peak_memory_bytes = ?7, finished_at = ?8, last_heartbeat = ?8, \
-                     lease_token = NULL, lease_expires_at = NULL \
+                     lease_token = NULL, lease_expires_at = NULL, \
+                     progress_json = COALESCE(?11, progress_json), logs_json = ?12 \
                      WHERE job_id = ?9 AND status = 'running' AND lease_token = ?10",
                 )
                 .and_then(|mut s| {
@@ -565,7 +633,9 @@ impl JobStore for SqliteStore {
                         params.peak_memory_bytes as i64,
                         now,
                         params.id.to_string(),
-                        params.token
+                        params.token,
+                        progress,
+                        logs,
                     ])
                 })
                 .map_err(db_err("finishing a job"))?;
@@ -707,6 +777,151 @@ impl JobStore for SqliteStore {
             conn.query_row("SELECT bytes FROM plugins WHERE digest = ?1", params![digest.to_string()], |r| r.get(0))
                 .optional()
                 .map_err(db_err("reading a plugin"))
+        })
+        .await
+    }
+
+    async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError> {
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("naming a plugin");
+            let (name, version) = (&params.name.name, &params.name.version);
+            conn.prepare_cached("DELETE FROM plugin_names WHERE name = ?1 AND version = ?2")
+                .and_then(|mut s| s.execute(params![name, version]))
+                .map_err(&err)?;
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT INTO plugin_names (name, version, digest, created_at) \
+                     SELECT ?1, ?2, digest, ?4 FROM plugins WHERE digest = ?3",
+                )
+                .and_then(|mut s| s.execute(params![name, version, params.digest.to_string(), params.now.unix_ms()]))
+                .map_err(&err)?;
+            if inserted == 0 {
+                return Err(StoreError::Invalid(format!("plugin {} is not stored", params.digest)));
+            }
+            let size: i64 = conn
+                .query_row(
+                    "SELECT size_bytes FROM plugins WHERE digest = ?1",
+                    params![params.digest.to_string()],
+                    |r| r.get(0),
+                )
+                .map_err(&err)?;
+            Ok(PluginInfo {
+                name: Some(params.name),
+                digest: params.digest,
+                size_bytes: size as u64,
+                created_at: params.now,
+            })
+        })
+        .await
+    }
+
+    async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {
+        self.read(|conn| {
+            query_plugins(
+                conn,
+                "SELECT name, version, digest, size_bytes, created_at FROM ( \
+                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.rowid AS seq \
+                   FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
+                   UNION ALL \
+                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, 0 FROM plugins p \
+                   WHERE NOT EXISTS (SELECT 1 FROM plugin_names n WHERE n.digest = p.digest)) \
+                 ORDER BY name IS NULL, name, seq DESC, created_at DESC",
+                [],
+            )
+        })
+        .await
+    }
+
+    async fn plugin_resolve(&self, plugin: PluginRef) -> Result<Option<PluginInfo>, StoreError> {
+        self.read(move |conn| {
+            let found = match plugin {
+                PluginRef::Digest(digest) => query_plugins(
+                    conn,
+                    "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at) \
+                     FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
+                     WHERE p.digest = ?1 ORDER BY n.rowid DESC LIMIT 1",
+                    params![digest.to_string()],
+                )?,
+                PluginRef::Name(name) => query_plugins(
+                    conn,
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at FROM plugin_names n \
+                     JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 ORDER BY n.rowid DESC LIMIT 1",
+                    params![name],
+                )?,
+                PluginRef::Version(v) => query_plugins(
+                    conn,
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at FROM plugin_names n \
+                     JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 AND n.version = ?2",
+                    params![v.name, v.version],
+                )?,
+            };
+            Ok(found.into_iter().next())
+        })
+        .await
+    }
+
+    async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {
+        self.read(move |conn| {
+            // List rows leave the payload and output behind.
+            let columns = JOB_COLUMNS.replacen("payload", "X''", 1).replacen(" output,", " NULL,", 1);
+            let mut sql = format!("SELECT {columns} FROM jobs WHERE 1 = 1");
+            let mut args: Vec<Box<dyn rusqlite::ToSql>> = Vec::new();
+            let mut filter = |clause: &str, value: String| {
+                args.push(Box::new(value));
+                sql.push_str(&format!(" AND {clause} = ?{}", args.len()));
+            };
+            if let Some(status) = params.status {
+                filter("status", status.as_str().to_owned());
+            }
+            match params.plugin {
+                Some(PluginRef::Digest(digest)) => filter("plugin_digest", digest.to_string()),
+                Some(PluginRef::Name(name)) => filter("plugin_name", name),
+                Some(PluginRef::Version(v)) => {
+                    filter("plugin_name", v.name);
+                    filter("plugin_version", v.version);
+                }
+                None => {}
+            }
+            if let Some(plan) = params.plan_id {
+                filter("plan_id", plan);
+            }
+            if let Some(key) = params.concurrency_key {
+                filter("concurrency_key", key);
+            }
+            if let Some(before) = params.before {
+                args.push(Box::new(before.to_string()));
+                sql.push_str(&format!(" AND job_id < ?{}", args.len()));
+            }
+            sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {}", params.limit.max(1)));
+            query_jobs(conn, &sql, rusqlite::params_from_iter(args.iter()))
+        })
+        .await
+    }
+
+    async fn job_progress_set(&self, params: JobProgressParams) -> Result<bool, StoreError> {
+        let progress = to_json(&params.progress)?;
+        self.write(move |conn| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE jobs SET progress_json = ?1, last_heartbeat = ?2 \
+                     WHERE job_id = ?3 AND status = 'running' AND lease_token = ?4",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![progress, params.now.unix_ms(), params.id.to_string(), params.token])
+                })
+                .map_err(db_err("recording progress"))?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError> {
+        self.read(move |conn| {
+            let text: Option<Option<String>> = conn
+                .query_row("SELECT logs_json FROM jobs WHERE job_id = ?1", params![id.to_string()], |r| r.get(0))
+                .optional()
+                .map_err(db_err("reading logs"))?;
+            json_column(&id.to_string(), "logs", text.flatten())
         })
         .await
     }
