@@ -234,13 +234,14 @@ fn to_json(value: &impl serde::Serialize) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
-fn row_to_plugin(row: &Row<'_>) -> rusqlite::Result<(Option<String>, Option<String>, String, i64, i64)> {
+/// A plugin row as read: name, version, digest, size, created.
+type PluginRow = (Option<String>, Option<String>, String, i64, i64);
+
+fn row_to_plugin(row: &Row<'_>) -> rusqlite::Result<PluginRow> {
     Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
 }
 
-fn plugin_info(
-    (name, version, digest, size, created): (Option<String>, Option<String>, String, i64, i64),
-) -> Result<PluginInfo, StoreError> {
+fn plugin_info((name, version, digest, size, created): PluginRow) -> Result<PluginInfo, StoreError> {
     Ok(PluginInfo {
         name: match (name, version) {
             (Some(name), Some(version)) => Some(PluginName { name, version }),
