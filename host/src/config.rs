@@ -34,6 +34,12 @@ pub const FILE_KEYS: &[&str] = &[
     "cache_dir",
     "timeout",
     "max_attempts",
+    "max_queued",
+    "listen",
+    "token_file",
+    "sync_timeout",
+    "max_body",
+    "server",
 ];
 
 /// Read `path` as flat TOML into `(key, value)` pairs, values as flag text.
@@ -84,8 +90,15 @@ pub fn fill_defaults(
 /// Every `LEASH_*` variable that is set must parse as its flag's value; the
 /// error names the variable (clap's own names only the flag).
 pub fn check_env(command: &Command) -> Result<(), String> {
-    let commands = std::iter::once(command).chain(command.get_subcommands());
-    for arg in commands.flat_map(|c| c.get_arguments()) {
+    fn all<'a>(command: &'a Command, out: &mut Vec<&'a Command>) {
+        out.push(command);
+        for sub in command.get_subcommands() {
+            all(sub, out);
+        }
+    }
+    let mut commands = Vec::new();
+    all(command, &mut commands);
+    for arg in commands.into_iter().flat_map(|c| c.get_arguments()) {
         let Some(name) = arg.get_env() else { continue };
         let Some(value) = std::env::var_os(name) else { continue };
         let text = value.to_string_lossy();

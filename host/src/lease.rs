@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::clock::Clock;
+use crate::metrics::Metrics;
 use crate::sandbox::StopHandle;
 use crate::store::{JobId, JobStore, LeaseExtendParams, LeaseState};
 
@@ -35,6 +36,8 @@ pub struct LeaseKeeper {
     pub token: String,
     /// Lease length.
     pub lease_ttl: Duration,
+    /// Where renewals are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 impl LeaseKeeper {
@@ -55,11 +58,13 @@ impl LeaseKeeper {
         // A failed renewal is retried next period; the lease outlives two.
         let state = self.store.lease_extend(params).await.ok()?;
         match state {
-            LeaseState::Held { cancel_requested: true } => {
-                watch.cancel_requested.store(true, Ordering::SeqCst);
-                stop.request();
+            LeaseState::Held { cancel_requested } => {
+                self.metrics.lease_renewals.inc();
+                if cancel_requested {
+                    watch.cancel_requested.store(true, Ordering::SeqCst);
+                    stop.request();
+                }
             }
-            LeaseState::Held { cancel_requested: false } => {}
             LeaseState::Lost => {
                 watch.lost.store(true, Ordering::SeqCst);
                 stop.force();

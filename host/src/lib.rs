@@ -11,11 +11,14 @@
 //! - [`runtime`]: the embedding API built from all of the above.
 //! - [`cli`], [`config`]: the `leash` command line and its config file.
 
+pub mod api;
 pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod job;
 pub mod lease;
+pub mod metrics;
 pub mod runtime;
 pub mod sandbox;
 pub mod store;

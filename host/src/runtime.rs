@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::job::{Digest, Target};
+use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
 use crate::store::sqlite::{Durability, SqliteStore};
 use crate::store::{
@@ -88,6 +89,8 @@ pub struct Submit {
     pub concurrency_key: Option<String>,
     /// A logical plan id.
     pub plan_id: Option<String>,
+    /// How long it may wait in the queue (default: the runtime's queue TTL).
+    pub queue_ttl: Option<Duration>,
 }
 
 impl Submit {
@@ -104,6 +107,7 @@ impl Submit {
             max_attempts: None,
             concurrency_key: None,
             plan_id: None,
+            queue_ttl: None,
         }
     }
 }
@@ -333,7 +337,9 @@ impl RuntimeBuilder {
             .map_err(|e| StoreError::Invalid(format!("opening the store panicked: {e}")))??;
         let store: Arc<dyn JobStore> = Arc::new(store);
         let sandbox = Arc::new(Sandbox::new(self.sandbox.clone()).map_err(RuntimeError::Sandbox)?);
-        let pool = Pool::new(store.clone(), sandbox.clone(), self.clock.clone(), self.worker.clone());
+        let metrics = Arc::new(Metrics::new());
+        let pool = Pool::new(store.clone(), sandbox.clone(), self.clock.clone(), self.worker.clone(), metrics.clone());
+        let lag_watch = tokio::spawn(metrics.clone().watch_event_loop());
         let (stop_sweeps, stop_rx) = watch::channel(false);
         if self.workers {
             tokio::spawn(pool.clone().claim_loop());
@@ -355,6 +361,8 @@ impl RuntimeBuilder {
                 sandbox,
                 pool,
                 stop_sweeps,
+                lag_watch,
+                metrics,
                 settings: self,
             }),
         })
@@ -376,7 +384,15 @@ struct Inner {
     sandbox: Arc<Sandbox>,
     pool: Arc<Pool>,
     stop_sweeps: watch::Sender<bool>,
+    lag_watch: tokio::task::JoinHandle<()>,
+    metrics: Arc<Metrics>,
     settings: RuntimeBuilder,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.lag_watch.abort();
+    }
 }
 
 /// A running leash: store, sandbox, worker pool and sweeps. Cheap to clone.
@@ -576,7 +592,7 @@ impl Runtime {
             max_attempts: job.max_attempts.unwrap_or(settings.default_max_attempts),
             concurrency_key: job.concurrency_key,
             plan_id: job.plan_id,
-            queue_ttl: settings.worker.queue_ttl,
+            queue_ttl: job.queue_ttl.unwrap_or(settings.worker.queue_ttl),
         })
     }
 
@@ -679,6 +695,20 @@ impl Runtime {
             last_heartbeat: crate::worker::last_heartbeat(&pool.stats),
             counts,
         })
+    }
+
+    /// The Prometheus text exposition, with the queue depth and pool gauges
+    /// read now.
+    pub async fn metrics_text(&self) -> Result<String, RuntimeError> {
+        let counts = self.inner.store.counts_snapshot().await?;
+        let metrics = &self.inner.metrics;
+        metrics.set_counts(&counts);
+        let pool = &self.inner.pool;
+        let running = pool.running_count();
+        metrics.running.set(running as i64);
+        metrics.pool_size.set(pool.config.max_workers as i64);
+        metrics.free_slots.set(pool.config.max_workers.saturating_sub(running) as i64);
+        Ok(metrics.encode())
     }
 
     /// Stop claiming, stop running guests (cooperatively, then by force)

@@ -25,6 +25,7 @@ use tokio::sync::{Notify, Semaphore, broadcast, watch};
 use crate::clock::{Clock, Timestamp};
 use crate::job::{Digest, ErrorKind};
 use crate::lease::{LeaseKeeper, LeaseWatch};
+use crate::metrics::Metrics;
 use crate::sandbox::{Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, StopHandle};
 use crate::store::{
     Finish, JobFinishParams, JobId, JobLogs, JobProgress, JobProgressParams, JobReleaseParams, JobStatus, JobStore,
@@ -120,6 +121,7 @@ pub(crate) struct Pool {
     pub(crate) stats: PoolStats,
     pub(crate) state: watch::Sender<PoolState>,
     pub(crate) completions: broadcast::Sender<Completion>,
+    pub(crate) metrics: Arc<Metrics>,
     running: Mutex<HashMap<JobId, RunningJob>>,
     plugins: Mutex<HashMap<Digest, Plugin>>,
     subscribers: Mutex<Vec<Arc<Subscriber>>>,
@@ -139,6 +141,7 @@ impl Pool {
         sandbox: Arc<Sandbox>,
         clock: Arc<dyn Clock>,
         config: WorkerConfig,
+        metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         Arc::new(Pool {
             store,
@@ -150,6 +153,7 @@ impl Pool {
             stats: PoolStats::default(),
             state: watch::Sender::new(PoolState::Running),
             completions: broadcast::channel(1024).0,
+            metrics,
             running: Mutex::default(),
             plugins: Mutex::default(),
             subscribers: Mutex::default(),
@@ -208,6 +212,7 @@ impl Pool {
                 }
             }
             let wanted = permits.len();
+            let claim_started = std::time::Instant::now();
             let claimed = self
                 .store
                 .job_claim(crate::store::JobClaimParams {
@@ -218,6 +223,7 @@ impl Pool {
                 })
                 .await
                 .unwrap_or_default();
+            self.metrics.claim_seconds.observe(claim_started.elapsed().as_secs_f64());
             let got = claimed.len();
             if got > 0 {
                 self.stats.last_heartbeat_ms.store(self.clock.now().unix_ms() as u64, Ordering::Relaxed);
@@ -281,6 +287,7 @@ impl Pool {
             id,
             token: token.clone(),
             lease_ttl: self.config.lease_ttl,
+            metrics: self.metrics.clone(),
         };
         let watch = LeaseWatch::default();
         let outcome = match self.plugin(job.plugin).await {
@@ -314,6 +321,7 @@ impl Pool {
         let user_cancel = cancelled.load(Ordering::SeqCst) || watch.cancel_requested.load(Ordering::SeqCst);
         if watch.lost.load(Ordering::SeqCst) {
             self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+            self.metrics.leases_lost.inc();
         } else if self.shutting_down.load(Ordering::SeqCst)
             && !user_cancel
             && outcome.as_ref().is_ok_and(|o| o.error_kind() == Some(ErrorKind::Cancelled))
@@ -342,7 +350,11 @@ impl Pool {
                 logs,
                 now: self.clock.now(),
             };
-            if self.finish_with_retry(params).await {
+            let finish_started = std::time::Instant::now();
+            let recorded = self.finish_with_retry(params).await;
+            self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
+            if recorded {
+                self.metrics.job_finished(status, error_kind, fuel_used);
                 let counter = match status {
                     JobStatus::Succeeded => &self.stats.processed,
                     JobStatus::Cancelled => &self.stats.cancelled,
@@ -352,6 +364,7 @@ impl Pool {
                 self.notify(Completion { id, status, error_kind, fuel_used });
             } else {
                 self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+                self.metrics.leases_lost.inc();
             }
         }
 

@@ -293,6 +293,20 @@ impl Drop for Inner {
     }
 }
 
+/// Create a missing database file readable by its owner only; SQLite gives
+/// the WAL and shared-memory files the same mode. An existing file keeps
+/// its mode.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => {
+            Err(StoreError::Database { operation: "creating the database file", source: Box::new(e), transient: false })
+        }
+    }
+}
+
 fn open_connection(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
@@ -380,6 +394,7 @@ impl SqliteStore {
     /// Open (creating if needed) the database at `path` and migrate it.
     pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<Self, StoreError> {
         let path = path.as_ref().to_owned();
+        create_private(&path)?;
         let mut writer = open_connection(&path, durability)?;
         migrate(&mut writer)?;
         let reader = open_connection(&path, durability)?;

@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
 use crate::job::{ErrorKind, Target};
-use crate::runtime::{PluginSource, Runtime, RuntimeError, Submit};
+use crate::runtime::Runtime;
 use crate::sandbox::{
     self, Allocator, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
     StopHandle,
@@ -30,6 +30,8 @@ macro_rules! say {
     }};
 }
 
+mod ops;
+
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0   the job succeeded
@@ -39,6 +41,8 @@ Exit codes:
   4   the job was cancelled (Ctrl-C)
   5   a resource limit stopped the job (fuel, memory or output)
   6   the plugin trapped (panic, stack overflow, bad memory access)
+  7   the server refused: bad token (401), job already ended (409), queue full (429)
+  8   the server could not be reached
   70  leash itself failed";
 
 /// Durable, leased jobs inside WebAssembly sandboxes.
@@ -67,10 +71,15 @@ impl Cli {
         };
         let pairs = crate::config::read_file(&path).map_err(usage)?;
         let mut args = args;
-        if let Some((name, sub_matches)) = matches.subcommand()
-            && let Some(sub) = command.find_subcommand(name)
+        // The settings of the innermost subcommand (`jobs list`, `serve`).
+        let (mut current, mut current_matches) = (&command, &matches);
+        while let Some((name, sub_matches)) = current_matches.subcommand()
+            && let Some(sub) = current.find_subcommand(name)
         {
-            args.extend(crate::config::fill_defaults(sub, sub_matches, &path, &pairs).map_err(usage)?);
+            (current, current_matches) = (sub, sub_matches);
+        }
+        if !std::ptr::eq(current, &command) {
+            args.extend(crate::config::fill_defaults(current, current_matches, &path, &pairs).map_err(usage)?);
         }
         let matches = Cli::command().try_get_matches_from(&args)?;
         Cli::from_arg_matches(&matches)
@@ -89,9 +98,27 @@ enum Command {
     /// Run a worker pool and the sweeps on a job database until SIGINT or
     /// SIGTERM, then shut down within the shutdown budget.
     Worker(WorkerArgs),
-    /// Queue a job (storing the plugin) and print its id; `--wait` waits for
-    /// it to end and exits with its outcome's exit code.
-    Submit(SubmitArgs),
+    /// Serve the HTTP API, a worker pool and the sweeps in one process
+    /// until SIGINT or SIGTERM.
+    ///
+    /// Every route but GET /healthz needs `Authorization: Bearer <token>`;
+    /// the token is LEASH_API_TOKEN, or is generated on first start into
+    /// the token file (mode 0600).
+    Serve(ops::ServeArgs),
+    /// Queue a job and print its id; `--wait` shows its progress, prints its
+    /// output and exits with its outcome's exit code.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Submit(ops::SubmitArgs),
+    /// List, show, cancel, wait for and read the logs of jobs.
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Jobs(ops::JobsCommand),
+    /// Register, list and show plugins.
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Plugins(ops::PluginsCommand),
+    /// Health of the server (or local database): worker, queue depth,
+    /// ceilings.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Diagnostics(ops::DiagnosticsArgs),
 }
 
 /// What to run: a phase or an action, on some input.
@@ -153,45 +180,12 @@ struct WorkerArgs {
     /// fails as `expired`.
     #[arg(long, env = "LEASH_QUEUE_TTL", value_parser = parse_duration, default_value = "86400s")]
     queue_ttl: Duration,
+    /// Queued jobs beyond which submits are refused (backpressure, HTTP 429).
+    #[arg(long, env = "LEASH_MAX_QUEUED", default_value_t = crate::runtime::DEFAULT_MAX_QUEUED)]
+    max_queued: u64,
     /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
     #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-struct SubmitArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    /// The component (.wasm) to run.
-    component: PathBuf,
-    #[command(flatten)]
-    job: JobArgs,
-    /// Wall-clock limit per attempt.
-    #[arg(long, env = "LEASH_JOB_TIMEOUT", value_parser = parse_duration, default_value = "3600s")]
-    timeout: Duration,
-    /// Fuel budget per attempt.
-    #[arg(long)]
-    fuel: Option<u64>,
-    /// Attempts the job may use when workers die under it.
-    #[arg(long, env = "LEASH_MAX_ATTEMPTS", default_value_t = 1)]
-    max_attempts: u32,
-    /// How long the job may wait in the queue before it fails as `expired`.
-    #[arg(long, env = "LEASH_QUEUE_TTL", value_parser = parse_duration, default_value = "86400s")]
-    queue_ttl: Duration,
-    /// At most one running job per key.
-    #[arg(long)]
-    concurrency_key: Option<String>,
-    /// Wait for the job to end (up to this long) and print its output.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-    wait: Option<Duration>,
-    /// Also run a worker pool in this process while waiting (embedded
-    /// mode: no separate `leash worker` needed). It may run other queued
-    /// jobs too, and releases them when the wait ends.
-    #[arg(long, requires = "wait")]
-    work: bool,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -244,6 +238,10 @@ pub enum ExitStatus {
     ResourceLimit = 5,
     /// The plugin trapped.
     Trap = 6,
+    /// The server refused the request (token, conflict, backpressure).
+    Refused = 7,
+    /// The server could not be reached.
+    Unreachable = 8,
     /// leash failed.
     Internal = 70,
 }
@@ -288,7 +286,11 @@ pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {
         Command::Run(args) => run_once(args).await,
         Command::Worker(args) => run_worker(args).await,
-        Command::Submit(args) => submit(args).await,
+        Command::Serve(args) => ops::serve(args).await,
+        Command::Submit(args) => ops::submit(args).await,
+        Command::Jobs(command) => ops::jobs(command).await,
+        Command::Plugins(command) => ops::plugins(command).await,
+        Command::Diagnostics(args) => ops::diagnostics(args).await,
     }
 }
 
@@ -296,10 +298,11 @@ fn durability(args: &StoreArgs) -> Result<Durability, CliError> {
     args.durability.parse().map_err(CliError::usage)
 }
 
-async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
+/// A runtime with a worker pool and sweeps, as `worker` and `serve` run.
+async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime, CliError> {
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
     let slots = u32::try_from(args.max_workers).unwrap_or(u32::MAX).max(1);
-    let runtime = Runtime::builder(&args.store.db)
+    Runtime::builder(&args.store.db)
         .durability(durability(&args.store)?)
         .sandbox(SandboxConfig { allocator: Allocator::Pooling { slots }, cache_dir, ..SandboxConfig::default() })
         .max_workers(args.max_workers)
@@ -309,9 +312,14 @@ async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
         .cancel_grace(args.cancel_grace)
         .shutdown_budget(args.shutdown_budget)
         .queue_ttl(args.queue_ttl)
+        .max_queued(args.max_queued)
         .build()
         .await
-        .map_err(|e| CliError::internal(e.to_string()))?;
+        .map_err(|e| CliError::internal(e.to_string()))
+}
+
+async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
+    let runtime = worker_runtime(&args).await?;
     let mut interrupt = interrupt_signal()?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| CliError::internal(format!("cannot listen for SIGTERM: {e}")))?;
@@ -324,55 +332,6 @@ async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
     runtime.shutdown().await;
     say!("leash: stopped");
     Ok(ExitStatus::Success)
-}
-
-async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
-    let target = args.job.target()?;
-    let bytes = std::fs::read(&args.component)
-        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.component.display())))?;
-    let input = read_input(args.job.input.as_deref())?;
-    let mut builder = Runtime::builder(&args.store.db).durability(durability(&args.store)?).queue_ttl(args.queue_ttl);
-    if args.work {
-        builder = builder.sandbox(SandboxConfig { cache_dir: default_cache_dir(), ..SandboxConfig::default() });
-    } else {
-        builder = builder.without_workers();
-    }
-    let runtime = builder.build().await.map_err(|e| CliError::internal(e.to_string()))?;
-    let mut job = Submit::new(PluginSource::Bytes(bytes), target, input);
-    job.timeout = Some(args.timeout);
-    job.fuel = args.fuel;
-    job.max_attempts = Some(args.max_attempts);
-    job.concurrency_key = args.concurrency_key;
-    let id = runtime.submit(job).await.map_err(|e| match e {
-        RuntimeError::InvalidPlugin(_) | RuntimeError::InvalidJob(_) => CliError::usage(e.to_string()),
-        other => CliError::internal(other.to_string()),
-    })?;
-    let Some(wait) = args.wait else {
-        if args.json {
-            println!("{}", serde_json::json!({ "job_id": id.to_string(), "status": "queued" }));
-        } else {
-            println!("{id}");
-        }
-        return Ok(ExitStatus::Success);
-    };
-    let waited = runtime.wait(id, wait).await;
-    runtime.shutdown().await;
-    let job = match waited {
-        Ok(job) => job,
-        Err(RuntimeError::WaitTimeout(_)) => {
-            say!("leash: job {id} is still running after {wait:?}");
-            return Ok(ExitStatus::Timeout);
-        }
-        Err(e) => return Err(CliError::internal(e.to_string())),
-    };
-    if args.json {
-        println!("{}", serde_json::to_string(&job).map_err(|e| CliError::internal(e.to_string()))?);
-    } else if let Some(output) = &job.output {
-        std::io::stdout().write_all(output).map_err(|e| CliError::internal(e.to_string()))?;
-    } else {
-        say!("leash: job {id} {}: {}", job.status, job.error_message.as_deref().unwrap_or(""));
-    }
-    Ok(job.error_kind.map_or(ExitStatus::Success, ExitStatus::for_kind))
 }
 
 fn default_cache_dir() -> Option<PathBuf> {

@@ -1,0 +1,404 @@
+//! The HTTP API that `leash serve` answers: plugins, jobs, health and
+//! metrics under bearer-token auth. Every route but `GET /healthz` needs
+//! `Authorization: Bearer <token>`. Bodies are JSON; errors are
+//! `{"error": {"kind", "message"}}`. `docs/http-api.md` lists every route.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
+
+use crate::job::Target;
+use crate::runtime::{Cancelled, PluginSource, Runtime, RuntimeError, Submit};
+use crate::store::{Job, JobId, JobListParams, JobStatus, PluginName, PluginRef};
+
+/// Most jobs one list page returns.
+pub const MAX_PAGE: u32 = 500;
+/// Jobs per list page when the request does not say.
+pub const DEFAULT_PAGE: u32 = 50;
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// The bearer token every request but the liveness probe must carry.
+    pub token: String,
+    /// Longest a sync submit waits before answering 202 instead.
+    pub sync_ceiling: Duration,
+    /// Largest request body accepted, bytes (413 above it).
+    pub max_body_bytes: usize,
+}
+
+struct AppState {
+    runtime: Runtime,
+    config: ApiConfig,
+}
+
+/// The router, ready to serve.
+pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
+    let max_body = config.max_body_bytes;
+    let state = Arc::new(AppState { runtime, config });
+    let authed = Router::new()
+        .route("/v1/plugins", post(plugin_upload).get(plugin_list))
+        .route("/v1/plugins/{reference}", get(plugin_show))
+        .route("/v1/jobs", post(job_submit).get(job_list))
+        .route("/v1/jobs/{id}", get(job_show))
+        .route("/v1/jobs/{id}/logs", get(job_logs))
+        .route("/v1/jobs/{id}/output", get(job_output))
+        .route("/v1/jobs/{id}/cancel", post(job_cancel))
+        .route("/v1/health", get(health))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(authed)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+/// An error answer: a status and `{"error": {"kind", "message"}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, kind, message: message.into(), retry_after: None }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({ "error": { "kind": self.kind, "message": self.message } }));
+        let mut response = (self.status, body).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(e: RuntimeError) -> Self {
+        let message = e.to_string();
+        match e {
+            RuntimeError::Backpressure { .. } => ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "backpressure", message)
+            },
+            RuntimeError::InvalidPlugin(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_plugin", message),
+            RuntimeError::UnknownPlugin(_) => ApiError::new(StatusCode::NOT_FOUND, "unknown_plugin", message),
+            RuntimeError::InvalidJob(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_job", message),
+            RuntimeError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
+            RuntimeError::AlreadyTerminal { .. } => ApiError::new(StatusCode::CONFLICT, "already_terminal", message),
+            RuntimeError::Store(ref s) if s.is_transient() => {
+                ApiError { retry_after: Some(1), ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message) }
+            }
+            RuntimeError::WaitTimeout(_) | RuntimeError::Store(_) | RuntimeError::Sandbox(_) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+            }
+        }
+    }
+}
+
+fn body_error(e: BytesRejection) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "the request body is over the size cap")
+    } else {
+        ApiError::new(e.status(), "invalid_request", e.body_text())
+    }
+}
+
+fn query_error(e: QueryRejection) -> ApiError {
+    ApiError::bad_request(e.body_text())
+}
+
+async fn require_token(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match given {
+        Some(token) if bool::from(token.as_bytes().ct_eq(state.config.token.as_bytes())) => next.run(request).await,
+        Some(_) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong bearer token").into_response(),
+        None => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing `Authorization: Bearer <token>`")
+            .into_response(),
+    }
+}
+
+fn parse_id(id: &str) -> Result<JobId, ApiError> {
+    id.parse().map_err(ApiError::bad_request)
+}
+
+// ---- plugins ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UploadQuery {
+    name: Option<String>,
+    version: Option<String>,
+}
+
+async fn plugin_upload(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<UploadQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(query_error)?;
+    let bytes = body.map_err(body_error)?.to_vec();
+    if bytes.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_plugin",
+            "the body is empty: send the component's bytes",
+        ));
+    }
+    let info = match (query.name, query.version) {
+        (Some(name), version) => {
+            let version = version.as_deref().unwrap_or(crate::store::DEFAULT_PLUGIN_VERSION);
+            let name = PluginName::new(&name, version).map_err(ApiError::bad_request)?;
+            state.runtime.plugin_register(bytes, name).await?
+        }
+        (None, Some(_)) => return Err(ApiError::bad_request("`version` needs a `name`")),
+        (None, None) => {
+            let digest = state.runtime.plugin_add(bytes).await?;
+            state.runtime.plugin(PluginRef::Digest(digest)).await?
+        }
+    };
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+async fn plugin_list(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let plugins = state.runtime.plugins().await?;
+    Ok(Json(json!({ "plugins": plugins })).into_response())
+}
+
+async fn plugin_show(State(state): State<Arc<AppState>>, Path(reference): Path<String>) -> Result<Response, ApiError> {
+    let reference: PluginRef = reference.parse().map_err(ApiError::bad_request)?;
+    Ok(Json(state.runtime.plugin(reference).await?).into_response())
+}
+
+// ---- jobs ----
+
+/// How `POST /v1/jobs` answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Execution {
+    /// Wait for the outcome (up to the sync ceiling).
+    #[default]
+    Sync,
+    /// Answer 202 at once.
+    Async,
+}
+
+/// The body of `POST /v1/jobs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitBody {
+    plugin: String,
+    phase: Option<String>,
+    action: Option<String>,
+    input: Option<Value>,
+    input_base64: Option<String>,
+    timeout_ms: Option<u64>,
+    fuel: Option<u64>,
+    memory_bytes: Option<u64>,
+    output_bytes: Option<u64>,
+    max_attempts: Option<u32>,
+    concurrency_key: Option<String>,
+    plan_id: Option<String>,
+    queue_ttl_ms: Option<u64>,
+    #[serde(default)]
+    execution: Execution,
+}
+
+impl SubmitBody {
+    fn into_submit(self) -> Result<(Submit, Execution), ApiError> {
+        let plugin: PluginRef = self.plugin.parse().map_err(ApiError::bad_request)?;
+        let target = match (self.phase.as_deref(), self.action) {
+            (None | Some("action"), Some(name)) => {
+                Target::action(&name).map_err(|e| ApiError::bad_request(e.to_string()))?
+            }
+            (Some(_), Some(_)) => return Err(ApiError::bad_request("give `phase` or `action`, not both")),
+            (Some(phase), None) => {
+                phase.parse().map_err(|e: crate::job::ParseTargetError| ApiError::bad_request(e.to_string()))?
+            }
+            (None, None) => Target::Execute,
+        };
+        let input = match (self.input, self.input_base64) {
+            (Some(_), Some(_)) => return Err(ApiError::bad_request("give `input` or `input_base64`, not both")),
+            (Some(value), None) => serde_json::to_vec(&value).map_err(|e| ApiError::bad_request(e.to_string()))?,
+            (None, Some(text)) => base64::engine::general_purpose::STANDARD
+                .decode(text.as_bytes())
+                .map_err(|e| ApiError::bad_request(format!("`input_base64` is not base64: {e}")))?,
+            (None, None) => Vec::new(),
+        };
+        let mut job = Submit::new(PluginSource::Ref(plugin), target, input);
+        job.timeout = self.timeout_ms.map(Duration::from_millis);
+        job.fuel = self.fuel;
+        job.memory_bytes = self.memory_bytes;
+        job.output_bytes = self.output_bytes;
+        job.max_attempts = self.max_attempts;
+        job.concurrency_key = self.concurrency_key;
+        job.plan_id = self.plan_id;
+        job.queue_ttl = self.queue_ttl_ms.map(Duration::from_millis);
+        Ok((job, self.execution))
+    }
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Serialize)]
+struct JobView {
+    #[serde(flatten)]
+    job: Job,
+    /// Output size of a succeeded job (fetch it from `/output`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_bytes: Option<usize>,
+}
+
+impl From<Job> for JobView {
+    fn from(mut job: Job) -> Self {
+        let output_bytes = job.output.take().map(|o| o.len());
+        JobView { job, output_bytes }
+    }
+}
+
+/// A finished job with its output: parsed JSON when it is JSON, and always
+/// base64 (binary outputs round-trip intact).
+fn finished_body(mut job: Job) -> Value {
+    let output = job.output.take();
+    let parsed = output.as_deref().and_then(|o| serde_json::from_slice::<Value>(o).ok());
+    let encoded = output.as_deref().map(|o| base64::engine::general_purpose::STANDARD.encode(o));
+    json!({ "job": JobView::from(job), "output": parsed, "output_base64": encoded })
+}
+
+async fn job_submit(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(body_error)?;
+    let body: SubmitBody = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a valid job request: {e}")))?;
+    let (job, execution) = body.into_submit()?;
+    let timeout = job.timeout.map(|t| t.as_millis() as u64);
+    let id = state.runtime.submit(job).await?;
+    let accepted = || (StatusCode::ACCEPTED, Json(json!({ "status": "accepted", "job_id": id }))).into_response();
+    if execution == Execution::Async {
+        return Ok(accepted());
+    }
+    let timeout = Duration::from_millis(timeout.unwrap_or(state.runtime.ceilings().default_timeout_ms));
+    let wait = (timeout + Duration::from_secs(1)).min(state.config.sync_ceiling);
+    match state.runtime.wait(id, wait).await {
+        Ok(job) => Ok(Json(finished_body(job)).into_response()),
+        // Still running at the sync ceiling: the caller polls from here.
+        Err(RuntimeError::WaitTimeout(_)) => Ok(accepted()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn job_show(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let job = state.runtime.get(parse_id(&id)?).await?;
+    Ok(Json(JobView::from(job)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    status: Option<String>,
+    plugin: Option<String>,
+    plan: Option<String>,
+    concurrency_key: Option<String>,
+    before: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn job_list(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(query_error)?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(format!("`limit` must be between 1 and {MAX_PAGE}")));
+    }
+    let params = JobListParams {
+        status: query.status.as_deref().map(str::parse::<JobStatus>).transpose().map_err(ApiError::bad_request)?,
+        plugin: query.plugin.as_deref().map(str::parse).transpose().map_err(ApiError::bad_request)?,
+        plan_id: query.plan,
+        concurrency_key: query.concurrency_key,
+        before: query.before.as_deref().map(parse_id).transpose()?,
+        limit,
+    };
+    let jobs = state.runtime.list(params).await?;
+    let next = (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id)).flatten();
+    let jobs: Vec<JobView> = jobs.into_iter().map(JobView::from).collect();
+    Ok(Json(json!({ "jobs": jobs, "next_before": next })).into_response())
+}
+
+async fn job_logs(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    Ok(Json(state.runtime.logs(parse_id(&id)?).await?).into_response())
+}
+
+async fn job_output(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let job = state.runtime.get(parse_id(&id)?).await?;
+    match job.output {
+        Some(output) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            Ok((headers, output).into_response())
+        }
+        None => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_output",
+            format!("job {} is {}: only a succeeded job has output", job.id, job.status),
+        )),
+    }
+}
+
+async fn job_cancel(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    Ok(match state.runtime.cancel(id).await? {
+        Cancelled::Cancelled => (StatusCode::OK, Json(json!({ "job_id": id, "status": "cancelled" }))),
+        Cancelled::Requested => (StatusCode::ACCEPTED, Json(json!({ "job_id": id, "status": "cancel_requested" }))),
+    }
+    .into_response())
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let health = state.runtime.health().await?;
+    Ok(Json(json!({ "health": health, "ceilings": state.runtime.ceilings() })).into_response())
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let text = state.runtime.metrics_text().await?;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    Ok((headers, text).into_response())
+}

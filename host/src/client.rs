@@ -1,0 +1,274 @@
+//! The operator CLI's view of leash: the HTTP API, spoken either to a
+//! server over the network or to an in-process router on a local database.
+//! Both go through [`crate::api::router`], so a command behaves the same
+//! against `leash serve` and against a database file.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use bytes::Bytes;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use crate::api::{ApiConfig, router};
+use crate::runtime::Runtime;
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error.
+    #[error("{message} ({status}, {kind})")]
+    Api {
+        /// HTTP status.
+        status: StatusCode,
+        /// The error kind from the body.
+        kind: String,
+        /// The message from the body.
+        message: String,
+    },
+    /// The server could not be reached.
+    #[error("cannot reach {url}: {detail}")]
+    Unreachable {
+        /// The server.
+        url: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The answer was not what the API promises.
+    #[error("unexpected answer: {0}")]
+    Protocol(String),
+}
+
+enum Transport {
+    Http { base: String, token: String, http: reqwest::Client },
+    Local { router: axum::Router, token: String },
+}
+
+/// A connection to leash: remote (`--server`) or a local database.
+pub struct Client {
+    transport: Transport,
+    runtime: Option<Runtime>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.transport {
+            Transport::Http { base, .. } => write!(f, "Client({base})"),
+            Transport::Local { .. } => f.write_str("Client(local)"),
+        }
+    }
+}
+
+/// An answer: status and body bytes.
+#[derive(Debug)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Body.
+    pub body: Bytes,
+}
+
+impl Client {
+    /// A client for the server at `base` (e.g. `http://127.0.0.1:7070`).
+    pub fn remote(base: &str, token: String) -> Result<Self, ClientError> {
+        let base = base.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ClientError::Unreachable {
+                url: base,
+                detail: "the server URL must start with http://".into(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| ClientError::Unreachable { url: base.clone(), detail: e.to_string() })?;
+        Ok(Client { transport: Transport::Http { base, token, http }, runtime: None })
+    }
+
+    /// A client on a local runtime: requests are served in process.
+    pub fn local(runtime: Runtime) -> Self {
+        let token = random_token();
+        let config =
+            ApiConfig { token: token.clone(), sync_ceiling: Duration::from_secs(60), max_body_bytes: usize::MAX };
+        let router = router(runtime.clone(), config);
+        Client { transport: Transport::Local { router, token }, runtime: Some(runtime) }
+    }
+
+    /// The local runtime, if this client has one.
+    pub fn runtime(&self) -> Option<&Runtime> {
+        self.runtime.as_ref()
+    }
+
+    /// Where requests go, for messages.
+    pub fn target(&self) -> String {
+        match &self.transport {
+            Transport::Http { base, .. } => base.clone(),
+            Transport::Local { .. } => "the local database".into(),
+        }
+    }
+
+    /// Send a request; any status comes back as an [`Answer`].
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Vec<u8>, &'static str)>,
+    ) -> Result<Answer, ClientError> {
+        match &self.transport {
+            Transport::Http { base, token, http } => {
+                let url = format!("{base}{path}");
+                let mut request = http.request(method, &url).bearer_auth(token);
+                if let Some((bytes, content_type)) = body {
+                    request = request.header(header::CONTENT_TYPE, content_type).body(bytes);
+                }
+                let unreachable =
+                    |e: reqwest::Error| ClientError::Unreachable { url: base.clone(), detail: e.to_string() };
+                let response = request.send().await.map_err(unreachable)?;
+                let status = response.status();
+                let body = response.bytes().await.map_err(unreachable)?;
+                Ok(Answer { status, body })
+            }
+            Transport::Local { router, token } => {
+                let mut request = Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .header(header::AUTHORIZATION, format!("Bearer {token}"));
+                let body = match body {
+                    Some((bytes, content_type)) => {
+                        request = request.header(header::CONTENT_TYPE, content_type);
+                        Body::from(bytes)
+                    }
+                    None => Body::empty(),
+                };
+                let request = request.body(body).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                let response = router.clone().oneshot(request).await.map_err(|e| match e {})?;
+                let status = response.status();
+                let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                Ok(Answer { status, body })
+            }
+        }
+    }
+
+    /// Send a request and read a JSON answer; an error status becomes
+    /// [`ClientError::Api`].
+    pub async fn json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(StatusCode, Value), ClientError> {
+        let body = body.map(|v| (v.to_string().into_bytes(), "application/json"));
+        let answer = self.send(method, path, body).await?;
+        let value = answer_json(&answer)?;
+        Ok((answer.status, value))
+    }
+
+    /// Upload bytes and read a JSON answer.
+    pub async fn upload(&self, path: &str, bytes: Vec<u8>) -> Result<Value, ClientError> {
+        let answer = self.send(Method::POST, path, Some((bytes, "application/wasm"))).await?;
+        answer_json(&answer)
+    }
+
+    /// Stop the local runtime, if any.
+    pub async fn close(&self) {
+        if let Some(runtime) = &self.runtime {
+            runtime.shutdown().await;
+        }
+    }
+}
+
+/// The JSON body of a success, or the API error it reports.
+pub fn answer_json(answer: &Answer) -> Result<Value, ClientError> {
+    let value: Value = serde_json::from_slice(&answer.body).map_err(|_| {
+        let text = String::from_utf8_lossy(&answer.body);
+        ClientError::Protocol(format!("{}: {}", answer.status, text.chars().take(200).collect::<String>()))
+    })?;
+    if answer.status.is_success() {
+        return Ok(value);
+    }
+    let error = &value["error"];
+    Err(ClientError::Api {
+        status: answer.status,
+        kind: error["kind"].as_str().unwrap_or("unknown").to_owned(),
+        message: error["message"].as_str().unwrap_or("no message").to_owned(),
+    })
+}
+
+/// A fresh API token: 32 random bytes as hex.
+pub fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    hex::encode(bytes)
+}
+
+/// The token file that goes with a database: `<db>.token`.
+pub fn default_token_file(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(".token");
+    PathBuf::from(name)
+}
+
+/// Read a token file, refusing one that others can read.
+pub fn read_token_file(path: &Path) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "token file {} is readable by others (mode {mode:o}); run `chmod 600 {}`",
+            path.display(),
+            path.display()
+        ));
+    }
+    let token = std::fs::read_to_string(path).map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+    let token = token.trim().to_owned();
+    if token.is_empty() {
+        return Err(format!("token file {} is empty", path.display()));
+    }
+    Ok(token)
+}
+
+/// Read the token file, or create it (mode 0600) with a fresh token.
+/// Returns the token and whether it was created.
+pub fn ensure_token_file(path: &Path) -> Result<(String, bool), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(mut file) => {
+            let token = random_token();
+            file.write_all(format!("{token}\n").as_bytes())
+                .and_then(|()| file.sync_all())
+                .map_err(|e| format!("cannot write token file {}: {e}", path.display()))?;
+            Ok((token, true))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok((read_token_file(path)?, false)),
+        Err(e) => Err(format!("cannot create token file {}: {e}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_token_file_is_created_private_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("leash.db.token");
+        let (token, created) = ensure_token_file(&path).unwrap();
+        assert!(created && token.len() == 64);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(ensure_token_file(&path).unwrap(), (token, false));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(ensure_token_file(&path).unwrap_err().contains("readable by others"));
+    }
+
+    #[test]
+    fn tokens_differ() {
+        assert_ne!(random_token(), random_token());
+    }
+}

@@ -1,0 +1,165 @@
+//! Prometheus metrics for one process: what its pool did, and the store's
+//! queue depth read at scrape time.
+//!
+//! Counters and histograms are updated where things happen (claim, finish,
+//! renewal); gauges that describe the present (queue depth, free slots)
+//! are refreshed by [`crate::runtime::Runtime::metrics_text`] just before
+//! encoding.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::job::ErrorKind;
+use crate::store::{Counts, JobStatus};
+
+/// Labels of a finished job.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// Terminal status.
+    pub status: String,
+    /// Error kind, empty for success.
+    pub error_kind: String,
+}
+
+/// Label of a queue-depth gauge.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// Job status.
+    pub state: String,
+}
+
+/// Every metric a process exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Jobs this process finished, by status and error kind.
+    pub jobs_finished: Family<OutcomeLabels, Counter>,
+    /// Jobs in the store, by state (refreshed at scrape).
+    pub queue_depth: Family<StateLabels, Gauge>,
+    /// Jobs running in this process.
+    pub running: Gauge,
+    /// Job slots in this process.
+    pub pool_size: Gauge,
+    /// Free job slots in this process.
+    pub free_slots: Gauge,
+    /// Time of one claim round trip to the store.
+    pub claim_seconds: Histogram,
+    /// Time to record one job's outcome in the store.
+    pub complete_seconds: Histogram,
+    /// Lease renewals that held.
+    pub lease_renewals: Counter,
+    /// Leases this process lost (its result dropped).
+    pub leases_lost: Counter,
+    /// Fuel used by finished jobs.
+    pub fuel_used: Counter,
+    /// How late a 100 ms timer fires on the async runtime.
+    pub event_loop_lag_seconds: Gauge<f64, AtomicU64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set of metrics, registered under `leash_`.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("leash");
+        let jobs_finished = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "jobs_finished",
+            "Jobs this process finished, by status and error kind",
+            jobs_finished.clone(),
+        );
+        let queue_depth = Family::<StateLabels, Gauge>::default();
+        registry.register("queue_depth", "Jobs in the store by state", queue_depth.clone());
+        let running = Gauge::default();
+        registry.register("running_jobs", "Jobs running in this process", running.clone());
+        let pool_size = Gauge::default();
+        registry.register("pool_slots", "Job slots in this process", pool_size.clone());
+        let free_slots = Gauge::default();
+        registry.register("pool_free_slots", "Free job slots in this process", free_slots.clone());
+        let latency = || Histogram::new(exponential_buckets(0.000_05, 2.0, 18));
+        let claim_seconds = latency();
+        registry.register("claim_seconds", "Time of one claim round trip to the store", claim_seconds.clone());
+        let complete_seconds = latency();
+        registry.register("complete_seconds", "Time to record a job's outcome", complete_seconds.clone());
+        let lease_renewals = Counter::default();
+        registry.register("lease_renewals", "Lease renewals that held", lease_renewals.clone());
+        let leases_lost = Counter::default();
+        registry.register("leases_lost", "Leases this process lost", leases_lost.clone());
+        let fuel_used = Counter::default();
+        registry.register("fuel_used", "Fuel used by jobs this process finished", fuel_used.clone());
+        let event_loop_lag_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "event_loop_lag_seconds",
+            "How late a 100 ms timer last fired on the async runtime",
+            event_loop_lag_seconds.clone(),
+        );
+        Metrics {
+            registry,
+            jobs_finished,
+            queue_depth,
+            running,
+            pool_size,
+            free_slots,
+            claim_seconds,
+            complete_seconds,
+            lease_renewals,
+            leases_lost,
+            fuel_used,
+            event_loop_lag_seconds,
+        }
+    }
+
+    /// Count a finished job.
+    pub fn job_finished(&self, status: JobStatus, error_kind: Option<ErrorKind>, fuel: u64) {
+        let labels = OutcomeLabels {
+            status: status.as_str().to_owned(),
+            error_kind: error_kind.map(|k| k.as_str().to_owned()).unwrap_or_default(),
+        };
+        self.jobs_finished.get_or_create(&labels).inc();
+        self.fuel_used.inc_by(fuel);
+    }
+
+    /// Set the queue-depth gauges from a snapshot.
+    pub fn set_counts(&self, counts: &Counts) {
+        let by_state = [
+            (JobStatus::Queued, counts.queued),
+            (JobStatus::Running, counts.running),
+            (JobStatus::Succeeded, counts.succeeded),
+            (JobStatus::Failed, counts.failed),
+            (JobStatus::Cancelled, counts.cancelled),
+        ];
+        for (state, n) in by_state {
+            self.queue_depth.get_or_create(&StateLabels { state: state.as_str().to_owned() }).set(n as i64);
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    /// Measure event-loop lag forever: sleep 100 ms, record the overshoot.
+    pub async fn watch_event_loop(self: std::sync::Arc<Self>) {
+        const PERIOD: Duration = Duration::from_millis(100);
+        loop {
+            let asked = tokio::time::Instant::now();
+            tokio::time::sleep(PERIOD).await;
+            let late = asked.elapsed().saturating_sub(PERIOD);
+            self.event_loop_lag_seconds.set(late.as_secs_f64());
+        }
+    }
+}
