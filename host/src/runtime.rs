@@ -374,6 +374,8 @@ impl RuntimeBuilder {
 struct QueueDepth {
     queued: u64,
     counted_at: Option<std::time::Instant>,
+    /// This process's claim count when the store was counted.
+    claimed_then: u64,
 }
 
 #[derive(Debug)]
@@ -516,20 +518,23 @@ impl Runtime {
     }
 
     /// Queued jobs, for admission: counted in the store at most once per
-    /// poll interval, plus what this process submitted since. Counting on
-    /// every submit would cost a scan per job.
+    /// poll interval, plus what this process submitted since, less what it
+    /// claimed since. Counting on every submit would cost a scan per job.
     async fn queue_depth(&self) -> Result<u64, RuntimeError> {
         let fresh_for = self.inner.settings.worker.poll_interval;
         let stale = {
             let queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
             queue.counted_at.is_none_or(|at| at.elapsed() >= fresh_for)
         };
+        let claimed = || self.inner.pool.stats.claimed.load(Ordering::Relaxed);
         if stale {
+            let claimed_then = claimed();
             let queued = self.inner.store.counts_snapshot().await?.queued;
             let mut queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
-            *queue = QueueDepth { queued, counted_at: Some(std::time::Instant::now()) };
+            *queue = QueueDepth { queued, counted_at: Some(std::time::Instant::now()), claimed_then };
         }
-        Ok(self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued)
+        let queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(queue.queued.saturating_sub(claimed().saturating_sub(queue.claimed_then)))
     }
 
     /// Plugins are immutable by digest, so one successful look-up is

@@ -106,6 +106,8 @@ pub struct PoolStats {
     pub cancelled: AtomicU64,
     /// Results dropped because the lease was lost.
     pub leases_lost: AtomicU64,
+    /// Jobs claimed here.
+    pub claimed: AtomicU64,
     /// Last lease renewal or claim, ms since the epoch (0: none yet).
     pub last_heartbeat_ms: AtomicU64,
 }
@@ -225,6 +227,7 @@ impl Pool {
                 .unwrap_or_default();
             self.metrics.claim_seconds.observe(claim_started.elapsed().as_secs_f64());
             let got = claimed.len();
+            self.stats.claimed.fetch_add(got as u64, Ordering::Relaxed);
             if got > 0 {
                 self.stats.last_heartbeat_ms.store(self.clock.now().unix_ms() as u64, Ordering::Relaxed);
             }

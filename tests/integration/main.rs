@@ -3,9 +3,12 @@
 //! the `leash` binary.
 
 mod cli_config;
+mod cli_ops;
 mod cli_run;
 mod crash;
+mod http;
 mod runtime;
 mod sandbox;
+mod server;
 mod store;
 mod support;

@@ -1,0 +1,149 @@
+//! The operator CLI: the real `leash` binary against a real server, and on
+//! a local database.
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::server::{Server, leash_bin};
+use crate::support::GENEROUS;
+
+/// Run `leash <args>` against `server`.
+fn leash(server: &Server, args: &[&str]) -> Output {
+    leash_bin()
+        .args(args)
+        .args(["--server", &server.url, "--token-file"])
+        .arg(&server.token_file)
+        .output()
+        .expect("run leash")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!("not JSON ({e}): {}\nstderr: {}", stdout(output), String::from_utf8_lossy(&output.stderr))
+    })
+}
+
+#[tokio::test]
+async fn submit_wait_prints_the_output_of_hello() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, r#"{"name":"CLI"}"#).unwrap();
+    let hello = leash_tests::plugin_path("hello");
+    let output =
+        leash(&server, &["submit", hello.to_str().unwrap(), "--input", input.to_str().unwrap(), "--wait", "30s"]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&output.stderr));
+    let greeting: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(greeting["greeting"], "Hello, CLI!");
+
+    // By registry name, with --json: the job and its output.
+    let added = leash(&server, &["plugins", "add", hello.to_str().unwrap(), "--version", "2.0.0", "--json"]);
+    assert_eq!(json(&added)["version"], "2.0.0");
+    let output = leash(&server, &["submit", "hello@2.0.0", "--wait", "30s", "--json"]);
+    let answer = json(&output);
+    assert_eq!(answer["job"]["status"], "succeeded");
+    assert_eq!(answer["output"]["greeting"], "Hello, world!");
+}
+
+#[tokio::test]
+async fn a_running_coop_job_is_cancelled_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let coop = leash_tests::plugin_path("coop");
+    let submitted = leash(&server, &["submit", coop.to_str().unwrap()]);
+    assert_eq!(submitted.status.code(), Some(0));
+    let id = stdout(&submitted).trim().to_owned();
+    let start = Instant::now();
+    loop {
+        let shown = json(&leash(&server, &["jobs", "show", &id, "--json"]));
+        if shown["status"] == "running" {
+            break;
+        }
+        assert!(start.elapsed() < GENEROUS, "never ran: {shown}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cancelled = leash(&server, &["jobs", "cancel", &id]);
+    assert_eq!(cancelled.status.code(), Some(0));
+    assert_eq!(stdout(&cancelled).trim(), format!("{id} cancel requested"));
+    let waited = leash(&server, &["jobs", "wait", &id, "--json"]);
+    assert_eq!(waited.status.code(), Some(4), "a cancelled job exits 4");
+    assert_eq!(json(&waited)["job"]["status"], "cancelled");
+    let again = leash(&server, &["jobs", "cancel", &id]);
+    assert_eq!(again.status.code(), Some(7), "cancelling a finished job is refused (409)");
+}
+
+#[tokio::test]
+async fn every_command_prints_json_that_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let hello = leash_tests::plugin_path("hello");
+    leash(&server, &["plugins", "add", hello.to_str().unwrap()]);
+    let done = json(&leash(&server, &["submit", "hello", "--wait", "30s", "--json"]));
+    let id = done["job"]["id"].as_str().unwrap().to_owned();
+    let plugins = json(&leash(&server, &["plugins", "list", "--json"]));
+    assert_eq!(plugins["plugins"][0]["name"], "hello");
+    assert_eq!(json(&leash(&server, &["plugins", "show", "hello", "--json"]))["name"], "hello");
+    assert_eq!(json(&leash(&server, &["jobs", "list", "--json"]))["jobs"][0]["id"], id.as_str());
+    assert_eq!(json(&leash(&server, &["jobs", "show", &id, "--json"]))["status"], "succeeded");
+    assert!(json(&leash(&server, &["jobs", "logs", &id, "--json"]))["records"].is_array());
+    assert_eq!(json(&leash(&server, &["diagnostics", "--json"]))["health"]["counts"]["succeeded"], 1);
+    let queued = json(&leash(&server, &["submit", "hello", "--json"]));
+    assert_eq!(queued["status"], "queued");
+
+    // Tables for people.
+    let table = stdout(&leash(&server, &["jobs", "list"]));
+    assert!(table.contains("STATUS") && table.contains(&id), "{table}");
+    let logs = stdout(&leash(&server, &["jobs", "logs", &id]));
+    assert!(logs.contains("[info]"), "{logs}");
+}
+
+#[tokio::test]
+async fn failures_exit_with_their_documented_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let unknown = leash(&server, &["jobs", "show", "01M8NXTW9W53S6M6JQYFF54HBH"]);
+    assert_eq!(unknown.status.code(), Some(2), "unknown job");
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no job"));
+    let no_plugin = leash(&server, &["submit", "nobody"]);
+    assert_eq!(no_plugin.status.code(), Some(2), "unknown plugin");
+    let wrong =
+        leash_bin().args(["jobs", "list", "--server", &server.url]).env("LEASH_API_TOKEN", "wrong").output().unwrap();
+    assert_eq!(wrong.status.code(), Some(7), "bad token: {}", String::from_utf8_lossy(&wrong.stderr));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let unreachable =
+        leash_bin().args(["jobs", "list", "--server", &closed]).env("LEASH_API_TOKEN", "t").output().unwrap();
+    assert_eq!(unreachable.status.code(), Some(8));
+    let help = stdout(&leash_bin().args(["jobs", "--help"]).output().unwrap());
+    for code in ["  7 ", "  8 "] {
+        assert!(help.contains(code), "exit code {code} documented: {help}");
+    }
+}
+
+#[tokio::test]
+async fn commands_work_on_a_local_database_without_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("local.db");
+    let local = |args: &[&str]| leash_bin().args(args).arg("--db").arg(&db).output().unwrap();
+    let hello = leash_tests::plugin_path("hello");
+    let added = local(&["plugins", "add", hello.to_str().unwrap(), "--name", "greeter", "--json"]);
+    assert_eq!(json(&added)["name"], "greeter");
+    let queued = json(&local(&["submit", "greeter", "--json"]));
+    let id = queued["job_id"].as_str().unwrap().to_owned();
+    let cancelled = local(&["jobs", "cancel", &id, "--json"]);
+    assert_eq!(json(&cancelled)["status"], "cancelled");
+    let done = local(&["submit", "greeter", "--work", "--wait", "30s", "--json"]);
+    assert_eq!(done.status.code(), Some(0));
+    assert_eq!(json(&done)["job"]["status"], "succeeded");
+    let listed = json(&local(&["jobs", "list", "--plugin", "greeter", "--json"]));
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 2);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&db).unwrap().permissions());
+    assert_eq!(mode & 0o077, 0, "the database is private to its owner");
+}

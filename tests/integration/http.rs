@@ -1,0 +1,358 @@
+//! The HTTP API against a real `leash serve` on loopback: every route and
+//! every status code it documents.
+
+use base64::Engine as _;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::server::{Server, is_terminal};
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+async fn submit(server: &Server, body: Value) -> (u16, Value) {
+    server.call(Method::POST, "/v1/jobs", Some(body)).await
+}
+
+async fn submit_async(server: &Server, plugin: &str, input: Value) -> String {
+    let (status, answer) = submit(server, json!({ "plugin": plugin, "input": input, "execution": "async" })).await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["status"], "accepted");
+    answer["job_id"].as_str().expect("job id").to_owned()
+}
+
+fn error_kind(answer: &Value) -> &str {
+    answer["error"]["kind"].as_str().unwrap_or_else(|| panic!("not an error body: {answer}"))
+}
+
+#[tokio::test]
+async fn every_route_but_the_liveness_probe_needs_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let live = server.http.get(format!("{}/healthz", server.url)).send().await.unwrap();
+    assert_eq!(live.status().as_u16(), 200);
+    let routes = [
+        (Method::GET, "/v1/plugins"),
+        (Method::POST, "/v1/plugins"),
+        (Method::GET, "/v1/plugins/hello"),
+        (Method::GET, "/v1/jobs"),
+        (Method::POST, "/v1/jobs"),
+        (Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH"),
+        (Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/logs"),
+        (Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/output"),
+        (Method::POST, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/cancel"),
+        (Method::GET, "/v1/health"),
+        (Method::GET, "/metrics"),
+    ];
+    for (method, path) in routes {
+        let url = format!("{}{path}", server.url);
+        for token in [None, Some("wrong"), Some(&server.token[..63])] {
+            let mut request = server.http.request(method.clone(), &url);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status().as_u16(), 401, "{method} {path} with {token:?}");
+            assert_eq!(response.headers()["www-authenticate"], "Bearer");
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(error_kind(&body), "unauthorized");
+        }
+    }
+    let (status, body) = server.call(Method::GET, "/v1/nowhere", None).await;
+    assert_eq!((status, error_kind(&body)), (404, "not_found"));
+}
+
+#[tokio::test]
+async fn plugins_are_uploaded_validated_listed_and_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let bytes = leash_tests::plugin_bytes("hello");
+    let response =
+        server.request(Method::POST, "/v1/plugins?name=hello&version=1.0.0").body(bytes.clone()).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let info: Value = response.json().await.unwrap();
+    assert_eq!((info["name"].as_str(), info["version"].as_str()), (Some("hello"), Some("1.0.0")));
+    assert_eq!(info["size_bytes"], bytes.len());
+    assert_eq!(info["digest"], leash::job::Digest::of(&bytes).to_string());
+
+    let (status, list) = server.call(Method::GET, "/v1/plugins", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["plugins"].as_array().unwrap().len(), 1);
+    for reference in ["hello", "hello@1.0.0", info["digest"].as_str().unwrap()] {
+        let (status, shown) = server.call(Method::GET, &format!("/v1/plugins/{reference}"), None).await;
+        assert_eq!((status, &shown["digest"]), (200, &info["digest"]), "{reference}");
+    }
+    let (status, body) = server.call(Method::GET, "/v1/plugins/hello@9.9.9", None).await;
+    assert_eq!((status, error_kind(&body)), (404, "unknown_plugin"));
+    let (status, body) = server.call(Method::GET, "/v1/plugins/Bad%20Name", None).await;
+    assert_eq!((status, error_kind(&body)), (400, "invalid_request"));
+
+    let refused = [
+        (b"plain text".to_vec(), "not a WebAssembly file"),
+        (bytes[..bytes.len() / 2].to_vec(), "invalid component"),
+        (wat::parse_str("(module)").unwrap(), "core WebAssembly module"),
+        (wat::parse_str("(component)").unwrap(), "does not implement leash:plugin"),
+        (Vec::new(), "empty"),
+    ];
+    for (body, says) in refused {
+        let response = server.request(Method::POST, "/v1/plugins?name=bad").body(body).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 400, "{says}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(error_kind(&answer), "invalid_plugin", "{answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(says), "{answer}");
+    }
+    let (_, list) = server.call(Method::GET, "/v1/plugins", None).await;
+    assert_eq!(list["plugins"].as_array().unwrap().len(), 1, "refused uploads leave nothing behind");
+}
+
+#[tokio::test]
+async fn sync_submits_answer_with_the_output_and_binary_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+    let echo = server.add_plugin("echo").await;
+
+    let (status, answer) = submit(&server, json!({ "plugin": "hello", "input": { "name": "Ada" } })).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["job"]["status"], "succeeded");
+    assert_eq!(answer["output"]["greeting"], "Hello, Ada!");
+    assert_eq!(answer["job"]["plugin_name"]["name"], "hello");
+
+    let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let (status, answer) =
+        submit(&server, json!({ "plugin": echo["digest"], "input_base64": b64(&binary), "execution": "sync" })).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["output"], Value::Null, "not JSON");
+    assert_eq!(answer["output_base64"].as_str().unwrap(), b64(&binary));
+    let id = answer["job"]["id"].as_str().unwrap();
+    let raw = server.request(Method::GET, &format!("/v1/jobs/{id}/output")).send().await.unwrap();
+    assert_eq!(raw.status().as_u16(), 200);
+    assert_eq!(raw.headers()["content-type"], "application/octet-stream");
+    assert_eq!(raw.bytes().await.unwrap().to_vec(), binary);
+
+    let (status, answer) = submit(&server, json!({ "plugin": "hello", "input": { "name": " " } })).await;
+    assert_eq!(status, 200, "a failed job is still an answer: {answer}");
+    assert_eq!(
+        (answer["job"]["status"].as_str(), answer["job"]["error_kind"].as_str()),
+        (Some("failed"), Some("invalid_input"))
+    );
+    let id = answer["job"]["id"].as_str().unwrap();
+    let (status, body) = server.call(Method::GET, &format!("/v1/jobs/{id}/output"), None).await;
+    assert_eq!((status, error_kind(&body)), (409, "no_output"));
+}
+
+#[tokio::test]
+async fn an_async_job_is_accepted_then_polled_to_succeeded() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+    let id = submit_async(&server, "hello@0.0.0", json!({ "name": "later" })).await;
+    let job = server.poll_job(&id, is_terminal).await;
+    assert_eq!(job["status"], "succeeded");
+    assert!(job["output_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(job["progress"]["done"], 1, "the guest's last progress report is kept");
+    let (status, logs) = server.call(Method::GET, &format!("/v1/jobs/{id}/logs"), None).await;
+    assert_eq!(status, 200);
+    assert!(!logs["records"].as_array().unwrap().is_empty(), "hello logs once: {logs}");
+    let (status, body) = server.call(Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/logs", None).await;
+    assert_eq!((status, error_kind(&body)), (404, "not_found"));
+    let (status, body) = server.call(Method::GET, "/v1/jobs/not-an-id", None).await;
+    assert_eq!((status, error_kind(&body)), (400, "invalid_request"));
+}
+
+#[tokio::test]
+async fn bad_submits_are_refused_before_anything_is_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-body", "600KiB"]);
+    server.add_plugin("hello").await;
+    let cases = [
+        (json!({ "plugin": "nobody" }), 404, "unknown_plugin"),
+        (json!({ "plugin": "hello", "colour": "blue" }), 400, "invalid_request"),
+        (json!({ "input": {} }), 400, "invalid_request"),
+        (json!({ "plugin": "hello", "input": {}, "input_base64": "" }), 400, "invalid_request"),
+        (json!({ "plugin": "hello", "input_base64": "not base64!" }), 400, "invalid_request"),
+        (json!({ "plugin": "hello", "phase": "destroy" }), 400, "invalid_request"),
+        (json!({ "plugin": "hello", "phase": "apply", "action": "x" }), 400, "invalid_request"),
+        (json!({ "plugin": "hello", "execution": "later" }), 400, "invalid_request"),
+        (json!({ "plugin": "hello", "memory_bytes": 1u64 << 40 }), 400, "invalid_job"),
+        (json!({ "plugin": "hello", "timeout_ms": 1u64 << 40 }), 400, "invalid_job"),
+        (json!({ "plugin": "hello", "output_bytes": 1u64 << 40 }), 400, "invalid_job"),
+        (json!({ "plugin": "hello", "max_attempts": 0 }), 400, "invalid_job"),
+        (json!({ "plugin": "hello", "timeout_ms": 0 }), 400, "invalid_job"),
+    ];
+    for (body, want_status, want_kind) in cases {
+        let (status, answer) = submit(&server, body.clone()).await;
+        assert_eq!((status, error_kind(&answer)), (want_status, want_kind), "{body} → {answer}");
+    }
+    let (_, answer) = submit(&server, json!({ "plugin": "hello", "memory_bytes": 1u64 << 40 })).await;
+    assert!(answer["error"]["message"].as_str().unwrap().contains("ceiling of 1073741824"), "{answer}");
+    let malformed = server.request(Method::POST, "/v1/jobs").body("{not json").send().await.unwrap();
+    assert_eq!(malformed.status().as_u16(), 400);
+    let huge = json!({ "plugin": "hello", "input_base64": b64(&vec![7u8; 600 << 10]) });
+    let (status, answer) = submit(&server, huge).await;
+    assert_eq!((status, error_kind(&answer)), (413, "payload_too_large"));
+    let oversized_plugin =
+        server.request(Method::POST, "/v1/plugins?name=big").body(vec![0u8; 601 << 10]).send().await.unwrap();
+    assert_eq!(oversized_plugin.status().as_u16(), 413);
+    let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 0, "nothing was queued");
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_429_with_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    // One slot, two queued at most; the queue is recounted only every 10 s,
+    // so the count this process keeps decides.
+    let server =
+        Server::start(&dir.path().join("s.db"), &["--max-workers", "1", "--max-queued", "2", "--poll-interval", "10s"]);
+    server.add_plugin("coop").await;
+    let first = submit_async(&server, "coop", json!({})).await;
+    server.poll_job(&first, |j| j["status"] == "running").await;
+    let queued = [submit_async(&server, "coop", json!({})).await, submit_async(&server, "coop", json!({})).await];
+    let response = server
+        .request(Method::POST, "/v1/jobs")
+        .json(&json!({ "plugin": "coop", "execution": "async" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 429);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(error_kind(&body), "backpressure");
+    for id in queued.iter().chain([&first]) {
+        server.call(Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await;
+    }
+}
+
+#[tokio::test]
+async fn cancel_answers_200_queued_202_running_and_409_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-workers", "1"]);
+    server.add_plugin("coop").await;
+    let running = submit_async(&server, "coop", json!({})).await;
+    server.poll_job(&running, |j| j["status"] == "running" && !j["progress"].is_null()).await;
+    let queued = submit_async(&server, "coop", json!({})).await;
+
+    let (status, answer) = server.call(Method::POST, &format!("/v1/jobs/{queued}/cancel"), None).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("cancelled")));
+    let (status, answer) = server.call(Method::POST, &format!("/v1/jobs/{running}/cancel"), None).await;
+    assert_eq!((status, answer["status"].as_str()), (202, Some("cancel_requested")));
+    let job = server.poll_job(&running, is_terminal).await;
+    assert_eq!((job["status"].as_str(), job["error_kind"].as_str()), (Some("cancelled"), Some("cancelled")));
+    let (status, answer) = server.call(Method::POST, &format!("/v1/jobs/{running}/cancel"), None).await;
+    assert_eq!((status, error_kind(&answer)), (409, "already_terminal"));
+    let (status, answer) = server.call(Method::POST, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/cancel", None).await;
+    assert_eq!((status, error_kind(&answer)), (404, "not_found"));
+}
+
+#[tokio::test]
+async fn a_sync_wait_past_the_ceiling_answers_202_and_the_job_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--sync-timeout", "300ms"]);
+    server.add_plugin("coop").await;
+    let (status, answer) = submit(&server, json!({ "plugin": "coop" })).await;
+    assert_eq!((status, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
+    let id = answer["job_id"].as_str().unwrap();
+    let job = server.poll_job(id, |j| j["status"] == "running").await;
+    assert!(!is_terminal(&job));
+    server.call(Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await;
+}
+
+#[tokio::test]
+async fn jobs_are_listed_filtered_and_paged() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+    let mut ids = Vec::new();
+    for plan in ["p1", "p1", "p2"] {
+        let (status, answer) =
+            submit(&server, json!({ "plugin": "hello", "plan_id": plan, "concurrency_key": plan })).await;
+        assert_eq!(status, 200, "{answer}");
+        ids.push(answer["job"]["id"].as_str().unwrap().to_owned());
+    }
+    let ids_of = |page: &Value| -> Vec<String> {
+        page["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_owned()).collect()
+    };
+    let (status, page) = server.call(Method::GET, "/v1/jobs?plan=p1&limit=1", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(ids_of(&page), vec![ids[1].clone()]);
+    let next = page["next_before"].as_str().unwrap();
+    let (_, page2) = server.call(Method::GET, &format!("/v1/jobs?plan=p1&limit=1&before={next}"), None).await;
+    assert_eq!(ids_of(&page2), vec![ids[0].clone()]);
+    let (_, by_key) = server.call(Method::GET, "/v1/jobs?concurrency_key=p2", None).await;
+    assert_eq!(ids_of(&by_key), vec![ids[2].clone()]);
+    let (_, by_status) = server.call(Method::GET, "/v1/jobs?status=succeeded&plugin=hello", None).await;
+    assert_eq!(ids_of(&by_status).len(), 3);
+    assert_eq!(by_status["next_before"], Value::Null);
+    for bad in ["status=done", "limit=0", "limit=501", "before=x", "plugin=Bad%20Name", "colour=blue"] {
+        let (status, body) = server.call(Method::GET, &format!("/v1/jobs?{bad}"), None).await;
+        assert_eq!((status, error_kind(&body)), (400, "invalid_request"), "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn health_and_metrics_report_the_pool_and_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-workers", "3"]);
+    server.add_plugin("hello").await;
+    let (status, _) = submit(&server, json!({ "plugin": "hello" })).await;
+    assert_eq!(status, 200);
+    let (status, report) = server.call(Method::GET, "/v1/health", None).await;
+    assert_eq!(status, 200);
+    let health = &report["health"];
+    assert_eq!((health["state"].as_str(), health["max_workers"].as_u64()), (Some("running"), Some(3)));
+    assert_eq!((health["processed"].as_u64(), health["counts"]["succeeded"].as_u64()), (Some(1), Some(1)));
+    assert!(health["last_heartbeat"].as_str().unwrap().ends_with('Z'), "UTC: {health}");
+    assert_eq!(report["ceilings"]["max_memory_bytes"], 1u64 << 30);
+
+    let response = server.request(Method::GET, "/metrics").send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let text = response.text().await.unwrap();
+    for needle in [
+        "leash_jobs_finished_total{status=\"succeeded\",error_kind=\"\"} 1",
+        "leash_queue_depth{state=\"succeeded\"} 1",
+        "leash_queue_depth{state=\"queued\"} 0",
+        "leash_running_jobs 0",
+        "leash_pool_slots 3",
+        "leash_pool_free_slots 3",
+        "leash_claim_seconds_count",
+        "leash_complete_seconds_count 1",
+        "leash_lease_renewals_total",
+        "leash_leases_lost_total 0",
+        "leash_fuel_used_total",
+        "leash_event_loop_lag_seconds",
+    ] {
+        assert!(text.contains(needle), "metrics lack {needle:?}:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_job_outlives_a_sigkilled_server_and_ends_per_the_lifecycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let mut server = Server::start(&db, &["--lease-ttl", "1s"]);
+    server.add_plugin("sleep").await;
+    let (status, answer) =
+        submit(&server, json!({ "plugin": "sleep", "input": { "ms": 1500 }, "max_attempts": 2, "execution": "async" }))
+            .await;
+    assert_eq!(status, 202);
+    let retried = answer["job_id"].as_str().unwrap().to_owned();
+    let (_, answer) =
+        submit(&server, json!({ "plugin": "sleep", "input": { "ms": 1500 }, "execution": "async" })).await;
+    let once = answer["job_id"].as_str().unwrap().to_owned();
+    for id in [&retried, &once] {
+        server.poll_job(id, |j| j["status"] == "running").await;
+    }
+    server.kill();
+
+    let server = Server::start(&db, &["--lease-ttl", "1s"]);
+    let job = server.poll_job(&retried, is_terminal).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!((job["attempt"].as_u64(), job["lost_leases"].as_u64()), (Some(2), Some(1)));
+    let job = server.poll_job(&once, is_terminal).await;
+    assert_eq!((job["status"].as_str(), job["error_kind"].as_str()), (Some("failed"), Some("lease_lost")), "{job}");
+    assert_eq!(job["attempt"], 1, "never silently re-run");
+    let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 2, "nothing vanished");
+}

@@ -1,0 +1,143 @@
+//! A real `leash serve` process on loopback, for the HTTP and CLI tests.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{GENEROUS, cache_dir};
+
+/// A running server; killed when dropped.
+pub struct Server {
+    pub url: String,
+    pub token: String,
+    pub token_file: PathBuf,
+    pub child: Child,
+    pub http: reqwest::Client,
+}
+
+/// The `leash` binary under test.
+pub fn leash_bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leash"));
+    for var in ["LEASH_SERVER", "LEASH_API_TOKEN", "LEASH_TOKEN_FILE", "LEASH_CONFIG", "LEASH_DATABASE_PATH"] {
+        cmd.env_remove(var);
+    }
+    cmd.env("LEASH_CACHE_DIR", cache_dir());
+    cmd
+}
+
+/// Fast timings for tests, unless `extra` sets the flag itself.
+fn with_defaults(extra: &[&str]) -> Vec<String> {
+    let defaults = [
+        ("--listen", "127.0.0.1:0"),
+        ("--poll-interval", "50ms"),
+        ("--lease-ttl", "3s"),
+        ("--cancel-grace", "1s"),
+        ("--shutdown-budget", "3s"),
+    ];
+    let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    for (flag, value) in defaults {
+        if !extra.contains(&flag) {
+            args.extend([flag.to_owned(), value.to_owned()]);
+        }
+    }
+    args
+}
+
+impl Server {
+    /// Start `leash serve` on `db` with fast timings and `extra` flags.
+    pub fn start(db: &Path, extra: &[&str]) -> Server {
+        let token_file = db.with_extension("token");
+        let mut child = leash_bin()
+            .arg("serve")
+            .arg("--db")
+            .arg(db)
+            .arg("--token-file")
+            .arg(&token_file)
+            .args(with_defaults(extra))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start leash serve");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if !sent && let Some(rest) = line.split("serving ").nth(1) {
+                    let url = rest.split_whitespace().next().unwrap_or_default().to_owned();
+                    let _ = tx.send(url);
+                    sent = true;
+                }
+            }
+        });
+        let url = rx.recv_timeout(GENEROUS).expect("the server reports its address");
+        let token = std::fs::read_to_string(&token_file).expect("token file").trim().to_owned();
+        Server { url, token, token_file, child, http: reqwest::Client::new() }
+    }
+
+    /// A request with the token.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.url)).bearer_auth(&self.token)
+    }
+
+    /// Send a JSON body (or none) and read the status and JSON answer.
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self.request(method, path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.expect("body");
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| panic!("{path}: not JSON: {}", String::from_utf8_lossy(&bytes)));
+        (status, value)
+    }
+
+    /// Register a built test plugin under its own name.
+    pub async fn add_plugin(&self, name: &str) -> Value {
+        let response = self
+            .request(reqwest::Method::POST, &format!("/v1/plugins?name={}", name.replace('-', "_")))
+            .body(leash_tests::plugin_bytes(name))
+            .send()
+            .await
+            .expect("upload");
+        assert_eq!(response.status().as_u16(), 201, "upload {name}");
+        response.json().await.expect("plugin JSON")
+    }
+
+    /// Poll a job until `done` holds for it (bounded; a hang fails the test).
+    pub async fn poll_job(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let (status, job) = self.call(reqwest::Method::GET, &format!("/v1/jobs/{id}"), None).await;
+            assert_eq!(status, 200, "{job}");
+            if done(&job) {
+                return job;
+            }
+            assert!(start.elapsed() < GENEROUS, "job {id} never reached the state: {job}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Send SIGKILL and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A job's terminal check.
+pub fn is_terminal(job: &Value) -> bool {
+    matches!(job["status"].as_str(), Some("succeeded" | "failed" | "cancelled"))
+}
