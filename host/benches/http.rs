@@ -67,8 +67,7 @@ async fn main() {
     let name = PluginName::new("hello", "1.0.0").unwrap();
     runtime.plugin_register(leash_tests::plugin_bytes("hello"), name.clone()).await.unwrap();
 
-    let config =
-        ApiConfig { token: TOKEN.into(), sync_ceiling: Duration::from_secs(30), max_body_bytes: 1 << 20 };
+    let config = ApiConfig { token: TOKEN.into(), sync_ceiling: Duration::from_secs(30), max_body_bytes: 1 << 20 };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1/jobs", listener.local_addr().unwrap());
     let app = router(runtime.clone(), config);
