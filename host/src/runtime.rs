@@ -684,6 +684,13 @@ impl Runtime {
         self.inner.pool.subscribe(subscriber);
     }
 
+    /// Call `subscriber` when a job this process claimed starts running its
+    /// guest (after the claim and the plugin load). A panicking subscriber
+    /// is isolated like a completion subscriber.
+    pub fn on_start(&self, subscriber: impl Fn(JobId) + Send + Sync + 'static) {
+        self.inner.pool.subscribe_starts(Box::new(subscriber));
+    }
+
     /// The health report.
     pub async fn health(&self) -> Result<Health, RuntimeError> {
         let pool = &self.inner.pool;

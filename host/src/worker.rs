@@ -77,6 +77,9 @@ pub struct Completion {
 /// panics is isolated: the others still run, and so does the pool.
 pub type Subscriber = Box<dyn Fn(&Completion) + Send + Sync>;
 
+/// Called when a job this process claimed is about to run its guest.
+pub type StartSubscriber = Box<dyn Fn(JobId) + Send + Sync>;
+
 /// Lifecycle of the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -127,6 +130,7 @@ pub(crate) struct Pool {
     running: Mutex<HashMap<JobId, RunningJob>>,
     plugins: Mutex<HashMap<Digest, Plugin>>,
     subscribers: Mutex<Vec<Arc<Subscriber>>>,
+    start_subscribers: Mutex<Vec<Arc<StartSubscriber>>>,
     shutting_down: AtomicBool,
     idle: Notify,
 }
@@ -159,6 +163,7 @@ impl Pool {
             running: Mutex::default(),
             plugins: Mutex::default(),
             subscribers: Mutex::default(),
+            start_subscribers: Mutex::default(),
             shutting_down: AtomicBool::new(false),
             idle: Notify::new(),
         })
@@ -166,6 +171,18 @@ impl Pool {
 
     pub(crate) fn subscribe(&self, subscriber: Subscriber) {
         self.subscribers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(subscriber));
+    }
+
+    pub(crate) fn subscribe_starts(&self, subscriber: StartSubscriber) {
+        self.start_subscribers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(subscriber));
+    }
+
+    fn notify_start(&self, id: JobId) {
+        let subscribers: Vec<Arc<StartSubscriber>> =
+            self.start_subscribers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for subscriber in subscribers {
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| subscriber(id)));
+        }
     }
 
     pub(crate) fn running_count(&self) -> usize {
@@ -310,6 +327,7 @@ impl Pool {
                         ..RunLimits::default()
                     },
                 };
+                self.notify_start(id);
                 let progress = Arc::new(ProgressWatch::default());
                 let run = self.sandbox.run(&plugin, request, &stop, progress.clone());
                 tokio::select! {

@@ -235,3 +235,19 @@ async fn a_worker_that_lost_its_lease_stops_the_guest_and_drops_the_result() {
     assert_eq!(runtime.health().await.unwrap().running_here, 0, "the guest was stopped");
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_subscribers_hear_each_job_before_it_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).build().await.unwrap();
+    let events: Arc<std::sync::Mutex<Vec<(&str, JobId)>>> = Arc::default();
+    let starts = events.clone();
+    runtime.on_start(|_| panic!("a panicking start subscriber is isolated"));
+    runtime.on_start(move |id| starts.lock().unwrap().push(("start", id)));
+    let ends = events.clone();
+    runtime.on_complete(move |c| ends.lock().unwrap().push(("end", c.id)));
+    let id = runtime.submit(job("hello", "{}")).await.unwrap();
+    assert_eq!(runtime.wait(id, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
+    assert_eq!(*events.lock().unwrap(), vec![("start", id), ("end", id)]);
+    runtime.shutdown().await;
+}
