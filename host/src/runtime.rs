@@ -206,6 +206,7 @@ pub struct Ceilings {
 #[derive(Debug)]
 pub struct RuntimeBuilder {
     db_path: PathBuf,
+    store: Option<Arc<dyn JobStore>>,
     durability: Durability,
     sandbox: SandboxConfig,
     worker: WorkerConfig,
@@ -223,6 +224,13 @@ pub struct RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
+    /// Use this store instead of opening the SQLite file (another backend,
+    /// or a wrapper such as [`crate::store::faults::FaultyStore`]).
+    pub fn store(mut self, store: Arc<dyn JobStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
     /// SQLite durability (default `normal`).
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
@@ -330,12 +338,17 @@ impl RuntimeBuilder {
 
     /// Open the store, build the sandbox, start the pool and sweeps.
     pub async fn build(self) -> Result<Runtime, RuntimeError> {
-        let path = self.db_path.clone();
-        let durability = self.durability;
-        let store = tokio::task::spawn_blocking(move || SqliteStore::open(path, durability))
-            .await
-            .map_err(|e| StoreError::Invalid(format!("opening the store panicked: {e}")))??;
-        let store: Arc<dyn JobStore> = Arc::new(store);
+        let store: Arc<dyn JobStore> = match &self.store {
+            Some(store) => store.clone(),
+            None => {
+                let path = self.db_path.clone();
+                let durability = self.durability;
+                let store = tokio::task::spawn_blocking(move || SqliteStore::open(path, durability))
+                    .await
+                    .map_err(|e| StoreError::Invalid(format!("opening the store panicked: {e}")))??;
+                Arc::new(store)
+            }
+        };
         let sandbox = Arc::new(Sandbox::new(self.sandbox.clone()).map_err(RuntimeError::Sandbox)?);
         let metrics = Arc::new(Metrics::new());
         let pool = Pool::new(store.clone(), sandbox.clone(), self.clock.clone(), self.worker.clone(), metrics.clone());
@@ -408,6 +421,7 @@ impl Runtime {
     pub fn builder(db_path: impl Into<PathBuf>) -> RuntimeBuilder {
         RuntimeBuilder {
             db_path: db_path.into(),
+            store: None,
             durability: Durability::Normal,
             sandbox: SandboxConfig::default(),
             worker: WorkerConfig {

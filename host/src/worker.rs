@@ -422,20 +422,44 @@ impl Pool {
 
     /// Record the outcome, retrying transient store errors while the lease
     /// could still be ours. `false`: the lease was lost.
+    ///
+    /// A failed call may still have committed (the reply was lost): then the
+    /// retry matches no running row, and the row is checked for this very
+    /// finish before the lease is called lost.
     async fn finish_with_retry(&self, mut params: JobFinishParams) -> bool {
         let mut delay = Duration::from_millis(5);
         let give_up = self.clock.now().plus(self.config.lease_ttl);
+        let mut tried_at = Vec::new();
         loop {
+            tried_at.push(params.now);
             match self.store.job_finish(params.clone()).await {
-                Ok(took_effect) => return took_effect,
+                Ok(true) => return true,
+                Ok(false) if tried_at.len() > 1 => return self.finish_landed(&params, &tried_at).await,
+                Ok(false) => return false,
                 Err(e) if e.is_transient() && self.clock.now() < give_up => {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_millis(500));
                     params.now = self.clock.now();
                 }
-                Err(_) => return false,
+                Err(_) => return self.finish_landed(&params, &tried_at).await,
             }
         }
+    }
+
+    /// Whether the row shows this finish: written by one of our attempts
+    /// (its `finished_at`), with our ending and usage.
+    async fn finish_landed(&self, params: &JobFinishParams, tried_at: &[Timestamp]) -> bool {
+        let Ok(Some(job)) = self.store.job_get(params.id).await else { return false };
+        let (status, kind) = match &params.finish {
+            Finish::Succeeded { .. } => (JobStatus::Succeeded, None),
+            Finish::Failed { kind, .. } => (JobStatus::Failed, Some(*kind)),
+            Finish::Cancelled { .. } => (JobStatus::Cancelled, Some(ErrorKind::Cancelled)),
+        };
+        job.status == status
+            && job.error_kind == kind
+            && job.worker_id.as_deref() == Some(self.worker_id.as_str())
+            && job.fuel_used == Some(params.fuel_used)
+            && job.finished_at.is_some_and(|at| tried_at.contains(&at))
     }
 
     fn notify(&self, completion: Completion) {

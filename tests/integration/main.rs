@@ -6,6 +6,7 @@ mod cli_config;
 mod cli_ops;
 mod cli_run;
 mod crash;
+mod faults;
 mod http;
 mod runtime;
 mod sandbox;

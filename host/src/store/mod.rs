@@ -11,6 +11,7 @@
 //! This module knows nothing of wasm: it stores plugin digests and bytes.
 
 pub mod conformance;
+pub mod faults;
 pub mod sqlite;
 
 use std::fmt;

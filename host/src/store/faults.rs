@@ -1,0 +1,228 @@
+//! A store wrapper that injects faults, for testing what leash does when
+//! its database misbehaves.
+//!
+//! Each fault applies to the next call of one operation (or to every call
+//! with a probability): fail *before* the write (nothing lands), fail
+//! *after* it (the write lands but the caller sees an error — the case a
+//! lost reply or a timeout after commit produces), or stall first. Injected
+//! errors are transient database errors, as a busy or briefly unreachable
+//! database gives.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::{
+    CancelResult, Counts, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobListParams, JobLogs,
+    JobProgressParams, JobReleaseParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams,
+    LeaseReclaimParams, LeaseState, PluginInfo, PluginNameParams, PluginPutParams, PluginRef, ReclaimReport,
+    StoreError,
+};
+use crate::clock::Timestamp;
+use crate::job::Digest;
+
+/// Operations a fault can target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `job_insert`.
+    Insert,
+    /// `job_claim`.
+    Claim,
+    /// `lease_extend`.
+    Extend,
+    /// `job_finish`.
+    Finish,
+    /// `job_release`.
+    Release,
+    /// `job_cancel`.
+    Cancel,
+    /// `lease_reclaim_expired`.
+    Reclaim,
+    /// `job_progress_set`.
+    Progress,
+}
+
+/// What goes wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail without touching the database.
+    FailBefore,
+    /// Do the write, then report failure.
+    FailAfter,
+    /// Wait, then do the call normally.
+    Stall(Duration),
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    /// One-shot faults, taken in order per operation.
+    once: HashMap<Op, Vec<Fault>>,
+    /// Faults applied to a share of calls: (fault, one call in `every`).
+    every: HashMap<Op, (Fault, u64)>,
+    calls: HashMap<Op, u64>,
+}
+
+/// A [`JobStore`] that injects faults into an inner store.
+#[derive(Debug)]
+pub struct FaultyStore {
+    inner: std::sync::Arc<dyn JobStore>,
+    plan: Mutex<Plan>,
+    injected: AtomicU64,
+}
+
+impl FaultyStore {
+    /// Wrap `inner`; no faults until some are planned.
+    pub fn new(inner: std::sync::Arc<dyn JobStore>) -> Self {
+        FaultyStore { inner, plan: Mutex::default(), injected: AtomicU64::new(0) }
+    }
+
+    /// Apply `fault` to the next call of `op` (queued after earlier ones).
+    pub fn inject(&self, op: Op, fault: Fault) {
+        self.plan.lock().unwrap_or_else(|e| e.into_inner()).once.entry(op).or_default().push(fault);
+    }
+
+    /// Apply `fault` to one call of `op` in every `every` (deterministic:
+    /// calls number `every`, `2 * every`, …). `every == 0` clears it.
+    pub fn inject_every(&self, op: Op, fault: Fault, every: u64) {
+        let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        if every == 0 {
+            plan.every.remove(&op);
+        } else {
+            plan.every.insert(op, (fault, every));
+        }
+    }
+
+    /// Faults injected so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
+    }
+
+    /// Faults planned but not yet applied (one-shot ones).
+    pub fn pending(&self) -> usize {
+        self.plan.lock().unwrap_or_else(|e| e.into_inner()).once.values().map(Vec::len).sum()
+    }
+
+    fn take(&self, op: Op) -> Option<Fault> {
+        let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        let n = {
+            let calls = plan.calls.entry(op).or_default();
+            *calls += 1;
+            *calls
+        };
+        let fault = match plan.once.get_mut(&op) {
+            Some(queue) if !queue.is_empty() => Some(queue.remove(0)),
+            _ => plan.every.get(&op).filter(|(_, every)| n % every == 0).map(|(fault, _)| *fault),
+        };
+        if fault.is_some() {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+        }
+        fault
+    }
+
+    async fn around<T>(
+        &self,
+        op: Op,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match self.take(op) {
+            None => call.await,
+            Some(Fault::FailBefore) => Err(injected(op, "before the write")),
+            Some(Fault::FailAfter) => {
+                let _ = call.await;
+                Err(injected(op, "after the write landed"))
+            }
+            Some(Fault::Stall(d)) => {
+                tokio::time::sleep(d).await;
+                call.await
+            }
+        }
+    }
+}
+
+fn injected(op: Op, when: &str) -> StoreError {
+    StoreError::Database {
+        operation: "an injected fault",
+        source: format!("injected failure of {op:?} {when}").into(),
+        transient: true,
+    }
+}
+
+#[async_trait::async_trait]
+impl JobStore for FaultyStore {
+    async fn job_insert(&self, params: JobInsertParams) -> Result<Vec<Job>, StoreError> {
+        self.around(Op::Insert, self.inner.job_insert(params)).await
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        self.inner.job_get(id).await
+    }
+
+    async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
+        self.around(Op::Claim, self.inner.job_claim(params)).await
+    }
+
+    async fn lease_extend(&self, params: LeaseExtendParams) -> Result<LeaseState, StoreError> {
+        self.around(Op::Extend, self.inner.lease_extend(params)).await
+    }
+
+    async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError> {
+        self.around(Op::Finish, self.inner.job_finish(params)).await
+    }
+
+    async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
+        self.around(Op::Release, self.inner.job_release(params)).await
+    }
+
+    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {
+        self.around(Op::Cancel, self.inner.job_cancel(id, now)).await
+    }
+
+    async fn lease_reclaim_expired(&self, params: LeaseReclaimParams) -> Result<ReclaimReport, StoreError> {
+        self.around(Op::Reclaim, self.inner.lease_reclaim_expired(params)).await
+    }
+
+    async fn jobs_expire_queued(&self, params: JobsExpireParams) -> Result<u64, StoreError> {
+        self.inner.jobs_expire_queued(params).await
+    }
+
+    async fn jobs_delete_expired(&self, params: JobsDeleteParams) -> Result<u64, StoreError> {
+        self.inner.jobs_delete_expired(params).await
+    }
+
+    async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
+        self.inner.counts_snapshot().await
+    }
+
+    async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
+        self.inner.plugin_put(params).await
+    }
+
+    async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.plugin_get(digest).await
+    }
+
+    async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError> {
+        self.inner.plugin_name_set(params).await
+    }
+
+    async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {
+        self.inner.plugin_list().await
+    }
+
+    async fn plugin_resolve(&self, plugin: PluginRef) -> Result<Option<PluginInfo>, StoreError> {
+        self.inner.plugin_resolve(plugin).await
+    }
+
+    async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {
+        self.inner.job_list(params).await
+    }
+
+    async fn job_progress_set(&self, params: JobProgressParams) -> Result<bool, StoreError> {
+        self.around(Op::Progress, self.inner.job_progress_set(params)).await
+    }
+
+    async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError> {
+        self.inner.job_logs(id).await
+    }
+}

@@ -1,0 +1,193 @@
+//! Storage faults under a real runtime: writes that fail before they land,
+//! writes that land but report failure, and stalls past the lease. Each
+//! test names the rule it holds: nothing lost, nothing run twice under
+//! `max_attempts = 1`, a stale owner never overwrites a newer attempt.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leash::job::{ErrorKind, Target};
+use leash::runtime::{PluginSource, Runtime, RuntimeError, Submit};
+use leash::sandbox::SandboxConfig;
+use leash::store::faults::{Fault, FaultyStore, Op};
+use leash::store::sqlite::{Durability, SqliteStore};
+use leash::store::{JobStatus, JobStore};
+
+use crate::support::{GENEROUS, cache_dir};
+
+const LEASE: Duration = Duration::from_millis(400);
+
+async fn runtime(dir: &tempfile::TempDir) -> (Runtime, Arc<FaultyStore>) {
+    runtime_with(dir, true).await
+}
+
+async fn runtime_with(dir: &tempfile::TempDir, workers: bool) -> (Runtime, Arc<FaultyStore>) {
+    let inner: Arc<dyn JobStore> = Arc::new(SqliteStore::open(dir.path().join("jobs.db"), Durability::Normal).unwrap());
+    let faulty = Arc::new(FaultyStore::new(inner));
+    let mut builder = Runtime::builder(dir.path().join("unused.db"))
+        .store(faulty.clone())
+        .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
+        .poll_interval(Duration::from_millis(20))
+        .lease_ttl(LEASE)
+        .sweep_interval(Duration::from_millis(50))
+        .cancel_grace(Duration::from_millis(200));
+    if !workers {
+        builder = builder.without_workers();
+    }
+    (builder.build().await.unwrap(), faulty)
+}
+
+fn job(name: &str, input: &str, max_attempts: u32) -> Submit {
+    let mut job =
+        Submit::new(PluginSource::Bytes(leash_tests::plugin_bytes(name)), Target::Execute, input.as_bytes().to_vec());
+    job.max_attempts = Some(max_attempts);
+    job
+}
+
+fn completions(runtime: &Runtime) -> Arc<std::sync::Mutex<Vec<leash::worker::Completion>>> {
+    let seen: Arc<std::sync::Mutex<Vec<_>>> = Arc::default();
+    let sink = seen.clone();
+    runtime.on_complete(move |c| sink.lock().unwrap().push(c.clone()));
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_that_lands_but_reports_failure_is_still_recorded_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = runtime(&dir).await;
+    let seen = completions(&runtime);
+    faults.inject(Op::Finish, Fault::FailAfter);
+    let id = runtime.submit(job("hello", "{}", 1)).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.attempt, done.lost_leases), (JobStatus::Succeeded, 1, 0));
+    assert_eq!(faults.injected(), 1);
+    assert_eq!(seen.lock().unwrap().len(), 1, "the completion is reported, once");
+    let health = runtime.health().await.unwrap();
+    assert_eq!((health.processed, health.leases_lost), (1, 0), "not mistaken for a lost lease");
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_that_fails_before_the_write_is_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = runtime(&dir).await;
+    faults.inject(Op::Finish, Fault::FailBefore);
+    faults.inject(Op::Finish, Fault::FailBefore);
+    let id = runtime.submit(job("hello", "{}", 1)).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.attempt), (JobStatus::Succeeded, 1));
+    assert_eq!(faults.injected(), 2);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_lands_but_reports_failure_is_reclaimed_never_run_twice() {
+    for (max_attempts, status, attempt) in [(1, JobStatus::Failed, 1), (2, JobStatus::Succeeded, 2)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (submitter, faults) = runtime_with(&dir, false).await;
+        // Queued before any worker exists, so the first claim takes it.
+        let id = submitter.submit(job("hello", "{}", max_attempts)).await.unwrap();
+        faults.inject(Op::Claim, Fault::FailAfter);
+        let worker = Runtime::builder(dir.path().join("unused.db"))
+            .store(faults.clone())
+            .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
+            .poll_interval(Duration::from_millis(20))
+            .lease_ttl(LEASE)
+            .sweep_interval(Duration::from_millis(50))
+            .build()
+            .await
+            .unwrap();
+        let done = submitter.wait(id, GENEROUS).await.unwrap();
+        assert_eq!(faults.injected(), 1);
+        assert_eq!((done.status, done.attempt, done.lost_leases), (status, attempt, 1), "{:?}", done.error_message);
+        if max_attempts == 1 {
+            assert_eq!(done.error_kind, Some(ErrorKind::LeaseLost));
+            assert!(done.output.is_none() && done.fuel_used.is_none(), "its guest never ran");
+        }
+        worker.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_renewals_do_not_lose_a_lease_that_later_renewals_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = runtime(&dir).await;
+    // Renewals every ~133 ms; every other one fails, alternately before and
+    // after its write. The lease (400 ms) outlives any one failure.
+    faults.inject_every(Op::Extend, Fault::FailBefore, 2);
+    let id = runtime.submit(job("sleep", r#"{"ms":1200}"#, 1)).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.lost_leases), (JobStatus::Succeeded, 0), "{:?}", done.error_message);
+    assert!(faults.injected() >= 2, "renewals were failed: {}", faults.injected());
+    faults.inject_every(Op::Extend, Fault::FailAfter, 2);
+    let id = runtime.submit(job("sleep", r#"{"ms":1200}"#, 1)).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.lost_leases), (JobStatus::Succeeded, 0), "{:?}", done.error_message);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_stalled_past_the_lease_never_overwrites_the_next_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = runtime(&dir).await;
+    let seen = completions(&runtime);
+    // Attempt 1's finish stalls for three leases: the sweeper reclaims the
+    // job, attempt 2 runs it, and attempt 1's write then finds a stale token.
+    faults.inject(Op::Finish, Fault::Stall(LEASE * 3));
+    let id = runtime.submit(job("hello", "{}", 2)).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.attempt, done.lost_leases), (JobStatus::Succeeded, 2, 1));
+    // Let the stalled write land, then check it changed nothing.
+    let start = std::time::Instant::now();
+    while runtime.health().await.unwrap().leases_lost == 0 {
+        assert!(start.elapsed() < GENEROUS, "the stalled finish never returned");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = runtime.get(id).await.unwrap();
+    assert_eq!((after.status, after.attempt, after.finished_at), (JobStatus::Succeeded, 2, done.finished_at));
+    assert_eq!(seen.lock().unwrap().len(), 1, "one completion: attempt 2's");
+
+    // With one attempt, the stalled job fails as lease_lost and stays so.
+    faults.inject(Op::Finish, Fault::Stall(LEASE * 3));
+    let id = runtime.submit(job("hello", "{}", 1)).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)));
+    while runtime.health().await.unwrap().leases_lost < 2 {
+        assert!(start.elapsed() < GENEROUS, "the stalled finish never returned");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = runtime.get(id).await.unwrap();
+    assert_eq!((after.status, after.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)), "never both");
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_or_cancel_that_lands_but_reports_failure_leaves_a_consistent_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = runtime(&dir).await;
+    let queued = runtime.submit(job("hello", "{}", 1)).await.unwrap();
+    runtime.wait(queued, GENEROUS).await.unwrap();
+
+    faults.inject(Op::Cancel, Fault::FailAfter);
+    let running = runtime.submit(job("coop", "{}", 1)).await.unwrap();
+    let start = std::time::Instant::now();
+    while runtime.get(running).await.unwrap().status != JobStatus::Running {
+        assert!(start.elapsed() < GENEROUS);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(matches!(runtime.cancel(running).await, Err(RuntimeError::Store(e)) if e.is_transient()));
+    let done = runtime.wait(running, GENEROUS).await.unwrap();
+    assert_eq!(done.status, JobStatus::Cancelled, "the request landed although the caller saw an error");
+    assert!(matches!(runtime.cancel(running).await, Err(RuntimeError::AlreadyTerminal { .. })));
+
+    let released = runtime.submit(job("coop", "{}", 1)).await.unwrap();
+    while runtime.get(released).await.unwrap().status != JobStatus::Running {
+        assert!(start.elapsed() < GENEROUS);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    faults.inject(Op::Release, Fault::FailAfter);
+    runtime.shutdown().await;
+    let after = runtime.get(released).await.unwrap();
+    assert_eq!((after.status, after.attempt, after.lost_leases), (JobStatus::Queued, 1, 0), "back in the queue");
+    assert!(after.lease_token.is_none());
+}
