@@ -8,6 +8,7 @@ mod cli_run;
 mod crash;
 mod faults;
 mod http;
+mod lease_model;
 mod runtime;
 mod sandbox;
 mod server;

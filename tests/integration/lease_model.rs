@@ -1,0 +1,346 @@
+//! An exhaustive check of the lease protocol: every interleaving, up to a
+//! depth, of two workers (claim, renew, finish, release on shutdown), the
+//! sweeper (reclaim), a canceller and the passing of time, on one job.
+//!
+//! The model is the protocol as DESIGN.md states it. Every reachable state
+//! is checked against the invariants (never two live owners; a stale token
+//! never changes the row; no run after `max_attempts` lost leases; running
+//! exactly when a lease exists; a released job is claimable, since release
+//! leads to `queued`), and the trace that first reaches each state is replayed
+//! on the real SQLite store, whose row must match the model after every
+//! step (so the store implements the protocol the model checks). A
+//! deliberately broken variant — finish without the token fence — must be
+//! caught.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leash::clock::Timestamp;
+use leash::job::{Digest, Target};
+use leash::store::sqlite::{Durability, SqliteStore};
+use leash::store::{
+    CancelResult, Finish, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobLimits, JobReleaseParams,
+    JobStatus, JobStore, LeaseExtendParams, LeaseReclaimParams, LeaseState, NewJob,
+};
+
+const WORKERS: usize = 2;
+const TTL: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Status {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Model {
+    status: Status,
+    /// The current lease's token (a claim counter), while running.
+    token: Option<u8>,
+    attempt: u8,
+    lost: u8,
+    max_attempts: u8,
+    cancel_requested: bool,
+    /// The lease has run out (time passed without a renewal).
+    expired: bool,
+    /// What each worker believes it holds.
+    held: [Option<u8>; WORKERS],
+    /// Claims so far (tokens are 1, 2, …).
+    claims: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Action {
+    Claim(usize),
+    Renew(usize),
+    Finish(usize),
+    Release(usize),
+    Expire,
+    Reclaim,
+    Cancel,
+}
+
+/// The protocol's rules. `broken` drops the token fence from finish.
+fn step(m: &Model, action: Action, broken: bool) -> Option<Model> {
+    let mut n = m.clone();
+    let owns = |w: usize| m.status == Status::Running && m.held[w].is_some() && m.held[w] == m.token;
+    match action {
+        Action::Claim(w) => {
+            if m.held[w].is_some() || m.status != Status::Queued {
+                return None;
+            }
+            n.claims += 1;
+            n.status = Status::Running;
+            n.token = Some(n.claims);
+            n.attempt += 1;
+            n.cancel_requested = false;
+            n.expired = false;
+            n.held[w] = n.token;
+        }
+        Action::Renew(w) => {
+            m.held[w]?;
+            if owns(w) && !m.expired {
+                // Held: the lease is extended.
+            } else if owns(w) {
+                // Ran out but not yet reclaimed: the renewal still matches
+                // the row and extends it (the store cannot tell).
+                n.expired = false;
+            } else {
+                n.held[w] = None; // lost: the worker stops and drops its result
+            }
+        }
+        Action::Finish(w) => {
+            m.held[w]?;
+            if owns(w) || (broken && m.status == Status::Running) {
+                n.status = Status::Succeeded;
+                n.token = None;
+                n.expired = false;
+            }
+            n.held[w] = None;
+        }
+        Action::Release(w) => {
+            m.held[w]?;
+            if owns(w) {
+                n.status = Status::Queued;
+                n.token = None;
+                n.expired = false;
+            }
+            n.held[w] = None;
+        }
+        Action::Expire => {
+            if m.status != Status::Running || m.expired {
+                return None;
+            }
+            n.expired = true;
+        }
+        Action::Reclaim => {
+            if m.status != Status::Running || !m.expired {
+                return None;
+            }
+            n.lost += 1;
+            n.token = None;
+            n.expired = false;
+            n.status = if m.cancel_requested {
+                Status::Cancelled
+            } else if n.lost < m.max_attempts {
+                Status::Queued
+            } else {
+                Status::Failed
+            };
+        }
+        Action::Cancel => match m.status {
+            Status::Queued => n.status = Status::Cancelled,
+            Status::Running if !m.cancel_requested => n.cancel_requested = true,
+            _ => return None,
+        },
+    }
+    Some(n)
+}
+
+/// What must hold in every reachable state.
+fn check(m: &Model) -> Result<(), String> {
+    let live = (0..WORKERS).filter(|&w| m.status == Status::Running && m.held[w].is_some() && m.held[w] == m.token);
+    if live.count() > 1 {
+        return Err("two live owners".into());
+    }
+    if m.lost > m.max_attempts || (m.status == Status::Running && m.lost >= m.max_attempts) {
+        return Err(format!("ran after {} lost leases with max_attempts {}", m.lost, m.max_attempts));
+    }
+    if (m.status == Status::Running) != m.token.is_some() {
+        return Err("running ⇔ token broken".into());
+    }
+    Ok(())
+}
+
+/// What must hold of every step: a worker that does not own the job
+/// changes nothing in its row.
+fn check_step(before: &Model, action: Action, after: &Model) -> Result<(), String> {
+    let worker = match action {
+        Action::Renew(w) | Action::Finish(w) | Action::Release(w) => w,
+        _ => return Ok(()),
+    };
+    let owned =
+        before.status == Status::Running && before.held[worker].is_some() && before.held[worker] == before.token;
+    let row = |m: &Model| (m.status, m.token, m.attempt, m.lost, m.cancel_requested);
+    if !owned && row(before) != row(after) {
+        return Err(format!("a stale token changed the row ({action:?})"));
+    }
+    Ok(())
+}
+
+const ACTIONS: [Action; 11] = [
+    Action::Claim(0),
+    Action::Claim(1),
+    Action::Renew(0),
+    Action::Renew(1),
+    Action::Finish(0),
+    Action::Finish(1),
+    Action::Release(0),
+    Action::Release(1),
+    Action::Expire,
+    Action::Reclaim,
+    Action::Cancel,
+];
+
+fn initial(max_attempts: u8) -> Model {
+    Model {
+        status: Status::Queued,
+        token: None,
+        attempt: 0,
+        lost: 0,
+        max_attempts,
+        cancel_requested: false,
+        expired: false,
+        held: [None; WORKERS],
+        claims: 0,
+    }
+}
+
+/// Breadth-first over every state reachable within `depth` steps. Returns
+/// the number of states and, for each state, the trace that first reached
+/// it; or the first violation with its trace.
+fn explore(max_attempts: u8, depth: usize, broken: bool) -> Result<(usize, Vec<Vec<Action>>), (String, Vec<Action>)> {
+    let start = initial(max_attempts);
+    let mut seen = HashSet::from([start.clone()]);
+    let mut queue = VecDeque::from([(start, Vec::new())]);
+    let mut traces = Vec::new();
+    while let Some((model, trace)) = queue.pop_front() {
+        for action in ACTIONS {
+            let Some(next) = step(&model, action, broken) else { continue };
+            let mut longer = trace.clone();
+            longer.push(action);
+            check(&next).and_then(|()| check_step(&model, action, &next)).map_err(|e| (e, longer.clone()))?;
+            if seen.insert(next.clone()) {
+                traces.push(longer.clone());
+                if longer.len() < depth {
+                    queue.push_back((next, longer));
+                }
+            }
+        }
+    }
+    Ok((seen.len(), traces))
+}
+
+#[test]
+fn the_lease_protocol_keeps_its_invariants_in_every_interleaving() {
+    for max_attempts in [1, 2] {
+        let (states, _) = explore(max_attempts, 12, false).unwrap_or_else(|(e, trace)| panic!("{e}: {trace:?}"));
+        assert!(states > 100, "explored {states} states");
+        println!("max_attempts {max_attempts}: {states} states explored");
+    }
+}
+
+#[test]
+fn the_checker_catches_a_finish_without_the_token_fence() {
+    let (error, trace) = explore(2, 12, true).expect_err("the broken variant must be caught");
+    assert!(error.contains("stale token") || error.contains("owners"), "{error}: {trace:?}");
+}
+
+// ---- the real store against the model ----
+
+fn status_of(s: JobStatus) -> Status {
+    match s {
+        JobStatus::Queued => Status::Queued,
+        JobStatus::Running => Status::Running,
+        JobStatus::Succeeded => Status::Succeeded,
+        JobStatus::Failed => Status::Failed,
+        JobStatus::Cancelled => Status::Cancelled,
+    }
+}
+
+/// Replay `trace` on a fresh store, checking the row against the model after
+/// every step. Time: each step is one second; "expire" jumps past the TTL.
+async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
+    let t0 = Timestamp::from_unix_ms(1_800_000_000_000);
+    let mut now = t0;
+    let job = NewJob {
+        plugin: Digest::of(b"p"),
+        plugin_name: None,
+        target: Target::Execute,
+        input: Vec::new(),
+        limits: JobLimits { timeout_ms: 1000, fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 },
+        max_attempts: max_attempts.into(),
+        concurrency_key: None,
+        plan_id: None,
+        queue_ttl: Duration::from_secs(86_400),
+    };
+    let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
+    let mut model = initial(max_attempts);
+    let mut tokens: [Option<String>; WORKERS] = [None, None];
+    for &action in trace {
+        now = now.plus(Duration::from_secs(1));
+        match action {
+            Action::Claim(w) => {
+                let params = JobClaimParams { worker_id: format!("w{w}"), limit: 1, lease_ttl: TTL, now };
+                let lease = store.job_claim(params).await.unwrap().pop().expect("the model says it is claimable");
+                tokens[w] = Some(lease.token);
+            }
+            Action::Renew(w) => {
+                let token = tokens[w].clone().unwrap();
+                let params = LeaseExtendParams { id, token, lease_ttl: TTL, now };
+                if store.lease_extend(params).await.unwrap() == LeaseState::Lost {
+                    tokens[w] = None;
+                }
+            }
+            Action::Finish(w) => {
+                let token = tokens[w].take().unwrap();
+                let finish = Finish::Succeeded { output: b"o".to_vec() };
+                let params = JobFinishParams {
+                    id,
+                    token,
+                    finish,
+                    fuel_used: 1,
+                    peak_memory_bytes: 1,
+                    progress: None,
+                    logs: None,
+                    now,
+                };
+                store.job_finish(params).await.unwrap();
+            }
+            Action::Release(w) => {
+                let token = tokens[w].take().unwrap();
+                let params = JobReleaseParams { id, token, queue_ttl: Duration::from_secs(86_400), now };
+                store.job_release(params).await.unwrap();
+            }
+            Action::Expire => now = now.plus(TTL),
+            Action::Reclaim => {
+                let params = LeaseReclaimParams { now, queue_ttl: Duration::from_secs(86_400) };
+                store.lease_reclaim_expired(params).await.unwrap();
+            }
+            Action::Cancel => {
+                let result = store.job_cancel(id, now).await.unwrap();
+                assert!(matches!(result, CancelResult::Cancelled | CancelResult::Requested), "{result:?}");
+            }
+        }
+        model = step(&model, action, false).unwrap();
+        let row = store.job_get(id).await.unwrap().unwrap();
+        let got = (status_of(row.status), row.attempt as u8, row.lost_leases as u8, row.cancel_requested);
+        let want = (model.status, model.attempt, model.lost, model.cancel_requested);
+        assert_eq!(got, want, "store and model disagree after {trace:?}");
+        for w in 0..WORKERS {
+            assert_eq!(tokens[w].is_some(), model.held[w].is_some(), "worker {w} after {trace:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_store_follows_the_model_on_every_explored_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut replayed = 0;
+    for max_attempts in [1, 2] {
+        let (_, traces) = explore(max_attempts, 12, false).unwrap_or_else(|(e, t)| panic!("{e}: {t:?}"));
+        for trace in &traces {
+            // A fresh store per trace: the sweeper and claims see every job.
+            let path = dir.path().join(format!("model-{replayed}.db"));
+            let store: Arc<dyn JobStore> = Arc::new(SqliteStore::open(path, Durability::Normal).unwrap());
+            replay(store, max_attempts, trace).await;
+            replayed += 1;
+        }
+    }
+    assert!(replayed > 400, "replayed {replayed} traces");
+    println!("{replayed} traces replayed on SQLite");
+}
