@@ -203,7 +203,10 @@ fn initial(max_attempts: u8) -> Model {
 /// Breadth-first over every state reachable within `depth` steps. Returns
 /// the number of states and, for each state, the trace that first reached
 /// it; or the first violation with its trace.
-fn explore(max_attempts: u8, depth: usize, broken: bool) -> Result<(usize, Vec<Vec<Action>>), (String, Vec<Action>)> {
+/// A violated rule and the trace that reaches it.
+type Violation = (String, Vec<Action>);
+
+fn explore(max_attempts: u8, depth: usize, broken: bool) -> Result<(usize, Vec<Vec<Action>>), Violation> {
     let start = initial(max_attempts);
     let mut seen = HashSet::from([start.clone()]);
     let mut queue = VecDeque::from([(start, Vec::new())]);
@@ -321,8 +324,8 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
         let got = (status_of(row.status), row.attempt as u8, row.lost_leases as u8, row.cancel_requested);
         let want = (model.status, model.attempt, model.lost, model.cancel_requested);
         assert_eq!(got, want, "store and model disagree after {trace:?}");
-        for w in 0..WORKERS {
-            assert_eq!(tokens[w].is_some(), model.held[w].is_some(), "worker {w} after {trace:?}");
+        for (w, token) in tokens.iter().enumerate() {
+            assert_eq!(token.is_some(), model.held[w].is_some(), "worker {w} after {trace:?}");
         }
     }
 }
