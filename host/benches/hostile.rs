@@ -1,0 +1,189 @@
+//! Hostile guests under load: a steady stream of `hello` jobs alone, then
+//! the same stream while several copies of every hostile test plugin run
+//! beside it, in one process. Prints the containment of each hostile job
+//! (its error kind, or its report that every escape failed), the hello
+//! throughput ratio (with / without hostiles) and the host's memory.
+//!
+//! Run with `cargo bench -p leash --bench hostile` (`-- --quick`: shorter
+//! windows, fewer copies).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use leash::job::{ErrorKind, Target};
+use leash::runtime::{PluginSource, Runtime, Submit};
+use leash::sandbox::{Allocator, SandboxConfig};
+use leash::store::{Job, JobStatus};
+
+const SLOTS: usize = 16;
+/// Hello jobs kept in flight.
+const IN_FLIGHT: usize = 8;
+
+/// What containment means for each hostile plugin.
+fn contained(name: &str, job: &Job) -> Result<(), String> {
+    let kind = job.error_kind;
+    let want = |k: ErrorKind| if kind == Some(k) { Ok(()) } else { Err(format!("{name}: {kind:?}, wanted {k:?}")) };
+    let report = || -> Result<serde_json::Value, String> {
+        if job.status != JobStatus::Succeeded {
+            return Err(format!("{name}: {:?} {:?}", job.status, job.error_message));
+        }
+        serde_json::from_slice(job.output.as_deref().unwrap_or_default()).map_err(|e| e.to_string())
+    };
+    let all_failed =
+        |report: serde_json::Value, attempts: &[&str]| match attempts.iter().find(|a| report[**a]["ok"] != false) {
+            Some(a) => Err(format!("{name}: {a} was not refused: {}", report[*a])),
+            None => Ok(()),
+        };
+    match name {
+        "spin" | "sleep" => want(ErrorKind::Timeout),
+        "alloc-bomb" => want(ErrorKind::MemoryLimit),
+        "stack-overflow" | "panic" => want(ErrorKind::Trap),
+        "big-output" => want(ErrorKind::OutputLimit),
+        "log-spam" => (job.status == JobStatus::Succeeded).then_some(()).ok_or(format!("{name}: {:?}", job.status)),
+        "fs-escape" => all_failed(report()?, &["read_etc_passwd", "list_root", "list_cwd"]),
+        "net-escape" => all_failed(report()?, &["tcp_connect", "udp_send", "dns_lookup"]),
+        "env-read" => {
+            let r = report()?;
+            if r["vars"] == serde_json::json!([]) && r["args"] == serde_json::json!([]) {
+                Ok(())
+            } else {
+                Err(format!("{name}: saw {r}"))
+            }
+        }
+        other => Err(format!("unknown hostile {other}")),
+    }
+}
+
+const HOSTILE: [&str; 10] = [
+    "spin",
+    "sleep",
+    "alloc-bomb",
+    "stack-overflow",
+    "panic",
+    "big-output",
+    "log-spam",
+    "fs-escape",
+    "env-read",
+    "net-escape",
+];
+
+fn rss_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Run the hello stream for `window`, keeping `IN_FLIGHT` jobs queued or
+/// running; returns completed jobs per second.
+async fn hello_stream(runtime: &Runtime, digest: leash::job::Digest, window: Duration) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop_at = Instant::now() + window;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..IN_FLIGHT {
+        let (runtime, done) = (runtime.clone(), done.clone());
+        tasks.spawn(async move {
+            while Instant::now() < stop_at {
+                let job = Submit::new(PluginSource::Digest(digest), Target::Execute, br#"{"name":"load"}"#.to_vec());
+                let id = runtime.submit(job).await.unwrap();
+                let job = runtime.wait(id, Duration::from_secs(60)).await.unwrap();
+                assert_eq!(job.status, JobStatus::Succeeded);
+                if Instant::now() < stop_at {
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (window, copies) = if quick { (Duration::from_secs(3), 2) } else { (Duration::from_secs(10), 4) };
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::builder(dir.path().join("hostile.db"))
+        .sandbox(SandboxConfig {
+            allocator: Allocator::Pooling { slots: SLOTS as u32 },
+            cache_dir: Some(std::env::temp_dir().join("leash-bench-cache")),
+            ..SandboxConfig::default()
+        })
+        .max_workers(SLOTS)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let hello = runtime.plugin_add(leash_tests::plugin_bytes("hello")).await.unwrap();
+    let mut hostile = Vec::new();
+    for name in HOSTILE {
+        hostile.push((name, runtime.plugin_add(leash_tests::plugin_bytes(name)).await.unwrap()));
+    }
+    hello_stream(&runtime, hello, Duration::from_secs(1)).await; // warm
+    let rss_before = rss_kib("VmRSS:");
+
+    let alone = hello_stream(&runtime, hello, window).await;
+
+    // The same stream, with every hostile plugin submitted `copies` times,
+    // spread over the window, each with tight limits.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let submitter = {
+        let runtime = runtime.clone();
+        let hostile = hostile.clone();
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            let gap = window / (copies as u32 + 1);
+            for _ in 0..copies {
+                tokio::time::sleep(gap).await;
+                for (name, digest) in &hostile {
+                    let input = match *name {
+                        "net-escape" => format!(r#"{{"addr":"{addr}"}}"#).into_bytes(),
+                        "log-spam" => br#"{"lines":20000}"#.to_vec(),
+                        _ => Vec::new(),
+                    };
+                    let mut job = Submit::new(PluginSource::Digest(*digest), Target::Execute, input);
+                    job.timeout = Some(Duration::from_millis(300));
+                    job.memory_bytes = Some(32 << 20);
+                    ids.push((*name, runtime.submit(job).await.unwrap()));
+                }
+            }
+            ids
+        })
+    };
+    let loaded = hello_stream(&runtime, hello, window).await;
+    let ids = submitter.await.unwrap();
+    let mut failures = Vec::new();
+    for (name, id) in &ids {
+        let job = runtime.wait(*id, Duration::from_secs(60)).await.unwrap();
+        if let Err(e) = contained(name, &job) {
+            failures.push(e);
+        }
+    }
+    let rss_after = rss_kib("VmRSS:");
+    let peak = rss_kib("VmHWM:");
+    runtime.shutdown().await;
+    drop(listener);
+
+    println!(
+        "leash hostile-guests-under-load benchmark, {SLOTS} slots, {IN_FLIGHT} hello jobs in flight, 2 runtime threads\n"
+    );
+    println!(
+        "hostile jobs: {} ({} plugins × {copies} copies), contained: {}",
+        ids.len(),
+        HOSTILE.len(),
+        ids.len() - failures.len()
+    );
+    for failure in &failures {
+        println!("  NOT CONTAINED: {failure}");
+    }
+    println!("hello alone:          {alone:>8.0} jobs/s over {window:?}");
+    println!("hello beside hostile: {loaded:>8.0} jobs/s over {window:?}");
+    println!("kept: {:.0}% (target ≥ 80%)", loaded / alone * 100.0);
+    println!("host RSS: {} MiB before, {} MiB after, peak {} MiB", rss_before / 1024, rss_after / 1024, peak / 1024);
+    assert!(failures.is_empty(), "every hostile job must be contained");
+}
