@@ -5,7 +5,7 @@
 //! throughput ratio (with / without hostiles) and the host's memory.
 //!
 //! Run with `cargo bench -p leash --bench hostile` (`-- --quick`: shorter
-//! windows, fewer copies).
+//! windows, fewer copies; `LEASH_HOSTILE_ONLY=spin,panic` runs just those).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,7 +105,7 @@ async fn hello_stream(runtime: &Runtime, digest: leash::job::Digest, window: Dur
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (window, copies) = if quick { (Duration::from_secs(3), 2) } else { (Duration::from_secs(10), 4) };
+    let (window, copies, rounds) = if quick { (Duration::from_secs(2), 2, 3) } else { (Duration::from_secs(5), 4, 5) };
     let dir = tempfile::tempdir().unwrap();
     let runtime = Runtime::builder(dir.path().join("hostile.db"))
         .sandbox(SandboxConfig {
@@ -119,44 +119,51 @@ async fn main() {
         .await
         .unwrap();
     let hello = runtime.plugin_add(leash_tests::plugin_bytes("hello")).await.unwrap();
+    // LEASH_HOSTILE_ONLY=a,b runs just those hostile plugins (to see which costs what).
+    let only = std::env::var("LEASH_HOSTILE_ONLY").ok();
+    let chosen = HOSTILE.iter().filter(|n| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == **n)));
     let mut hostile = Vec::new();
-    for name in HOSTILE {
+    for &name in chosen {
         hostile.push((name, runtime.plugin_add(leash_tests::plugin_bytes(name)).await.unwrap()));
     }
     hello_stream(&runtime, hello, Duration::from_secs(1)).await; // warm
     let rss_before = rss_kib("VmRSS:");
 
-    let alone = hello_stream(&runtime, hello, window).await;
-
-    // The same stream, with every hostile plugin submitted `copies` times,
-    // spread over the window, each with tight limits.
+    // Alternate windows alone and beside hostiles (A B A B …): the store
+    // grows and checkpoints as the run goes on, and that must hit both.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let submitter = {
-        let runtime = runtime.clone();
-        let hostile = hostile.clone();
-        tokio::spawn(async move {
-            let mut ids = Vec::new();
-            let gap = window / (copies as u32 + 1);
-            for _ in 0..copies {
-                tokio::time::sleep(gap).await;
-                for (name, digest) in &hostile {
-                    let input = match *name {
-                        "net-escape" => format!(r#"{{"addr":"{addr}"}}"#).into_bytes(),
-                        "log-spam" => br#"{"lines":20000}"#.to_vec(),
-                        _ => Vec::new(),
-                    };
-                    let mut job = Submit::new(PluginSource::Digest(*digest), Target::Execute, input);
-                    job.timeout = Some(Duration::from_millis(300));
-                    job.memory_bytes = Some(32 << 20);
-                    ids.push((*name, runtime.submit(job).await.unwrap()));
+    let (mut alone, mut loaded, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        alone.push(hello_stream(&runtime, hello, window).await);
+        // Every hostile plugin `copies` times, spread over the window, each
+        // with tight limits.
+        let submitter = {
+            let runtime = runtime.clone();
+            let hostile = hostile.clone();
+            tokio::spawn(async move {
+                let mut ids = Vec::new();
+                let gap = window / (copies as u32 + 1);
+                for _ in 0..copies {
+                    tokio::time::sleep(gap).await;
+                    for (name, digest) in &hostile {
+                        let input = match *name {
+                            "net-escape" => format!(r#"{{"addr":"{addr}"}}"#).into_bytes(),
+                            "log-spam" => br#"{"lines":20000}"#.to_vec(),
+                            _ => Vec::new(),
+                        };
+                        let mut job = Submit::new(PluginSource::Digest(*digest), Target::Execute, input);
+                        job.timeout = Some(Duration::from_millis(300));
+                        job.memory_bytes = Some(32 << 20);
+                        ids.push((*name, runtime.submit(job).await.unwrap()));
+                    }
                 }
-            }
-            ids
-        })
-    };
-    let loaded = hello_stream(&runtime, hello, window).await;
-    let ids = submitter.await.unwrap();
+                ids
+            })
+        };
+        loaded.push(hello_stream(&runtime, hello, window).await);
+        ids.extend(submitter.await.unwrap());
+    }
     let mut failures = Vec::new();
     for (name, id) in &ids {
         let job = runtime.wait(*id, Duration::from_secs(60)).await.unwrap();
@@ -164,6 +171,12 @@ async fn main() {
             failures.push(e);
         }
     }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (alone_runs, loaded_runs) = (alone.clone(), loaded.clone());
+    let (alone, loaded) = (median(alone), median(loaded));
     let rss_after = rss_kib("VmRSS:");
     let peak = rss_kib("VmHWM:");
     runtime.shutdown().await;
@@ -173,16 +186,18 @@ async fn main() {
         "leash hostile-guests-under-load benchmark, {SLOTS} slots, {IN_FLIGHT} hello jobs in flight, 2 runtime threads\n"
     );
     println!(
-        "hostile jobs: {} ({} plugins × {copies} copies), contained: {}",
+        "hostile jobs: {} ({} plugins × {copies} copies × {rounds} windows), contained: {}",
         ids.len(),
-        HOSTILE.len(),
+        hostile.len(),
         ids.len() - failures.len()
     );
     for failure in &failures {
         println!("  NOT CONTAINED: {failure}");
     }
-    println!("hello alone:          {alone:>8.0} jobs/s over {window:?}");
-    println!("hello beside hostile: {loaded:>8.0} jobs/s over {window:?}");
+    println!("hello alone:          {alone:>8.0} jobs/s (median of {rounds} windows of {window:?}: {alone_runs:.0?})");
+    println!(
+        "hello beside hostile: {loaded:>8.0} jobs/s (median of {rounds} windows of {window:?}: {loaded_runs:.0?})"
+    );
     println!("kept: {:.0}% (target ≥ 80%)", loaded / alone * 100.0);
     println!("host RSS: {} MiB before, {} MiB after, peak {} MiB", rss_before / 1024, rss_after / 1024, peak / 1024);
     assert!(failures.is_empty(), "every hostile job must be contained");

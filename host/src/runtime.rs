@@ -543,7 +543,7 @@ impl Runtime {
         let claimed = || self.inner.pool.stats.claimed.load(Ordering::Relaxed);
         if stale {
             let claimed_then = claimed();
-            let queued = self.inner.store.counts_snapshot().await?.queued;
+            let queued = self.inner.store.queued_count().await?;
             let mut queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
             *queue = QueueDepth { queued, counted_at: Some(std::time::Instant::now()), claimed_then };
         }

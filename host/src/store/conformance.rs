@@ -74,6 +74,7 @@ cases!(
     retention_deletes_only_old_terminal_jobs,
     concurrency_key_allows_one_running_job_per_key,
     counts_snapshot_matches_the_states,
+    queued_count_matches_the_snapshot,
     plugins_are_stored_by_digest_once,
     plugin_names_resolve_to_the_newest_registration,
     replacing_a_plugin_name_does_not_change_queued_jobs,
@@ -642,4 +643,14 @@ async fn finish_keeps_logs_and_last_progress(store: Arc<dyn JobStore>) {
     assert_eq!(get(&*store, job.id).await.progress, Some(progress_at(10)));
     let unknown = JobId::new(T0);
     assert_eq!(store.job_logs(unknown).await.unwrap(), None);
+}
+
+async fn queued_count_matches_the_snapshot(store: Arc<dyn JobStore>) {
+    assert_eq!(store.queued_count().await.unwrap(), 0);
+    insert(&*store, vec![new_job("a"), new_job("b"), new_job("c")], T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    store.job_finish(succeed(&lease, at(2))).await.unwrap();
+    claim_one(&*store, at(3)).await;
+    assert_eq!(store.queued_count().await.unwrap(), 1);
+    assert_eq!(store.counts_snapshot().await.unwrap().queued, 1);
 }

@@ -194,6 +194,10 @@ impl JobStore for FaultyStore {
         self.inner.counts_snapshot().await
     }
 
+    async fn queued_count(&self) -> Result<u64, StoreError> {
+        self.inner.queued_count().await
+    }
+
     async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
         self.inner.plugin_put(params).await
     }

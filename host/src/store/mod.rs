@@ -664,6 +664,12 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// Counts by state from one consistent read.
     async fn counts_snapshot(&self) -> Result<Counts, StoreError>;
 
+    /// Queued jobs, for admission control. Called often: it must cost in
+    /// proportion to the queue, not to the jobs kept for retention.
+    async fn queued_count(&self) -> Result<u64, StoreError> {
+        Ok(self.counts_snapshot().await?.queued)
+    }
+
     /// Store plugin bytes under their digest (idempotent); returns the digest.
     async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError>;
 
