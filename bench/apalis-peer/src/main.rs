@@ -73,6 +73,21 @@ fn storage(pool: &SqlitePool, batch: usize) -> (SqliteStorage<Noop>, UnboundedSe
     (SqliteStorage::new(pool).with_config(config), wake, strategy)
 }
 
+/// Run a worker of `workers` concurrent no-op handlers on `backend`.
+fn spawn_worker(
+    backend: SqliteStorage<Noop>,
+    strategy: Strategy,
+    tally: Arc<Tally>,
+    workers: usize,
+) -> tokio::task::JoinHandle<Result<(), WorkerError>> {
+    let worker = WorkerBuilder::new("peer")
+        .backend(backend.poll_with_strategy(strategy))
+        .data(tally)
+        .concurrency(workers)
+        .build(noop);
+    tokio::spawn(worker.run())
+}
+
 fn tally(target: u64) -> Arc<Tally> {
     Arc::new(Tally {
         epoch: Instant::now(),
@@ -107,13 +122,8 @@ async fn main() {
             // The drain is timed from the worker's start: the jobs are all queued.
             let start = Instant::now();
             let tally = tally(jobs);
-            let worker = WorkerBuilder::new("peer")
-                .backend(backend.poll_with_strategy(strategy))
-                .data(tally.clone())
-                .concurrency(workers)
-                .build(noop);
             let finished = tally.finished.notified();
-            let run = tokio::spawn(worker.run());
+            let run = spawn_worker(backend, strategy, tally.clone(), workers);
             let _ = wake.unbounded_send(());
             finished.await;
             let elapsed = start.elapsed();
@@ -141,13 +151,8 @@ async fn main() {
             let (backend, wake, strategy) = storage(&pool, batch);
             let mut sink = backend.clone();
             let tally = tally(jobs);
-            let worker = WorkerBuilder::new("peer")
-                .backend(backend.poll_with_strategy(strategy))
-                .data(tally.clone())
-                .concurrency(workers)
-                .build(noop);
             let finished = tally.finished.notified();
-            let run = tokio::spawn(worker.run());
+            let run = spawn_worker(backend, strategy, tally.clone(), workers);
             let gap = Duration::from_secs_f64(1.0 / rate);
             let mut next = tokio::time::Instant::now();
             for _ in 0..jobs {

@@ -295,13 +295,13 @@ async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliError> {
 
 /// Run `f` on a connection and close it (shutting down a local runtime)
 /// whatever `f` returns.
-async fn with_client<F, Fut>(conn: &ConnArgs, work: bool, f: F) -> Result<ExitStatus, CliError>
-where
-    F: FnOnce(Client) -> Fut,
-    Fut: std::future::Future<Output = (Client, Result<ExitStatus, CliError>)>,
-{
+async fn with_client(
+    conn: &ConnArgs,
+    work: bool,
+    f: impl AsyncFnOnce(&Client) -> Result<ExitStatus, CliError>,
+) -> Result<ExitStatus, CliError> {
     let client = connect(conn, work).await?;
-    let (client, result) = f(client).await;
+    let result = f(&client).await;
     client.close().await;
     result
 }
@@ -344,52 +344,48 @@ pub(super) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
     };
     let json_out = args.conn.json;
     let wait = args.wait;
-    with_client(&args.conn, args.work, |client| async move {
-        let result = async {
-            let plugin = match bytes {
-                Some(bytes) => {
-                    let info = client.upload("/v1/plugins", bytes).await?;
-                    text(&info["digest"])
-                }
-                None => args.plugin.clone(),
-            };
-            let mut body = json!({
-                "plugin": plugin,
-                "input_base64": base64::engine::general_purpose::STANDARD.encode(&input),
-                "execution": "async",
-            });
-            match &target {
-                crate::job::Target::Action(name) => body["action"] = json!(name),
-                other => body["phase"] = json!(other.to_string()),
+    with_client(&args.conn, args.work, async move |client| {
+        let plugin = match bytes {
+            Some(bytes) => {
+                let info = client.upload("/v1/plugins", bytes).await?;
+                text(&info["digest"])
             }
-            let optional = [
-                ("timeout_ms", args.timeout.map(|d| json!(d.as_millis() as u64))),
-                ("fuel", args.fuel.map(|f| json!(f))),
-                ("memory_bytes", args.memory.map(|m| json!(m))),
-                ("max_attempts", args.max_attempts.map(|n| json!(n))),
-                ("queue_ttl_ms", args.queue_ttl.map(|d| json!(d.as_millis() as u64))),
-                ("concurrency_key", args.concurrency_key.clone().map(|k| json!(k))),
-                ("plan_id", args.plan.clone().map(|p| json!(p))),
-            ];
-            for (key, value) in optional {
-                if let Some(value) = value {
-                    body[key] = value;
-                }
-            }
-            let (_, accepted) = client.json(Method::POST, "/v1/jobs", Some(body)).await?;
-            let id = text(&accepted["job_id"]);
-            let Some(wait) = wait else {
-                if json_out {
-                    print_json(&json!({ "job_id": id, "status": "queued" }))?;
-                } else {
-                    let _ = writeln!(std::io::stdout(), "{id}");
-                }
-                return Ok(ExitStatus::Success);
-            };
-            wait_for(&client, &id, wait, json_out).await
+            None => args.plugin.clone(),
+        };
+        let mut body = json!({
+            "plugin": plugin,
+            "input_base64": base64::engine::general_purpose::STANDARD.encode(&input),
+            "execution": "async",
+        });
+        match &target {
+            crate::job::Target::Action(name) => body["action"] = json!(name),
+            other => body["phase"] = json!(other.to_string()),
         }
-        .await;
-        (client, result)
+        let optional = [
+            ("timeout_ms", args.timeout.map(|d| json!(d.as_millis() as u64))),
+            ("fuel", args.fuel.map(|f| json!(f))),
+            ("memory_bytes", args.memory.map(|m| json!(m))),
+            ("max_attempts", args.max_attempts.map(|n| json!(n))),
+            ("queue_ttl_ms", args.queue_ttl.map(|d| json!(d.as_millis() as u64))),
+            ("concurrency_key", args.concurrency_key.clone().map(|k| json!(k))),
+            ("plan_id", args.plan.clone().map(|p| json!(p))),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                body[key] = value;
+            }
+        }
+        let (_, accepted) = client.json(Method::POST, "/v1/jobs", Some(body)).await?;
+        let id = text(&accepted["job_id"]);
+        let Some(wait) = wait else {
+            if json_out {
+                print_json(&json!({ "job_id": id, "status": "queued" }))?;
+            } else {
+                let _ = writeln!(std::io::stdout(), "{id}");
+            }
+            return Ok(ExitStatus::Success);
+        };
+        wait_for(client, &id, wait, json_out).await
     })
     .await
 }
@@ -523,131 +519,111 @@ pub(super) async fn jobs(command: JobsCommand) -> Result<ExitStatus, CliError> {
             }
             let path = format!("/v1/jobs?{}", query.join("&"));
             let json_out = conn.json;
-            with_client(&conn, false, |client| async move {
-                let result = async {
-                    let (_, page) = client.json(Method::GET, &path, None).await?;
-                    if json_out {
-                        return print_json(&page).map(|()| ExitStatus::Success);
-                    }
-                    let mut table = new_table(&["ID", "STATUS", "PLUGIN", "TARGET", "ATTEMPT", "CREATED", "ERROR"]);
-                    for job in page["jobs"].as_array().into_iter().flatten() {
-                        let named = &job["plugin_name"];
-                        let plugin = match (named["name"].as_str(), named["version"].as_str()) {
-                            (Some(n), Some(v)) => format!("{n}@{v}"),
-                            _ => short_digest(&text(&job["plugin"])),
-                        };
-                        table.add_row(vec![
-                            text(&job["id"]),
-                            text(&job["status"]),
-                            plugin,
-                            text(&job["target"]),
-                            format!("{}/{}", text(&job["attempt"]), text(&job["max_attempts"])),
-                            text(&job["created_at"]),
-                            text(&job["error_kind"]),
-                        ]);
-                    }
-                    print_table(table);
-                    if let Some(next) = page["next_before"].as_str() {
-                        say!("leash: more jobs: --before {next}");
-                    }
-                    Ok(ExitStatus::Success)
+            with_client(&conn, false, async move |client| {
+                let (_, page) = client.json(Method::GET, &path, None).await?;
+                if json_out {
+                    return print_json(&page).map(|()| ExitStatus::Success);
                 }
-                .await;
-                (client, result)
+                let mut table = new_table(&["ID", "STATUS", "PLUGIN", "TARGET", "ATTEMPT", "CREATED", "ERROR"]);
+                for job in page["jobs"].as_array().into_iter().flatten() {
+                    let named = &job["plugin_name"];
+                    let plugin = match (named["name"].as_str(), named["version"].as_str()) {
+                        (Some(n), Some(v)) => format!("{n}@{v}"),
+                        _ => short_digest(&text(&job["plugin"])),
+                    };
+                    table.add_row(vec![
+                        text(&job["id"]),
+                        text(&job["status"]),
+                        plugin,
+                        text(&job["target"]),
+                        format!("{}/{}", text(&job["attempt"]), text(&job["max_attempts"])),
+                        text(&job["created_at"]),
+                        text(&job["error_kind"]),
+                    ]);
+                }
+                print_table(table);
+                if let Some(next) = page["next_before"].as_str() {
+                    say!("leash: more jobs: --before {next}");
+                }
+                Ok(ExitStatus::Success)
             })
             .await
         }
         JobsCommand::Show { conn, id } => {
             let json_out = conn.json;
-            with_client(&conn, false, |client| async move {
-                let result = async {
-                    let (_, job) = client.json(Method::GET, &format!("/v1/jobs/{id}"), None).await?;
-                    if json_out {
-                        return print_json(&job).map(|()| ExitStatus::Success);
-                    }
-                    let mut table = new_table(&["FIELD", "VALUE"]);
-                    if let Some(fields) = job.as_object() {
-                        for (key, value) in fields {
-                            table.add_row(vec![key.clone(), text(value)]);
-                        }
-                    }
-                    print_table(table);
-                    Ok(ExitStatus::Success)
+            with_client(&conn, false, async move |client| {
+                let (_, job) = client.json(Method::GET, &format!("/v1/jobs/{id}"), None).await?;
+                if json_out {
+                    return print_json(&job).map(|()| ExitStatus::Success);
                 }
-                .await;
-                (client, result)
+                let mut table = new_table(&["FIELD", "VALUE"]);
+                if let Some(fields) = job.as_object() {
+                    for (key, value) in fields {
+                        table.add_row(vec![key.clone(), text(value)]);
+                    }
+                }
+                print_table(table);
+                Ok(ExitStatus::Success)
             })
             .await
         }
         JobsCommand::Cancel { conn, id } => {
             let json_out = conn.json;
-            with_client(&conn, false, |client| async move {
-                let result = async {
-                    let (_, answer) = client.json(Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await?;
-                    if json_out {
-                        print_json(&answer)?;
-                    } else {
-                        let _ = writeln!(std::io::stdout(), "{id} {}", text(&answer["status"]).replace('_', " "));
-                    }
-                    Ok(ExitStatus::Success)
+            with_client(&conn, false, async move |client| {
+                let (_, answer) = client.json(Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await?;
+                if json_out {
+                    print_json(&answer)?;
+                } else {
+                    let _ = writeln!(std::io::stdout(), "{id} {}", text(&answer["status"]).replace('_', " "));
                 }
-                .await;
-                (client, result)
+                Ok(ExitStatus::Success)
             })
             .await
         }
         JobsCommand::Logs { conn, id } => {
             let json_out = conn.json;
-            with_client(&conn, false, |client| async move {
-                let result = async {
-                    let (_, logs) = client.json(Method::GET, &format!("/v1/jobs/{id}/logs"), None).await?;
-                    if json_out {
-                        return print_json(&logs).map(|()| ExitStatus::Success);
-                    }
-                    let mut out = std::io::stdout().lock();
-                    for record in logs["records"].as_array().into_iter().flatten() {
-                        let fields: String = record["fields"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .map(|pair| format!(" {}={}", text(&pair[0]), text(&pair[1])))
-                            .collect();
-                        let _ = writeln!(
-                            out,
-                            "{:>6}ms [{}] {}{fields}",
-                            text(&record["elapsed_ms"]),
-                            text(&record["level"]),
-                            text(&record["message"])
-                        );
-                    }
-                    for stream in ["stdout", "stderr"] {
-                        for line in logs[stream].as_str().unwrap_or_default().lines() {
-                            let _ = writeln!(out, "[guest {stream}] {line}");
-                        }
-                    }
-                    for (what, key) in [
-                        ("log records", "records_dropped"),
-                        ("stdout bytes", "stdout_dropped"),
-                        ("stderr bytes", "stderr_dropped"),
-                    ] {
-                        if logs[key].as_u64().unwrap_or(0) > 0 {
-                            let _ = writeln!(out, "({} {what} dropped past the caps)", text(&logs[key]));
-                        }
-                    }
-                    Ok(ExitStatus::Success)
+            with_client(&conn, false, async move |client| {
+                let (_, logs) = client.json(Method::GET, &format!("/v1/jobs/{id}/logs"), None).await?;
+                if json_out {
+                    return print_json(&logs).map(|()| ExitStatus::Success);
                 }
-                .await;
-                (client, result)
+                let mut out = std::io::stdout().lock();
+                for record in logs["records"].as_array().into_iter().flatten() {
+                    let fields: String = record["fields"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|pair| format!(" {}={}", text(&pair[0]), text(&pair[1])))
+                        .collect();
+                    let _ = writeln!(
+                        out,
+                        "{:>6}ms [{}] {}{fields}",
+                        text(&record["elapsed_ms"]),
+                        text(&record["level"]),
+                        text(&record["message"])
+                    );
+                }
+                for stream in ["stdout", "stderr"] {
+                    for line in logs[stream].as_str().unwrap_or_default().lines() {
+                        let _ = writeln!(out, "[guest {stream}] {line}");
+                    }
+                }
+                for (what, key) in [
+                    ("log records", "records_dropped"),
+                    ("stdout bytes", "stdout_dropped"),
+                    ("stderr bytes", "stderr_dropped"),
+                ] {
+                    if logs[key].as_u64().unwrap_or(0) > 0 {
+                        let _ = writeln!(out, "({} {what} dropped past the caps)", text(&logs[key]));
+                    }
+                }
+                Ok(ExitStatus::Success)
             })
             .await
         }
         JobsCommand::Wait { conn, id, timeout } => {
             let json_out = conn.json;
-            with_client(&conn, false, |client| async move {
-                let result = wait_for(&client, &id, timeout, json_out).await;
-                (client, result)
-            })
-            .await
+            with_client(&conn, false, async move |client| wait_for(client, &id, timeout, json_out).await).await
         }
     }
 }
@@ -684,72 +660,60 @@ pub(super) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliEr
                 path.push_str(&format!("&version={}", url_encode(version)));
             }
             let json_out = conn.json;
-            with_client(&conn, false, |client| async move {
-                let result = async {
-                    let info = client.upload(&path, bytes).await?;
-                    if json_out {
-                        print_json(&info)?;
-                    } else {
-                        let _ = writeln!(
-                            std::io::stdout(),
-                            "{}@{} {} ({} bytes)",
-                            text(&info["name"]),
-                            text(&info["version"]),
-                            text(&info["digest"]),
-                            text(&info["size_bytes"])
-                        );
-                    }
-                    Ok(ExitStatus::Success)
+            with_client(&conn, false, async move |client| {
+                let info = client.upload(&path, bytes).await?;
+                if json_out {
+                    print_json(&info)?;
+                } else {
+                    let _ = writeln!(
+                        std::io::stdout(),
+                        "{}@{} {} ({} bytes)",
+                        text(&info["name"]),
+                        text(&info["version"]),
+                        text(&info["digest"]),
+                        text(&info["size_bytes"])
+                    );
                 }
-                .await;
-                (client, result)
+                Ok(ExitStatus::Success)
             })
             .await
         }
         PluginsCommand::List { conn } => {
             let json_out = conn.json;
-            with_client(&conn, false, |client| async move {
-                let result = async {
-                    let (_, list) = client.json(Method::GET, "/v1/plugins", None).await?;
-                    if json_out {
-                        return print_json(&list).map(|()| ExitStatus::Success);
-                    }
-                    let mut table = new_table(&["NAME", "VERSION", "DIGEST", "SIZE", "CREATED"]);
-                    for p in list["plugins"].as_array().into_iter().flatten() {
-                        table.add_row(vec![
-                            text(&p["name"]),
-                            text(&p["version"]),
-                            short_digest(&text(&p["digest"])),
-                            text(&p["size_bytes"]),
-                            text(&p["created_at"]),
-                        ]);
-                    }
-                    print_table(table);
-                    Ok(ExitStatus::Success)
+            with_client(&conn, false, async move |client| {
+                let (_, list) = client.json(Method::GET, "/v1/plugins", None).await?;
+                if json_out {
+                    return print_json(&list).map(|()| ExitStatus::Success);
                 }
-                .await;
-                (client, result)
+                let mut table = new_table(&["NAME", "VERSION", "DIGEST", "SIZE", "CREATED"]);
+                for p in list["plugins"].as_array().into_iter().flatten() {
+                    table.add_row(vec![
+                        text(&p["name"]),
+                        text(&p["version"]),
+                        short_digest(&text(&p["digest"])),
+                        text(&p["size_bytes"]),
+                        text(&p["created_at"]),
+                    ]);
+                }
+                print_table(table);
+                Ok(ExitStatus::Success)
             })
             .await
         }
         PluginsCommand::Show { conn, reference } => {
             let json_out = conn.json;
             let path = format!("/v1/plugins/{}", url_encode(&reference));
-            with_client(&conn, false, |client| async move {
-                let result = async {
-                    let (_, info) = client.json(Method::GET, &path, None).await?;
-                    if json_out {
-                        return print_json(&info).map(|()| ExitStatus::Success);
-                    }
-                    let mut table = new_table(&["FIELD", "VALUE"]);
-                    for key in ["name", "version", "digest", "size_bytes", "created_at"] {
-                        table.add_row(vec![key.to_owned(), text(&info[key])]);
-                    }
-                    print_table(table);
-                    Ok(ExitStatus::Success)
+            with_client(&conn, false, async move |client| {
+                let (_, info) = client.json(Method::GET, &path, None).await?;
+                if json_out {
+                    return print_json(&info).map(|()| ExitStatus::Success);
                 }
-                .await;
-                (client, result)
+                let mut table = new_table(&["FIELD", "VALUE"]);
+                for key in ["name", "version", "digest", "size_bytes", "created_at"] {
+                    table.add_row(vec![key.to_owned(), text(&info[key])]);
+                }
+                print_table(table);
+                Ok(ExitStatus::Success)
             })
             .await
         }
@@ -760,51 +724,47 @@ pub(super) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliEr
 
 pub(super) async fn diagnostics(args: DiagnosticsArgs) -> Result<ExitStatus, CliError> {
     let json_out = args.conn.json;
-    with_client(&args.conn, false, |client| async move {
-        let result = async {
-            let (_, report) = client.json(Method::GET, "/v1/health", None).await?;
-            if json_out {
-                return print_json(&report).map(|()| ExitStatus::Success);
-            }
-            let health = &report["health"];
-            let counts = &health["counts"];
-            let mut table = new_table(&["CHECK", "VALUE"]);
-            let rows = [
-                ("target", client.target()),
-                ("client version", env!("CARGO_PKG_VERSION").to_owned()),
-                ("worker", format!("{} ({})", text(&health["worker_id"]), text(&health["state"]))),
-                ("slots", format!("{} running of {}", text(&health["running_here"]), text(&health["max_workers"]))),
-                (
-                    "finished here",
-                    format!(
-                        "{} succeeded, {} failed, {} cancelled, {} leases lost",
-                        text(&health["processed"]),
-                        text(&health["failed"]),
-                        text(&health["cancelled"]),
-                        text(&health["leases_lost"])
-                    ),
-                ),
-                ("last heartbeat", text(&health["last_heartbeat"])),
-                (
-                    "queue",
-                    ["queued", "running", "succeeded", "failed", "cancelled"]
-                        .iter()
-                        .map(|k| format!("{k} {}", text(&counts[*k])))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                ),
-                ("max timeout", format!("{} ms", text(&report["ceilings"]["max_timeout_ms"]))),
-                ("max memory", format!("{} bytes", text(&report["ceilings"]["max_memory_bytes"]))),
-                ("max output", format!("{} bytes", text(&report["ceilings"]["max_output_bytes"]))),
-            ];
-            for (check, value) in rows {
-                table.add_row(vec![check.to_owned(), value]);
-            }
-            print_table(table);
-            Ok(ExitStatus::Success)
+    with_client(&args.conn, false, async move |client| {
+        let (_, report) = client.json(Method::GET, "/v1/health", None).await?;
+        if json_out {
+            return print_json(&report).map(|()| ExitStatus::Success);
         }
-        .await;
-        (client, result)
+        let health = &report["health"];
+        let counts = &health["counts"];
+        let mut table = new_table(&["CHECK", "VALUE"]);
+        let rows = [
+            ("target", client.target()),
+            ("client version", env!("CARGO_PKG_VERSION").to_owned()),
+            ("worker", format!("{} ({})", text(&health["worker_id"]), text(&health["state"]))),
+            ("slots", format!("{} running of {}", text(&health["running_here"]), text(&health["max_workers"]))),
+            (
+                "finished here",
+                format!(
+                    "{} succeeded, {} failed, {} cancelled, {} leases lost",
+                    text(&health["processed"]),
+                    text(&health["failed"]),
+                    text(&health["cancelled"]),
+                    text(&health["leases_lost"])
+                ),
+            ),
+            ("last heartbeat", text(&health["last_heartbeat"])),
+            (
+                "queue",
+                ["queued", "running", "succeeded", "failed", "cancelled"]
+                    .iter()
+                    .map(|k| format!("{k} {}", text(&counts[*k])))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            ("max timeout", format!("{} ms", text(&report["ceilings"]["max_timeout_ms"]))),
+            ("max memory", format!("{} bytes", text(&report["ceilings"]["max_memory_bytes"]))),
+            ("max output", format!("{} bytes", text(&report["ceilings"]["max_output_bytes"]))),
+        ];
+        for (check, value) in rows {
+            table.add_row(vec![check.to_owned(), value]);
+        }
+        print_table(table);
+        Ok(ExitStatus::Success)
     })
     .await
 }
