@@ -5,6 +5,8 @@ use base64::Engine as _;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use leash::store::JobStatus;
+
 use crate::server::{Server, is_terminal};
 
 fn b64(bytes: &[u8]) -> String {
@@ -355,4 +357,38 @@ async fn a_job_outlives_a_sigkilled_server_and_ends_per_the_lifecycle() {
     assert_eq!(job["attempt"], 1, "never silently re-run");
     let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
     assert_eq!(list["jobs"].as_array().unwrap().len(), 2, "nothing vanished");
+}
+
+#[tokio::test]
+async fn sigterm_with_a_sync_request_open_exits_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&dir.path().join("s.db"), &["--sync-timeout", "60s", "--shutdown-budget", "2s"]);
+    server.add_plugin("coop").await;
+    let waiting = {
+        let request = server.request(Method::POST, "/v1/jobs").json(&json!({ "plugin": "coop" }));
+        tokio::spawn(async move { request.send().await })
+    };
+    let (_, list) = loop {
+        let (status, list) = server.call(Method::GET, "/v1/jobs?status=running", None).await;
+        if !list["jobs"].as_array().unwrap().is_empty() {
+            break (status, list);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let id = list["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let started = std::time::Instant::now();
+    assert!(
+        std::process::Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap().success()
+    );
+    let status = server.child.wait().unwrap();
+    let took = started.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        took <= std::time::Duration::from_secs(4),
+        "exited in {took:?} with a 2 s budget and a 60 s sync wait open"
+    );
+    assert!(waiting.await.unwrap().is_err(), "the open sync request was dropped");
+    let reader = leash::runtime::Runtime::builder(dir.path().join("s.db")).without_workers().build().await.unwrap();
+    let job = reader.get(id.parse().unwrap()).await.unwrap();
+    assert_eq!((job.status, job.attempt, job.lost_leases), (JobStatus::Queued, 1, 0), "released, no attempt spent");
 }

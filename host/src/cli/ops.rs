@@ -242,21 +242,22 @@ pub(super) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
         args.worker.max_workers,
         args.worker.store.db.display()
     );
-    let stopping = async move {
-        tokio::select! {
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
-        }
-    };
-    let served = axum::serve(listener, app).with_graceful_shutdown(stopping);
-    // Requests still open (a sync wait) must not hold shutdown past the budget.
+    // On a signal: stop accepting connections, shut the runtime down within
+    // its budget, and drop requests still open (a sync wait must not hold
+    // the process past the budget).
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        let result = served.await;
-        let _ = stop_tx.send(());
-        result
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.await;
+            })
+            .await
     });
-    let _ = stop_rx.await;
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    let _ = stop_tx.send(());
     say!("leash: shutting down (budget {:?})", args.worker.shutdown_budget);
     runtime.shutdown().await;
     server.abort();
