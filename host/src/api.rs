@@ -63,6 +63,9 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .merge(authed)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
+        })
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
 }
@@ -140,8 +143,9 @@ async fn require_token(State(state): State<Arc<AppState>>, request: Request, nex
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     match given {
         Some(token) if bool::from(token.as_bytes().ct_eq(state.config.token.as_bytes())) => next.run(request).await,
         Some(_) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong bearer token").into_response(),

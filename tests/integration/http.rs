@@ -63,6 +63,13 @@ async fn every_route_but_the_liveness_probe_needs_the_token() {
     }
     let (status, body) = server.call(Method::GET, "/v1/nowhere", None).await;
     assert_eq!((status, error_kind(&body)), (404, "not_found"));
+    let (status, body) = server.call(Method::DELETE, "/v1/jobs", None).await;
+    assert_eq!((status, error_kind(&body)), (405, "method_not_allowed"));
+    let lower = server
+        .http
+        .get(format!("{}/v1/health", server.url))
+        .header("authorization", format!("bearer {}", server.token));
+    assert_eq!(lower.send().await.unwrap().status().as_u16(), 200, "the scheme is case-insensitive");
 }
 
 #[tokio::test]
