@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use leash::job::Target;
 use leash::runtime::{PluginSource, Runtime, Submit};
-use leash::sandbox::{Allocator, NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
+use leash::sandbox::{NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
 use leash::store::sqlite::Durability;
 use leash::store::{JobInsertParams, JobLimits, NewJob};
 use tokio::sync::Notify;
@@ -25,17 +25,12 @@ use tokio::sync::Notify;
 const SLOTS: usize = 64;
 const BATCH: usize = 1000;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+#[path = "support/mod.rs"]
+mod support;
+use support::{ms, percentile};
 
 fn sandbox_config() -> SandboxConfig {
-    let cache_dir = Some(std::env::temp_dir().join("leash-bench-cache"));
-    SandboxConfig { allocator: Allocator::Pooling { slots: SLOTS as u32 }, cache_dir, ..SandboxConfig::default() }
+    support::sandbox_config(SLOTS)
 }
 
 async fn raw_rate(n: usize) -> f64 {

@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use leash::job::{ErrorKind, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
-use leash::sandbox::{Allocator, SandboxConfig};
 use leash::store::{Job, JobStatus};
+
+#[path = "support/mod.rs"]
+mod support;
 
 const SLOTS: usize = 16;
 /// Hello jobs kept in flight.
@@ -108,11 +110,7 @@ async fn main() {
     let (window, copies, rounds) = if quick { (Duration::from_secs(2), 2, 3) } else { (Duration::from_secs(5), 4, 5) };
     let dir = tempfile::tempdir().unwrap();
     let runtime = Runtime::builder(dir.path().join("hostile.db"))
-        .sandbox(SandboxConfig {
-            allocator: Allocator::Pooling { slots: SLOTS as u32 },
-            cache_dir: Some(std::env::temp_dir().join("leash-bench-cache")),
-            ..SandboxConfig::default()
-        })
+        .sandbox(support::sandbox_config(SLOTS))
         .max_workers(SLOTS)
         .poll_interval(Duration::from_millis(50))
         .build()

@@ -17,22 +17,17 @@ use std::time::{Duration, Instant};
 use leash::api::{ApiConfig, router};
 use leash::job::Target;
 use leash::runtime::{PluginSource, Runtime, Submit};
-use leash::sandbox::{Allocator, NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
+use leash::sandbox::{NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
 use leash::store::{PluginName, PluginRef};
 
 const TOKEN: &str = "bench-token";
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
+#[path = "support/mod.rs"]
+mod support;
+use support::{percentile, us};
 
 fn sandbox_config() -> SandboxConfig {
-    let cache_dir = Some(std::env::temp_dir().join("leash-bench-cache"));
-    SandboxConfig { allocator: Allocator::Pooling { slots: 8 }, cache_dir, ..SandboxConfig::default() }
+    support::sandbox_config(8)
 }
 
 struct Series {

@@ -21,14 +21,9 @@ use wasmtime::component::{Component, ComponentType, Lift, Linker, Lower, Resourc
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+#[path = "support/mod.rs"]
+mod support;
+use support::{ms, percentile};
 
 fn request(input: &[u8], limits: RunLimits) -> RunRequest {
     RunRequest { job_id: String::new(), target: Target::Execute, attempt: 1, input: input.to_vec(), limits }

@@ -291,13 +291,13 @@ impl From<Job> for JobView {
     }
 }
 
-/// A finished job with its output: parsed JSON when it is JSON, and always
-/// base64 (binary outputs round-trip intact).
-fn finished_body(mut job: Job) -> Value {
-    let output = job.output.take();
-    let parsed = output.as_deref().and_then(|o| serde_json::from_slice::<Value>(o).ok());
-    let encoded = output.as_deref().map(|o| base64::engine::general_purpose::STANDARD.encode(o));
-    json!({ "job": JobView::from(job), "output": parsed, "output_base64": encoded })
+/// A finished job with its output: parsed JSON when it is JSON (else
+/// `null`), and always base64, so binary outputs round-trip intact. The
+/// sync answer of `POST /v1/jobs`, and what `leash … --wait --json` prints.
+pub fn finished_json(job: impl Serialize, output: Option<&[u8]>) -> Value {
+    let parsed = output.and_then(|o| serde_json::from_slice::<Value>(o).ok());
+    let encoded = output.map(|o| base64::engine::general_purpose::STANDARD.encode(o));
+    json!({ "job": job, "output": parsed, "output_base64": encoded })
 }
 
 async fn job_submit(
@@ -308,16 +308,19 @@ async fn job_submit(
     let body: SubmitBody = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a valid job request: {e}")))?;
     let (job, execution) = body.into_submit()?;
-    let timeout = job.timeout.map(|t| t.as_millis() as u64);
+    let timeout = job.timeout;
     let id = state.runtime.submit(job).await?;
     let accepted = || (StatusCode::ACCEPTED, Json(json!({ "status": "accepted", "job_id": id }))).into_response();
     if execution == Execution::Async {
         return Ok(accepted());
     }
-    let timeout = Duration::from_millis(timeout.unwrap_or(state.runtime.ceilings().default_timeout_ms));
+    let timeout = timeout.unwrap_or(Duration::from_millis(state.runtime.ceilings().default_timeout_ms));
     let wait = (timeout + Duration::from_secs(1)).min(state.config.sync_ceiling);
     match state.runtime.wait(id, wait).await {
-        Ok(job) => Ok(Json(finished_body(job)).into_response()),
+        Ok(mut job) => {
+            let output = job.output.take();
+            Ok(Json(finished_json(JobView::from(job), output.as_deref())).into_response())
+        }
         // Still running at the sync ceiling: the caller polls from here.
         Err(RuntimeError::WaitTimeout(_)) => Ok(accepted()),
         Err(e) => Err(e.into()),

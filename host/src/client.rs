@@ -155,22 +155,14 @@ impl Client {
 
     /// Send a request and read a JSON answer; an error status becomes
     /// [`ClientError::Api`].
-    pub async fn json(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<(StatusCode, Value), ClientError> {
+    pub async fn json(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, ClientError> {
         let body = body.map(|v| (v.to_string().into_bytes(), "application/json"));
-        let answer = self.send(method, path, body).await?;
-        let value = answer_json(&answer)?;
-        Ok((answer.status, value))
+        answer_json(&self.send(method, path, body).await?)
     }
 
     /// Upload bytes and read a JSON answer.
     pub async fn upload(&self, path: &str, bytes: Vec<u8>) -> Result<Value, ClientError> {
-        let answer = self.send(Method::POST, path, Some((bytes, "application/wasm"))).await?;
-        answer_json(&answer)
+        answer_json(&self.send(Method::POST, path, Some((bytes, "application/wasm"))).await?)
     }
 
     /// Stop the local runtime, if any.

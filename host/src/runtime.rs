@@ -505,11 +505,7 @@ impl Runtime {
         for job in jobs {
             let (digest, name) = match &job.plugin {
                 PluginSource::Bytes(bytes) => (self.plugin_add(bytes.clone()).await?, None),
-                PluginSource::Digest(digest) => {
-                    self.check_plugin_known(*digest).await?;
-                    (*digest, None)
-                }
-                PluginSource::Ref(PluginRef::Digest(digest)) => {
+                PluginSource::Digest(digest) | PluginSource::Ref(PluginRef::Digest(digest)) => {
                     self.check_plugin_known(*digest).await?;
                     (*digest, None)
                 }

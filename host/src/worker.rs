@@ -351,16 +351,7 @@ impl Pool {
             let _ = self.store.job_release(params).await;
         } else {
             let (finish, fuel_used, peak, progress, logs) = finish_for(outcome);
-            let status = match &finish {
-                Finish::Succeeded { .. } => JobStatus::Succeeded,
-                Finish::Failed { .. } => JobStatus::Failed,
-                Finish::Cancelled { .. } => JobStatus::Cancelled,
-            };
-            let error_kind = match &finish {
-                Finish::Succeeded { .. } => None,
-                Finish::Failed { kind, .. } => Some(*kind),
-                Finish::Cancelled { .. } => Some(ErrorKind::Cancelled),
-            };
+            let (status, error_kind) = (finish.status(), finish.error_kind());
             let params = JobFinishParams {
                 id,
                 token,
@@ -409,7 +400,7 @@ impl Pool {
                 let params = JobProgressParams {
                     id,
                     token: token.to_owned(),
-                    progress: JobProgress { done: p.done, total: p.total, note: p.note },
+                    progress: stored_progress(p),
                     now: self.clock.now(),
                 };
                 // A lost lease shows at the next renewal; a failed write is
@@ -450,13 +441,8 @@ impl Pool {
     /// (its `finished_at`), with our ending and usage.
     async fn finish_landed(&self, params: &JobFinishParams, tried_at: &[Timestamp]) -> bool {
         let Ok(Some(job)) = self.store.job_get(params.id).await else { return false };
-        let (status, kind) = match &params.finish {
-            Finish::Succeeded { .. } => (JobStatus::Succeeded, None),
-            Finish::Failed { kind, .. } => (JobStatus::Failed, Some(*kind)),
-            Finish::Cancelled { .. } => (JobStatus::Cancelled, Some(ErrorKind::Cancelled)),
-        };
-        job.status == status
-            && job.error_kind == kind
+        job.status == params.finish.status()
+            && job.error_kind == params.finish.error_kind()
             && job.worker_id.as_deref() == Some(self.worker_id.as_str())
             && job.fuel_used == Some(params.fuel_used)
             && job.finished_at.is_some_and(|at| tried_at.contains(&at))
@@ -524,6 +510,11 @@ impl RunObserver for ProgressWatch {
     }
 }
 
+/// A guest's progress report as the store keeps it.
+fn stored_progress(p: Progress) -> JobProgress {
+    JobProgress { done: p.done, total: p.total, note: p.note }
+}
+
 /// The store's record of a sandbox outcome: the ending, fuel, peak memory,
 /// last progress and logs.
 fn finish_for(outcome: Result<Outcome, String>) -> (Finish, u64, u64, Option<JobProgress>, Option<JobLogs>) {
@@ -534,7 +525,7 @@ fn finish_for(outcome: Result<Outcome, String>) -> (Finish, u64, u64, Option<Job
         }
     };
     let (fuel, peak) = (outcome.usage.fuel_used, outcome.usage.peak_memory_bytes);
-    let progress = outcome.last_progress.map(|p| JobProgress { done: p.done, total: p.total, note: p.note });
+    let progress = outcome.last_progress.map(stored_progress);
     let quiet = outcome.logs.is_empty()
         && outcome.logs_dropped == 0
         && outcome.stdout.bytes.is_empty()

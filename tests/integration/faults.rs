@@ -112,8 +112,9 @@ async fn a_claim_that_lands_but_reports_failure_is_reclaimed_never_run_twice() {
 async fn failing_renewals_do_not_lose_a_lease_that_later_renewals_hold() {
     let dir = tempfile::tempdir().unwrap();
     let (runtime, faults) = runtime(&dir).await;
-    // Renewals every ~133 ms; every other one fails, alternately before and
-    // after its write. The lease (400 ms) outlives any one failure.
+    // Renewals every ~133 ms; every other one fails: before its write for the
+    // first job, after it for the second. The lease (400 ms) outlives any one
+    // failure.
     faults.inject_every(Op::Extend, Fault::FailBefore, 2);
     let id = runtime.submit(job("sleep", r#"{"ms":1200}"#, 1)).await.unwrap();
     let done = runtime.wait(id, GENEROUS).await.unwrap();
@@ -190,4 +191,5 @@ async fn a_release_or_cancel_that_lands_but_reports_failure_leaves_a_consistent_
     let after = runtime.get(released).await.unwrap();
     assert_eq!((after.status, after.attempt, after.lost_leases), (JobStatus::Queued, 1, 0), "back in the queue");
     assert!(after.lease_token.is_none());
+    assert_eq!(faults.injected(), 2, "both the cancel and the release fault were hit");
 }

@@ -139,5 +139,5 @@ impl Drop for Server {
 
 /// A job's terminal check.
 pub fn is_terminal(job: &Value) -> bool {
-    matches!(job["status"].as_str(), Some("succeeded" | "failed" | "cancelled"))
+    job["status"].as_str().and_then(|s| s.parse::<leash::store::JobStatus>().ok()).is_some_and(|s| s.is_terminal())
 }

@@ -347,8 +347,7 @@ struct StderrLogs;
 impl RunObserver for StderrLogs {
     fn on_log(&self, record: &LogRecord) {
         let fields: String = record.fields.iter().map(|(k, v)| format!(" {k}={v}")).collect();
-        let level = serde_json::to_value(record.level).ok().and_then(|v| v.as_str().map(str::to_owned));
-        say!("[{}] {}{fields}", level.unwrap_or_default(), record.message);
+        say!("[{}] {}{fields}", record.level.as_str(), record.message);
     }
 
     fn on_progress(&self, _progress: &Progress) {}

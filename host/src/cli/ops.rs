@@ -19,6 +19,7 @@ use crate::client::{Client, ClientError, default_token_file, ensure_token_file, 
 use crate::job::ErrorKind;
 use crate::runtime::Runtime;
 use crate::sandbox::{Allocator, SandboxConfig};
+use crate::store::JobStatus;
 
 /// Where a command sends its requests.
 #[derive(Debug, Args)]
@@ -376,7 +377,7 @@ pub(super) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
                 body[key] = value;
             }
         }
-        let (_, accepted) = client.json(Method::POST, "/v1/jobs", Some(body)).await?;
+        let accepted = client.json(Method::POST, "/v1/jobs", Some(body)).await?;
         let id = text(&accepted["job_id"]);
         let Some(wait) = wait else {
             if json_out {
@@ -436,9 +437,9 @@ async fn wait_for(client: &Client, id: &str, wait: Duration, json_out: bool) -> 
     let mut interrupt = super::interrupt_signal()?;
     let path = format!("/v1/jobs/{id}");
     let job = loop {
-        let (_, job) = client.json(Method::GET, &path, None).await?;
+        let job = client.json(Method::GET, &path, None).await?;
         let status = text(&job["status"]);
-        if matches!(status.as_str(), "succeeded" | "failed" | "cancelled") {
+        if status.parse::<JobStatus>().is_ok_and(JobStatus::is_terminal) {
             break job;
         }
         let progress = &job["progress"];
@@ -462,7 +463,7 @@ async fn wait_for(client: &Client, id: &str, wait: Duration, json_out: bool) -> 
                 bar.suspend(|| ());
                 match ask_on_interrupt(id).await {
                     Interrupted::CancelJob => {
-                        let (_, answer) = client.json(Method::POST, &format!("{path}/cancel"), None).await?;
+                        let answer = client.json(Method::POST, &format!("{path}/cancel"), None).await?;
                         say!("leash: {}", text(&answer["status"]).replace('_', " "));
                     }
                     Interrupted::StopWaiting => {
@@ -486,9 +487,7 @@ async fn wait_for(client: &Client, id: &str, wait: Duration, json_out: bool) -> 
         None
     };
     if json_out {
-        let parsed = output.as_deref().and_then(|o| serde_json::from_slice::<Value>(o).ok());
-        let encoded = output.as_deref().map(|o| base64::engine::general_purpose::STANDARD.encode(o));
-        print_json(&json!({ "job": job, "output": parsed, "output_base64": encoded }))?;
+        print_json(&crate::api::finished_json(&job, output.as_deref()))?;
     } else if let Some(output) = output {
         let mut stdout = std::io::stdout().lock();
         stdout.write_all(&output).map_err(|e| CliError::internal(e.to_string()))?;
@@ -521,7 +520,7 @@ pub(super) async fn jobs(command: JobsCommand) -> Result<ExitStatus, CliError> {
             let path = format!("/v1/jobs?{}", query.join("&"));
             let json_out = conn.json;
             with_client(&conn, false, async move |client| {
-                let (_, page) = client.json(Method::GET, &path, None).await?;
+                let page = client.json(Method::GET, &path, None).await?;
                 if json_out {
                     return print_json(&page).map(|()| ExitStatus::Success);
                 }
@@ -553,7 +552,7 @@ pub(super) async fn jobs(command: JobsCommand) -> Result<ExitStatus, CliError> {
         JobsCommand::Show { conn, id } => {
             let json_out = conn.json;
             with_client(&conn, false, async move |client| {
-                let (_, job) = client.json(Method::GET, &format!("/v1/jobs/{id}"), None).await?;
+                let job = client.json(Method::GET, &format!("/v1/jobs/{id}"), None).await?;
                 if json_out {
                     return print_json(&job).map(|()| ExitStatus::Success);
                 }
@@ -571,7 +570,7 @@ pub(super) async fn jobs(command: JobsCommand) -> Result<ExitStatus, CliError> {
         JobsCommand::Cancel { conn, id } => {
             let json_out = conn.json;
             with_client(&conn, false, async move |client| {
-                let (_, answer) = client.json(Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await?;
+                let answer = client.json(Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await?;
                 if json_out {
                     print_json(&answer)?;
                 } else {
@@ -584,7 +583,7 @@ pub(super) async fn jobs(command: JobsCommand) -> Result<ExitStatus, CliError> {
         JobsCommand::Logs { conn, id } => {
             let json_out = conn.json;
             with_client(&conn, false, async move |client| {
-                let (_, logs) = client.json(Method::GET, &format!("/v1/jobs/{id}/logs"), None).await?;
+                let logs = client.json(Method::GET, &format!("/v1/jobs/{id}/logs"), None).await?;
                 if json_out {
                     return print_json(&logs).map(|()| ExitStatus::Success);
                 }
@@ -682,7 +681,7 @@ pub(super) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliEr
         PluginsCommand::List { conn } => {
             let json_out = conn.json;
             with_client(&conn, false, async move |client| {
-                let (_, list) = client.json(Method::GET, "/v1/plugins", None).await?;
+                let list = client.json(Method::GET, "/v1/plugins", None).await?;
                 if json_out {
                     return print_json(&list).map(|()| ExitStatus::Success);
                 }
@@ -705,7 +704,7 @@ pub(super) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliEr
             let json_out = conn.json;
             let path = format!("/v1/plugins/{}", url_encode(&reference));
             with_client(&conn, false, async move |client| {
-                let (_, info) = client.json(Method::GET, &path, None).await?;
+                let info = client.json(Method::GET, &path, None).await?;
                 if json_out {
                     return print_json(&info).map(|()| ExitStatus::Success);
                 }
@@ -726,7 +725,7 @@ pub(super) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliEr
 pub(super) async fn diagnostics(args: DiagnosticsArgs) -> Result<ExitStatus, CliError> {
     let json_out = args.conn.json;
     with_client(&args.conn, false, async move |client| {
-        let (_, report) = client.json(Method::GET, "/v1/health", None).await?;
+        let report = client.json(Method::GET, "/v1/health", None).await?;
         if json_out {
             return print_json(&report).map(|()| ExitStatus::Success);
         }

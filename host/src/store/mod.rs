@@ -476,6 +476,26 @@ pub enum Finish {
     },
 }
 
+impl Finish {
+    /// The terminal status this ending records.
+    pub fn status(&self) -> JobStatus {
+        match self {
+            Finish::Succeeded { .. } => JobStatus::Succeeded,
+            Finish::Failed { .. } => JobStatus::Failed,
+            Finish::Cancelled { .. } => JobStatus::Cancelled,
+        }
+    }
+
+    /// The error kind it records (`None` for success).
+    pub fn error_kind(&self) -> Option<ErrorKind> {
+        match self {
+            Finish::Succeeded { .. } => None,
+            Finish::Failed { kind, .. } => Some(*kind),
+            Finish::Cancelled { .. } => Some(ErrorKind::Cancelled),
+        }
+    }
+}
+
 /// Parameters of [`JobStore::job_finish`].
 #[derive(Debug, Clone)]
 pub struct JobFinishParams {

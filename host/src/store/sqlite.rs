@@ -619,14 +619,11 @@ impl JobStore for SqliteStore {
     async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError> {
         let now = params.now.unix_ms();
         self.write(move |conn| {
-            let (status, output, kind, message, backtrace) = match params.finish {
-                Finish::Succeeded { output } => (JobStatus::Succeeded, Some(output), None, None, None),
-                Finish::Failed { kind, message, backtrace } => {
-                    (JobStatus::Failed, None, Some(kind), Some(message), backtrace)
-                }
-                Finish::Cancelled { message } => {
-                    (JobStatus::Cancelled, None, Some(ErrorKind::Cancelled), Some(message), None)
-                }
+            let (status, kind) = (params.finish.status(), params.finish.error_kind());
+            let (output, message, backtrace) = match params.finish {
+                Finish::Succeeded { output } => (Some(output), None, None),
+                Finish::Failed { message, backtrace, .. } => (None, Some(message), backtrace),
+                Finish::Cancelled { message } => (None, Some(message), None),
             };
             let progress = params.progress.as_ref().map(to_json).transpose()?;
             let logs = params.logs.as_ref().map(to_json).transpose()?;
