@@ -35,6 +35,7 @@ pub const FILE_KEYS: &[&str] = &[
     "timeout",
     "max_attempts",
     "max_queued",
+    "start_log",
     "listen",
     "token_file",
     "sync_timeout",

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp};
 use crate::metrics::Metrics;
 use crate::sandbox::StopHandle;
 use crate::store::{JobId, JobStore, LeaseExtendParams, LeaseState};
@@ -71,6 +71,31 @@ impl LeaseKeeper {
             }
         }
         Some(state)
+    }
+
+    /// Whether the lease that runs out at `expires_at` may still be relied
+    /// on to start the guest. A claim is normally a few milliseconds old
+    /// here; after a pause (a stopped process, a slow plugin load) the
+    /// sweeper may have reclaimed the job, so a lease with less than two
+    /// renewal periods left is renewed first. `false`: do not start.
+    pub async fn confirm_before_start(
+        &self,
+        expires_at: Option<Timestamp>,
+        stop: &StopHandle,
+        watch: &LeaseWatch,
+    ) -> bool {
+        let now = self.clock.now();
+        let fresh = expires_at.is_some_and(|at| now.plus(self.period() * 2) < at);
+        if fresh {
+            return true;
+        }
+        match self.renew_once(stop, watch).await {
+            Some(LeaseState::Held { .. }) => true,
+            Some(LeaseState::Lost) => false,
+            // The store did not answer: start only while the lease is
+            // certainly still ours by the local clock.
+            None => expires_at.is_some_and(|at| self.clock.now() < at),
+        }
     }
 
     /// Renew every period until the lease is lost; then wait forever (the

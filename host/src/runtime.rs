@@ -33,7 +33,7 @@ use crate::store::{
     PluginInfo, PluginName, PluginNameParams, PluginPutParams, PluginRef, StoreError,
 };
 use crate::sweep::{SweepConfig, Sweeper};
-use crate::worker::{Completion, Pool, PoolState, Subscriber, WorkerConfig};
+use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};
 
 /// Default job slots per process.
 pub const DEFAULT_MAX_WORKERS: usize = 4;
@@ -695,9 +695,10 @@ impl Runtime {
     }
 
     /// Call `subscriber` when a job this process claimed starts running its
-    /// guest (after the claim and the plugin load). A panicking subscriber
-    /// is isolated like a completion subscriber.
-    pub fn on_start(&self, subscriber: impl Fn(JobId) + Send + Sync + 'static) {
+    /// guest (after the claim, the plugin load and, if the claim has grown
+    /// old, a lease renewal). A panicking subscriber is isolated like a
+    /// completion subscriber.
+    pub fn on_start(&self, subscriber: impl Fn(&JobStarted) + Send + Sync + 'static) {
         self.inner.pool.subscribe_starts(Box::new(subscriber));
     }
 

@@ -77,8 +77,17 @@ pub struct Completion {
 /// panics is isolated: the others still run, and so does the pool.
 pub type Subscriber = Box<dyn Fn(&Completion) + Send + Sync>;
 
+/// A job this process claimed is about to run its guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobStarted {
+    /// The job.
+    pub id: JobId,
+    /// Its attempt number, counting from 1.
+    pub attempt: u32,
+}
+
 /// Called when a job this process claimed is about to run its guest.
-pub type StartSubscriber = Box<dyn Fn(JobId) + Send + Sync>;
+pub type StartSubscriber = Box<dyn Fn(&JobStarted) + Send + Sync>;
 
 /// Lifecycle of the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -177,11 +186,11 @@ impl Pool {
         self.start_subscribers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(subscriber));
     }
 
-    fn notify_start(&self, id: JobId) {
+    fn notify_start(&self, start: &JobStarted) {
         let subscribers: Vec<Arc<StartSubscriber>> =
             self.start_subscribers.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for subscriber in subscribers {
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| subscriber(id)));
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| subscriber(start)));
         }
     }
 
@@ -327,13 +336,19 @@ impl Pool {
                         ..RunLimits::default()
                     },
                 };
-                self.notify_start(id);
-                let progress = Arc::new(ProgressWatch::default());
-                let run = self.sandbox.run(&plugin, request, &stop, progress.clone());
-                tokio::select! {
-                    outcome = run => Ok(outcome),
-                    _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
-                    _ = self.write_progress(&progress, id, &token) => unreachable!("never returns"),
+                if keeper.confirm_before_start(job.lease_expires_at, &stop, &watch).await {
+                    self.notify_start(&JobStarted { id, attempt: job.attempt });
+                    let progress = Arc::new(ProgressWatch::default());
+                    let run = self.sandbox.run(&plugin, request, &stop, progress.clone());
+                    tokio::select! {
+                        outcome = run => Ok(outcome),
+                        _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
+                        _ = self.write_progress(&progress, id, &token) => unreachable!("never returns"),
+                    }
+                } else {
+                    // Never started: the sweeper ends or re-queues the job.
+                    watch.lost.store(true, Ordering::SeqCst);
+                    Err("the lease ran out before the guest started".to_owned())
                 }
             }
         };

@@ -61,6 +61,13 @@ async fn a_finish_that_lands_but_reports_failure_is_still_recorded_once() {
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!((done.status, done.attempt, done.lost_leases), (JobStatus::Succeeded, 1, 0));
     assert_eq!(faults.injected(), 1);
+    // The row is terminal as soon as the write lands; the worker reports
+    // the completion after it has checked that the write was its own.
+    let start = std::time::Instant::now();
+    while seen.lock().unwrap().is_empty() {
+        assert!(start.elapsed() < GENEROUS, "the completion was never reported");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(seen.lock().unwrap().len(), 1, "the completion is reported, once");
     let health = runtime.health().await.unwrap();
     assert_eq!((health.processed, health.leases_lost), (1, 0), "not mistaken for a lost lease");
@@ -192,4 +199,35 @@ async fn a_release_or_cancel_that_lands_but_reports_failure_leaves_a_consistent_
     assert_eq!((after.status, after.attempt, after.lost_leases), (JobStatus::Queued, 1, 0), "back in the queue");
     assert!(after.lease_token.is_none());
     assert_eq!(faults.injected(), 2, "both the cancel and the release fault were hit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_grew_old_before_its_guest_started_is_not_started() {
+    for max_attempts in [2, 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let (runtime, faults) = runtime(&dir).await;
+        let starts: Arc<std::sync::Mutex<Vec<u32>>> = Arc::default();
+        let sink = starts.clone();
+        runtime.on_start(move |s| sink.lock().unwrap().push(s.attempt));
+        // Attempt 1 waits three leases for its plugin (as a paused process
+        // would); meanwhile the sweeper takes its lease back.
+        faults.inject(Op::PluginGet, Fault::Stall(LEASE * 3));
+        let id = runtime.submit(job("hello", "{}", max_attempts)).await.unwrap();
+        let done = runtime.wait(id, GENEROUS).await.unwrap();
+        // Wait for attempt 1's worker to give up: it counts the lost lease.
+        let start = std::time::Instant::now();
+        while runtime.health().await.unwrap().leases_lost == 0 {
+            assert!(start.elapsed() < GENEROUS, "the stalled plugin load never returned");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(faults.injected(), 1);
+        if max_attempts == 2 {
+            assert_eq!((done.status, done.attempt, done.lost_leases), (JobStatus::Succeeded, 2, 1));
+            assert_eq!(*starts.lock().unwrap(), vec![2], "attempt 1 never started its guest");
+        } else {
+            assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)));
+            assert!(starts.lock().unwrap().is_empty(), "the guest never started");
+        }
+        runtime.shutdown().await;
+    }
 }

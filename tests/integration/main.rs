@@ -2,6 +2,7 @@
 //! source by the `leash-tests` crate, run through the sandbox and through
 //! the `leash` binary.
 
+mod chaos;
 mod cli_config;
 mod cli_ops;
 mod cli_run;

@@ -243,7 +243,7 @@ async fn start_subscribers_hear_each_job_before_it_completes() {
     let events: Arc<std::sync::Mutex<Vec<(&str, JobId)>>> = Arc::default();
     let starts = events.clone();
     runtime.on_start(|_| panic!("a panicking start subscriber is isolated"));
-    runtime.on_start(move |id| starts.lock().unwrap().push(("start", id)));
+    runtime.on_start(move |s| starts.lock().unwrap().push(("start", s.id)));
     let ends = events.clone();
     runtime.on_complete(move |c| ends.lock().unwrap().push(("end", c.id)));
     let id = runtime.submit(job("hello", "{}")).await.unwrap();

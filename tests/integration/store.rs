@@ -1,10 +1,13 @@
 //! The store conformance suite against the SQLite backend, plus what only
-//! a real file shows: batching under concurrent callers.
+//! a real file shows: batching under concurrent callers, and another
+//! process holding the write lock.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use leash::clock::Timestamp;
 use leash::store::sqlite::{Durability, SqliteStore};
-use leash::store::{JobStore, conformance};
+use leash::store::{JobInsertParams, JobStore, conformance};
 
 fn fresh(durability: Durability) -> (tempfile::TempDir, Arc<dyn JobStore>) {
     let dir = tempfile::tempdir().unwrap();
@@ -28,4 +31,61 @@ async fn sqlite_with_full_durability_passes_a_lifecycle_case() {
     let case = conformance::CASES.iter().find(|c| c.name == "a_stale_token_changes_nothing").unwrap();
     let (_dir, store) = fresh(Durability::Full);
     (case.run)(store).await;
+}
+
+/// Another process holding the write lock past the busy timeout: queued
+/// writes fail as transient, a store opening meanwhile waits for the lock
+/// instead of failing (the lock is held a second past SQLite's 5 s busy
+/// timeout after the open starts: SQLite's own clock, which cannot be
+/// injected), and writing works again once the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_lock_held_elsewhere_is_transient_and_opening_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.db");
+    let store = Arc::new(SqliteStore::open(&path, Durability::Normal).unwrap());
+
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (locked, is_locked) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn({
+        let path = path.clone();
+        move || {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+            locked.send(()).unwrap();
+            released.recv().unwrap();
+            conn.execute_batch("COMMIT").unwrap();
+        }
+    });
+    is_locked.recv().unwrap();
+
+    let writes: Vec<_> = (0..3)
+        .map(|i| {
+            let store = store.clone();
+            let now = Timestamp::now();
+            tokio::spawn(async move {
+                store.job_insert(JobInsertParams { jobs: vec![conformance::new_job(&i.to_string())], now }).await
+            })
+        })
+        .collect();
+    for write in writes {
+        let error = write.await.unwrap().expect_err("the write lock is held elsewhere");
+        assert!(error.is_transient(), "busy is transient: {error}");
+    }
+
+    let opening = std::thread::spawn(move || SqliteStore::open(&path, Durability::Normal));
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(!opening.is_finished(), "opening waits while the lock is held");
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    let reopened = opening.join().unwrap().expect("opening waits for the lock");
+
+    let now = Timestamp::now();
+    reopened
+        .job_insert(JobInsertParams { jobs: vec![conformance::new_job("after")], now })
+        .await
+        .expect("writes work again");
+    store
+        .job_insert(JobInsertParams { jobs: vec![conformance::new_job("after")], now })
+        .await
+        .expect("writes work again");
 }

@@ -5,7 +5,7 @@
 //! This module talks to the sandbox only through its public API.
 
 use std::io::{IsTerminal, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use crate::sandbox::{
     StopHandle,
 };
 use crate::store::sqlite::Durability;
+use crate::worker::JobStarted;
 
 /// Like `eprintln!`, but a closed stderr (a log pipe whose reader went
 /// away) is ignored instead of aborting a worker mid-shutdown.
@@ -186,6 +187,11 @@ struct WorkerArgs {
     /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
     #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    /// Append one line per guest start to FILE (`<job id> <attempt> <pid>`),
+    /// written before the guest runs: an audit trail of what ran where.
+    /// Several processes may share one file.
+    #[arg(long, env = "LEASH_START_LOG", value_name = "FILE")]
+    start_log: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -302,7 +308,7 @@ fn durability(args: &StoreArgs) -> Result<Durability, CliError> {
 async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime, CliError> {
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
     let slots = u32::try_from(args.max_workers).unwrap_or(u32::MAX).max(1);
-    Runtime::builder(&args.store.db)
+    let runtime = Runtime::builder(&args.store.db)
         .durability(durability(&args.store)?)
         .sandbox(SandboxConfig { allocator: Allocator::Pooling { slots }, cache_dir, ..SandboxConfig::default() })
         .max_workers(args.max_workers)
@@ -315,7 +321,38 @@ async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime, CliError> {
         .max_queued(args.max_queued)
         .build()
         .await
-        .map_err(|e| CliError::internal(e.to_string()))
+        .map_err(|e| CliError::internal(e.to_string()))?;
+    if let Some(path) = &args.start_log {
+        let log = StartLog::open(path)?;
+        runtime.on_start(move |start| log.record(start));
+    }
+    Ok(runtime)
+}
+
+/// `--start-log`: one line per guest start, appended by a single `write`
+/// so lines from several processes never interleave. A process killed
+/// right after keeps its line (it is in the kernel's page cache).
+struct StartLog {
+    file: std::fs::File,
+    pid: u32,
+}
+
+impl StartLog {
+    fn open(path: &Path) -> Result<StartLog, CliError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| CliError::usage(format!("cannot open the start log {}: {e}", path.display())))?;
+        Ok(StartLog { file, pid: std::process::id() })
+    }
+
+    fn record(&self, start: &JobStarted) {
+        let line = format!("{} {} {}\n", start.id, start.attempt, self.pid);
+        if let Err(e) = (&self.file).write_all(line.as_bytes()) {
+            say!("leash: cannot append to the start log: {e}");
+        }
+    }
 }
 
 async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {

@@ -91,7 +91,9 @@ fn at(seconds: u64) -> Timestamp {
     T0.plus(Duration::from_secs(seconds))
 }
 
-fn new_job(input: &str) -> NewJob {
+/// A queued job of a made-up plugin with small limits and one attempt, for
+/// store tests.
+pub fn new_job(input: &str) -> NewJob {
     NewJob {
         plugin: Digest::of(b"plugin"),
         plugin_name: None,

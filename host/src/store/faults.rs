@@ -41,6 +41,8 @@ pub enum Op {
     Reclaim,
     /// `job_progress_set`.
     Progress,
+    /// `plugin_get` (a read: only stalls mean anything here).
+    PluginGet,
 }
 
 /// What goes wrong.
@@ -203,7 +205,7 @@ impl JobStore for FaultyStore {
     }
 
     async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.plugin_get(digest).await
+        self.around(Op::PluginGet, self.inner.plugin_get(digest)).await
     }
 
     async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError> {

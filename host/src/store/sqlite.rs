@@ -37,6 +37,8 @@ use crate::job::{Digest, ErrorKind, Target};
 
 /// How long a connection waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long opening waits out a database another process keeps busy.
+const OPEN_PATIENCE: Duration = Duration::from_secs(30);
 /// Most calls the writer commits in one transaction.
 const MAX_WRITE_BATCH: usize = 512;
 
@@ -266,8 +268,9 @@ fn ms(d: Duration) -> i64 {
 
 /// Called after the batch's commit with its result.
 type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
-/// A write: runs against the writer's connection inside a savepoint.
-type WriteOp = Box<dyn FnOnce(&Connection) -> Completion + Send>;
+/// A write: runs against the writer's connection (given none, it is
+/// skipped: its batch could not start) and returns its completion.
+type WriteOp = Box<dyn FnOnce(Option<&Connection>) -> Completion + Send>;
 
 /// The SQLite [`JobStore`].
 #[derive(Debug, Clone)]
@@ -332,6 +335,25 @@ fn open_connection(path: &Path, durability: Durability) -> Result<Connection, St
     Ok(conn)
 }
 
+/// Open the writer (migrating the schema) and the reader. A process
+/// starting while another holds the write lock waits for it (up to
+/// [`OPEN_PATIENCE`]) rather than failing at the first busy timeout.
+fn open_when_free(path: &Path, durability: Durability) -> Result<(Connection, Connection), StoreError> {
+    let started = std::time::Instant::now();
+    loop {
+        let opened = open_connection(path, durability).and_then(|mut writer| {
+            migrate(&mut writer)?;
+            Ok((writer, open_connection(path, durability)?))
+        });
+        match opened {
+            Err(e) if e.is_transient() && started.elapsed() < OPEN_PATIENCE => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let err = db_err("migrating the schema");
     conn.execute_batch(
@@ -366,11 +388,23 @@ fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>) {
                 Err(_) => break,
             }
         }
-        // Without an outer transaction each write commits by itself:
-        // slower, but still correct, so a failed BEGIN is not fatal.
         let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([])).map(|_| ());
-        let in_tx = run("BEGIN IMMEDIATE").is_ok();
-        let completions: Vec<Completion> = batch.into_iter().map(|op| op(&conn)).collect();
+        let began = run("BEGIN IMMEDIATE").map_err(db_err("starting a write"));
+        // Another process held the write lock past the busy timeout: the
+        // batch fails as transient and its callers retry. (Run one by one,
+        // each write would wait out the timeout again.)
+        if let Err(busy) = &began
+            && busy.is_transient()
+        {
+            for op in batch {
+                op(None)(Err(copy_error(busy)));
+            }
+            continue;
+        }
+        // Without an outer transaction each write commits by itself:
+        // slower, but still correct, so another failed BEGIN is not fatal.
+        let in_tx = began.is_ok();
+        let completions: Vec<Completion> = batch.into_iter().map(|op| op(Some(&conn))).collect();
         let committed = if in_tx {
             run("COMMIT").map_err(db_err("committing")).inspect_err(|_| {
                 let _ = run("ROLLBACK");
@@ -379,14 +413,18 @@ fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>) {
             Ok(())
         };
         for complete in completions {
-            complete(match &committed {
-                Ok(()) => Ok(()),
-                Err(StoreError::Database { operation, source, transient }) => {
-                    Err(StoreError::Database { operation, source: source.to_string().into(), transient: *transient })
-                }
-                Err(other) => Err(StoreError::Invalid(other.to_string())),
-            });
+            complete(committed.as_ref().map(|_| ()).map_err(copy_error));
         }
+    }
+}
+
+/// The same error again, for each write of a batch that shares it.
+fn copy_error(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Database { operation, source, transient } => {
+            StoreError::Database { operation, source: source.to_string().into(), transient: *transient }
+        }
+        other => StoreError::Invalid(other.to_string()),
     }
 }
 
@@ -395,9 +433,7 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<Self, StoreError> {
         let path = path.as_ref().to_owned();
         create_private(&path)?;
-        let mut writer = open_connection(&path, durability)?;
-        migrate(&mut writer)?;
-        let reader = open_connection(&path, durability)?;
+        let (writer, reader) = open_when_free(&path, durability)?;
         let (tx, rx) = mpsc::channel::<WriteOp>();
         let thread = std::thread::Builder::new()
             .name("leash-sqlite-writer".into())
@@ -445,10 +481,11 @@ impl SqliteStore {
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let op: WriteOp = Box::new(move |conn: &Connection| {
-            let result = if savepoint { in_savepoint(conn, f) } else { f(conn) };
+        let op: WriteOp = Box::new(move |conn: Option<&Connection>| {
+            let result = conn.map(|conn| if savepoint { in_savepoint(conn, f) } else { f(conn) });
             Box::new(move |committed: Result<(), StoreError>| {
-                let _ = reply.send(committed.and(result));
+                // A skipped write's batch always reports an error.
+                let _ = reply.send(committed.and_then(|()| result.unwrap_or(Err(StoreError::Closed))));
             })
         });
         let sender = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or(StoreError::Closed)?;

@@ -1,0 +1,778 @@
+//! The chaos run: thousands of jobs of mixed plugins through one `leash
+//! serve` and two `leash worker` processes sharing one SQLite file, while
+//! the processes are SIGKILLed and restarted at random moments and one is
+//! paused (SIGSTOP, then SIGCONT) past its lease. Then a checker reads the
+//! store and the processes' shared start log (`--start-log`) and proves:
+//! every submitted job exists once and is terminal, with an ending its
+//! plugin can have; no job with `max_attempts = 1` started twice; every
+//! re-run is counted in `lost_leases`; no attempt started twice; no process
+//! died on its own or panicked (SQLITE_BUSY between the processes is
+//! transient, never a crash).
+//!
+//! An outside writer also holds the write lock past the busy timeout, so
+//! every process sees SQLITE_BUSY.
+//!
+//! `chaos::ten_thousand_jobs` (10,000 jobs, 24 kills, 2 pauses, 1 lock
+//! hold) is part of `cargo test`. The long run (100,000 jobs, 200 kills):
+//!
+//! ```sh
+//! cargo test -p leash --test integration chaos::long -- --ignored --nocapture
+//! ```
+//!
+//! `LEASH_CHAOS_SEED` replays the same random choices; `LEASH_CHAOS_JOBS`
+//! and `LEASH_CHAOS_KILLS` change the long run's size.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leash::job::ErrorKind;
+use leash::store::sqlite::{Durability, SqliteStore};
+use leash::store::{Job, JobId, JobListParams, JobStatus, JobStore};
+use serde_json::{Value, json};
+
+use crate::server::leash_bin;
+
+const TOKEN: &str = "chaos-token-0123456789abcdef";
+const LEASE_TTL: Duration = Duration::from_secs(1);
+const SLOTS_PER_PROCESS: &str = "4";
+
+/// How big a run is.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    jobs: u64,
+    kills: u32,
+    pauses: u32,
+    /// Times an outside writer holds the write lock past the busy timeout.
+    lock_holds: u32,
+    seed: u64,
+    /// The whole run, drain included, must end within this.
+    deadline: Duration,
+}
+
+impl Plan {
+    fn with_env(mut self) -> Plan {
+        let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+        if let Some(seed) = var("LEASH_CHAOS_SEED") {
+            self.seed = seed;
+        }
+        self
+    }
+}
+
+fn fresh_seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+}
+
+#[test]
+fn ten_thousand_jobs() {
+    let plan = Plan {
+        jobs: 10_000,
+        kills: 24,
+        pauses: 2,
+        lock_holds: 1,
+        seed: fresh_seed(),
+        deadline: Duration::from_secs(600),
+    };
+    run(plan.with_env());
+}
+
+#[test]
+#[ignore = "the long chaos run takes several minutes; see the module docs"]
+fn long() {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let plan = Plan {
+        jobs: var("LEASH_CHAOS_JOBS").unwrap_or(100_000),
+        kills: var("LEASH_CHAOS_KILLS").map_or(200, |k| k as u32),
+        pauses: 10,
+        lock_holds: 3,
+        seed: fresh_seed(),
+        deadline: Duration::from_secs(3_600),
+    };
+    run(plan.with_env());
+}
+
+/// splitmix64: a schedule that replays from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from))
+    }
+}
+
+/// The plugins in the mix, and what each may end as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Kind {
+    /// Fast: `hello`.
+    Fast,
+    /// Slow, reporting progress and checking for cancellation: `coop`.
+    Coop,
+    /// Slow without progress: `sleep`.
+    Slow,
+    /// Fails on purpose: `fail`.
+    Failing,
+}
+
+/// One submission: what was asked, and the job it became.
+#[derive(Debug, Clone)]
+struct Submitted {
+    kind: Kind,
+    name: String,
+    max_attempts: u32,
+    id: JobId,
+}
+
+fn job_body(n: u64, rng: &mut Rng) -> (Kind, u32, Value) {
+    let max_attempts = if rng.below(2) == 0 { 1 } else { 3 };
+    let (kind, plugin, input) = match rng.below(100) {
+        0..60 => (Kind::Fast, "hello", json!({ "name": format!("n{n}") })),
+        60..75 => (Kind::Coop, "coop", json!({ "steps": 100 + rng.below(900) })),
+        75..88 => (Kind::Slow, "sleep", json!({ "ms": 20 + rng.below(100) })),
+        _ => (Kind::Failing, "fail", json!({ "kind": "failed", "message": format!("n{n} fails") })),
+    };
+    let body = json!({
+        "plugin": plugin,
+        "input": input,
+        "execution": "async",
+        "max_attempts": max_attempts,
+        "plan_id": format!("chaos-{n}"),
+        "timeout_ms": 60_000,
+    });
+    (kind, max_attempts, body)
+}
+
+/// One of the processes under test, restarted after each kill.
+struct Proc {
+    name: String,
+    args: Vec<String>,
+    stderr: PathBuf,
+    child: Option<Child>,
+    /// What the process prints on stderr once it is up.
+    ready_line: &'static str,
+    /// Ready lines printed by earlier starts (all of them dead).
+    ready_before: usize,
+}
+
+impl Proc {
+    fn spawn(&mut self) {
+        let log = File::options().create(true).append(true).open(&self.stderr).expect("stderr file");
+        let child = leash_bin()
+            .args(&self.args)
+            .env("LEASH_API_TOKEN", TOKEN)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start a leash process");
+        self.ready_before = self.ready_lines();
+        self.child = Some(child);
+    }
+
+    fn ready_lines(&self) -> usize {
+        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        text.lines().filter(|l| l.contains(self.ready_line)).count()
+    }
+
+    /// Wait until the latest start has printed its ready line (a signal
+    /// before the handlers are installed would end it by default action).
+    fn wait_ready(&self, deadline: Instant) {
+        while self.ready_lines() <= self.ready_before {
+            assert!(Instant::now() < deadline, "{} never became ready", self.name);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pid(&self) -> String {
+        self.child.as_ref().expect("running").id().to_string()
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args([signal, &self.pid()]).status().expect("kill runs");
+        assert!(status.success(), "kill {signal} {}", self.name);
+    }
+
+    fn kill_and_reap(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `Some(status)` if it ended without being told to.
+    fn exited_on_its_own(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+}
+
+struct Harness {
+    dir: tempfile::TempDir,
+    db: PathBuf,
+    start_log: PathBuf,
+    url: String,
+    http: reqwest::Client,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("chaos.db");
+        let start_log = dir.path().join("starts.log");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(15)).build().unwrap();
+        Harness { dir, db, start_log, url: format!("http://127.0.0.1:{port}"), http }
+    }
+
+    fn process(&self, name: &str, command: &str, extra: &[&str]) -> Proc {
+        let mut args: Vec<String> = vec![command.into(), "--db".into(), self.db.display().to_string()];
+        let lease = format!("{}ms", LEASE_TTL.as_millis());
+        let common = [
+            "--max-workers",
+            SLOTS_PER_PROCESS,
+            "--poll-interval",
+            "50ms",
+            "--lease-ttl",
+            &lease,
+            "--cancel-grace",
+            "300ms",
+            "--shutdown-budget",
+            "2s",
+        ];
+        args.extend(common.iter().map(|s| s.to_string()));
+        args.extend(["--start-log".into(), self.start_log.display().to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let ready_line = if command == "serve" { "serving " } else { " running " };
+        let stderr = self.dir.path().join(format!("{name}.stderr"));
+        Proc { name: name.into(), args, stderr, child: None, ready_line, ready_before: 0 }
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.url)).bearer_auth(TOKEN)
+    }
+
+    async fn wait_up(&self) {
+        let start = Instant::now();
+        while !self.http.get(format!("{}/healthz", self.url)).send().await.is_ok_and(|r| r.status().is_success()) {
+            assert!(start.elapsed() < Duration::from_secs(60), "leash serve never came up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn add_plugin(&self, name: &str) {
+        let response = self
+            .request(reqwest::Method::POST, &format!("/v1/plugins?name={name}"))
+            .body(leash_tests::plugin_bytes(name))
+            .send()
+            .await
+            .expect("upload");
+        assert_eq!(response.status().as_u16(), 201, "upload {name}");
+    }
+
+    /// Submit until the job exists exactly once. A request that may have
+    /// reached the server (anything but a refused connection) is settled by
+    /// looking its plan id up before it is sent again.
+    async fn submit(&self, n: u64, body: &Value, seen: &Seen) -> JobId {
+        let plan = format!("chaos-{n}");
+        loop {
+            match self.request(reqwest::Method::POST, "/v1/jobs").json(body).send().await {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    let answer = response.json::<Value>().await;
+                    match (status, answer) {
+                        (202, Ok(answer)) => {
+                            return answer["job_id"].as_str().expect("job id").parse().expect("a job id");
+                        }
+                        (429 | 503, _) => {
+                            seen.refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        (202, Err(_)) => {
+                            seen.ambiguous.fetch_add(1, Ordering::Relaxed);
+                            if let Some(id) = self.find_plan(&plan).await {
+                                return id;
+                            }
+                        }
+                        (other, answer) => panic!("submit {plan}: unexpected {other}: {answer:?}"),
+                    }
+                }
+                Err(e) if e.is_connect() => {
+                    seen.unreachable.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    seen.ambiguous.fetch_add(1, Ordering::Relaxed);
+                    if let Some(id) = self.find_plan(&plan).await {
+                        return id;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The job submitted under `plan`, once the server answers.
+    async fn find_plan(&self, plan: &str) -> Option<JobId> {
+        loop {
+            let answer = self.request(reqwest::Method::GET, &format!("/v1/jobs?plan={plan}")).send().await;
+            if let Ok(response) = answer
+                && response.status().is_success()
+                && let Ok(list) = response.json::<Value>().await
+            {
+                let jobs = list["jobs"].as_array().expect("a job list");
+                assert!(jobs.len() <= 1, "{plan} was queued twice: {list}");
+                return jobs.first().map(|j| j["id"].as_str().expect("id").parse().expect("a job id"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Ask for a cancel until some process answers it.
+    async fn cancel(&self, id: JobId) {
+        loop {
+            let answer = self.request(reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await;
+            if let Ok(response) = answer {
+                match response.status().as_u16() {
+                    200 | 202 | 409 => return,
+                    429 | 503 => {}
+                    other => panic!("cancel {id}: unexpected {other}"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// What the submitters saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Connections refused (the server was down): sent again.
+    unreachable: AtomicU64,
+    /// 429 or 503 (busy database) answers: sent again.
+    refused: AtomicU64,
+    /// Requests cut off after they may have landed: settled by plan id.
+    ambiguous: AtomicU64,
+}
+
+/// What the chaos loop did.
+#[derive(Debug, Default)]
+struct Chaos {
+    kills: u32,
+    kills_by_process: BTreeMap<String, u32>,
+    pauses: u32,
+    lock_holds: u32,
+    /// Processes that ended without being told to, with their status.
+    crashes: Vec<String>,
+}
+
+fn run(plan: Plan) {
+    eprintln!("chaos: {plan:?} (LEASH_CHAOS_SEED={} replays the same random choices)", plan.seed);
+    let started = Instant::now();
+    let harness = Arc::new(Harness::new());
+    let listen = harness.url.trim_start_matches("http://").to_owned();
+    let mut procs = vec![
+        harness.process("serve", "serve", &["--listen", &listen]),
+        harness.process("worker-a", "worker", &[]),
+        harness.process("worker-b", "worker", &[]),
+    ];
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+
+    procs[0].spawn();
+    rt.block_on(async {
+        harness.wait_up().await;
+        for plugin in ["hello", "coop", "sleep", "fail"] {
+            harness.add_plugin(plugin).await;
+        }
+    });
+    for p in &mut procs[1..] {
+        p.spawn();
+    }
+
+    // Submit from four tasks; cancel about a third of the coop jobs a
+    // moment after they are submitted.
+    let submitted: Arc<Mutex<BTreeMap<u64, Submitted>>> = Arc::default();
+    let cancel_asked: Arc<Mutex<HashSet<JobId>>> = Arc::default();
+    let seen = Arc::new(Seen::default());
+    let next = Arc::new(AtomicU64::new(0));
+    let submitting_done = Arc::new(AtomicBool::new(false));
+    let submitting_ms = Arc::new(AtomicU64::new(0));
+    let (cancel_tx, mut cancel_rx) = tokio::sync::mpsc::unbounded_channel::<(JobId, Instant)>();
+    let mut submitters = Vec::new();
+    for task in 0..4u64 {
+        let (harness, submitted, seen, next, cancel_tx) =
+            (harness.clone(), submitted.clone(), seen.clone(), next.clone(), cancel_tx.clone());
+        let mut rng = Rng(plan.seed ^ (task + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+        submitters.push(rt.spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= plan.jobs {
+                    return;
+                }
+                let (kind, max_attempts, body) = job_body(n, &mut rng);
+                let id = harness.submit(n, &body, &seen).await;
+                if kind == Kind::Coop && rng.below(3) == 0 {
+                    let _ = cancel_tx.send((id, Instant::now() + Duration::from_millis(rng.below(300))));
+                }
+                let name = format!("n{n}");
+                submitted.lock().unwrap().insert(n, Submitted { kind, name, max_attempts, id });
+            }
+        }));
+    }
+    drop(cancel_tx);
+    let canceller = {
+        let (harness, cancel_asked) = (harness.clone(), cancel_asked.clone());
+        rt.spawn(async move {
+            while let Some((id, at)) = cancel_rx.recv().await {
+                tokio::time::sleep_until(at.into()).await;
+                cancel_asked.lock().unwrap().insert(id);
+                harness.cancel(id).await;
+            }
+        })
+    };
+    {
+        let (done, done_ms) = (submitting_done.clone(), submitting_ms.clone());
+        let waiting: Vec<_> = std::mem::take(&mut submitters);
+        rt.spawn(async move {
+            for task in waiting {
+                task.await.expect("a submitter panicked");
+            }
+            done_ms.store(started.elapsed().as_millis() as u64, Ordering::SeqCst);
+            done.store(true, Ordering::SeqCst);
+        });
+    }
+
+    // Kill a random process at a random moment, restart it after a random
+    // delay; pause a worker past its lease along the way.
+    let mut rng = Rng(plan.seed);
+    let mut chaos = Chaos::default();
+    let pause_at: Vec<u32> = (1..=plan.pauses).map(|i| plan.kills * i / (plan.pauses + 1)).collect();
+    // The first lock hold comes early, while jobs are still being submitted.
+    let hold_at: Vec<u32> = (0..plan.lock_holds).map(|i| 2 + plan.kills * i / plan.lock_holds).collect();
+    while chaos.kills < plan.kills || !submitting_done.load(Ordering::SeqCst) {
+        assert!(started.elapsed() < plan.deadline, "chaos did not finish in {:?}: {chaos:?}", plan.deadline);
+        std::thread::sleep(rng.millis(150, 700));
+        check_alive(&mut procs, &mut chaos);
+        if chaos.kills >= plan.kills {
+            continue;
+        }
+        let victim = if hold_at.contains(&(chaos.kills + 1)) {
+            1 + rng.below(procs.len() as u64 - 1) as usize
+        } else {
+            rng.below(procs.len() as u64) as usize
+        };
+        procs[victim].kill_and_reap();
+        std::thread::sleep(rng.millis(0, 300));
+        procs[victim].spawn();
+        chaos.kills += 1;
+        *chaos.kills_by_process.entry(procs[victim].name.clone()).or_default() += 1;
+        if pause_at.contains(&chaos.kills) {
+            let paused = 1 + rng.below(2) as usize;
+            procs[paused].signal("-STOP");
+            std::thread::sleep(LEASE_TTL * 5 / 2);
+            procs[paused].signal("-CONT");
+            chaos.pauses += 1;
+        }
+        if hold_at.contains(&chaos.kills) {
+            // A worker was just restarted: it opens the database while the
+            // lock is held. The server is up: its submits answer 503. (Held
+            // for two busy timeouts: a submit queued behind a write already
+            // waiting for the lock fails in the second.)
+            procs[0].wait_ready(Instant::now() + Duration::from_secs(60));
+            hold_write_lock(&harness.db, Duration::from_secs(11));
+            chaos.lock_holds += 1;
+        }
+    }
+    let chaos_over = started.elapsed();
+
+    // Drain: every job must end.
+    let store = rt.block_on(async { SqliteStore::open(&harness.db, Durability::Normal).expect("open the store") });
+    let submitted: Vec<Submitted> = submitted.lock().unwrap().values().cloned().collect();
+    assert_eq!(submitted.len() as u64, plan.jobs, "every submission got a job id");
+    rt.block_on(async {
+        loop {
+            check_alive(&mut procs, &mut chaos);
+            let counts = store.counts_snapshot().await.expect("counts");
+            if counts.queued + counts.running == 0 {
+                break;
+            }
+            assert!(
+                started.elapsed() < plan.deadline,
+                "jobs still open after {:?}: {counts:?}; {chaos:?}",
+                plan.deadline
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    rt.block_on(canceller).expect("the canceller panicked");
+    let drained = started.elapsed();
+
+    // A clean stop: SIGTERM, exit 0.
+    for p in &mut procs {
+        p.wait_ready(Instant::now() + Duration::from_secs(60));
+        p.signal("-TERM");
+        let status = p.child.take().expect("running").wait().expect("wait");
+        if !status.success() {
+            chaos.crashes.push(format!("{} exited {status} after SIGTERM", p.name));
+        }
+    }
+
+    let jobs = rt.block_on(all_jobs(&store));
+    let starts = read_start_log(&harness.start_log);
+    let cancel_asked = cancel_asked.lock().unwrap().clone();
+    let mut report = check(&submitted, &jobs, &starts, &cancel_asked);
+    report.violations.extend(panics(&procs));
+    // Outputs: every succeeded `hello` greets its own input, as the attempt
+    // that finished.
+    rt.block_on(async {
+        for s in submitted.iter().filter(|s| s.kind == Kind::Fast) {
+            let job = store.job_get(s.id).await.expect("get").expect("exists");
+            if job.status == JobStatus::Succeeded {
+                let output: Value = serde_json::from_slice(job.output.as_deref().unwrap_or_default()).expect("JSON");
+                if output["greeting"] != format!("Hello, {}!", s.name) || output["attempt"] != job.attempt {
+                    report
+                        .violations
+                        .push(format!("{}: output {output} does not belong to attempt {}", s.id, job.attempt));
+                }
+            }
+        }
+    });
+
+    let summary = json!({
+        "seed": plan.seed,
+        "jobs": plan.jobs,
+        "processes": procs.len(),
+        "kills": chaos.kills,
+        "kills_by_process": chaos.kills_by_process,
+        "pauses": chaos.pauses,
+        "lock_holds": chaos.lock_holds,
+        "submits_unreachable": seen.unreachable.load(Ordering::Relaxed),
+        "submits_refused_busy_or_full": seen.refused.load(Ordering::Relaxed),
+        "submits_settled_by_lookup": seen.ambiguous.load(Ordering::Relaxed),
+        "cancels_asked": cancel_asked.len(),
+        "endings": report.endings,
+        "starts": report.starts,
+        "jobs_with_lost_leases": report.jobs_with_lost_leases,
+        "reruns": report.reruns,
+        "lost": report.lost,
+        "duplicate_starts": report.duplicate_starts,
+        "submitting_seconds": submitting_ms.load(Ordering::SeqCst) as f64 / 1000.0,
+        "chaos_seconds": chaos_over.as_secs_f64(),
+        "total_seconds": drained.as_secs_f64(),
+    });
+    eprintln!("chaos: {}", serde_json::to_string_pretty(&summary).unwrap());
+
+    let mut problems = report.violations;
+    problems.extend(chaos.crashes.iter().cloned());
+    assert!(
+        problems.is_empty(),
+        "{} problems (seed {}), first ones:\n{}",
+        problems.len(),
+        plan.seed,
+        problems.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
+    );
+    assert_eq!(chaos.kills, plan.kills);
+    assert_eq!(chaos.pauses, plan.pauses);
+    assert_eq!(chaos.lock_holds, plan.lock_holds);
+    if plan.lock_holds > 0 {
+        assert!(seen.refused.load(Ordering::Relaxed) > 0, "the held lock never reached a submit as a 503");
+    }
+    assert!(
+        report.jobs_with_lost_leases > 0,
+        "no kill landed on a running job: the run proved nothing about lost leases"
+    );
+}
+
+/// Hold the database's write lock from outside for `hold` (past the
+/// store's 5 s busy timeout): the processes' writes fail as busy.
+fn hold_write_lock(db: &Path, hold: Duration) {
+    let conn = rusqlite::Connection::open(db).expect("open the database");
+    conn.busy_timeout(Duration::from_secs(30)).expect("busy timeout");
+    conn.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
+    std::thread::sleep(hold);
+    conn.execute_batch("COMMIT").expect("release the write lock");
+}
+
+/// A process that ended without being killed is a crash: recorded and
+/// restarted so the run goes on and the report shows all of them.
+fn check_alive(procs: &mut [Proc], chaos: &mut Chaos) {
+    for p in procs {
+        if let Some(status) = p.exited_on_its_own() {
+            let text = std::fs::read_to_string(&p.stderr).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(5).collect();
+            chaos.crashes.push(format!("{} exited on its own: {status}; stderr ends {tail:?}", p.name));
+            p.spawn();
+        }
+    }
+}
+
+async fn all_jobs(store: &SqliteStore) -> HashMap<JobId, Job> {
+    let mut jobs = HashMap::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .job_list(JobListParams {
+                status: None,
+                plugin: None,
+                plan_id: None,
+                concurrency_key: None,
+                before,
+                limit: 1_000,
+            })
+            .await
+            .expect("list");
+        let Some(last) = page.last() else { return jobs };
+        before = Some(last.id);
+        jobs.extend(page.into_iter().map(|j| (j.id, j)));
+    }
+}
+
+/// `(job, attempt)` per start, in log order; a line that does not parse
+/// is kept as a violation.
+fn read_start_log(path: &Path) -> Result<Vec<(JobId, u32)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("start log: {e}"))?;
+    text.lines()
+        .map(|line| {
+            let mut fields = line.split(' ');
+            let id = fields.next().and_then(|f| f.parse().ok());
+            let attempt = fields.next().and_then(|f| f.parse().ok());
+            let pid = fields.next().and_then(|f| f.parse::<u32>().ok());
+            match (id, attempt, pid, fields.next()) {
+                (Some(id), Some(attempt), Some(_), None) => Ok((id, attempt)),
+                _ => Err(format!("start log line does not parse: {line:?}")),
+            }
+        })
+        .collect()
+}
+
+#[derive(Debug, Default)]
+struct Report {
+    endings: BTreeMap<String, u64>,
+    starts: u64,
+    jobs_with_lost_leases: u64,
+    reruns: u64,
+    lost: u64,
+    duplicate_starts: u64,
+    violations: Vec<String>,
+}
+
+fn ending(job: &Job) -> String {
+    match job.error_kind {
+        Some(kind) => format!("{}/{kind}", job.status),
+        None => job.status.to_string(),
+    }
+}
+
+fn check(
+    submitted: &[Submitted],
+    jobs: &HashMap<JobId, Job>,
+    starts: &Result<Vec<(JobId, u32)>, String>,
+    cancel_asked: &HashSet<JobId>,
+) -> Report {
+    let mut report = Report::default();
+    let starts = match starts {
+        Ok(starts) => starts.as_slice(),
+        Err(e) => {
+            report.violations.push(e.clone());
+            &[]
+        }
+    };
+    report.starts = starts.len() as u64;
+    let mut starts_by_job: HashMap<JobId, Vec<u32>> = HashMap::new();
+    for (id, attempt) in starts {
+        starts_by_job.entry(*id).or_default().push(*attempt);
+    }
+
+    let ids: HashSet<JobId> = submitted.iter().map(|s| s.id).collect();
+    if ids.len() != submitted.len() {
+        report.violations.push("two submissions share a job id".into());
+    }
+    for id in jobs.keys().filter(|id| !ids.contains(id)) {
+        report.violations.push(format!("{id}: in the store but never submitted (a duplicate submit?)"));
+    }
+    for id in starts_by_job.keys().filter(|id| !ids.contains(id)) {
+        report.violations.push(format!("{id}: started but never submitted"));
+    }
+
+    for s in submitted {
+        let Some(job) = jobs.get(&s.id) else {
+            report.lost += 1;
+            report.violations.push(format!("{}: submitted as {} but not in the store", s.id, s.name));
+            continue;
+        };
+        let ending = ending(job);
+        *report.endings.entry(format!("{:?} {ending}", s.kind)).or_default() += 1;
+        let mut bad = |why: String| report.violations.push(format!("{} ({:?}, {ending}): {why}", s.id, s.kind));
+        if !job.status.is_terminal() {
+            bad("not terminal".into());
+        }
+        if job.max_attempts != s.max_attempts {
+            bad(format!("max_attempts {} but {} was asked", job.max_attempts, s.max_attempts));
+        }
+        if job.attempt > job.max_attempts {
+            bad(format!("attempt {} over the maximum", job.attempt));
+        }
+
+        let job_starts = starts_by_job.get(&s.id).map(Vec::as_slice).unwrap_or_default();
+        let distinct: HashSet<u32> = job_starts.iter().copied().collect();
+        if distinct.len() != job_starts.len() {
+            report.duplicate_starts += (job_starts.len() - distinct.len()) as u64;
+            bad(format!("one attempt started twice: {job_starts:?}"));
+        }
+        if s.max_attempts == 1 && job_starts.len() > 1 {
+            report.duplicate_starts += job_starts.len() as u64 - 1;
+            bad(format!("max_attempts 1 but started {} times", job_starts.len()));
+        }
+        if job_starts.iter().any(|a| *a > job.attempt || *a == 0) {
+            bad(format!("started as attempts {job_starts:?} but the store counts {}", job.attempt));
+        }
+        let reruns = job_starts.len().saturating_sub(1) as u32;
+        if reruns > job.lost_leases {
+            bad(format!("{} re-runs but {} lost leases", reruns, job.lost_leases));
+        }
+        report.reruns += u64::from(reruns);
+        if job.lost_leases > 0 {
+            report.jobs_with_lost_leases += 1;
+        }
+
+        // Endings each plugin can have. A guest's own ending needs a start.
+        let guest_ended = match (job.status, job.error_kind) {
+            (JobStatus::Failed, Some(ErrorKind::LeaseLost)) => false,
+            (JobStatus::Succeeded, None) => true,
+            (JobStatus::Failed, Some(ErrorKind::GuestError)) if s.kind == Kind::Failing => true,
+            (JobStatus::Cancelled, _) if s.kind == Kind::Coop && cancel_asked.contains(&s.id) => false,
+            _ => {
+                bad("an ending this plugin cannot have".into());
+                false
+            }
+        };
+        if s.kind == Kind::Failing && job.status == JobStatus::Succeeded {
+            bad("the failing plugin succeeded".into());
+        }
+        if guest_ended && job_starts.is_empty() {
+            bad("ended by its guest but no start was logged".into());
+        }
+    }
+    report
+}
+
+/// Panics printed by any process: each is a violation.
+fn panics(procs: &[Proc]) -> Vec<String> {
+    let mut panics = Vec::new();
+    for p in procs {
+        let text = std::fs::read_to_string(&p.stderr).unwrap_or_default();
+        panics.extend(text.lines().filter(|l| l.contains("panicked")).map(|l| format!("{}: {l}", p.name)));
+    }
+    panics
+}
