@@ -237,8 +237,8 @@ async fn queue_leash(args: &[String]) -> anyhow::Result<()> {
             let digest = runtime.plugin_add(wasm).await?;
             let starts: Arc<Mutex<HashMap<JobId, Instant>>> = Arc::default();
             let seen = starts.clone();
-            runtime.on_start(move |id| {
-                seen.lock().unwrap().insert(id, Instant::now());
+            runtime.on_start(move |s| {
+                seen.lock().unwrap().insert(s.id, Instant::now());
             });
             let mut sent = Vec::with_capacity(jobs);
             let gap = Duration::from_secs_f64(1.0 / rate);
