@@ -2,7 +2,8 @@
 //! and the sandbox, beside the raw sandbox rate measured in this process.
 //!
 //! Run with `cargo bench -p leash --bench durable` (`-- --quick` for a short
-//! run without the 1M backlog).
+//! run without the 1M backlog; `LEASH_BENCH_DRAIN_ONLY=1` runs only the
+//! durable drain, five times, for a profiler).
 //!
 //! 1. Raw sandbox: fresh store + instantiate + call of `echo`, same thread
 //!    count and concurrency as the pool.
@@ -110,6 +111,19 @@ async fn main() {
     let n = 10_000;
     if let Ok(size) = std::env::var("LEASH_BENCH_BACKLOG_ONLY") {
         backlog_sizes(n, &[1_000, size.parse().unwrap()]).await;
+        return;
+    }
+    if std::env::var_os("LEASH_BENCH_DRAIN_ONLY").is_some() {
+        // For profilers: only the durable drain, five times.
+        let dir = tempfile::tempdir().unwrap();
+        let (runtime, done) = start(&dir, Durability::Normal).await;
+        let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
+        drain(&runtime, &done, digest, 1000).await;
+        for _ in 0..5 {
+            let (rate, _) = drain(&runtime, &done, digest, n).await;
+            println!("durable drain: {rate:.0} jobs/s");
+        }
+        runtime.shutdown().await;
         return;
     }
     println!(

@@ -28,8 +28,8 @@ use crate::lease::{LeaseKeeper, LeaseWatch};
 use crate::metrics::Metrics;
 use crate::sandbox::{Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, StopHandle};
 use crate::store::{
-    Finish, JobFinishParams, JobId, JobLogs, JobProgress, JobProgressParams, JobReleaseParams, JobStatus, JobStore,
-    Lease, LogLine,
+    Finish, JobClaimParams, JobFinishParams, JobId, JobLogs, JobProgress, JobProgressParams, JobReleaseParams,
+    JobStatus, JobStore, Lease, LogLine,
 };
 
 /// Longest a busy pool waits to gather free slots into one claim.
@@ -241,16 +241,7 @@ impl Pool {
             }
             let wanted = permits.len();
             let claim_started = std::time::Instant::now();
-            let claimed = self
-                .store
-                .job_claim(crate::store::JobClaimParams {
-                    worker_id: self.worker_id.clone(),
-                    limit: wanted as u32,
-                    lease_ttl: self.config.lease_ttl,
-                    now: self.clock.now(),
-                })
-                .await
-                .unwrap_or_default();
+            let claimed = self.store.job_claim(self.claim_params(wanted as u32)).await.unwrap_or_default();
             self.metrics.claim_seconds.observe(claim_started.elapsed().as_secs_f64());
             let got = claimed.len();
             self.stats.claimed.fetch_add(got as u64, Ordering::Relaxed);
@@ -262,7 +253,12 @@ impl Pool {
                 let running = self.register(lease.job.id);
                 let pool = self.clone();
                 tokio::spawn(async move {
-                    pool.run_job(lease, running).await;
+                    // A finish may claim the slot's next job in the same
+                    // round trip; the slot runs it at once.
+                    let mut next = Some((lease, running));
+                    while let Some((lease, running)) = next {
+                        next = pool.clone().run_job(lease, running).await;
+                    }
                     drop(permit);
                 });
             }
@@ -274,6 +270,15 @@ impl Pool {
                     _ = state.wait_for(|s| *s != PoolState::Running) => return,
                 }
             }
+        }
+    }
+
+    fn claim_params(&self, limit: u32) -> JobClaimParams {
+        JobClaimParams {
+            worker_id: self.worker_id.clone(),
+            limit,
+            lease_ttl: self.config.lease_ttl,
+            now: self.clock.now(),
         }
     }
 
@@ -305,7 +310,9 @@ impl Pool {
         job
     }
 
-    async fn run_job(self: Arc<Self>, lease: Lease, running: RunningJob) {
+    /// Run one claimed job to its recorded end. Returns the slot's next
+    /// job when the finish claimed one (registered already).
+    async fn run_job(self: Arc<Self>, lease: Lease, running: RunningJob) -> Option<(Lease, RunningJob)> {
         let Lease { job, token } = lease;
         let id = job.id;
         let RunningJob { stop, cancelled } = running;
@@ -355,6 +362,7 @@ impl Pool {
         self.stats.last_heartbeat_ms.store(self.clock.now().unix_ms() as u64, Ordering::Relaxed);
 
         let user_cancel = cancelled.load(Ordering::SeqCst) || watch.cancel_requested.load(Ordering::SeqCst);
+        let mut next = None;
         if watch.lost.load(Ordering::SeqCst) {
             self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
             self.metrics.leases_lost.inc();
@@ -378,7 +386,9 @@ impl Pool {
                 now: self.clock.now(),
             };
             let finish_started = std::time::Instant::now();
-            let recorded = self.finish_with_retry(params).await;
+            let claim_next = !self.shutting_down.load(Ordering::SeqCst);
+            let recorded;
+            (recorded, next) = self.finish_with_retry(params, claim_next).await;
             self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
             if recorded {
                 self.metrics.job_finished(status, error_kind, fuel_used);
@@ -395,6 +405,13 @@ impl Pool {
             }
         }
 
+        // The next job is registered before this one leaves, so shutdown
+        // never sees an idle pool in between.
+        let next = next.map(|lease| {
+            self.stats.claimed.fetch_add(1, Ordering::Relaxed);
+            let running = self.register(lease.job.id);
+            (lease, running)
+        });
         let now_empty = {
             let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
             running.remove(&id);
@@ -403,6 +420,7 @@ impl Pool {
         if now_empty {
             self.idle.notify_waiters();
         }
+        next
     }
 
     /// Write a running guest's progress reports to the store, at most one per
@@ -432,22 +450,34 @@ impl Pool {
     /// A failed call may still have committed (the reply was lost): then the
     /// retry matches no running row, and the row is checked for this very
     /// finish before the lease is called lost.
-    async fn finish_with_retry(&self, mut params: JobFinishParams) -> bool {
+    ///
+    /// With `claim_next`, the first try also claims the slot's next job
+    /// (returned with the answer); retries only finish.
+    async fn finish_with_retry(&self, mut params: JobFinishParams, claim_next: bool) -> (bool, Option<Lease>) {
         let mut delay = Duration::from_millis(5);
         let give_up = self.clock.now().plus(self.config.lease_ttl);
         let mut tried_at = Vec::new();
         loop {
             tried_at.push(params.now);
-            match self.store.job_finish(params.clone()).await {
-                Ok(true) => return true,
-                Ok(false) if tried_at.len() > 1 => return self.finish_landed(&params, &tried_at).await,
-                Ok(false) => return false,
+            let answer = if claim_next && tried_at.len() == 1 {
+                let next = self.claim_params(1);
+                self.store
+                    .job_finish_and_claim(params.clone(), next)
+                    .await
+                    .map(|(done, leases)| (done, leases.into_iter().next()))
+            } else {
+                self.store.job_finish(params.clone()).await.map(|done| (done, None))
+            };
+            match answer {
+                Ok((true, next)) => return (true, next),
+                Ok((false, _)) if tried_at.len() > 1 => return (self.finish_landed(&params, &tried_at).await, None),
+                Ok((false, _)) => return (false, None),
                 Err(e) if e.is_transient() && self.clock.now() < give_up => {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_millis(500));
                     params.now = self.clock.now();
                 }
-                Err(_) => return self.finish_landed(&params, &tried_at).await,
+                Err(_) => return (self.finish_landed(&params, &tried_at).await, None),
             }
         }
     }

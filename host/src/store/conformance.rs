@@ -59,6 +59,7 @@ cases!(
     finish_records_success_output_and_usage,
     finish_records_failure_kind_message_and_backtrace,
     a_stale_token_changes_nothing,
+    finish_and_claim_ends_one_job_and_claims_the_next,
     terminal_jobs_have_no_way_out,
     extend_renews_the_lease_and_reads_cancel_requested,
     cancel_has_three_windows,
@@ -282,6 +283,35 @@ async fn a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
 
     assert_eq!(get(&*store, new.job.id).await, before, "the row is exactly as the new owner left it");
     assert!(store.job_finish(succeed(&new, at(103))).await.unwrap(), "the new owner still owns it");
+}
+
+async fn finish_and_claim_ends_one_job_and_claims_the_next(store: Arc<dyn JobStore>) {
+    let first = insert_one(&*store, new_job("1"), T0).await;
+    let second = insert_one(&*store, new_job("2"), at(1)).await;
+    let lease = claim_one(&*store, at(2)).await;
+    assert_eq!(lease.job.id, first.id);
+    let next = JobClaimParams { worker_id: "worker-bbbbbbbb".into(), limit: 1, lease_ttl: TTL, now: at(3) };
+
+    // A stale token: nothing finished, nothing claimed.
+    let forged = Lease { job: lease.job.clone(), token: "not-a-token".into() };
+    let (done, leases) = store.job_finish_and_claim(succeed(&forged, at(3)), next.clone()).await.unwrap();
+    assert!(!done && leases.is_empty(), "a stale finish claims nothing");
+    assert_eq!(get(&*store, second.id).await.status, JobStatus::Queued);
+
+    let (done, leases) = store.job_finish_and_claim(succeed(&lease, at(3)), next.clone()).await.unwrap();
+    assert!(done);
+    assert_eq!(get(&*store, first.id).await.status, JobStatus::Succeeded);
+    assert_eq!(leases.len(), 1);
+    let claimed = &leases[0];
+    assert_eq!((claimed.job.id, claimed.job.attempt), (second.id, 1));
+    assert_eq!(claimed.job.worker_id.as_deref(), Some("worker-bbbbbbbb"));
+    assert_eq!(claimed.job.lease_expires_at, Some(at(3).plus(TTL)));
+    assert_eq!(get(&*store, second.id).await.lease_token.as_deref(), Some(claimed.token.as_str()));
+
+    // Nothing left to claim: the finish still lands.
+    let (done, leases) = store.job_finish_and_claim(succeed(claimed, at(4)), next).await.unwrap();
+    assert!(done && leases.is_empty());
+    assert_eq!(get(&*store, second.id).await.status, JobStatus::Succeeded);
 }
 
 async fn terminal_jobs_have_no_way_out(store: Arc<dyn JobStore>) {

@@ -664,6 +664,22 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// End a running job. `false` if the token no longer owns it.
     async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError>;
 
+    /// End a running job and, if that worked, claim up to `next.limit`
+    /// more for the slot it frees: a busy worker's one round trip per job
+    /// instead of two. A claim that fails leaves the finish standing and
+    /// claims nothing. The default runs the two calls one after the other;
+    /// a store that can should do both in one transaction.
+    async fn job_finish_and_claim(
+        &self,
+        params: JobFinishParams,
+        next: JobClaimParams,
+    ) -> Result<(bool, Vec<Lease>), StoreError> {
+        if !self.job_finish(params).await? {
+            return Ok((false, Vec::new()));
+        }
+        Ok((true, self.job_claim(next).await.unwrap_or_default()))
+    }
+
     /// Give a running job back to the queue (shutdown): no attempt spent.
     /// `false` if the token no longer owns it.
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError>;

@@ -328,8 +328,14 @@ fn open_connection(path: &Path, durability: Durability) -> Result<Connection, St
     // Checkpoint every 10,000 WAL pages (~40 MiB) instead of 1,000: each
     // checkpoint fsyncs, and at the default they cost ~40% of the store's
     // throughput (see BENCHMARKS.md).
+    //
+    // Statement and savepoint journals in memory: on disk (SQLite's
+    // default) they spilled into a temporary file on most claims and
+    // finishes, ~10 writes a job that outnumbered the WAL's own (see
+    // BENCHMARKS.md). They only hold the pages one statement changes.
     conn.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA wal_autocheckpoint = 10000;"
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA wal_autocheckpoint = 10000; \
+         PRAGMA temp_store = MEMORY;"
     ))
     .map_err(db_err("setting journal mode"))?;
     Ok(conn)
@@ -426,6 +432,73 @@ fn copy_error(e: &StoreError) -> StoreError {
         }
         other => StoreError::Invalid(other.to_string()),
     }
+}
+
+/// Claim up to `params.limit` eligible jobs: queued, unexpired, and either
+/// keyless or the oldest queued job of a key that has no running job.
+fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
+    let now = params.now.unix_ms();
+    let sql = format!(
+        "UPDATE jobs SET status = 'running', worker_id = ?1, lease_token = lower(hex(randomblob(16))), \
+         lease_expires_at = ?2, started_at = ?3, last_heartbeat = ?3, attempt = attempt + 1, \
+         cancel_requested = 0, progress_json = NULL, logs_json = NULL \
+         WHERE job_id IN ( \
+           SELECT q.job_id FROM jobs q WHERE q.status = 'queued' AND q.expires_at > ?3 \
+           AND (q.concurrency_key IS NULL OR ( \
+             q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
+             AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
+           ORDER BY q.job_id LIMIT ?4) \
+         RETURNING {JOB_COLUMNS}"
+    );
+    let mut jobs = query_jobs(conn, &sql, params![params.worker_id, now + ms(params.lease_ttl), now, params.limit])?;
+    jobs.sort_by_key(|j| j.id);
+    jobs.into_iter()
+        .map(|job| {
+            let token =
+                job.lease_token.clone().ok_or_else(|| corrupt(&job.id.to_string(), "claimed without a token"))?;
+            Ok(Lease { job, token })
+        })
+        .collect()
+}
+
+/// Record a running job's ending, fenced by its lease token. `false`: the
+/// token no longer owns the job.
+fn finish(conn: &Connection, params: JobFinishParams) -> Result<bool, StoreError> {
+    let now = params.now.unix_ms();
+    let (status, kind) = (params.finish.status(), params.finish.error_kind());
+    let (output, message, backtrace) = match params.finish {
+        Finish::Succeeded { output } => (Some(output), None, None),
+        Finish::Failed { message, backtrace, .. } => (None, Some(message), backtrace),
+        Finish::Cancelled { message } => (None, Some(message), None),
+    };
+    let progress = params.progress.as_ref().map(to_json).transpose()?;
+    let logs = params.logs.as_ref().map(to_json).transpose()?;
+    let changed = conn
+        .prepare_cached(
+            "UPDATE jobs SET status = ?1, output = ?2, error_kind = ?3, error_message = ?4, backtrace = ?5, \
+             fuel_used = ?6, peak_memory_bytes = ?7, finished_at = ?8, last_heartbeat = ?8, \
+             lease_token = NULL, lease_expires_at = NULL, \
+             progress_json = COALESCE(?11, progress_json), logs_json = ?12 \
+             WHERE job_id = ?9 AND status = 'running' AND lease_token = ?10",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                status.as_str(),
+                output,
+                kind.map(ErrorKind::as_str),
+                message,
+                backtrace,
+                params.fuel_used as i64,
+                params.peak_memory_bytes as i64,
+                now,
+                params.id.to_string(),
+                params.token,
+                progress,
+                logs,
+            ])
+        })
+        .map_err(db_err("finishing a job"))?;
+    Ok(changed == 1)
 }
 
 impl SqliteStore {
@@ -598,36 +671,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
-        let now = params.now.unix_ms();
-        self.write(move |conn| {
-            // Eligible: queued, unexpired, and either keyless or the oldest
-            // queued job of a key that has no running job.
-            let sql = format!(
-                "UPDATE jobs SET status = 'running', worker_id = ?1, lease_token = lower(hex(randomblob(16))), \
-                 lease_expires_at = ?2, started_at = ?3, last_heartbeat = ?3, attempt = attempt + 1, \
-                 cancel_requested = 0, progress_json = NULL, logs_json = NULL \
-                 WHERE job_id IN ( \
-                   SELECT q.job_id FROM jobs q WHERE q.status = 'queued' AND q.expires_at > ?3 \
-                   AND (q.concurrency_key IS NULL OR ( \
-                     q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
-                     AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
-                   ORDER BY q.job_id LIMIT ?4) \
-                 RETURNING {JOB_COLUMNS}"
-            );
-            let mut jobs = query_jobs(
-                conn,
-                &sql,
-                params![params.worker_id, now + ms(params.lease_ttl), now, params.limit],
-            )?;
-            jobs.sort_by_key(|j| j.id);
-            jobs.into_iter()
-                .map(|job| {
-                    let token = job.lease_token.clone().ok_or_else(|| corrupt(&job.id.to_string(), "claimed without a token"))?;
-                    Ok(Lease { job, token })
-                })
-                .collect()
-        })
-        .await
+        self.write(move |conn| claim(conn, params)).await
     }
 
     async fn lease_extend(&self, params: LeaseExtendParams) -> Result<LeaseState, StoreError> {
@@ -654,42 +698,21 @@ impl JobStore for SqliteStore {
     }
 
     async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError> {
-        let now = params.now.unix_ms();
+        self.write(move |conn| finish(conn, params)).await
+    }
+
+    async fn job_finish_and_claim(
+        &self,
+        params: JobFinishParams,
+        next: JobClaimParams,
+    ) -> Result<(bool, Vec<Lease>), StoreError> {
         self.write(move |conn| {
-            let (status, kind) = (params.finish.status(), params.finish.error_kind());
-            let (output, message, backtrace) = match params.finish {
-                Finish::Succeeded { output } => (Some(output), None, None),
-                Finish::Failed { message, backtrace, .. } => (None, Some(message), backtrace),
-                Finish::Cancelled { message } => (None, Some(message), None),
-            };
-            let progress = params.progress.as_ref().map(to_json).transpose()?;
-            let logs = params.logs.as_ref().map(to_json).transpose()?;
-            let changed = conn
-                .prepare_cached(
-                    "UPDATE jobs SET status = ?1, output = ?2, error_kind = ?3, error_message = ?4, backtrace = ?5, \
-                     fuel_used = ?6, peak_memory_bytes = ?7, finished_at = ?8, last_heartbeat = ?8, \
-                     lease_token = NULL, lease_expires_at = NULL, \
-                     progress_json = COALESCE(?11, progress_json), logs_json = ?12 \
-                     WHERE job_id = ?9 AND status = 'running' AND lease_token = ?10",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![
-                        status.as_str(),
-                        output,
-                        kind.map(ErrorKind::as_str),
-                        message,
-                        backtrace,
-                        params.fuel_used as i64,
-                        params.peak_memory_bytes as i64,
-                        now,
-                        params.id.to_string(),
-                        params.token,
-                        progress,
-                        logs,
-                    ])
-                })
-                .map_err(db_err("finishing a job"))?;
-            Ok(changed == 1)
+            if !finish(conn, params)? {
+                return Ok((false, Vec::new()));
+            }
+            // The finish stands even if the claim fails: the claim loop
+            // will claim later.
+            Ok((true, claim(conn, next).unwrap_or_default()))
         })
         .await
     }
