@@ -117,7 +117,12 @@ async fn insert_one(store: &dyn JobStore, job: NewJob, now: Timestamp) -> Job {
 }
 
 async fn claim(store: &dyn JobStore, worker: &str, limit: u32, now: Timestamp) -> Vec<Lease> {
-    store.job_claim(JobClaimParams { worker_id: worker.into(), limit, lease_ttl: TTL, now }).await.expect("claim")
+    let leases =
+        store.job_claim(JobClaimParams { worker_id: worker.into(), limit, lease_ttl: TTL, now }).await.expect("claim");
+    for lease in &leases {
+        assert_eq!(lease.job, get(store, lease.job.id).await, "a claim returns the row as stored");
+    }
+    leases
 }
 
 async fn claim_one(store: &dyn JobStore, now: Timestamp) -> Lease {
@@ -306,7 +311,8 @@ async fn finish_and_claim_ends_one_job_and_claims_the_next(store: Arc<dyn JobSto
     assert_eq!((claimed.job.id, claimed.job.attempt), (second.id, 1));
     assert_eq!(claimed.job.worker_id.as_deref(), Some("worker-bbbbbbbb"));
     assert_eq!(claimed.job.lease_expires_at, Some(at(3).plus(TTL)));
-    assert_eq!(get(&*store, second.id).await.lease_token.as_deref(), Some(claimed.token.as_str()));
+    assert_eq!(claimed.job, get(&*store, second.id).await, "the claim returns the row as stored");
+    assert_eq!(claimed.job.lease_token.as_deref(), Some(claimed.token.as_str()));
 
     // Nothing left to claim: the finish still lands.
     let (done, leases) = store.job_finish_and_claim(succeed(claimed, at(4)), next).await.unwrap();

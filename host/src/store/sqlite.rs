@@ -436,29 +436,58 @@ fn copy_error(e: &StoreError) -> StoreError {
 
 /// Claim up to `params.limit` eligible jobs: queued, unexpired, and either
 /// keyless or the oldest queued job of a key that has no running job.
+///
+/// A read of the candidates, then one single-row update each: cheaper for
+/// SQLite than one `UPDATE … WHERE job_id IN (…) RETURNING …`, which builds
+/// two temporary b-trees per call. Nothing can change between the two: the
+/// writer holds the write transaction.
 fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
     let now = params.now.unix_ms();
+    let expires = now + ms(params.lease_ttl);
     let sql = format!(
-        "UPDATE jobs SET status = 'running', worker_id = ?1, lease_token = lower(hex(randomblob(16))), \
-         lease_expires_at = ?2, started_at = ?3, last_heartbeat = ?3, attempt = attempt + 1, \
-         cancel_requested = 0, progress_json = NULL, logs_json = NULL \
-         WHERE job_id IN ( \
-           SELECT q.job_id FROM jobs q WHERE q.status = 'queued' AND q.expires_at > ?3 \
-           AND (q.concurrency_key IS NULL OR ( \
-             q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
-             AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
-           ORDER BY q.job_id LIMIT ?4) \
-         RETURNING {JOB_COLUMNS}"
+        "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND q.expires_at > ?1 \
+         AND (q.concurrency_key IS NULL OR ( \
+           q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
+           AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
+         ORDER BY q.job_id LIMIT ?2"
     );
-    let mut jobs = query_jobs(conn, &sql, params![params.worker_id, now + ms(params.lease_ttl), now, params.limit])?;
-    jobs.sort_by_key(|j| j.id);
-    jobs.into_iter()
-        .map(|job| {
-            let token =
-                job.lease_token.clone().ok_or_else(|| corrupt(&job.id.to_string(), "claimed without a token"))?;
-            Ok(Lease { job, token })
-        })
-        .collect()
+    let candidates = query_jobs(conn, &sql, params![now, params.limit])?;
+    let mut take = conn
+        .prepare_cached(
+            "UPDATE jobs SET status = 'running', worker_id = ?1, lease_token = ?2, lease_expires_at = ?3, \
+             started_at = ?4, last_heartbeat = ?4, attempt = attempt + 1, cancel_requested = 0, \
+             progress_json = NULL, logs_json = NULL \
+             WHERE job_id = ?5 AND status = 'queued'",
+        )
+        .map_err(db_err("claiming a job"))?;
+    let mut leases = Vec::with_capacity(candidates.len());
+    for mut job in candidates {
+        let token = lease_token();
+        let changed = take
+            .execute(params![params.worker_id, token, expires, now, job.id.to_string()])
+            .map_err(db_err("claiming a job"))?;
+        if changed != 1 {
+            return Err(corrupt(&job.id.to_string(), "a queued candidate could not be claimed"));
+        }
+        job.status = JobStatus::Running;
+        job.worker_id = Some(params.worker_id.clone());
+        job.lease_token = Some(token.clone());
+        job.lease_expires_at = Some(Timestamp::from_unix_ms(expires));
+        job.started_at = Some(params.now);
+        job.last_heartbeat = Some(params.now);
+        job.attempt += 1;
+        job.cancel_requested = false;
+        job.progress = None;
+        leases.push(Lease { job, token });
+    }
+    Ok(leases)
+}
+
+/// A fresh lease token: 128 random bits, lower-case hex.
+fn lease_token() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Record a running job's ending, fenced by its lease token. `false`: the
