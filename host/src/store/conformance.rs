@@ -52,6 +52,7 @@ macro_rules! cases {
 cases!(
     insert_then_get_round_trips_every_field,
     insert_refuses_zero_attempts_and_writes_nothing,
+    a_large_insert_returns_every_job_in_order,
     claim_takes_the_oldest_jobs_first_up_to_the_limit,
     claim_sets_owner_token_and_lease,
     claim_skips_running_and_expired_jobs,
@@ -197,6 +198,19 @@ async fn claim_takes_the_oldest_jobs_first_up_to_the_limit(store: Arc<dyn JobSto
     let rest = claim(&*store, "worker-bbbbbbbb", 10, at(5)).await;
     assert_eq!(rest.iter().map(|l| l.job.id).collect::<Vec<_>>(), vec![third.id]);
     assert!(claim(&*store, "worker-bbbbbbbb", 10, at(5)).await.is_empty());
+}
+
+async fn a_large_insert_returns_every_job_in_order(store: Arc<dyn JobStore>) {
+    // Large enough for a store to split it (SQLite: chunks of 256 rows).
+    let jobs: Vec<NewJob> = (0..600).map(|i| new_job(&i.to_string())).collect();
+    let inserted = insert(&*store, jobs, T0).await;
+    assert_eq!(inserted.len(), 600);
+    for (i, job) in inserted.iter().enumerate() {
+        assert_eq!(job.input, i.to_string().into_bytes(), "returned in the order given");
+        assert_eq!(*job, get(&*store, job.id).await, "returned as stored");
+    }
+    let ids: std::collections::HashSet<JobId> = inserted.iter().map(|j| j.id).collect();
+    assert_eq!(ids.len(), 600, "600 distinct jobs");
 }
 
 async fn claim_sets_owner_token_and_lease(store: Arc<dyn JobStore>) {

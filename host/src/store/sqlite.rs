@@ -18,6 +18,7 @@
 //! timeout serialise their writers; a busy database surfaces as a
 //! transient [`StoreError`].
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, mpsc};
@@ -29,7 +30,7 @@ use tokio::sync::oneshot;
 use super::{
     CancelResult, Counts, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobListParams, JobLogs,
     JobProgressParams, JobReleaseParams, JobStatus, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE,
-    Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginInfo, PluginName, PluginNameParams,
+    Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, NewJob, PluginInfo, PluginName, PluginNameParams,
     PluginPutParams, PluginRef, ReclaimReport, SCHEMA_VERSION, StoreError,
 };
 use crate::clock::Timestamp;
@@ -434,6 +435,60 @@ fn copy_error(e: &StoreError) -> StoreError {
     }
 }
 
+/// Rows per multi-row `INSERT` of a large submit (15 parameters each).
+const INSERT_CHUNK: usize = 256;
+
+/// Insert `jobs` as queued in one statement; returned in the given order.
+fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+    use rusqlite::types::Value;
+    let err = db_err("inserting jobs");
+    let row = "(?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let sql = format!(
+        "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
+         schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version) \
+         VALUES {} RETURNING {JOB_COLUMNS}",
+        vec![row; jobs.len()].join(", ")
+    );
+    let text = |s: Option<&str>| s.map_or(Value::Null, |s| Value::Text(s.to_owned()));
+    let mut ids = Vec::with_capacity(jobs.len());
+    let mut values = Vec::with_capacity(jobs.len() * 14);
+    for job in jobs {
+        let id = JobId::new(now);
+        let (phase, action) = match &job.target {
+            Target::Execute => ("execute", None),
+            Target::Apply => ("apply", None),
+            Target::Action(name) => ("action", Some(name.as_str())),
+        };
+        let limits = serde_json::to_string(&job.limits).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        values.extend([
+            Value::Text(id.to_string()),
+            text(job.plan_id.as_deref()),
+            Value::Text(phase.to_owned()),
+            text(action),
+            Value::Text(job.plugin.to_string()),
+            Value::Blob(job.input),
+            Value::Text(limits),
+            Value::Integer(i64::from(SCHEMA_VERSION)),
+            Value::Integer(now.unix_ms()),
+            Value::Integer(now.plus(job.queue_ttl).unix_ms()),
+            Value::Integer(i64::from(job.max_attempts)),
+            text(job.concurrency_key.as_deref()),
+            text(job.plugin_name.as_ref().map(|n| n.name.as_str())),
+            text(job.plugin_name.as_ref().map(|n| n.version.as_str())),
+        ]);
+        ids.push(id);
+    }
+    let mut stmt = conn.prepare_cached(&sql).map_err(&err)?;
+    let mut by_id: HashMap<JobId, Job> = HashMap::with_capacity(ids.len());
+    for job in stmt.query_map(rusqlite::params_from_iter(values), |row| Ok(row_to_job(row))).map_err(&err)? {
+        let job = job.map_err(&err)??;
+        by_id.insert(job.id, job);
+    }
+    ids.into_iter()
+        .map(|id| by_id.remove(&id).ok_or_else(|| corrupt(&id.to_string(), "inserted but not returned")))
+        .collect()
+}
+
 /// Claim up to `params.limit` eligible jobs: queued, unexpired, and either
 /// keyless or the oldest queued job of a key that has no running job.
 ///
@@ -648,43 +703,16 @@ impl JobStore for SqliteStore {
         }
         let now = params.now;
         self.write_all_or_nothing(move |conn| {
-            let err = db_err("inserting jobs");
-            let sql = format!(
-                "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
-                 schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) RETURNING {JOB_COLUMNS}"
-            );
-            let mut stmt = conn.prepare_cached(&sql).map_err(&err)?;
             let mut inserted = Vec::with_capacity(params.jobs.len());
-            for job in params.jobs {
-                let (phase, action) = match &job.target {
-                    Target::Execute => ("execute", None),
-                    Target::Apply => ("apply", None),
-                    Target::Action(name) => ("action", Some(name.as_str())),
-                };
-                let limits = serde_json::to_string(&job.limits).map_err(|e| StoreError::Invalid(e.to_string()))?;
-                let row = stmt
-                    .query_row(
-                        params![
-                            JobId::new(now).to_string(),
-                            job.plan_id,
-                            phase,
-                            action,
-                            job.plugin.to_string(),
-                            job.input,
-                            limits,
-                            SCHEMA_VERSION,
-                            now.unix_ms(),
-                            now.plus(job.queue_ttl).unix_ms(),
-                            job.max_attempts,
-                            job.concurrency_key,
-                            job.plugin_name.as_ref().map(|n| n.name.as_str()),
-                            job.plugin_name.as_ref().map(|n| n.version.as_str()),
-                        ],
-                        |row| Ok(row_to_job(row)),
-                    )
-                    .map_err(&err)??;
-                inserted.push(row);
+            let mut jobs = params.jobs.into_iter().peekable();
+            while jobs.peek().is_some() {
+                // Whole chunks in one statement each, the rest one by one:
+                // two statement shapes in the cache, and few statements in
+                // the savepoint (each statement's end costs SQLite a walk
+                // over the in-memory journal, so one per row is quadratic).
+                let rows = if jobs.len() >= INSERT_CHUNK { INSERT_CHUNK } else { 1 };
+                let chunk: Vec<NewJob> = jobs.by_ref().take(rows).collect();
+                inserted.extend(insert_rows(conn, chunk, now)?);
             }
             Ok(inserted)
         })
