@@ -149,6 +149,10 @@ ALTER TABLE jobs ADD COLUMN progress_json TEXT;
 ALTER TABLE jobs ADD COLUMN logs_json TEXT;
 CREATE INDEX jobs_plugin_name ON jobs (plugin_name, job_id) WHERE plugin_name IS NOT NULL;
 "#,
+    r#"
+-- No query reads jobs by worker, and every claim paid for this index.
+DROP INDEX IF EXISTS jobs_worker;
+"#,
 ];
 
 const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
