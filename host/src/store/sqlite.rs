@@ -439,7 +439,7 @@ fn copy_error(e: &StoreError) -> StoreError {
     }
 }
 
-/// Rows per multi-row `INSERT` of a large submit (15 parameters each).
+/// Rows per multi-row `INSERT` of a large submit (14 parameters each).
 const INSERT_CHUNK: usize = 256;
 
 /// Insert `jobs` as queued in one statement; returned in the given order.
