@@ -49,7 +49,8 @@ pub struct Metrics {
     pub pool_size: Gauge,
     /// Free job slots in this process.
     pub free_slots: Gauge,
-    /// Time of one claim round trip to the store.
+    /// Time of one claim-loop round trip to the store (a job claimed with
+    /// the finish of the slot's previous one is timed in `complete_seconds`).
     pub claim_seconds: Histogram,
     /// Time to record one job's outcome in the store.
     pub complete_seconds: Histogram,
@@ -89,7 +90,11 @@ impl Metrics {
         registry.register("pool_free_slots", "Free job slots in this process", free_slots.clone());
         let latency = || Histogram::new(exponential_buckets(0.000_05, 2.0, 18));
         let claim_seconds = latency();
-        registry.register("claim_seconds", "Time of one claim round trip to the store", claim_seconds.clone());
+        registry.register(
+            "claim_seconds",
+            "Time of one claim-loop round trip to the store (claims made with a finish are in complete_seconds)",
+            claim_seconds.clone(),
+        );
         let complete_seconds = latency();
         registry.register("complete_seconds", "Time to record a job's outcome", complete_seconds.clone());
         let lease_renewals = Counter::default();
