@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,46 +54,34 @@ struct Plan {
     deadline: Duration,
 }
 
-impl Plan {
-    fn with_env(mut self) -> Plan {
-        let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-        if let Some(seed) = var("LEASH_CHAOS_SEED") {
-            self.seed = seed;
-        }
-        self
-    }
+/// A number from the environment, if set.
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-fn fresh_seed() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+/// `LEASH_CHAOS_SEED` if set (a replay), else a fresh one.
+fn seed() -> u64 {
+    env_u64("LEASH_CHAOS_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+    })
 }
 
 #[test]
 fn ten_thousand_jobs() {
-    let plan = Plan {
-        jobs: 10_000,
-        kills: 24,
-        pauses: 2,
-        lock_holds: 1,
-        seed: fresh_seed(),
-        deadline: Duration::from_secs(600),
-    };
-    run(plan.with_env());
+    run(Plan { jobs: 10_000, kills: 24, pauses: 2, lock_holds: 1, seed: seed(), deadline: Duration::from_secs(600) });
 }
 
 #[test]
 #[ignore = "the long chaos run takes several minutes; see the module docs"]
 fn long() {
-    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-    let plan = Plan {
-        jobs: var("LEASH_CHAOS_JOBS").unwrap_or(100_000),
-        kills: var("LEASH_CHAOS_KILLS").map_or(200, |k| k as u32),
+    run(Plan {
+        jobs: env_u64("LEASH_CHAOS_JOBS").unwrap_or(100_000),
+        kills: env_u64("LEASH_CHAOS_KILLS").map_or(200, |k| k as u32),
         pauses: 10,
         lock_holds: 3,
-        seed: fresh_seed(),
+        seed: seed(),
         deadline: Duration::from_secs(3_600),
-    };
-    run(plan.with_env());
+    });
 }
 
 /// splitmix64: a schedule that replays from its seed.
@@ -406,8 +394,8 @@ fn run(plan: Plan) {
     let cancel_asked: Arc<Mutex<HashSet<JobId>>> = Arc::default();
     let seen = Arc::new(Seen::default());
     let next = Arc::new(AtomicU64::new(0));
-    let submitting_done = Arc::new(AtomicBool::new(false));
-    let submitting_ms = Arc::new(AtomicU64::new(0));
+    // When the last submit landed, in ms since the start; 0 while submitting.
+    let submitted_at_ms = Arc::new(AtomicU64::new(0));
     let (cancel_tx, mut cancel_rx) = tokio::sync::mpsc::unbounded_channel::<(JobId, Instant)>();
     let mut submitters = Vec::new();
     for task in 0..4u64 {
@@ -442,14 +430,13 @@ fn run(plan: Plan) {
         })
     };
     {
-        let (done, done_ms) = (submitting_done.clone(), submitting_ms.clone());
+        let done_at = submitted_at_ms.clone();
         let waiting: Vec<_> = std::mem::take(&mut submitters);
         rt.spawn(async move {
             for task in waiting {
                 task.await.expect("a submitter panicked");
             }
-            done_ms.store(started.elapsed().as_millis() as u64, Ordering::SeqCst);
-            done.store(true, Ordering::SeqCst);
+            done_at.store((started.elapsed().as_millis() as u64).max(1), Ordering::SeqCst);
         });
     }
 
@@ -460,7 +447,7 @@ fn run(plan: Plan) {
     let pause_at: Vec<u32> = (1..=plan.pauses).map(|i| plan.kills * i / (plan.pauses + 1)).collect();
     // The first lock hold comes early, while jobs are still being submitted.
     let hold_at: Vec<u32> = (0..plan.lock_holds).map(|i| 2 + plan.kills * i / plan.lock_holds).collect();
-    while chaos.kills < plan.kills || !submitting_done.load(Ordering::SeqCst) {
+    while chaos.kills < plan.kills || submitted_at_ms.load(Ordering::SeqCst) == 0 {
         assert!(started.elapsed() < plan.deadline, "chaos did not finish in {:?}: {chaos:?}", plan.deadline);
         std::thread::sleep(rng.millis(150, 700));
         check_alive(&mut procs, &mut chaos);
@@ -567,7 +554,7 @@ fn run(plan: Plan) {
         "reruns": report.reruns,
         "lost": report.lost,
         "duplicate_starts": report.duplicate_starts,
-        "submitting_seconds": submitting_ms.load(Ordering::SeqCst) as f64 / 1000.0,
+        "submitting_seconds": submitted_at_ms.load(Ordering::SeqCst) as f64 / 1000.0,
         "chaos_seconds": chaos_over.as_secs_f64(),
         "total_seconds": drained.as_secs_f64(),
     });

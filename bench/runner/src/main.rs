@@ -433,20 +433,15 @@ fn print_table(r: &Value) {
         );
     }
     let l = &r["queues"]["latency"];
-    println!(
-        "| enqueue→start p50 at {} jobs/s, µs | {} | apalis-sqlite {} | {:.2} |",
-        l["rate_per_s"],
-        s(&l["leash_p50_us"]),
-        s(&l["apalis_p50_us"]),
-        l["ratio_p50"].as_f64().unwrap_or(0.0)
-    );
-    println!(
-        "| enqueue→start p99 at {} jobs/s, µs | {} | apalis-sqlite {} | {:.2} |",
-        l["rate_per_s"],
-        s(&l["leash_p99_us"]),
-        s(&l["apalis_p99_us"]),
-        l["ratio_p99"].as_f64().unwrap_or(0.0)
-    );
+    for p in ["p50", "p99"] {
+        println!(
+            "| enqueue→start {p} at {} jobs/s, µs | {} | apalis-sqlite {} | {:.2} |",
+            l["rate_per_s"],
+            s(&l[format!("leash_{p}_us")]),
+            s(&l[format!("apalis_{p}_us")]),
+            l[format!("ratio_{p}")].as_f64().unwrap_or(0.0)
+        );
+    }
 }
 
 fn charts(out_dir: &Path, queues: &Value, leash_lat: &[f64], apalis_lat: &[f64]) -> anyhow::Result<()> {

@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, LazyLock, Mutex, mpsc};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
@@ -501,16 +501,19 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
 /// two temporary b-trees per call. Nothing can change between the two: the
 /// writer holds the write transaction.
 fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
+    // Built once: this runs for every claim.
+    static CANDIDATES: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND q.expires_at > ?1 \
+             AND (q.concurrency_key IS NULL OR ( \
+               q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
+               AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
+             ORDER BY q.job_id LIMIT ?2"
+        )
+    });
     let now = params.now.unix_ms();
     let expires = now + ms(params.lease_ttl);
-    let sql = format!(
-        "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND q.expires_at > ?1 \
-         AND (q.concurrency_key IS NULL OR ( \
-           q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
-           AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
-         ORDER BY q.job_id LIMIT ?2"
-    );
-    let candidates = query_jobs(conn, &sql, params![now, params.limit])?;
+    let candidates = query_jobs(conn, &CANDIDATES, params![now, params.limit])?;
     let mut take = conn
         .prepare_cached(
             "UPDATE jobs SET status = 'running', worker_id = ?1, lease_token = ?2, lease_expires_at = ?3, \
@@ -546,7 +549,7 @@ fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreE
 fn lease_token() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the OS random source is available");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// Record a running job's ending, fenced by its lease token. `false`: the
