@@ -109,8 +109,12 @@ pub enum ErrorKind {
     OutOfFuel,
     /// The job asked for more memory than its limit.
     MemoryLimit,
-    /// The job returned more output than its limit.
+    /// The job returned more output than its limit, or handed the host more
+    /// data in one call than it accepts.
     OutputLimit,
+    /// The job needed more of a counted resource than it may have: core
+    /// instances, memories, tables, table elements or resource handles.
+    ResourceLimit,
     /// The job was cancelled.
     Cancelled,
     /// The worker lost the job's lease (it died or stalled).
@@ -123,7 +127,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 11] = [
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::GuestError,
         ErrorKind::InvalidInput,
         ErrorKind::Trap,
@@ -131,6 +135,7 @@ impl ErrorKind {
         ErrorKind::OutOfFuel,
         ErrorKind::MemoryLimit,
         ErrorKind::OutputLimit,
+        ErrorKind::ResourceLimit,
         ErrorKind::Cancelled,
         ErrorKind::LeaseLost,
         ErrorKind::Expired,
@@ -147,6 +152,7 @@ impl ErrorKind {
             ErrorKind::OutOfFuel => "out_of_fuel",
             ErrorKind::MemoryLimit => "memory_limit",
             ErrorKind::OutputLimit => "output_limit",
+            ErrorKind::ResourceLimit => "resource_limit",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::LeaseLost => "lease_lost",
             ErrorKind::Expired => "expired",
@@ -156,7 +162,10 @@ impl ErrorKind {
 
     /// True for the kinds that mean a resource limit stopped the job.
     pub fn is_resource_limit(self) -> bool {
-        matches!(self, ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit)
+        matches!(
+            self,
+            ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit | ErrorKind::ResourceLimit
+        )
     }
 }
 

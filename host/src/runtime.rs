@@ -479,14 +479,7 @@ impl Runtime {
 
     /// Validate, precompile and store a plugin; returns its digest.
     pub async fn plugin_add(&self, bytes: Vec<u8>) -> Result<Digest, RuntimeError> {
-        let sandbox = self.inner.sandbox.clone();
-        let (bytes, loaded) = tokio::task::spawn_blocking(move || {
-            let loaded = sandbox.load(&bytes).map(|_| ());
-            (bytes, loaded)
-        })
-        .await
-        .map_err(|e| StoreError::Invalid(format!("validating the plugin panicked: {e}")))?;
-        loaded.map_err(RuntimeError::InvalidPlugin)?;
+        self.inner.sandbox.compile(bytes.clone()).await.map_err(RuntimeError::InvalidPlugin)?;
         let now = self.inner.settings.clock.now();
         let digest = self.inner.store.plugin_put(PluginPutParams { bytes, now }).await?;
         self.inner.known_plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest);

@@ -292,11 +292,7 @@ impl Pool {
             .await
             .map_err(|e| format!("HostError: cannot read plugin {digest}: {e}"))?
             .ok_or_else(|| format!("HostError: plugin {digest} is not in the store"))?;
-        let sandbox = self.sandbox.clone();
-        let plugin = tokio::task::spawn_blocking(move || sandbox.load(&bytes))
-            .await
-            .map_err(|e| format!("HostError: loading plugin {digest} failed: {e}"))?
-            .map_err(|e| format!("HostError: plugin {digest}: {e}"))?;
+        let plugin = self.sandbox.compile(bytes).await.map_err(|e| format!("HostError: plugin {digest}: {e}"))?;
         self.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, plugin.clone());
         Ok(plugin)
     }

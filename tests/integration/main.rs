@@ -8,6 +8,7 @@ mod cli_ops;
 mod cli_run;
 mod crash;
 mod faults;
+mod hostile;
 mod http;
 mod lease_model;
 mod runtime;

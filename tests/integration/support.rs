@@ -70,6 +70,36 @@ pub async fn assert_hello_still_runs(sandbox: &Sandbox) {
     assert_eq!(output_json(&outcome)["greeting"], "Hello, again!");
 }
 
+/// Run `command` to completion, returning its output and its own peak
+/// resident set size in bytes (from `wait4`, so other processes and the
+/// test itself do not count).
+pub fn output_with_peak_rss(command: &mut std::process::Command) -> (std::process::Output, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    #[allow(clippy::zombie_processes, reason = "reaped with wait4, which also reports the child's usage")]
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawns");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        out.read_to_end(&mut bytes).unwrap();
+        bytes
+    });
+    let mut stderr = Vec::new();
+    err.read_to_end(&mut stderr).unwrap();
+    let stdout = reader.join().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `child` is our unreaped child; wait4 reaps it and fills both
+    // out-pointers, which point at live locals.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4: {}", std::io::Error::last_os_error());
+    let status = std::process::ExitStatus::from_raw(status);
+    (std::process::Output { status, stdout, stderr }, usage.ru_maxrss as u64 * 1024)
+}
+
 /// Sends every progress report on a channel, so a test can wait for a
 /// guest to be running before it acts.
 pub struct ProgressTap(pub mpsc::UnboundedSender<Progress>);

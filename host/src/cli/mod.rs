@@ -260,7 +260,9 @@ impl ExitStatus {
             ErrorKind::InvalidInput => ExitStatus::Usage,
             ErrorKind::Timeout => ExitStatus::Timeout,
             ErrorKind::Cancelled => ExitStatus::Cancelled,
-            ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit => ExitStatus::ResourceLimit,
+            ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit | ErrorKind::ResourceLimit => {
+                ExitStatus::ResourceLimit
+            }
             ErrorKind::Trap => ExitStatus::Trap,
             ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::HostError => ExitStatus::Internal,
         }
@@ -406,13 +408,8 @@ async fn run_once(args: RunArgs) -> Result<ExitStatus, CliError> {
     let cache_dir = if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) };
     let config = SandboxConfig { allocator: Allocator::Pooling { slots: 1 }, cache_dir, ..SandboxConfig::default() };
     let sandbox = Arc::new(Sandbox::new(config).map_err(|e| CliError::internal(e.to_string()))?);
-    let plugin = {
-        let sandbox = sandbox.clone();
-        tokio::task::spawn_blocking(move || sandbox.load(&bytes))
-            .await
-            .map_err(|e| CliError::internal(format!("compiling the component failed: {e}")))?
-            .map_err(|e| CliError::usage(format!("{}: {e}", args.component.display())))?
-    };
+    let plugin =
+        sandbox.compile(bytes).await.map_err(|e| CliError::usage(format!("{}: {e}", args.component.display())))?;
 
     let stop = StopHandle::new();
     let interrupts = tokio::spawn(stop_on_interrupt(stop.clone(), interrupt_signal()?));

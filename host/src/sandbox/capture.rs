@@ -11,7 +11,9 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
+
+use super::STREAM_WRITE_PERMIT;
 
 #[derive(Debug, Default)]
 struct Buffer {
@@ -31,7 +33,7 @@ impl CapturedOutput {
         CapturedOutput { capacity, buffer: Arc::default() }
     }
 
-    fn push(&self, bytes: &[u8]) {
+    pub(crate) fn push(&self, bytes: &[u8]) {
         let mut buffer = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
         let room = self.capacity.saturating_sub(buffer.kept.len());
         let keep = bytes.len().min(room);
@@ -39,10 +41,15 @@ impl CapturedOutput {
         buffer.dropped += (bytes.len() - keep) as u64;
     }
 
-    /// The kept bytes so far, as text.
-    pub(crate) fn lossy_text(&self) -> String {
+    /// The kept bytes from `offset` on, as text.
+    pub(crate) fn lossy_text_from(&self, offset: usize) -> String {
         let buffer = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
-        String::from_utf8_lossy(&buffer.kept).into_owned()
+        String::from_utf8_lossy(buffer.kept.get(offset..).unwrap_or_default()).into_owned()
+    }
+
+    /// How many bytes are kept so far.
+    pub(crate) fn kept_len(&self) -> usize {
+        self.buffer.lock().unwrap_or_else(|e| e.into_inner()).kept.len()
     }
 
     /// The kept bytes and how many were dropped past the capacity.
@@ -71,6 +78,12 @@ impl StdoutStream for CapturedOutput {
 #[wasmtime_wasi::async_trait]
 impl OutputStream for CapturedOutput {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        if bytes.len() > STREAM_WRITE_PERMIT {
+            return Err(StreamError::trap(&format!(
+                "a write of {} bytes, over the {STREAM_WRITE_PERMIT} bytes check-write permits",
+                bytes.len()
+            )));
+        }
         self.push(&bytes);
         Ok(())
     }
@@ -81,7 +94,7 @@ impl OutputStream for CapturedOutput {
 
     fn check_write(&mut self) -> StreamResult<usize> {
         // Always ready: bytes past the capacity are counted, not refused.
-        Ok(64 * 1024)
+        Ok(STREAM_WRITE_PERMIT)
     }
 }
 

@@ -18,6 +18,7 @@ mod bindings;
 mod cache;
 mod capture;
 mod limiter;
+mod shape;
 mod state;
 mod stop;
 
@@ -29,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable, ResourceTableError};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline, WasmBacktrace,
 };
@@ -38,8 +39,13 @@ use wasmtime_wasi::WasiCtxBuilder;
 use self::cache::CompileCache;
 use self::capture::CapturedOutput;
 use self::limiter::JobLimiter;
+pub use self::shape::{ComponentLimits, DEFAULT_MAX_COMPONENT_BYTES};
+use self::state::cut_text;
+pub use self::state::{
+    FIELDS_DROPPED_KEY, LogLevel, LogRecord, MAX_LOG_FIELDS, MAX_LOG_KEY_BYTES, MAX_LOG_MESSAGE_BYTES,
+    MAX_LOG_VALUE_BYTES, NoObserver, Progress, RunObserver,
+};
 use self::state::{HostState, LogBook};
-pub use self::state::{LogLevel, LogRecord, MAX_LOG_MESSAGE_BYTES, NoObserver, Progress, RunObserver};
 pub use self::stop::StopHandle;
 use crate::job::{Digest, ErrorKind, Target};
 
@@ -64,14 +70,30 @@ pub const DEFAULT_CAPTURE_BYTES: usize = 64 << 10;
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// Default number of pooled instance slots.
 pub const DEFAULT_POOL_SLOTS: u32 = 64;
-/// Table elements a job may grow a table to.
-const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// Elements one table of a job may have.
+pub const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// Longest error message kept from a guest (its `failed` text, a trap's
+/// panic line), in bytes; longer ones are cut and marked with `…`.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 8 << 10;
+/// Resource handles (streams, pollables, …) one job may hold at once.
+pub const MAX_RESOURCE_HANDLES: usize = 4096;
+/// Most bytes one `wasi:random` call returns.
+pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
+/// Data a guest may hand the host in one call beyond its output limit
+/// (the argument of a `log` call, say); wasmtime copies it into host
+/// memory before leash sees it, so this bounds that copy.
+pub const HOSTCALL_SLACK_BYTES: usize = 1 << 20;
+/// What one `write` to a captured stdout or stderr may carry (the permit
+/// `check-write` gives).
+pub const STREAM_WRITE_PERMIT: usize = 64 << 10;
+/// Default number of components compiled at once; more wait their turn.
+pub const DEFAULT_COMPILE_CONCURRENCY: usize = 2;
 /// Instance slots whose memory is reset in one batch of system calls.
 const DECOMMIT_BATCH: usize = 16;
 /// Frames kept in a trap's backtrace.
 const MAX_BACKTRACE_FRAMES: usize = 48;
-/// Core instances, memories and tables a job's component may create.
-const MAX_INSTANCES_PER_JOB: usize = 32;
+/// Longest function name kept per backtrace frame, in bytes.
+const MAX_FRAME_NAME_BYTES: usize = 256;
 
 /// How instances get their memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +121,11 @@ pub struct SandboxConfig {
     pub memory_ceiling_bytes: u64,
     /// Count fuel (needed for fuel limits and `fuel_used`).
     pub fuel: bool,
+    /// What a component may contain; checked before compiling, and the
+    /// pooling allocator's per-component sizes.
+    pub components: ComponentLimits,
+    /// Components compiled at once (at least 1).
+    pub compile_concurrency: usize,
 }
 
 impl Default for SandboxConfig {
@@ -109,6 +136,8 @@ impl Default for SandboxConfig {
             epoch_tick: DEFAULT_EPOCH_TICK,
             memory_ceiling_bytes: DEFAULT_MEMORY_CEILING_BYTES,
             fuel: true,
+            components: ComponentLimits::default(),
+            compile_concurrency: DEFAULT_COMPILE_CONCURRENCY,
         }
     }
 }
@@ -275,8 +304,11 @@ pub enum SandboxError {
     #[error("invalid component: {0}")]
     InvalidComponent(String),
     /// The component's imports or exports do not match `leash:plugin`.
-    #[error("component does not implement leash:plugin@0.1.0: {0}")]
+    #[error("component does not implement leash:plugin@0.1.x: {0}")]
     WorldMismatch(String),
+    /// The component is over a size or count cap: refused before compiling.
+    #[error("component over a compile limit: {0}")]
+    CompileLimit(String),
     /// The engine could not be configured.
     #[error("cannot set up the WebAssembly engine: {0}")]
     Engine(String),
@@ -362,6 +394,9 @@ pub struct Sandbox {
     linker: Linker<HostState>,
     cache: Option<CompileCache>,
     config: SandboxConfig,
+    /// Bounds how many compiles run at once, so a burst of new plugins (or
+    /// a compile bomb) holds a bounded number of blocking threads.
+    compiling: tokio::sync::Semaphore,
     _ticker: EpochTicker,
 }
 
@@ -382,12 +417,22 @@ impl Sandbox {
         if let Allocator::Pooling { slots } = config.allocator {
             let ceiling = usize::try_from(config.memory_ceiling_bytes)
                 .map_err(|_| SandboxError::Engine("memory ceiling does not fit this platform".into()))?;
+            let c = &config.components;
             let mut pool = PoolingAllocationConfig::new();
+            // Every slot can hold the largest component the caps allow, so a
+            // component that loads always fits, and the totals are only ever
+            // reached by more concurrent runs than slots.
             pool.total_component_instances(slots)
-                .total_core_instances(slots.saturating_mul(8))
-                .total_memories(slots.saturating_mul(2))
-                .total_tables(slots.saturating_mul(4))
+                .total_core_instances(slots.saturating_mul(c.max_core_instances))
+                .total_memories(slots.saturating_mul(c.max_memories))
+                .total_tables(slots.saturating_mul(c.max_tables))
                 .total_stacks(slots)
+                .max_core_instances_per_component(c.max_core_instances)
+                .max_memories_per_component(c.max_memories)
+                .max_tables_per_component(c.max_tables)
+                .max_memories_per_module(c.max_memories)
+                .max_tables_per_module(c.max_tables)
+                .table_elements(MAX_TABLE_ELEMENTS)
                 .max_memory_size(ceiling)
                 // Each decommit is an madvise, and with more than one thread
                 // each madvise is a TLB shootdown on every core: batch them.
@@ -401,7 +446,8 @@ impl Sandbox {
         let cache = config.cache_dir.as_deref().map(|dir| CompileCache::new(dir, &engine));
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)
             .map_err(|e| SandboxError::Engine(format!("cannot start the epoch ticker thread: {e}")))?;
-        Ok(Sandbox { engine, linker, cache, config, _ticker: ticker })
+        let compiling = tokio::sync::Semaphore::new(config.compile_concurrency.max(1));
+        Ok(Sandbox { engine, linker, cache, config, compiling, _ticker: ticker })
     }
 
     /// The settings this sandbox was built with.
@@ -410,15 +456,37 @@ impl Sandbox {
     }
 
     /// Validate and compile a component. CPU-heavy on a cache miss (tens
-    /// to hundreds of milliseconds): call it off the async runtime.
+    /// of milliseconds to seconds): call it off the async runtime, or use
+    /// [`Sandbox::compile`].
+    ///
+    /// Bytes over [`ComponentLimits`] are refused before compiling, with
+    /// [`SandboxError::CompileLimit`].
     pub fn load(&self, bytes: &[u8]) -> Result<Plugin, SandboxError> {
         check_header(bytes)?;
+        let limits = &self.config.components;
+        if bytes.len() > limits.max_bytes {
+            return Err(SandboxError::CompileLimit(format!(
+                "the component is {} bytes; leash accepts at most {}",
+                bytes.len(),
+                limits.max_bytes
+            )));
+        }
         let digest = Digest::of(bytes);
         let component = match self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest)) {
             Some(component) => component,
             None => {
-                let component =
-                    Component::new(&self.engine, bytes).map_err(|e| SandboxError::InvalidComponent(one_line(&e)))?;
+                let shape = shape::Shape::of(bytes).map_err(SandboxError::InvalidComponent)?;
+                shape.check(limits).map_err(SandboxError::CompileLimit)?;
+                let component = Component::new(&self.engine, bytes).map_err(|e| {
+                    let why = one_line(&e);
+                    // The pooling allocator counts what instantiation would
+                    // create (nested instantiations included) at compile time.
+                    if why.contains("exceeds the configured maximum") {
+                        SandboxError::CompileLimit(why)
+                    } else {
+                        SandboxError::InvalidComponent(why)
+                    }
+                })?;
                 if let Some(cache) = &self.cache {
                     cache.put(&digest, &component);
                 }
@@ -428,6 +496,19 @@ impl Sandbox {
         let pre = self.linker.instantiate_pre(&component).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
         let pre = bindings::PluginPre::new(pre).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
         Ok(Plugin { digest, pre })
+    }
+
+    /// [`Sandbox::load`] on a blocking thread, at most
+    /// [`SandboxConfig::compile_concurrency`] at once: the async runtime
+    /// (and with it the HTTP server and lease renewals) never waits on a
+    /// compiler.
+    pub async fn compile(self: &Arc<Self>, bytes: Vec<u8>) -> Result<Plugin, SandboxError> {
+        let _permit =
+            self.compiling.acquire().await.map_err(|_| SandboxError::Engine("the sandbox is closed".into()))?;
+        let sandbox = self.clone();
+        tokio::task::spawn_blocking(move || sandbox.load(&bytes))
+            .await
+            .map_err(|e| SandboxError::Engine(format!("compiling the component failed: {e}")))?
     }
 
     /// Run `plugin` once in a fresh store. Never fails: every ending,
@@ -450,13 +531,16 @@ impl Sandbox {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
+            .max_random_size(MAX_RANDOM_BYTES)
             .build();
         let memory_limit =
             usize::try_from(limits.memory_bytes.min(self.config.memory_ceiling_bytes)).unwrap_or(usize::MAX);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCE_HANDLES);
         let state = HostState {
             wasi,
-            table: ResourceTable::new(),
-            limiter: JobLimiter::new(memory_limit, MAX_TABLE_ELEMENTS, MAX_INSTANCES_PER_JOB),
+            table,
+            limiter: JobLimiter::new(memory_limit, MAX_TABLE_ELEMENTS, &self.config.components, stderr.clone()),
             logs: LogBook::new(limits.log_records, limits.log_bytes),
             last_progress: None,
             stop: stop.clone(),
@@ -465,6 +549,9 @@ impl Sandbox {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
+        // Bounds what wasmtime copies out of the guest for one call (a log
+        // record, the output) before leash can look at it.
+        store.set_hostcall_fuel(hostcall_fuel(limits));
         let fuel_budget = limits.fuel.unwrap_or(u64::MAX);
         if self.config.fuel {
             // Fuel is on for this engine, so setting it cannot fail.
@@ -589,6 +676,9 @@ fn classify(
         Ended::Interrupted(why) => return Err(interrupted_failure(why, limits)),
         Ended::Returned(returned) => returned,
     };
+    let guest_error = |kind, label: &str, message: String| {
+        Failure::new(kind, format!("{label}: {}", cut_text(message, MAX_ERROR_MESSAGE_BYTES)))
+    };
     match returned {
         Ok(_) if stop_requested => Err(Failure::cancelled(StopMode::Cooperative)),
         Ok(Ok(output)) if output.len() as u64 > limits.output_bytes => Err(Failure::new(
@@ -596,17 +686,25 @@ fn classify(
             format!("OutputLimit: the job returned {} bytes, over its limit of {}", output.len(), limits.output_bytes),
         )),
         Ok(Ok(output)) => Ok(output),
-        Ok(Err(JobError::Failed(message))) => Err(Failure::new(ErrorKind::GuestError, format!("Failed: {message}"))),
+        Ok(Err(JobError::Failed(message))) => Err(guest_error(ErrorKind::GuestError, "Failed", message)),
         Ok(Err(JobError::Retryable(message))) => {
-            Err(Failure { retryable: true, ..Failure::new(ErrorKind::GuestError, format!("Retryable: {message}")) })
+            Err(Failure { retryable: true, ..guest_error(ErrorKind::GuestError, "Retryable", message) })
         }
-        Ok(Err(JobError::InvalidInput(message))) => {
-            Err(Failure::new(ErrorKind::InvalidInput, format!("InvalidInput: {message}")))
-        }
+        Ok(Err(JobError::InvalidInput(message))) => Err(guest_error(ErrorKind::InvalidInput, "InvalidInput", message)),
         Err(error) => Err(classify_error(&error, state, limits, stderr)),
     }
 }
 
+/// Data the guest may hand over in one call: its output (with room for
+/// the result's framing) or, for host calls, [`HOSTCALL_SLACK_BYTES`].
+fn hostcall_fuel(limits: &RunLimits) -> usize {
+    usize::try_from(limits.output_bytes).unwrap_or(usize::MAX).saturating_add(HOSTCALL_SLACK_BYTES)
+}
+
+/// Why a call that did not return ended. Everything that happens while
+/// the guest runs is the guest's doing — a trap, a limit, a misuse of an
+/// interface — except the few failures that are leash's own (a full
+/// instance pool), which alone are `host_error`.
 fn classify_error(error: &wasmtime::Error, state: &HostState, limits: &RunLimits, stderr: &CapturedOutput) -> Failure {
     if let Some(why) = error.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
         return interrupted_failure(*why, limits);
@@ -618,26 +716,126 @@ fn classify_error(error: &wasmtime::Error, state: &HostState, limits: &RunLimits
             format!("OutOfFuel: the job used its whole fuel budget of {}", limits.fuel.unwrap_or(u64::MAX)),
         );
     }
-    if let Some(wanted) = state.limiter.refused_memory_bytes {
-        return Failure::new(
-            ErrorKind::MemoryLimit,
-            format!(
-                "MemoryLimit: the job asked for {wanted} bytes of memory, over its limit of {}",
-                limits.memory_bytes
-            ),
+    let backtrace = error.downcast_ref::<WasmBacktrace>().map(format_backtrace);
+    let failure = |kind, message: String| Failure {
+        backtrace: backtrace.clone(),
+        ..Failure::new(kind, cut_text(message, MAX_ERROR_MESSAGE_BYTES))
+    };
+    if let Some(exit) = error.chain().find_map(|cause| cause.downcast_ref::<wasmtime_wasi::I32Exit>()) {
+        return failure(
+            ErrorKind::Trap,
+            format!("Trap: the guest called exit({}) instead of returning a result", exit.0),
         );
     }
-    let backtrace = error.downcast_ref::<WasmBacktrace>().map(format_backtrace);
+    if error.chain().any(|c| matches!(c.downcast_ref::<ResourceTableError>(), Some(ResourceTableError::Full))) {
+        return failure(
+            ErrorKind::ResourceLimit,
+            format!("ResourceLimit: the guest held more than {MAX_RESOURCE_HANDLES} resource handles at once"),
+        );
+    }
+    let detail = root_line(error);
+    let refused = state.limiter.refused_memory.map(|r| {
+        (r, format!("a memory growth to {} bytes was refused (limit {})", r.wanted_bytes, limits.memory_bytes))
+    });
+    if let Some((kind, message)) = limit_hit(&detail, limits) {
+        return failure(kind, message);
+    }
     match trap {
         Some(trap) => {
-            let mut message = format!("Trap: {trap}");
-            if let Some(panic) = panic_message(&stderr.lossy_text()) {
-                message.push_str(&format!(" ({panic})"));
+            // Only a panic printed after the last refusal explains this trap.
+            let since = refused.as_ref().map_or(0, |(r, _)| r.stderr_offset);
+            let panic = panic_message(&stderr.lossy_text_from(since));
+            match (&refused, panic) {
+                // A Rust guest whose allocation fails aborts with `unreachable`
+                // and no panic: that is the refused growth, not a bug.
+                (Some((r, _)), None) if trap == Trap::UnreachableCodeReached => failure(
+                    ErrorKind::MemoryLimit,
+                    format!(
+                        "MemoryLimit: the job asked for {} bytes of memory, over its limit of {}",
+                        r.wanted_bytes, limits.memory_bytes
+                    ),
+                ),
+                (refused, panic) => {
+                    let mut message = format!("Trap: {trap}");
+                    if let Some(panic) = panic {
+                        message.push_str(&format!(" ({panic})"));
+                    }
+                    if let Some((_, note)) = refused {
+                        message.push_str(&format!("; earlier, {note}"));
+                    }
+                    failure(ErrorKind::Trap, message)
+                }
             }
-            Failure { backtrace, ..Failure::new(ErrorKind::Trap, message) }
         }
-        None => Failure { backtrace, ..Failure::new(ErrorKind::HostError, format!("HostError: {}", one_line(error))) },
+        None if detail.contains("maximum concurrent limit") => {
+            failure(ErrorKind::HostError, format!("HostError: the instance pool is full: {detail}"))
+        }
+        None => failure(ErrorKind::Trap, format!("Trap: {}", misuse(&detail))),
     }
+}
+
+/// A limit named in wasmtime's wording of a refused instantiation or copy.
+fn limit_hit(detail: &str, limits: &RunLimits) -> Option<(ErrorKind, String)> {
+    if detail.contains("fuel allocated for hostcalls has been exhausted") {
+        return Some((
+            ErrorKind::OutputLimit,
+            format!(
+                "OutputLimit: the guest handed the host more than {} bytes in one call (its output limit is {} \
+                 bytes, and one call may carry {HOSTCALL_SLACK_BYTES} bytes more)",
+                hostcall_fuel(limits),
+                limits.output_bytes
+            ),
+        ));
+    }
+    if detail.contains("exceeds memory limits") || detail.contains("memory has a minimum byte size") {
+        return Some((ErrorKind::MemoryLimit, format!("MemoryLimit: {detail} (limit {} bytes)", limits.memory_bytes)));
+    }
+    let resource = [
+        "exceeds table limits",
+        "minimum element size",
+        "core module instances",
+        "memories, which exceeds",
+        "tables, which exceeds",
+        "resource limit exceeded",
+        "exceeds the configured maximum",
+    ];
+    resource
+        .iter()
+        .any(|needle| detail.contains(needle))
+        .then(|| (ErrorKind::ResourceLimit, format!("ResourceLimit: {detail}")))
+}
+
+/// A guest's misuse of an interface, said plainly, with wasmtime's words
+/// after it.
+fn misuse(detail: &str) -> String {
+    let lower = detail.to_ascii_lowercase();
+    let what = [
+        ("utf-8", "the guest passed a string that is not valid UTF-8"),
+        ("discriminant", "the guest passed an invalid variant, enum or option value"),
+        ("realloc", "the guest's allocator (cabi_realloc) returned an unusable pointer"),
+        ("unaligned", "the guest passed a misaligned pointer"),
+        ("not aligned", "the guest passed a misaligned pointer"),
+        ("out of bounds", "the guest passed a pointer or length outside its memory"),
+        ("beyond end of memory", "the guest passed a pointer or length outside its memory"),
+        ("empty poll list", "the guest polled an empty list of pollables"),
+        ("requested len", "the guest asked for more random bytes than one call gives"),
+        ("blocking-write-and-flush", "the guest wrote more than a stream permits at once"),
+        ("check-write", "the guest wrote more than a stream permits at once"),
+        ("unknown handle", "the guest used a resource handle it does not own"),
+        ("resource", "the guest misused a resource handle"),
+    ];
+    match what.iter().find(|(needle, _)| lower.contains(needle)) {
+        Some((_, plain)) => format!("{plain} ({detail})"),
+        None => format!("the guest broke the component contract ({detail})"),
+    }
+}
+
+/// The root cause's first line: the wasmtime message without the
+/// backtrace header that `Display` puts first.
+fn root_line(error: &wasmtime::Error) -> String {
+    let root = error.root_cause().to_string();
+    let line = root.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default();
+    cut_text(line.to_owned(), MAX_ERROR_MESSAGE_BYTES)
 }
 
 /// The panic line a Rust guest prints to stderr before it aborts.
@@ -659,8 +857,17 @@ fn format_backtrace(backtrace: &WasmBacktrace) -> String {
         .map(|(i, frame)| {
             let module = frame.module().name().unwrap_or("<module>");
             match frame.func_name() {
-                Some(name) => format!("{i:>3}: {module}!{:#}", rustc_demangle::demangle(name)),
-                None => format!("{i:>3}: {module}!<func {}>", frame.func_index()),
+                Some(name) => {
+                    let name = cut_text(format!("{:#}", rustc_demangle::demangle(name)), MAX_FRAME_NAME_BYTES);
+                    format!("{i:>3}: {}!{name}", cut_text(module.to_owned(), MAX_FRAME_NAME_BYTES))
+                }
+                None => {
+                    format!(
+                        "{i:>3}: {}!<func {}>",
+                        cut_text(module.to_owned(), MAX_FRAME_NAME_BYTES),
+                        frame.func_index()
+                    )
+                }
             }
         })
         .collect();

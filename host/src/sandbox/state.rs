@@ -11,8 +11,16 @@ use super::bindings::leash::plugin::{host, types};
 use super::limiter::JobLimiter;
 use super::stop::StopHandle;
 
-/// Longest log message kept, in bytes; longer ones are cut.
+/// Longest log message or progress note kept, in bytes; longer ones are cut.
 pub const MAX_LOG_MESSAGE_BYTES: usize = 4096;
+/// Most fields kept per log record; the rest are counted in a last field.
+pub const MAX_LOG_FIELDS: usize = 32;
+/// Longest log field key kept, in bytes.
+pub const MAX_LOG_KEY_BYTES: usize = 128;
+/// Longest log field value kept, in bytes.
+pub const MAX_LOG_VALUE_BYTES: usize = 1024;
+/// The key of the field that counts fields dropped past [`MAX_LOG_FIELDS`].
+pub const FIELDS_DROPPED_KEY: &str = "leash.fields_dropped";
 
 /// Severity of a guest's log record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -50,7 +58,9 @@ pub struct LogRecord {
     pub level: LogLevel,
     /// The message, cut to [`MAX_LOG_MESSAGE_BYTES`].
     pub message: String,
-    /// Key/value fields, as the guest gave them.
+    /// Key/value fields: the first [`MAX_LOG_FIELDS`], keys and values cut
+    /// to [`MAX_LOG_KEY_BYTES`] and [`MAX_LOG_VALUE_BYTES`]; a record that
+    /// had more ends with a [`FIELDS_DROPPED_KEY`] field counting them.
     pub fields: Vec<(String, String)>,
     /// Milliseconds since the job started running.
     pub elapsed_ms: u64,
@@ -96,9 +106,11 @@ impl LogBook {
         LogBook { records: Vec::new(), dropped: 0, bytes: 0, max_records, max_bytes }
     }
 
-    /// Keep `record` if it fits under both caps; returns it if kept.
+    /// Keep `record` if it fits under both caps; returns it if kept. The
+    /// byte cap is charged what the record costs the host, not just its
+    /// text: an empty field still costs its two strings.
     pub(crate) fn push(&mut self, record: LogRecord) -> Option<&LogRecord> {
-        let size = record.message.len() + record.fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        let size = host_cost(&record);
         if self.records.len() >= self.max_records || self.bytes + size > self.max_bytes {
             self.dropped += 1;
             return None;
@@ -109,13 +121,44 @@ impl LogBook {
     }
 }
 
-fn truncate_at_char_boundary(mut s: String, max: usize) -> String {
+/// The bytes a kept record occupies in the host: its struct, its text and
+/// one pair of strings per field, by what is allocated, not what is used.
+pub(crate) fn host_cost(record: &LogRecord) -> usize {
+    std::mem::size_of::<LogRecord>()
+        + record.message.capacity()
+        + record.fields.capacity() * std::mem::size_of::<(String, String)>()
+        + record.fields.iter().map(|(k, v)| k.capacity() + v.capacity()).sum::<usize>()
+}
+
+/// The fields a record keeps: the first [`MAX_LOG_FIELDS`] - 1 cut to
+/// their caps, then either the last one or a count of those dropped. A new
+/// vector, so the kept record does not hold on to the allocation wasmtime
+/// made for every field the guest sent.
+fn bounded_fields(fields: Vec<(String, String)>) -> Vec<(String, String)> {
+    let cut = |(k, v): (String, String)| (cut_text(k, MAX_LOG_KEY_BYTES), cut_text(v, MAX_LOG_VALUE_BYTES));
+    let total = fields.len();
+    let keep = if total <= MAX_LOG_FIELDS { total } else { MAX_LOG_FIELDS - 1 };
+    let mut kept = Vec::with_capacity(keep + usize::from(keep < total));
+    kept.extend(fields.into_iter().take(keep).map(cut));
+    if keep < total {
+        kept.push((FIELDS_DROPPED_KEY.to_owned(), (total - keep).to_string()));
+    }
+    kept
+}
+
+/// `s` cut to at most `max` bytes on a character boundary, marked with
+/// `…` when anything was cut (the mark counts against `max`), and holding
+/// no more memory than it needs.
+pub(crate) fn cut_text(mut s: String, max: usize) -> String {
+    const MARK: &str = "…";
     if s.len() > max {
-        let mut cut = max;
+        let mut cut = max.saturating_sub(MARK.len());
         while !s.is_char_boundary(cut) {
             cut -= 1;
         }
         s.truncate(cut);
+        s.push_str(MARK);
+        s.shrink_to_fit();
     }
     s
 }
@@ -151,8 +194,8 @@ impl host::Host for HostState {
         };
         let record = LogRecord {
             level,
-            message: truncate_at_char_boundary(message, MAX_LOG_MESSAGE_BYTES),
-            fields,
+            message: cut_text(message, MAX_LOG_MESSAGE_BYTES),
+            fields: bounded_fields(fields),
             elapsed_ms: self.started.elapsed().as_millis() as u64,
         };
         if let Some(kept) = self.logs.push(record) {
@@ -161,7 +204,7 @@ impl host::Host for HostState {
     }
 
     async fn progress(&mut self, done: u64, total: u64, note: String) -> bool {
-        let progress = Progress { done, total, note: truncate_at_char_boundary(note, MAX_LOG_MESSAGE_BYTES) };
+        let progress = Progress { done, total, note: cut_text(note, MAX_LOG_MESSAGE_BYTES) };
         self.observer.on_progress(&progress);
         self.last_progress = Some(progress);
         self.stop.is_requested()
@@ -188,15 +231,43 @@ mod tests {
         assert!(book.push(record("c")).is_none());
         assert_eq!((book.records.len(), book.dropped), (2, 1));
 
-        let mut book = LogBook::new(100, 5);
+        let one = host_cost(&record("abc"));
+        let mut book = LogBook::new(100, one + 5);
         assert!(book.push(record("abc")).is_some());
         assert!(book.push(record("abc")).is_none());
         assert_eq!(book.dropped, 1);
     }
 
     #[test]
-    fn long_messages_are_cut_on_a_char_boundary() {
-        let s = truncate_at_char_boundary("é".repeat(10), 5);
-        assert_eq!(s, "éé");
+    fn empty_fields_are_charged_their_host_cost() {
+        let mut empty = record("");
+        empty.fields = vec![(String::new(), String::new()); 10];
+        assert!(host_cost(&empty) >= 10 * std::mem::size_of::<(String, String)>());
+        let mut book = LogBook::new(usize::MAX, 64 << 10);
+        let mut kept = 0;
+        while book.push(empty.clone()).is_some() {
+            kept += 1;
+        }
+        assert!(kept * host_cost(&empty) <= 64 << 10, "the byte cap bounds empty records too");
+    }
+
+    #[test]
+    fn fields_past_the_cap_are_counted_in_a_last_field() {
+        let fields = vec![(String::new(), String::new()); 100_000];
+        let kept = bounded_fields(fields);
+        assert_eq!(kept.len(), MAX_LOG_FIELDS);
+        assert_eq!(kept.last().unwrap(), &(FIELDS_DROPPED_KEY.to_owned(), (100_000 - MAX_LOG_FIELDS + 1).to_string()));
+        assert!(kept.capacity() <= MAX_LOG_FIELDS, "the guest's allocation is not kept");
+        let long = bounded_fields(vec![("k".repeat(1000), "v".repeat(100_000))]);
+        assert_eq!((long[0].0.len(), long[0].1.len()), (MAX_LOG_KEY_BYTES, MAX_LOG_VALUE_BYTES));
+        assert!(long[0].1.capacity() <= MAX_LOG_VALUE_BYTES, "a cut value gives its memory back");
+    }
+
+    #[test]
+    fn long_text_is_cut_on_a_char_boundary_and_marked() {
+        let s = cut_text("é".repeat(10), 8);
+        assert_eq!(s, "éé…");
+        assert!(s.len() <= 8);
+        assert_eq!(cut_text("short".into(), 8), "short");
     }
 }
