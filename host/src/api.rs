@@ -111,7 +111,7 @@ impl From<RuntimeError> for ApiError {
                 retry_after: Some(1),
                 ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "backpressure", message)
             },
-            RuntimeError::InvalidPlugin(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_plugin", message),
+            RuntimeError::InvalidPlugin(ref e) => ApiError::new(StatusCode::BAD_REQUEST, e.kind(), message),
             RuntimeError::UnknownPlugin(_) => ApiError::new(StatusCode::NOT_FOUND, "unknown_plugin", message),
             RuntimeError::InvalidJob(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_job", message),
             RuntimeError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),

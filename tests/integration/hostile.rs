@@ -341,6 +341,9 @@ const HOST_SHARE_BYTES: u64 = 96 << 20;
 
 #[test]
 fn the_host_stays_small_whatever_the_guest_logs() {
+    // Compiling is not what is measured: fill the compile cache first.
+    let (warm, _) = leash_run_rss("huge-progress-note", 1, &[]);
+    assert_eq!(warm.status.code(), Some(1), "{}", String::from_utf8_lossy(&warm.stderr));
     // A guest limited to 64 MiB logging 20,000 empty fields per call as fast
     // as it can for 3 s (before the fix: 3 GiB and a 52 s overrun).
     let (output, rss) = leash_run_rss("log-empty-fields", 20_000, &["--timeout", "3s", "--memory", "64MiB"]);
@@ -350,4 +353,100 @@ fn the_host_stays_small_whatever_the_guest_logs() {
     let bound = (64 << 20) + HOST_SHARE_BYTES;
     eprintln!("peak RSS {rss} bytes (bound {bound})");
     assert!(rss < bound, "peak RSS {rss} bytes, over {bound}");
+}
+
+// ---- guest text meets the operator's terminal ----
+
+/// No escape sequence, bell or carriage return reaches the terminal, and no
+/// line the guest wrote starts where leash's own lines do.
+fn assert_terminal_safe(what: &str, text: &[u8]) {
+    let text = String::from_utf8_lossy(text);
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t'),
+        "{what}: raw control characters: {text:?}"
+    );
+    assert!(!text.lines().any(|l| l.starts_with("leash: succeeded in 1.0 ms")), "{what}: a forged line: {text}");
+}
+
+/// Like [`assert_terminal_safe`], and the guest's text is there, escaped.
+fn assert_escaped_shown(what: &str, text: &[u8]) {
+    assert_terminal_safe(what, text);
+    let text = String::from_utf8_lossy(text);
+    assert!(text.contains("\\u{1b}]0;pwned"), "{what}: the guest's text is shown, escaped: {text}");
+}
+
+fn leash_cmd(dir: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leash"));
+    command.env("LEASH_CACHE_DIR", support::cache_dir()).env_remove("LEASH_SERVER").current_dir(dir);
+    command
+}
+
+#[test]
+fn guest_text_is_escaped_wherever_it_meets_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, r#"{"attack":"terminal"}"#).unwrap();
+    let hostile = leash_tests::plugin_path("hostile");
+
+    let run = leash_cmd(dir.path()).arg("run").arg(&hostile).arg("--input").arg(&input).output().unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    assert_escaped_shown("leash run", &run.stderr);
+
+    let db = dir.path().join("jobs.db");
+    let local = |args: &[&str]| leash_cmd(dir.path()).args(args).arg("--db").arg(&db).output().unwrap();
+    let submitted = leash_cmd(dir.path())
+        .args(["submit", "--work", "--wait", "60s", "--input"])
+        .arg(&input)
+        .arg(&hostile)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_eq!(submitted.status.code(), Some(1), "{}", String::from_utf8_lossy(&submitted.stderr));
+    assert_escaped_shown("submit --wait", &submitted.stderr);
+    let list = local(&["jobs", "list"]);
+    let id =
+        String::from_utf8_lossy(&list.stdout).lines().nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    assert_terminal_safe("jobs list", &list.stdout);
+    for args in [["jobs", "show", &id], ["jobs", "logs", &id]] {
+        let output = local(&args);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        assert_escaped_shown(&args.join(" "), &output.stdout);
+    }
+}
+
+#[test]
+fn run_json_says_what_it_refused_and_what_it_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.wasm");
+    std::fs::write(&bad, b"\0asm\x01\0\0\0").unwrap();
+    let refused = leash_cmd(dir.path()).args(["run", "--json"]).arg(&bad).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let report: serde_json::Value = serde_json::from_slice(&refused.stdout).expect("one JSON object");
+    assert_eq!(report["status"], "refused");
+    assert_eq!(report["error_kind"], "invalid_plugin");
+
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, r#"{"attack":"stdout-flood","n":100000}"#).unwrap();
+    let hostile = leash_tests::plugin_path("hostile");
+    let output = leash_cmd(dir.path()).args(["run", "--json", "--input"]).arg(&input).arg(&hostile).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    assert_eq!(report["status"], "succeeded", "{report}");
+    let kept = report["stdout"].as_str().unwrap().len() as u64;
+    assert_eq!(kept, RunLimits::default().capture_bytes as u64);
+    assert_eq!(report["stdout_dropped"], 100_000 - kept, "{report}");
+    assert_eq!(report["stderr_dropped"], 0);
+}
+
+#[test]
+fn no_cache_wins_over_a_cache_dir_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = leash_cmd(dir.path())
+        .env("LEASH_CACHE_DIR", dir.path().join("cache"))
+        .args(["run", "--no-cache"])
+        .arg(leash_tests::plugin_path("hello"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!dir.path().join("cache").exists(), "nothing was written to the cache");
 }

@@ -33,6 +33,44 @@ macro_rules! say {
 
 mod ops;
 
+/// Guest text made safe for a terminal: control characters (escape
+/// sequences, carriage returns, bells, newlines) and the Unicode controls
+/// that reorder text are shown as escapes (`\u{1b}`, `\n`), so a guest can
+/// neither drive the terminal nor start a line that looks like leash's own.
+pub(crate) fn terminal_text(text: &str) -> String {
+    let reorders = |c: char| matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\t' => out.push(c),
+            '\n' => out.push_str("\\n"),
+            c if c.is_control() || reorders(c) => out.extend(c.escape_unicode()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Guest text of many lines (captured stdout, a backtrace): each line made
+/// safe with [`terminal_text`], to be printed behind a prefix of leash's.
+pub(crate) fn terminal_lines(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.lines().map(terminal_text)
+}
+
+/// Write a job's output: raw bytes into a pipe or file, but to a terminal
+/// as text with its control characters escaped (newlines kept).
+pub(crate) fn write_output(output: &[u8]) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    if !stdout.is_terminal() {
+        stdout.write_all(output)?;
+        return stdout.flush();
+    }
+    for line in terminal_lines(&String::from_utf8_lossy(output)) {
+        writeln!(stdout, "{line}")?;
+    }
+    stdout.flush()
+}
+
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0   the job succeeded
@@ -221,8 +259,9 @@ struct RunArgs {
     /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
     #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
-    /// Do not read or write the compiled-component cache.
-    #[arg(long, conflicts_with = "cache_dir")]
+    /// Do not read or write the compiled-component cache (overrides
+    /// `--cache-dir` and LEASH_CACHE_DIR).
+    #[arg(long)]
     no_cache: bool,
 }
 
@@ -385,8 +424,9 @@ struct StderrLogs;
 
 impl RunObserver for StderrLogs {
     fn on_log(&self, record: &LogRecord) {
-        let fields: String = record.fields.iter().map(|(k, v)| format!(" {k}={v}")).collect();
-        say!("[{}] {}{fields}", record.level.as_str(), record.message);
+        let fields: String =
+            record.fields.iter().map(|(k, v)| format!(" {}={}", terminal_text(k), terminal_text(v))).collect();
+        say!("[{}] {}{fields}", record.level.as_str(), terminal_text(&record.message));
     }
 
     fn on_progress(&self, _progress: &Progress) {}
@@ -408,8 +448,18 @@ async fn run_once(args: RunArgs) -> Result<ExitStatus, CliError> {
     let cache_dir = if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) };
     let config = SandboxConfig { allocator: Allocator::Pooling { slots: 1 }, cache_dir, ..SandboxConfig::default() };
     let sandbox = Arc::new(Sandbox::new(config).map_err(|e| CliError::internal(e.to_string()))?);
-    let plugin =
-        sandbox.compile(bytes).await.map_err(|e| CliError::usage(format!("{}: {e}", args.component.display())))?;
+    let plugin = match sandbox.compile(bytes).await {
+        Ok(plugin) => plugin,
+        Err(e) => {
+            let message = format!("{}: {e}", args.component.display());
+            if args.json {
+                let refused = serde_json::json!({ "status": "refused", "error_kind": e.kind(), "message": message });
+                let mut stdout = std::io::stdout().lock();
+                let _ = writeln!(stdout, "{refused}");
+            }
+            return Err(CliError::usage(message));
+        }
+    };
 
     let stop = StopHandle::new();
     let interrupts = tokio::spawn(stop_on_interrupt(stop.clone(), interrupt_signal()?));
@@ -491,7 +541,11 @@ struct RunReport<'a> {
     logs: &'a [LogRecord],
     logs_dropped: u64,
     stdout: String,
+    /// Stdout bytes dropped past the capture cap.
+    stdout_dropped: u64,
     stderr: String,
+    /// Stderr bytes dropped past the capture cap.
+    stderr_dropped: u64,
 }
 
 fn status_name(outcome: &Outcome) -> &'static str {
@@ -524,7 +578,9 @@ fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
             logs: &outcome.logs,
             logs_dropped: outcome.logs_dropped,
             stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+            stdout_dropped: outcome.stdout.dropped,
             stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+            stderr_dropped: outcome.stderr.dropped,
         };
         let mut stdout = std::io::stdout().lock();
         serde_json::to_writer(&mut stdout, &report).map_err(|e| CliError::internal(e.to_string()))?;
@@ -532,7 +588,7 @@ fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
         return Ok(());
     }
     for (name, captured) in [("stdout", &outcome.stdout), ("stderr", &outcome.stderr)] {
-        for line in String::from_utf8_lossy(&captured.bytes).lines() {
+        for line in terminal_lines(&String::from_utf8_lossy(&captured.bytes)) {
             say!("[guest {name}] {line}");
         }
         if captured.dropped > 0 {
@@ -543,18 +599,14 @@ fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
         say!("leash: {} log records dropped past the cap", outcome.logs_dropped);
     }
     match &outcome.result {
-        Ok(output) => {
-            let mut stdout = std::io::stdout().lock();
-            stdout.write_all(output).map_err(write_err)?;
-            if std::io::stdout().is_terminal() && !output.ends_with(b"\n") {
-                writeln!(stdout).map_err(write_err)?;
-            }
-            stdout.flush().map_err(write_err)?;
-        }
+        Ok(output) => write_output(output).map_err(write_err)?,
         Err(failure) => {
-            say!("leash: {} ({}): {}", status_name(outcome), failure.kind, failure.message);
+            say!("leash: {} ({}): {}", status_name(outcome), failure.kind, terminal_text(&failure.message));
             if let Some(backtrace) = &failure.backtrace {
-                say!("guest backtrace:\n{backtrace}");
+                say!("guest backtrace:");
+                for line in terminal_lines(backtrace) {
+                    say!("{line}");
+                }
             }
         }
     }
@@ -608,6 +660,17 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guest_text_cannot_drive_the_terminal_or_start_a_line() {
+        let forged = "\x1b]0;pwned\x07\x1b[2J\r\nleash: succeeded\u{202e}";
+        let safe = terminal_text(forged);
+        assert!(!safe.chars().any(|c| c.is_control() && c != '\t'), "{safe:?}");
+        assert_eq!(safe, "\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{d}\\nleash: succeeded\\u{202e}");
+        assert_eq!(terminal_text("plain text, tabs\tand ünïcödé"), "plain text, tabs\tand ünïcödé");
+        let lines: Vec<String> = terminal_lines("one\ntwo\x1b[K").collect();
+        assert_eq!(lines, ["one", "two\\u{1b}[K"]);
+    }
 
     #[test]
     fn durations_parse_with_units() {

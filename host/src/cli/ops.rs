@@ -325,10 +325,13 @@ fn new_table(header: &[&str]) -> Table {
     table
 }
 
+/// A JSON value as one line for a table cell or a message. Strings may
+/// come from a guest, so they are made safe for a terminal; other values
+/// print as JSON, which escapes control characters already.
 fn text(value: &Value) -> String {
     match value {
         Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => super::terminal_text(s),
         other => other.to_string(),
     }
 }
@@ -489,11 +492,7 @@ async fn wait_for(client: &Client, id: &str, wait: Duration, json_out: bool) -> 
     if json_out {
         print_json(&crate::api::finished_json(&job, output.as_deref()))?;
     } else if let Some(output) = output {
-        let mut stdout = std::io::stdout().lock();
-        stdout.write_all(&output).map_err(|e| CliError::internal(e.to_string()))?;
-        if stdout.is_terminal() && !output.ends_with(b"\n") {
-            let _ = writeln!(stdout);
-        }
+        super::write_output(&output).map_err(|e| CliError::internal(format!("cannot write to stdout: {e}")))?;
     } else {
         say!("leash: job {id} {}: {}", text(&job["status"]), text(&job["error_message"]));
     }
@@ -604,7 +603,7 @@ pub(super) async fn jobs(command: JobsCommand) -> Result<ExitStatus, CliError> {
                     );
                 }
                 for stream in ["stdout", "stderr"] {
-                    for line in logs[stream].as_str().unwrap_or_default().lines() {
+                    for line in super::terminal_lines(logs[stream].as_str().unwrap_or_default()) {
                         let _ = writeln!(out, "[guest {stream}] {line}");
                     }
                 }

@@ -314,6 +314,19 @@ pub enum SandboxError {
     Engine(String),
 }
 
+impl SandboxError {
+    /// The machine-readable kind the faces report: `compile_limit` for a
+    /// component over a cap, `invalid_plugin` for any other refusal,
+    /// `sandbox` when the engine itself could not be set up.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SandboxError::CompileLimit(_) => "compile_limit",
+            SandboxError::Engine(_) => "sandbox",
+            _ => "invalid_plugin",
+        }
+    }
+}
+
 /// One line from a wasmtime error chain: each cause's first line, joined.
 fn one_line(err: &wasmtime::Error) -> String {
     let mut parts: Vec<String> = Vec::new();

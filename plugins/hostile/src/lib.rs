@@ -78,6 +78,16 @@ impl Plugin for Hostile {
                 let refused = hoard.try_reserve_exact(n.max(1 << 30)).is_err();
                 panic!("an unrelated bug (the reservation was refused: {refused})");
             }
+            "stdout-flood" => {
+                let chunk = [b'o'; 4096];
+                let mut left = n;
+                while left > 0 {
+                    let take = left.min(chunk.len());
+                    std::io::Write::write_all(&mut std::io::stdout(), &chunk[..take]).map_err(Error::failed)?;
+                    left -= take;
+                }
+                return Ok(n.to_string().into_bytes());
+            }
             "huge-error" => return Err(Error::failed("E".repeat(n))),
             "huge-progress-note" => {
                 leash_sdk::progress(1, 2, &"N".repeat(n));
