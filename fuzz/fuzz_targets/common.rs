@@ -34,12 +34,12 @@ pub fn harness() -> &'static Harness {
     })
 }
 
-/// POST `body` to `path`; the answer must be a success or a 4xx with a JSON
-/// error body — never a 5xx, never a panic.
-pub fn post(path: &str, body: &[u8]) {
+/// Send `body` to `path`; the answer must be a success or a 4xx with a JSON
+/// error body — never a 5xx, never a panic. Returns a success's body.
+pub fn call(method: Method, path: &str, body: &[u8]) -> Option<serde_json::Value> {
     let h = harness();
     let request = Request::builder()
-        .method(Method::POST)
+        .method(method)
         .uri(path)
         .header("authorization", "Bearer t")
         .body(Body::from(body.to_vec()))
@@ -51,5 +51,33 @@ pub fn post(path: &str, body: &[u8]) {
     if status.is_client_error() {
         let value: serde_json::Value = serde_json::from_slice(&bytes).expect("an error body is JSON");
         assert!(value["error"]["kind"].is_string() && value["error"]["message"].is_string(), "{value}");
+        return None;
     }
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// POST `body` to `path` (see [`call`]). A job it queued must then read
+/// back, alone and in a list page: no stored value may break a read.
+pub fn post(path: &str, body: &[u8]) {
+    let answer = call(Method::POST, path, body);
+    if let Some(id) = answer.as_ref().and_then(|a| a["job_id"].as_str()) {
+        let job = call(Method::GET, &format!("/v1/jobs/{id}"), b"").expect("a queued job reads back");
+        assert_eq!(job["id"], id);
+        call(Method::GET, &format!("/v1/jobs?limit=1&before={}", next_id(id)), b"").expect("a list page reads back");
+    }
+}
+
+/// An id just after `id`, so a page `before` it starts with `id`.
+fn next_id(id: &str) -> String {
+    let mut chars: Vec<char> = id.chars().collect();
+    let alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    for c in chars.iter_mut().rev() {
+        let i = alphabet.find(*c).unwrap();
+        if i + 1 < alphabet.len() {
+            *c = alphabet.as_bytes()[i + 1] as char;
+            return chars.into_iter().collect();
+        }
+        *c = '0';
+    }
+    chars.into_iter().collect()
 }

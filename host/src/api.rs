@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -138,6 +138,28 @@ fn query_error(e: QueryRejection) -> ApiError {
     ApiError::bad_request(e.body_text())
 }
 
+/// A path segment that is not valid percent-encoded UTF-8 (`/v1/jobs/%FF`).
+fn path_error(e: PathRejection) -> ApiError {
+    ApiError::bad_request(format!("the path is not valid: {}", e.body_text()))
+}
+
+/// Parse a JSON body, naming the field a wrong value sits in:
+/// `plugin: invalid type: integer 123, expected a string`.
+fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || path.is_empty() {
+            ApiError::bad_request(format!("the body is not a valid {what}: {inner}"))
+        } else {
+            ApiError::bad_request(format!("the body is not a valid {what}: `{path}`: {inner}"))
+        }
+    })?;
+    deserializer.end().map_err(|e| ApiError::bad_request(format!("the body is not a valid {what}: {e}")))?;
+    Ok(value)
+}
+
 async fn require_token(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let given = request
         .headers()
@@ -201,7 +223,11 @@ async fn plugin_list(State(state): State<Arc<AppState>>) -> Result<Response, Api
     Ok(Json(json!({ "plugins": plugins })).into_response())
 }
 
-async fn plugin_show(State(state): State<Arc<AppState>>, Path(reference): Path<String>) -> Result<Response, ApiError> {
+async fn plugin_show(
+    State(state): State<Arc<AppState>>,
+    reference: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(reference) = reference.map_err(path_error)?;
     let reference: PluginRef = reference.parse().map_err(ApiError::bad_request)?;
     Ok(Json(state.runtime.plugin(reference).await?).into_response())
 }
@@ -242,7 +268,7 @@ struct SubmitBody {
 
 impl SubmitBody {
     fn into_submit(self) -> Result<(Submit, Execution), ApiError> {
-        let plugin: PluginRef = self.plugin.parse().map_err(ApiError::bad_request)?;
+        let plugin: PluginRef = self.plugin.parse().map_err(|e| ApiError::bad_request(format!("`plugin`: {e}")))?;
         let target = match (self.phase.as_deref(), self.action) {
             (None | Some("action"), Some(name)) => {
                 Target::action(&name).map_err(|e| ApiError::bad_request(e.to_string()))?
@@ -305,8 +331,7 @@ async fn job_submit(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
-    let body: SubmitBody = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("the body is not a valid job request: {e}")))?;
+    let body: SubmitBody = parse_body(&body, "job request")?;
     let (job, execution) = body.into_submit()?;
     let timeout = job.timeout;
     let id = state.runtime.submit(job).await?;
@@ -327,7 +352,11 @@ async fn job_submit(
     }
 }
 
-async fn job_show(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn job_show(
+    State(state): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(path_error)?;
     let job = state.runtime.get(parse_id(&id)?).await?;
     Ok(Json(JobView::from(job)).into_response())
 }
@@ -366,11 +395,19 @@ async fn job_list(
     Ok(Json(json!({ "jobs": jobs, "next_before": next })).into_response())
 }
 
-async fn job_logs(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn job_logs(
+    State(state): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(path_error)?;
     Ok(Json(state.runtime.logs(parse_id(&id)?).await?).into_response())
 }
 
-async fn job_output(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn job_output(
+    State(state): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(path_error)?;
     let job = state.runtime.get(parse_id(&id)?).await?;
     match job.output {
         Some(output) => {
@@ -386,7 +423,11 @@ async fn job_output(State(state): State<Arc<AppState>>, Path(id): Path<String>) 
     }
 }
 
-async fn job_cancel(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn job_cancel(
+    State(state): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(path_error)?;
     let id = parse_id(&id)?;
     Ok(match state.runtime.cancel(id).await? {
         Cancelled::Cancelled => (StatusCode::OK, Json(json!({ "job_id": id, "status": "cancelled" }))),

@@ -48,16 +48,44 @@ impl Timestamp {
     }
 
     /// RFC 3339, UTC, millisecond precision: `2026-11-30T06:33:44.123Z`.
+    /// Every instant formats: years past 9999 (which RFC 3339 cannot write)
+    /// get a sign and as many digits as they need, `+10000-01-01T…`, so a
+    /// stored value can never make a read fail.
     pub fn rfc3339(self) -> String {
-        let t = UNIX_EPOCH + Duration::from_millis(self.0.max(0) as u64);
-        humantime::format_rfc3339_millis(t).to_string()
+        self.to_string()
     }
 }
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.rfc3339())
+        const MS_PER_DAY: i64 = 86_400_000;
+        let days = self.0.div_euclid(MS_PER_DAY);
+        let ms = self.0.rem_euclid(MS_PER_DAY);
+        let (year, month, day) = civil_from_days(days);
+        let (h, m, s, milli) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+        if (0..=9999).contains(&year) {
+            write!(f, "{year:04}")?;
+        } else {
+            write!(f, "{year:+}")?;
+        }
+        write!(f, "-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
     }
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`), for every `i64` day count a millisecond
+/// timestamp can hold.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 /// Where services read the time.
@@ -106,6 +134,22 @@ mod tests {
     fn timestamps_print_as_rfc3339_utc() {
         assert_eq!(Timestamp::from_unix_ms(0).rfc3339(), "1970-01-01T00:00:00.000Z");
         assert_eq!(Timestamp::from_unix_ms(1_764_484_424_123).to_string(), "2025-11-30T06:33:44.123Z");
+    }
+
+    #[test]
+    fn every_instant_formats_without_failing() {
+        assert_eq!(Timestamp::from_unix_ms(951_782_400_000).to_string(), "2000-02-29T00:00:00.000Z");
+        assert_eq!(Timestamp::from_unix_ms(253_402_300_799_999).to_string(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(Timestamp::from_unix_ms(253_402_300_800_000).to_string(), "+10000-01-01T00:00:00.000Z");
+        assert_eq!(Timestamp::from_unix_ms(-1).to_string(), "1969-12-31T23:59:59.999Z");
+        for ms in [i64::MAX, i64::MIN, 9_007_199_254_740_992 + 1_764_484_424_123] {
+            assert!(Timestamp::from_unix_ms(ms).to_string().ends_with('Z'));
+        }
+        // Agrees with humantime wherever humantime can format.
+        for ms in (0..253_402_300_799_999i64).step_by(7_777_777_777_777) {
+            let t = UNIX_EPOCH + Duration::from_millis(ms as u64);
+            assert_eq!(Timestamp::from_unix_ms(ms).to_string(), humantime::format_rfc3339_millis(t).to_string());
+        }
     }
 
     #[test]

@@ -53,6 +53,12 @@ pub const DEFAULT_MAX_QUEUED: u64 = 100_000;
 pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 /// Default ceiling on a job's output limit.
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64 << 20;
+/// Default ceiling on how long a job may wait in the queue.
+pub const DEFAULT_MAX_QUEUE_TTL: Duration = Duration::from_secs(30 * 86_400);
+/// Most attempts a job may ask for.
+pub const MAX_ATTEMPTS_CEILING: u32 = 100;
+/// Longest concurrency key or plan id, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
 
 /// Where a job's plugin comes from.
 #[derive(Debug, Clone)]
@@ -200,10 +206,13 @@ pub struct Ceilings {
     pub max_output_bytes: u64,
     /// The wall-clock limit of a job that sets none, milliseconds.
     pub default_timeout_ms: u64,
+    /// Longest queue wait a job may ask for, milliseconds.
+    pub max_queue_ttl_ms: u64,
+    /// Most attempts a job may ask for.
+    pub max_attempts: u32,
 }
 
 /// Builds a [`Runtime`].
-#[derive(Debug)]
 pub struct RuntimeBuilder {
     db_path: PathBuf,
     store: Option<Arc<dyn JobStore>>,
@@ -215,15 +224,43 @@ pub struct RuntimeBuilder {
     max_queued: u64,
     max_timeout: Duration,
     max_output_bytes: u64,
+    max_queue_ttl: Duration,
     default_timeout: Duration,
     default_memory_bytes: u64,
     default_output_bytes: u64,
     default_max_attempts: u32,
     clock: Arc<dyn Clock>,
     workers: bool,
+    start_subscribers: Vec<crate::worker::StartSubscriber>,
+    subscribers: Vec<Subscriber>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("db_path", &self.db_path)
+            .field("worker", &self.worker)
+            .field("sandbox", &self.sandbox)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RuntimeBuilder {
+    /// Call `subscriber` when a job this process claimed starts running its
+    /// guest. Registered here, it hears every start from the first claim on
+    /// (one registered on the built runtime can miss the first claims).
+    pub fn on_start(mut self, subscriber: impl Fn(&JobStarted) + Send + Sync + 'static) -> Self {
+        self.start_subscribers.push(Box::new(subscriber));
+        self
+    }
+
+    /// Call `subscriber` for every job this process finishes, from the
+    /// first claim on.
+    pub fn on_complete(mut self, subscriber: impl Fn(&Completion) + Send + Sync + 'static) -> Self {
+        self.subscribers.push(Box::new(subscriber));
+        self
+    }
+
     /// Use this store instead of opening the SQLite file (another backend,
     /// or a wrapper such as [`crate::store::faults::FaultyStore`]).
     pub fn store(mut self, store: Arc<dyn JobStore>) -> Self {
@@ -312,6 +349,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Ceiling on how long a job may wait in the queue (default 30 days):
+    /// submits above it are refused.
+    pub fn max_queue_ttl(mut self, d: Duration) -> Self {
+        self.max_queue_ttl = d;
+        self
+    }
+
     /// Default wall-clock limit of a job (default 3600 s).
     pub fn default_timeout(mut self, d: Duration) -> Self {
         self.default_timeout = d;
@@ -337,7 +381,7 @@ impl RuntimeBuilder {
     }
 
     /// Open the store, build the sandbox, start the pool and sweeps.
-    pub async fn build(self) -> Result<Runtime, RuntimeError> {
+    pub async fn build(mut self) -> Result<Runtime, RuntimeError> {
         let store: Arc<dyn JobStore> = match &self.store {
             Some(store) => store.clone(),
             None => {
@@ -352,6 +396,12 @@ impl RuntimeBuilder {
         let sandbox = Arc::new(Sandbox::new(self.sandbox.clone()).map_err(RuntimeError::Sandbox)?);
         let metrics = Arc::new(Metrics::new());
         let pool = Pool::new(store.clone(), sandbox.clone(), self.clock.clone(), self.worker.clone(), metrics.clone());
+        for subscriber in self.start_subscribers.drain(..) {
+            pool.subscribe_starts(subscriber);
+        }
+        for subscriber in self.subscribers.drain(..) {
+            pool.subscribe(subscriber);
+        }
         let lag_watch = tokio::spawn(metrics.clone().watch_event_loop());
         let (stop_sweeps, stop_rx) = watch::channel(false);
         if self.workers {
@@ -437,12 +487,15 @@ impl Runtime {
             max_queued: DEFAULT_MAX_QUEUED,
             max_timeout: DEFAULT_MAX_TIMEOUT,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            max_queue_ttl: DEFAULT_MAX_QUEUE_TTL,
             default_timeout: sandbox::DEFAULT_TIMEOUT,
             default_memory_bytes: sandbox::DEFAULT_MEMORY_BYTES,
             default_output_bytes: sandbox::DEFAULT_OUTPUT_BYTES,
             default_max_attempts: 1,
             clock: Arc::new(SystemClock),
             workers: true,
+            start_subscribers: Vec::new(),
+            subscribers: Vec::new(),
         }
     }
 
@@ -567,8 +620,12 @@ impl Runtime {
                 "memory_bytes {memory_bytes} is over the ceiling of {ceiling}"
             )));
         }
-        if job.max_attempts == Some(0) {
-            return Err(RuntimeError::InvalidJob("max_attempts must be at least 1".into()));
+        if let Some(n) = job.max_attempts
+            && !(1..=MAX_ATTEMPTS_CEILING).contains(&n)
+        {
+            return Err(RuntimeError::InvalidJob(format!(
+                "max_attempts {n} is out of range: use 1 to {MAX_ATTEMPTS_CEILING}"
+            )));
         }
         let timeout = job.timeout.unwrap_or(settings.default_timeout);
         if timeout.is_zero() {
@@ -591,6 +648,24 @@ impl Runtime {
         if job.concurrency_key.as_deref().is_some_and(str::is_empty) {
             return Err(RuntimeError::InvalidJob("concurrency_key must not be empty".into()));
         }
+        for (field, value) in [("concurrency_key", &job.concurrency_key), ("plan_id", &job.plan_id)] {
+            if let Some(value) = value
+                && value.len() > MAX_KEY_BYTES
+            {
+                return Err(RuntimeError::InvalidJob(format!(
+                    "{field} is {} bytes, over the ceiling of {MAX_KEY_BYTES}",
+                    value.len()
+                )));
+            }
+        }
+        let queue_ttl = job.queue_ttl.unwrap_or(settings.worker.queue_ttl);
+        if queue_ttl.is_zero() || queue_ttl > settings.max_queue_ttl {
+            return Err(RuntimeError::InvalidJob(format!(
+                "queue_ttl {} is out of range: use 1ms to {}",
+                humantime::format_duration(queue_ttl),
+                humantime::format_duration(settings.max_queue_ttl)
+            )));
+        }
         Ok(NewJob {
             plugin,
             plugin_name,
@@ -600,7 +675,7 @@ impl Runtime {
             max_attempts: job.max_attempts.unwrap_or(settings.default_max_attempts),
             concurrency_key: job.concurrency_key,
             plan_id: job.plan_id,
-            queue_ttl: job.queue_ttl.unwrap_or(settings.worker.queue_ttl),
+            queue_ttl,
         })
     }
 
@@ -633,6 +708,8 @@ impl Runtime {
             max_memory_bytes: s.sandbox.memory_ceiling_bytes,
             max_output_bytes: s.max_output_bytes,
             default_timeout_ms: s.default_timeout.as_millis() as u64,
+            max_queue_ttl_ms: s.max_queue_ttl.as_millis() as u64,
+            max_attempts: MAX_ATTEMPTS_CEILING,
         }
     }
 
@@ -681,7 +758,8 @@ impl Runtime {
         }
     }
 
-    /// Call `subscriber` for every job this process finishes.
+    /// Call `subscriber` for every job this process finishes from now on
+    /// ([`RuntimeBuilder::on_complete`] hears them from the first claim).
     pub fn on_complete(&self, subscriber: impl Fn(&Completion) + Send + Sync + 'static) {
         let subscriber: Subscriber = Box::new(subscriber);
         self.inner.pool.subscribe(subscriber);
@@ -690,7 +768,8 @@ impl Runtime {
     /// Call `subscriber` when a job this process claimed starts running its
     /// guest (after the claim, the plugin load and, if the claim has grown
     /// old, a lease renewal). A panicking subscriber is isolated like a
-    /// completion subscriber.
+    /// completion subscriber. The pool is already claiming: starts before
+    /// this call are not heard; [`RuntimeBuilder::on_start`] hears them all.
     pub fn on_start(&self, subscriber: impl Fn(&JobStarted) + Send + Sync + 'static) {
         self.inner.pool.subscribe_starts(Box::new(subscriber));
     }

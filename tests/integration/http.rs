@@ -399,3 +399,81 @@ async fn sigterm_with_a_sync_request_open_exits_within_the_budget() {
     let job = reader.get(id.parse().unwrap()).await.unwrap();
     assert_eq!((job.status, job.attempt, job.lost_leases), (JobStatus::Queued, 1, 0), "released, no attempt spent");
 }
+
+/// Every number a client can send, at its extremes: accepted, or refused
+/// with a JSON error naming the field before anything is queued; and no
+/// accepted job breaks a later read of itself or of a list page.
+#[tokio::test]
+async fn every_numeric_field_at_its_extremes_is_checked_before_queueing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-workers", "1"]);
+    server.add_plugin("hello").await;
+    let fields = ["timeout_ms", "fuel", "memory_bytes", "output_bytes", "max_attempts", "queue_ttl_ms"];
+    let values =
+        [json!(0), json!(1), json!(9_007_199_254_740_992u64), json!(u64::MAX), json!(-1), json!(1.5), json!("1")];
+    let mut accepted = Vec::new();
+    for field in fields {
+        for value in &values {
+            let body = json!({ "plugin": "hello", "execution": "async", field: value });
+            let (status, answer) = submit(&server, body.clone()).await;
+            match status {
+                202 => accepted.push(answer["job_id"].as_str().unwrap().to_owned()),
+                400 => {
+                    let message = answer["error"]["message"].as_str().unwrap_or_default();
+                    let stem = field.trim_end_matches("_ms");
+                    assert!(message.contains(stem), "{body} → {answer}: the message names {stem}");
+                }
+                other => panic!("{body} → {other} {answer}"),
+            }
+        }
+    }
+    // The report's repro: a queue TTL that put `expires_at` past year 9999.
+    let (status, answer) =
+        submit(&server, json!({ "plugin": "hello", "execution": "async", "queue_ttl_ms": 9_007_199_254_740_992u64 }))
+            .await;
+    assert_eq!((status, error_kind(&answer)), (400, "invalid_job"), "{answer}");
+    for id in &accepted {
+        let (status, job) = server.call(Method::GET, &format!("/v1/jobs/{id}"), None).await;
+        assert_eq!(status, 200, "{job}");
+    }
+    let (status, page) = server.call(Method::GET, "/v1/jobs?limit=500", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(page["jobs"].as_array().unwrap().len(), accepted.len());
+}
+
+#[tokio::test]
+async fn only_canonical_job_ids_are_accepted_and_every_refusal_is_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-workers", "1"]);
+    server.add_plugin("hello").await;
+    let id = submit_async(&server, "hello", json!({})).await;
+    let (status, _) = server.call(Method::GET, &format!("/v1/jobs/{id}"), None).await;
+    assert_eq!(status, 200);
+    let alias = format!("8{}", &id[1..]);
+    for path in [
+        format!("/v1/jobs/{alias}"),
+        format!("/v1/jobs/{alias}/logs"),
+        format!("/v1/jobs/{alias}/output"),
+        format!("/v1/jobs/{}", id.to_lowercase()),
+        "/v1/jobs?before=ZZZZZZZZZZZZZZZZZZZZZZZZZZ".to_owned(),
+        "/v1/jobs/%FF".to_owned(),
+        "/v1/jobs/%FF/logs".to_owned(),
+        "/v1/jobs/%FF/output".to_owned(),
+        "/v1/plugins/%FF".to_owned(),
+    ] {
+        let (status, answer) = server.call(Method::GET, &path, None).await;
+        assert_eq!((status, error_kind(&answer)), (400, "invalid_request"), "{path} → {answer}");
+    }
+    for path in [format!("/v1/jobs/{alias}/cancel"), "/v1/jobs/%FF/cancel".to_owned()] {
+        let (status, answer) = server.call(Method::POST, &path, None).await;
+        assert_eq!((status, error_kind(&answer)), (400, "invalid_request"), "{path} → {answer}");
+    }
+    let (_, job) = server.call(Method::GET, &format!("/v1/jobs/{id}"), None).await;
+    assert_ne!(job["status"], "cancelled", "the alias did not reach the real job");
+    // A wrong type names its field.
+    let (status, answer) = submit(&server, json!({ "plugin": 123 })).await;
+    assert_eq!(status, 400);
+    assert!(answer["error"]["message"].as_str().unwrap().contains("`plugin`"), "{answer}");
+    let (_, answer) = submit(&server, json!({ "plugin": "hello", "timeout_ms": "soon" })).await;
+    assert!(answer["error"]["message"].as_str().unwrap().contains("`timeout_ms`"), "{answer}");
+}

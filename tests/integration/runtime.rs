@@ -251,3 +251,41 @@ async fn start_subscribers_hear_each_job_before_it_completes() {
     assert_eq!(*events.lock().unwrap(), vec![("start", id), ("end", id)]);
     runtime.shutdown().await;
 }
+
+/// Subscribers given to the builder hear the very first claims: jobs queued
+/// before the runtime starts are claimed as soon as the pool runs, before
+/// any call on the built runtime could register anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_on_the_builder_hear_the_first_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let queued: Vec<JobId> = {
+        let submitter = builder(&dir).without_workers().build().await.unwrap();
+        let jobs = (0..8).map(|i| job("hello", &format!(r#"{{"name":"n{i}"}}"#))).collect();
+        submitter.submit_many(jobs).await.unwrap()
+    };
+    let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (ended, mut ends) = tokio::sync::mpsc::unbounded_channel();
+    let runtime = builder(&dir)
+        .on_start({
+            let starts = starts.clone();
+            move |s| starts.lock().unwrap().push(s.id)
+        })
+        .on_complete(move |c| {
+            let _ = ended.send(c.id);
+        })
+        .build()
+        .await
+        .unwrap();
+    let mut finished = Vec::new();
+    while finished.len() < queued.len() {
+        finished.push(tokio::time::timeout(GENEROUS, ends.recv()).await.expect("every completion is heard").unwrap());
+    }
+    let mut heard = starts.lock().unwrap().clone();
+    let mut queued = queued;
+    for ids in [&mut heard, &mut finished, &mut queued] {
+        ids.sort();
+    }
+    assert_eq!(heard, queued, "every start was heard");
+    assert_eq!(finished, queued, "every completion was heard");
+    runtime.shutdown().await;
+}

@@ -349,7 +349,13 @@ fn durability(args: &StoreArgs) -> Result<Durability, CliError> {
 async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime, CliError> {
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
     let slots = u32::try_from(args.max_workers).unwrap_or(u32::MAX).max(1);
-    let runtime = Runtime::builder(&args.store.db)
+    let mut builder = Runtime::builder(&args.store.db);
+    if let Some(path) = &args.start_log {
+        // On the builder, so the first claims after a restart are logged too.
+        let log = StartLog::open(path)?;
+        builder = builder.on_start(move |start| log.record(start));
+    }
+    let runtime = builder
         .durability(durability(&args.store)?)
         .sandbox(SandboxConfig { allocator: Allocator::Pooling { slots }, cache_dir, ..SandboxConfig::default() })
         .max_workers(args.max_workers)
@@ -363,10 +369,6 @@ async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime, CliError> {
         .build()
         .await
         .map_err(|e| CliError::internal(e.to_string()))?;
-    if let Some(path) = &args.start_log {
-        let log = StartLog::open(path)?;
-        runtime.on_start(move |start| log.record(start));
-    }
     Ok(runtime)
 }
 

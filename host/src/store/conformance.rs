@@ -56,6 +56,7 @@ cases!(
     claim_takes_the_oldest_jobs_first_up_to_the_limit,
     claim_sets_owner_token_and_lease,
     claim_skips_running_and_expired_jobs,
+    a_claim_never_starts_a_job_younger_than_itself,
     every_claim_gets_a_fresh_token,
     finish_records_success_output_and_usage,
     finish_records_failure_kind_message_and_backtrace,
@@ -236,6 +237,25 @@ async fn claim_skips_running_and_expired_jobs(store: Arc<dyn JobStore>) {
     let lease = claim_one(&*store, at(20)).await;
     assert_eq!(lease.job.id, live.id, "the expired job is not handed out");
     assert!(claim(&*store, "worker-bbbbbbbb", 10, at(20)).await.is_empty(), "a running job is not claimed twice");
+}
+
+/// A claim's `now` can be read before its write waits behind a submit: the
+/// job submitted meanwhile is left for the next claim, so every job's
+/// timestamps stay ordered (created ≤ started ≤ finished).
+async fn a_claim_never_starts_a_job_younger_than_itself(store: Arc<dyn JobStore>) {
+    let older = insert_one(&*store, new_job("older"), at(1)).await;
+    let younger = insert_one(&*store, new_job("younger"), at(3)).await;
+    let leases = claim(&*store, "worker-aaaaaaaa", 10, at(2)).await;
+    assert_eq!(leases.iter().map(|l| l.job.id).collect::<Vec<_>>(), [older.id]);
+    let lease = claim_one(&*store, at(3)).await;
+    assert_eq!(lease.job.id, younger.id);
+    assert!(store.job_finish(succeed(&lease, at(4))).await.unwrap());
+    for id in [older.id, younger.id] {
+        let job = get(&*store, id).await;
+        let started = job.started_at.expect("started");
+        assert!(job.created_at <= started, "{job:?}");
+        assert!(job.finished_at.is_none_or(|f| started <= f), "{job:?}");
+    }
 }
 
 async fn every_claim_gets_a_fresh_token(store: Arc<dyn JobStore>) {

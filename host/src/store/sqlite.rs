@@ -493,7 +493,8 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
         .collect()
 }
 
-/// Claim up to `params.limit` eligible jobs: queued, unexpired, and either
+/// Claim up to `params.limit` eligible jobs: queued, unexpired, created at
+/// or before `now` (a claim never starts a job younger than itself), and either
 /// keyless or the oldest queued job of a key that has no running job.
 ///
 /// A read of the candidates, then one single-row update each: cheaper for
@@ -504,7 +505,7 @@ fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreE
     // Built once: this runs for every claim.
     static CANDIDATES: LazyLock<String> = LazyLock::new(|| {
         format!(
-            "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND q.expires_at > ?1 \
+            "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND q.expires_at > ?1 AND q.created_at <= ?1 \
              AND (q.concurrency_key IS NULL OR ( \
                q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
                AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
