@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use leash::store::JobStatus;
 
 use crate::server::{Server, is_terminal};
+use crate::support::GENEROUS;
 
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -476,4 +477,70 @@ async fn only_canonical_job_ids_are_accepted_and_every_refusal_is_json() {
     assert!(answer["error"]["message"].as_str().unwrap().contains("`plugin`"), "{answer}");
     let (_, answer) = submit(&server, json!({ "plugin": "hello", "timeout_ms": "soon" })).await;
     assert!(answer["error"]["message"].as_str().unwrap().contains("`timeout_ms`"), "{answer}");
+}
+
+/// Clients that open connections and stall: over the connection cap a new
+/// request is answered 503 at once (not left hanging), the stalled ones
+/// are closed after the header timeout, and then the API answers again.
+/// An idle keep-alive connection is closed after the same time, and the
+/// server raised its open-files limit to the hard limit at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_connections_cannot_lock_the_api_out() {
+    use std::os::unix::process::CommandExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        &dir.path().join("s.db"),
+        &["--header-timeout", "1s", "--max-connections", "64"],
+        |command| {
+            // SAFETY: setrlimit is async-signal-safe; it only lowers this
+            // child's soft open-files limit before exec.
+            unsafe {
+                command.pre_exec(|| {
+                    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                    libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+                    limit.rlim_cur = limit.rlim_cur.min(256);
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+                    Ok(())
+                });
+            }
+        },
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.child.id())).unwrap();
+    let files = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let numbers: Vec<&str> = files.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(numbers[0], numbers[1], "the soft limit was raised to the hard one: {files}");
+
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    let mut stalled = Vec::new();
+    for _ in 0..100 {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: leash\r\n").await.unwrap();
+        stalled.push(stream);
+    }
+    let healthz = format!("{}/healthz", server.url);
+    let over = tokio::time::timeout(GENEROUS, server.http.get(&healthz).send()).await.expect("no hang").unwrap();
+    assert_eq!(over.status().as_u16(), 503);
+    assert_eq!(over.headers()["retry-after"], "1");
+    let body: Value = over.json().await.unwrap();
+    assert_eq!(error_kind(&body), "busy");
+    // Every stalled connection is closed by the server.
+    for mut stream in stalled {
+        let mut rest = Vec::new();
+        tokio::time::timeout(GENEROUS, stream.read_to_end(&mut rest)).await.expect("closed by the server").ok();
+    }
+    let healthy = tokio::time::timeout(GENEROUS, server.http.get(&healthz).send()).await.expect("no hang").unwrap();
+    assert_eq!(healthy.status().as_u16(), 200);
+
+    // An idle keep-alive connection is closed once the timeout passes.
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: leash\r\n\r\n").await.unwrap();
+    let mut answer = vec![0u8; 1024];
+    let n = idle.read(&mut answer).await.unwrap();
+    assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 200"));
+    let answered = std::time::Instant::now();
+    let mut rest = Vec::new();
+    tokio::time::timeout(GENEROUS, idle.read_to_end(&mut rest)).await.expect("closed by the server").ok();
+    assert!(answered.elapsed() >= std::time::Duration::from_millis(900), "closed for being idle, not at once");
 }

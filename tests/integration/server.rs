@@ -49,8 +49,14 @@ fn with_defaults(extra: &[&str]) -> Vec<String> {
 impl Server {
     /// Start `leash serve` on `db` with fast timings and `extra` flags.
     pub fn start(db: &Path, extra: &[&str]) -> Server {
+        Server::start_with(db, extra, |_| {})
+    }
+
+    /// Like [`Server::start`], with `configure` applied to the command.
+    pub fn start_with(db: &Path, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
         let token_file = db.with_extension("token");
-        let mut child = leash_bin()
+        let mut command = leash_bin();
+        command
             .arg("serve")
             .arg("--db")
             .arg(db)
@@ -58,9 +64,9 @@ impl Server {
             .arg(&token_file)
             .args(with_defaults(extra))
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start leash serve");
+            .stderr(Stdio::piped());
+        configure(&mut command);
+        let mut child = command.spawn().expect("start leash serve");
         let stderr = child.stderr.take().expect("stderr is piped");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

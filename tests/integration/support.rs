@@ -70,34 +70,40 @@ pub async fn assert_hello_still_runs(sandbox: &Sandbox) {
     assert_eq!(output_json(&outcome)["greeting"], "Hello, again!");
 }
 
-/// Run `command` to completion, returning its output and its own peak
-/// resident set size in bytes (from `wait4`, so other processes and the
-/// test itself do not count).
+/// Run `command` to completion, returning its output and its peak resident
+/// set size in bytes (`VmHWM`, sampled from `/proc` every few milliseconds
+/// while it runs: growth in its last moments could be missed, so run the
+/// behaviour being measured for a while). Not `wait4`'s `ru_maxrss`: that
+/// also counts this big test process, which the child was spawned from.
 pub fn output_with_peak_rss(command: &mut std::process::Command) -> (std::process::Output, u64) {
     use std::io::Read;
-    use std::os::unix::process::ExitStatusExt;
     use std::process::Stdio;
-    #[allow(clippy::zombie_processes, reason = "reaped with wait4, which also reports the child's usage")]
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawns");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        out.read_to_end(&mut bytes).unwrap();
-        bytes
+    let readers = [
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ]
+    .map(|pipe| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.expect("piped").read_to_end(&mut bytes).unwrap();
+            bytes
+        })
     });
-    let mut stderr = Vec::new();
-    err.read_to_end(&mut stderr).unwrap();
-    let stdout = reader.join().unwrap();
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `child` is our unreaped child; wait4 reaps it and fills both
-    // out-pointers, which point at live locals.
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as libc::pid_t, "wait4: {}", std::io::Error::last_os_error());
-    let status = std::process::ExitStatus::from_raw(status);
-    (std::process::Output { status, stdout, stderr }, usage.ru_maxrss as u64 * 1024)
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    let status = loop {
+        let hwm = std::fs::read_to_string(&status_file).ok().and_then(|text| {
+            text.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse::<u64>().ok()
+        });
+        peak = peak.max(hwm.unwrap_or(0) * 1024);
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let [stdout, stderr] = readers.map(|r| r.join().unwrap());
+    (std::process::Output { status, stdout, stderr }, peak)
 }
 
 /// Sends every progress report on a channel, so a test can wait for a

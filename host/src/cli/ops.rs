@@ -14,6 +14,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::{CliError, ExitStatus, JobArgs, StoreArgs, WorkerArgs, parse_duration, parse_size, read_input};
+use crate::api::listen::ListenLimits;
 use crate::api::{ApiConfig, router};
 use crate::client::{Client, ClientError, default_token_file, ensure_token_file, read_token_file};
 use crate::job::ErrorKind;
@@ -57,6 +58,13 @@ pub(super) struct ServeArgs {
     /// Largest request body (plugin uploads included); 413 above it.
     #[arg(long, env = "LEASH_MAX_BODY", value_parser = parse_size, default_value = "32MiB")]
     max_body: u64,
+    /// Time a connection has to send a request's headers; an idle
+    /// keep-alive connection is closed after the same time.
+    #[arg(long, env = "LEASH_HEADER_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
+    header_timeout: Duration,
+    /// Connections open at once; more are answered 503 and closed.
+    #[arg(long, env = "LEASH_MAX_CONNECTIONS", default_value_t = crate::api::listen::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
 }
 
 #[derive(Debug, Args)]
@@ -223,6 +231,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
             token
         }
     };
+    raise_open_files_limit();
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| CliError::usage(format!("cannot listen on {}: {e}", args.listen)))?;
@@ -247,13 +256,10 @@ pub(super) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
     // its budget, and drop requests still open (a sync wait must not hold
     // the process past the budget).
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
+    let limits = ListenLimits { header_timeout: args.header_timeout, max_connections: args.max_connections };
+    let server = tokio::spawn(crate::api::listen::serve(listener, app, limits, async move {
+        let _ = stop_rx.await;
+    }));
     tokio::select! {
         _ = interrupt.recv() => {}
         _ = terminate.recv() => {}
@@ -264,6 +270,21 @@ pub(super) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
     server.abort();
     say!("leash: stopped");
     Ok(ExitStatus::Success)
+}
+
+/// Raise the soft open-files limit to the hard one: each connection is a
+/// descriptor, and the common soft default of 1024 is below the
+/// connection cap. Best effort: a limit that cannot be raised stays.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write `limit`, a live
+    // local of the type they expect.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
 }
 
 // ---- connecting ----

@@ -2,6 +2,9 @@
 //! metrics under bearer-token auth. Every route but `GET /healthz` needs
 //! `Authorization: Bearer <token>`. Bodies are JSON; errors are
 //! `{"error": {"kind", "message"}}`. `docs/http-api.md` lists every route.
+//! [`listen`] serves the router with bounded connections.
+
+pub mod listen;
 
 use std::sync::Arc;
 use std::time::Duration;
