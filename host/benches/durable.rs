@@ -316,5 +316,6 @@ fn raw_job(plugin: leash::job::Digest) -> NewJob {
         concurrency_key: None,
         plan_id: None,
         queue_ttl: Duration::from_secs(86_400),
+        idempotency: None,
     }
 }

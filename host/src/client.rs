@@ -15,6 +15,11 @@ use tower::ServiceExt;
 use crate::api::{ApiConfig, router};
 use crate::runtime::Runtime;
 
+/// Tries of a create request ([`Client::create`]) before giving up.
+const CREATE_TRIES: u32 = 4;
+/// The first wait between tries; it doubles after each.
+const CREATE_RETRY_DELAY: Duration = Duration::from_millis(250);
+
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -116,10 +121,24 @@ impl Client {
         path: &str,
         body: Option<(Vec<u8>, &'static str)>,
     ) -> Result<Answer, ClientError> {
+        self.send_with(method, path, body, &[]).await
+    }
+
+    /// [`Client::send`] with extra request headers.
+    async fn send_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Vec<u8>, &'static str)>,
+        headers: &[(&'static str, String)],
+    ) -> Result<Answer, ClientError> {
         match &self.transport {
             Transport::Http { base, token, http } => {
                 let url = format!("{base}{path}");
                 let mut request = http.request(method, &url).bearer_auth(token);
+                for (name, value) in headers {
+                    request = request.header(*name, value);
+                }
                 if let Some((bytes, content_type)) = body {
                     request = request.header(header::CONTENT_TYPE, content_type).body(bytes);
                 }
@@ -135,6 +154,9 @@ impl Client {
                     .method(method)
                     .uri(path)
                     .header(header::AUTHORIZATION, format!("Bearer {token}"));
+                for (name, value) in headers {
+                    request = request.header(*name, value);
+                }
                 let body = match body {
                     Some((bytes, content_type)) => {
                         request = request.header(header::CONTENT_TYPE, content_type);
@@ -158,6 +180,32 @@ impl Client {
     pub async fn json(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, ClientError> {
         let body = body.map(|v| (v.to_string().into_bytes(), "application/json"));
         answer_json(&self.send(method, path, body).await?)
+    }
+
+    /// Create something with a JSON body under a fresh idempotency key,
+    /// retrying while the server cannot be reached or is busy: a retry of
+    /// a request whose answer was lost returns what the first one created
+    /// instead of creating it twice.
+    pub async fn create(&self, path: &str, body: Value) -> Result<Value, ClientError> {
+        let mut key = [0u8; 16];
+        getrandom::fill(&mut key).map_err(|e| ClientError::Protocol(format!("no random source: {e}")))?;
+        let headers = [(crate::api::IDEMPOTENCY_KEY, format!("leash-{}", hex::encode(key)))];
+        let bytes = body.to_string().into_bytes();
+        let mut delay = CREATE_RETRY_DELAY;
+        for tries_left in (0..CREATE_TRIES).rev() {
+            let answer = self.send_with(Method::POST, path, Some((bytes.clone(), "application/json")), &headers).await;
+            let retry = match &answer {
+                Err(ClientError::Unreachable { .. }) => true,
+                Ok(a) => a.status == StatusCode::SERVICE_UNAVAILABLE,
+                Err(_) => false,
+            };
+            if !retry || tries_left == 0 {
+                return answer_json(&answer?);
+            }
+            tokio::time::sleep(delay).await;
+            delay *= 2;
+        }
+        unreachable!("the last try returns")
     }
 
     /// Upload bytes and read a JSON answer.

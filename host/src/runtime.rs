@@ -29,8 +29,8 @@ use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
 use crate::store::sqlite::{Durability, SqliteStore};
 use crate::store::{
-    CancelResult, Counts, Job, JobId, JobInsertParams, JobLimits, JobListParams, JobLogs, JobStatus, JobStore, NewJob,
-    PluginInfo, PluginName, PluginNameParams, PluginPutParams, PluginRef, StoreError,
+    CancelResult, Counts, IdempotencyKey, Job, JobId, JobInsertParams, JobLimits, JobListParams, JobLogs, JobStatus,
+    JobStore, NewJob, PluginInfo, PluginName, PluginNameParams, PluginPutParams, PluginRef, StoreError,
 };
 use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};
@@ -97,6 +97,9 @@ pub struct Submit {
     pub plan_id: Option<String>,
     /// How long it may wait in the queue (default: the runtime's queue TTL).
     pub queue_ttl: Option<Duration>,
+    /// The client's idempotency key for this request: submitting the same
+    /// key again returns this job instead of queueing another.
+    pub idempotency: Option<IdempotencyKey>,
 }
 
 impl Submit {
@@ -114,6 +117,7 @@ impl Submit {
             concurrency_key: None,
             plan_id: None,
             queue_ttl: None,
+            idempotency: None,
         }
     }
 }
@@ -148,6 +152,15 @@ pub enum RuntimeError {
         id: JobId,
         /// Its terminal status.
         status: JobStatus,
+    },
+    /// The idempotency key already belongs to a job created by a different
+    /// request.
+    #[error("idempotency key {key:?} was used for another request (job {job})")]
+    IdempotencyConflict {
+        /// The key.
+        key: String,
+        /// The job it belongs to.
+        job: JobId,
     },
     /// The job did not end within the wait (it keeps running).
     #[error("job {0} did not finish within the wait; it is still running")]
@@ -567,7 +580,12 @@ impl Runtime {
             new_jobs.push(self.new_job(digest, name, job)?);
         }
         let inserted =
-            self.inner.store.job_insert(JobInsertParams { jobs: new_jobs, now: settings.clock.now() }).await?;
+            match self.inner.store.job_insert(JobInsertParams { jobs: new_jobs, now: settings.clock.now() }).await {
+                Err(StoreError::IdempotencyKeyTaken { key, job, same_request: false }) => {
+                    return Err(RuntimeError::IdempotencyConflict { key, job });
+                }
+                other => other?,
+            };
         self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued += inserted.len() as u64;
         self.inner.pool.wake.notify_one();
         Ok(inserted.into_iter().map(|j| j.id).collect())
@@ -608,7 +626,20 @@ impl Runtime {
 
     /// Validate and queue one job.
     pub async fn submit(&self, job: Submit) -> Result<JobId, RuntimeError> {
-        Ok(self.submit_many(vec![job]).await?.remove(0))
+        Ok(self.submit_once(job).await?.0)
+    }
+
+    /// Validate and queue one job, honouring its idempotency key: `true`
+    /// with the id when the key already belonged to this same request (a
+    /// replay: nothing new was queued).
+    pub async fn submit_once(&self, job: Submit) -> Result<(JobId, bool), RuntimeError> {
+        match self.submit_many(vec![job]).await {
+            Ok(mut ids) => Ok((ids.remove(0), false)),
+            Err(RuntimeError::Store(StoreError::IdempotencyKeyTaken { job, same_request: true, .. })) => {
+                Ok((job, true))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn new_job(&self, plugin: Digest, plugin_name: Option<PluginName>, job: Submit) -> Result<NewJob, RuntimeError> {
@@ -676,6 +707,7 @@ impl Runtime {
             concurrency_key: job.concurrency_key,
             plan_id: job.plan_id,
             queue_ttl,
+            idempotency: job.idempotency,
         })
     }
 

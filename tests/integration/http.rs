@@ -544,3 +544,142 @@ async fn stalled_connections_cannot_lock_the_api_out() {
     tokio::time::timeout(GENEROUS, idle.read_to_end(&mut rest)).await.expect("closed by the server").ok();
     assert!(answered.elapsed() >= std::time::Duration::from_millis(900), "closed for being idle, not at once");
 }
+
+/// A compile bomb uploaded to a server is refused before it is compiled,
+/// as `compile_limit`, while jobs of another plugin keep running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_bomb_is_refused_while_other_jobs_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-workers", "2"]);
+    server.add_plugin("hello").await;
+    let max = leash::sandbox::ComponentLimits::default().max_functions as usize;
+    let bomb = wat::parse_str(format!("(component (core module {}))", "(func)".repeat(max + 1))).unwrap();
+    let before: Vec<String> = queue_hellos(&server, 4).await;
+    let upload = server.request(Method::POST, "/v1/plugins?name=bomb").body(bomb).send();
+    let (answer, during) = tokio::join!(upload, queue_hellos(&server, 4));
+    let answer = answer.unwrap();
+    assert_eq!(answer.status().as_u16(), 400);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(error_kind(&body), "compile_limit", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains(&format!("{} functions", max + 1)), "{body}");
+    for id in before.iter().chain(&during) {
+        let job = server.poll_job(id, is_terminal).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+    }
+}
+
+/// Queue `n` hello jobs.
+async fn queue_hellos(server: &Server, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(submit_async(server, "hello", json!({ "name": format!("n{i}") })).await);
+    }
+    ids
+}
+
+#[tokio::test]
+async fn an_idempotency_key_makes_a_retried_submit_safe() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+    let keyed = |key: &str, body: &str| {
+        server
+            .request(Method::POST, "/v1/jobs")
+            .header("idempotency-key", key)
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+    };
+    let body = r#"{"plugin":"hello","input":{"name":"Ida"},"execution":"async"}"#;
+    let first = keyed("order-1", body).await.unwrap();
+    assert_eq!(first.status().as_u16(), 202);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first: Value = first.json().await.unwrap();
+    // The same request again, even spelled differently: the same job, marked.
+    let reordered = r#"{ "execution": "async", "input": {"name": "Ida"}, "plugin": "hello" }"#;
+    for again in [body, reordered] {
+        let replay = keyed("order-1", again).await.unwrap();
+        assert_eq!(replay.status().as_u16(), 202);
+        assert_eq!(replay.headers()["idempotent-replayed"], "true");
+        let replay: Value = replay.json().await.unwrap();
+        assert_eq!(replay["job_id"], first["job_id"]);
+    }
+    // Another request under the same key: refused, nothing queued.
+    let other = keyed("order-1", r#"{"plugin":"hello","input":{"name":"Other"},"execution":"async"}"#).await.unwrap();
+    assert_eq!(other.status().as_u16(), 409);
+    let other: Value = other.json().await.unwrap();
+    assert_eq!(error_kind(&other), "idempotency_conflict");
+    for bad in ["", &"k".repeat(256)] {
+        let refused = keyed(bad, body).await.unwrap();
+        assert_eq!(refused.status().as_u16(), 400, "key {bad:?}");
+    }
+    // A sync request replays its outcome.
+    let sync = r#"{"plugin":"hello","input":{"name":"Sy"}}"#;
+    let (a, b) = (keyed("order-2", sync).await.unwrap(), keyed("order-2", sync).await.unwrap());
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+    assert_eq!(b.headers()["idempotent-replayed"], "true");
+    let (a, b): (Value, Value) = (a.json().await.unwrap(), b.json().await.unwrap());
+    assert_eq!(a["job"]["id"], b["job"]["id"]);
+    assert_eq!(b["output"]["greeting"], "Hello, Sy!");
+    let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 2, "one job per key: {list}");
+}
+
+/// `leash submit` whose first answer is lost (the connection drops after
+/// the server took the request) retries under the same key: one job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leash_submit_retries_a_lost_answer_without_queueing_twice() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-workers", "1"]);
+    server.add_plugin("hello").await;
+    let upstream = server.url.trim_start_matches("http://").to_owned();
+    // A proxy that passes the first request on, then drops the connection
+    // before the answer comes back; later connections pass both ways.
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut first = true;
+        loop {
+            let (mut client, _) = proxy.accept().await.unwrap();
+            let mut upstream = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            if std::mem::take(&mut first) {
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buffer = [0u8; 65536];
+                    // Headers and the whole JSON body, then the answer is dropped.
+                    while !String::from_utf8_lossy(&request).contains("}") {
+                        let n = client.read(&mut buffer).await.unwrap();
+                        request.extend_from_slice(&buffer[..n]);
+                    }
+                    upstream.write_all(&request).await.unwrap();
+                    let n = upstream.read(&mut buffer).await.unwrap();
+                    assert!(String::from_utf8_lossy(&buffer[..n]).starts_with("HTTP/1.1 202"));
+                    drop(client);
+                });
+            } else {
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                });
+            }
+        }
+    });
+    let output = tokio::task::spawn_blocking({
+        let token_file = server.token_file.clone();
+        move || {
+            crate::server::leash_bin()
+                .args(["submit", "hello", "--server", &proxy_url, "--token-file"])
+                .arg(token_file)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let id = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
+    let jobs = list["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "queued once: {list}");
+    assert_eq!(jobs[0]["id"], id);
+}

@@ -270,6 +270,7 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
         concurrency_key: None,
         plan_id: None,
         queue_ttl: Duration::from_secs(86_400),
+        idempotency: None,
     };
     let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
     let mut model = initial(max_attempts);

@@ -22,9 +22,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
-use crate::job::Target;
+use crate::job::{Digest, Target};
 use crate::runtime::{Cancelled, PluginSource, Runtime, RuntimeError, Submit};
-use crate::store::{Job, JobId, JobListParams, JobStatus, PluginName, PluginRef};
+use crate::store::{IdempotencyKey, Job, JobId, JobListParams, JobStatus, PluginName, PluginRef};
 
 /// Most jobs one list page returns.
 pub const MAX_PAGE: u32 = 500;
@@ -119,6 +119,9 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::InvalidJob(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_job", message),
             RuntimeError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
             RuntimeError::AlreadyTerminal { .. } => ApiError::new(StatusCode::CONFLICT, "already_terminal", message),
+            RuntimeError::IdempotencyConflict { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", message)
+            }
             RuntimeError::Store(ref s) if s.is_transient() => {
                 ApiError { retry_after: Some(1), ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message) }
             }
@@ -329,28 +332,53 @@ pub fn finished_json(job: impl Serialize, output: Option<&[u8]>) -> Value {
     json!({ "job": job, "output": parsed, "output_base64": encoded })
 }
 
+/// The header a client names its create request with, so a retry after a
+/// lost answer returns the first request's job instead of queueing another.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The header marking an answer as a replay of an earlier request's.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// The request's idempotency key, bound to a digest of its JSON body as
+/// parsed (so whitespace and key order do not make two bodies differ).
+fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(key) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
+    let key = key.to_str().map_err(|_| ApiError::bad_request("`Idempotency-Key`: use printable ASCII"))?;
+    let body: Value = parse_body(body, "job request")?;
+    let digest = Digest::of(body.to_string().as_bytes()).to_string();
+    IdempotencyKey::new(key, digest).map(Some).map_err(|e| ApiError::bad_request(format!("`Idempotency-Key`: {e}")))
+}
+
 async fn job_submit(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
+    let idempotency = idempotency_key(&headers, &body)?;
     let body: SubmitBody = parse_body(&body, "job request")?;
-    let (job, execution) = body.into_submit()?;
+    let (mut job, execution) = body.into_submit()?;
+    job.idempotency = idempotency;
     let timeout = job.timeout;
-    let id = state.runtime.submit(job).await?;
+    let (id, replayed) = state.runtime.submit_once(job).await?;
+    let mark = |mut response: Response| {
+        if replayed {
+            response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+        }
+        response
+    };
     let accepted = || (StatusCode::ACCEPTED, Json(json!({ "status": "accepted", "job_id": id }))).into_response();
     if execution == Execution::Async {
-        return Ok(accepted());
+        return Ok(mark(accepted()));
     }
     let timeout = timeout.unwrap_or(Duration::from_millis(state.runtime.ceilings().default_timeout_ms));
     let wait = (timeout + Duration::from_secs(1)).min(state.config.sync_ceiling);
     match state.runtime.wait(id, wait).await {
         Ok(mut job) => {
             let output = job.output.take();
-            Ok(Json(finished_json(JobView::from(job), output.as_deref())).into_response())
+            Ok(mark(Json(finished_json(JobView::from(job), output.as_deref())).into_response()))
         }
         // Still running at the sync ceiling: the caller polls from here.
-        Err(RuntimeError::WaitTimeout(_)) => Ok(accepted()),
+        Err(RuntimeError::WaitTimeout(_)) => Ok(mark(accepted())),
         Err(e) => Err(e.into()),
     }
 }

@@ -401,7 +401,7 @@ pub(super) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
                 body[key] = value;
             }
         }
-        let accepted = client.json(Method::POST, "/v1/jobs", Some(body)).await?;
+        let accepted = client.create("/v1/jobs", body).await?;
         let id = text(&accepted["job_id"]);
         let Some(wait) = wait else {
             if json_out {

@@ -57,6 +57,7 @@ cases!(
     claim_sets_owner_token_and_lease,
     claim_skips_running_and_expired_jobs,
     a_claim_never_starts_a_job_younger_than_itself,
+    an_idempotency_key_belongs_to_one_job_while_it_is_kept,
     every_claim_gets_a_fresh_token,
     finish_records_success_output_and_usage,
     finish_records_failure_kind_message_and_backtrace,
@@ -107,6 +108,7 @@ pub fn new_job(input: &str) -> NewJob {
         concurrency_key: None,
         plan_id: None,
         queue_ttl: QUEUE_TTL,
+        idempotency: None,
     }
 }
 
@@ -256,6 +258,31 @@ async fn a_claim_never_starts_a_job_younger_than_itself(store: Arc<dyn JobStore>
         assert!(job.created_at <= started, "{job:?}");
         assert!(job.finished_at.is_none_or(|f| started <= f), "{job:?}");
     }
+}
+
+async fn an_idempotency_key_belongs_to_one_job_while_it_is_kept(store: Arc<dyn JobStore>) {
+    let keyed = |digest: &str| NewJob {
+        idempotency: Some(super::IdempotencyKey::new("order-42", digest.to_owned()).unwrap()),
+        ..new_job("keyed")
+    };
+    let first = insert_one(&*store, keyed("d1"), at(1)).await;
+    for (digest, same) in [("d1", true), ("d2", false)] {
+        let err = store.job_insert(JobInsertParams { jobs: vec![new_job("other"), keyed(digest)], now: at(2) }).await;
+        match err {
+            Err(StoreError::IdempotencyKeyTaken { key, job, same_request }) => {
+                assert_eq!((key.as_str(), job, same_request), ("order-42", first.id, same));
+            }
+            other => panic!("expected the key to be taken, got {other:?}"),
+        }
+    }
+    let counts = store.counts_snapshot().await.unwrap();
+    assert_eq!(counts.total(), 1, "a refused insert wrote nothing");
+    // Retention deletes the job and, with it, the key.
+    let lease = claim_one(&*store, at(3)).await;
+    assert!(store.job_finish(succeed(&lease, at(4))).await.unwrap());
+    store.jobs_delete_expired(JobsDeleteParams { finished_before: at(5) }).await.unwrap();
+    let again = insert_one(&*store, keyed("d2"), at(6)).await;
+    assert_ne!(again.id, first.id);
 }
 
 async fn every_claim_gets_a_fresh_token(store: Arc<dyn JobStore>) {

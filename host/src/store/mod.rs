@@ -179,6 +179,34 @@ pub struct NewJob {
     pub plan_id: Option<String>,
     /// How long the job may wait in the queue before it expires.
     pub queue_ttl: Duration,
+    /// The client's idempotency key for the request that created it, if any.
+    pub idempotency: Option<IdempotencyKey>,
+}
+
+/// A client's key for one create request, and a digest of the request: the
+/// same key may only ever stand for the same request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    /// The key (1–255 printable ASCII characters).
+    pub key: String,
+    /// A digest of the request it came with.
+    pub request_digest: String,
+}
+
+/// Longest idempotency key, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+impl IdempotencyKey {
+    /// A checked key for a request with `request_digest`.
+    pub fn new(key: &str, request_digest: String) -> Result<Self, String> {
+        let printable = key.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+        if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES || !printable {
+            return Err(format!(
+                "invalid idempotency key: use 1 to {MAX_IDEMPOTENCY_KEY_BYTES} printable ASCII characters"
+            ));
+        }
+        Ok(IdempotencyKey { key: key.to_owned(), request_digest })
+    }
 }
 
 /// A stored job.
@@ -667,6 +695,17 @@ pub enum StoreError {
     /// The store's writer has stopped.
     #[error("the job store is closed")]
     Closed,
+    /// An insert carried an idempotency key a stored job already has.
+    /// Nothing was inserted.
+    #[error("idempotency key {key:?} already belongs to job {job}")]
+    IdempotencyKeyTaken {
+        /// The key.
+        key: String,
+        /// The job that has it.
+        job: JobId,
+        /// Whether that job was created by the same request (same digest).
+        same_request: bool,
+    },
 }
 
 impl StoreError {
@@ -680,7 +719,9 @@ impl StoreError {
 /// implementation keeps.
 #[async_trait::async_trait]
 pub trait JobStore: Send + Sync + fmt::Debug {
-    /// Insert jobs as `queued`. All or nothing.
+    /// Insert jobs as `queued`. All or nothing. A job whose idempotency key
+    /// a stored job already has fails the insert with
+    /// [`StoreError::IdempotencyKeyTaken`]; keys live as long as their job.
     async fn job_insert(&self, params: JobInsertParams) -> Result<Vec<Job>, StoreError>;
 
     /// One job by id.

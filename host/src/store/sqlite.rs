@@ -28,10 +28,10 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 use tokio::sync::oneshot;
 
 use super::{
-    CancelResult, Counts, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobListParams, JobLogs,
-    JobProgressParams, JobReleaseParams, JobStatus, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE,
-    Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, NewJob, PluginInfo, PluginName, PluginNameParams,
-    PluginPutParams, PluginRef, ReclaimReport, SCHEMA_VERSION, StoreError,
+    CancelResult, Counts, Finish, IdempotencyKey, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams,
+    JobListParams, JobLogs, JobProgressParams, JobReleaseParams, JobStatus, JobStore, JobsDeleteParams,
+    JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, NewJob, PluginInfo,
+    PluginName, PluginNameParams, PluginPutParams, PluginRef, ReclaimReport, SCHEMA_VERSION, StoreError,
 };
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, Target};
@@ -152,6 +152,13 @@ CREATE INDEX jobs_plugin_name ON jobs (plugin_name, job_id) WHERE plugin_name IS
     r#"
 -- No query reads jobs by worker, and every claim paid for this index.
 DROP INDEX IF EXISTS jobs_worker;
+"#,
+    r#"
+-- A client's idempotency key for the request that created the job, kept
+-- with the job (and deleted with it), and a digest of that request.
+ALTER TABLE jobs ADD COLUMN idempotency_key TEXT;
+ALTER TABLE jobs ADD COLUMN request_digest TEXT;
+CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 "#,
 ];
 
@@ -439,24 +446,28 @@ fn copy_error(e: &StoreError) -> StoreError {
     }
 }
 
-/// Rows per multi-row `INSERT` of a large submit (14 parameters each).
+/// Rows per multi-row `INSERT` of a large submit (16 parameters each).
 const INSERT_CHUNK: usize = 256;
 
 /// Insert `jobs` as queued in one statement; returned in the given order.
 fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
     use rusqlite::types::Value;
     let err = db_err("inserting jobs");
-    let row = "(?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     let sql = format!(
         "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
-         schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version) \
+         schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
+         idempotency_key, request_digest) \
          VALUES {} RETURNING {JOB_COLUMNS}",
         vec![row; jobs.len()].join(", ")
     );
     let text = |s: Option<&str>| s.map_or(Value::Null, |s| Value::Text(s.to_owned()));
     let mut ids = Vec::with_capacity(jobs.len());
-    let mut values = Vec::with_capacity(jobs.len() * 14);
+    let mut values = Vec::with_capacity(jobs.len() * 16);
     for job in jobs {
+        if let Some(idempotency) = &job.idempotency {
+            check_idempotency_key(conn, idempotency)?;
+        }
         let id = JobId::new(now);
         let (phase, action) = match &job.target {
             Target::Execute => ("execute", None),
@@ -479,6 +490,8 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
             text(job.concurrency_key.as_deref()),
             text(job.plugin_name.as_ref().map(|n| n.name.as_str())),
             text(job.plugin_name.as_ref().map(|n| n.version.as_str())),
+            text(job.idempotency.as_ref().map(|i| i.key.as_str())),
+            text(job.idempotency.as_ref().map(|i| i.request_digest.as_str())),
         ]);
         ids.push(id);
     }
@@ -491,6 +504,23 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
     ids.into_iter()
         .map(|id| by_id.remove(&id).ok_or_else(|| corrupt(&id.to_string(), "inserted but not returned")))
         .collect()
+}
+
+/// Refuse a key a stored job already has (the insert's transaction keeps
+/// this check and the insert together: no other writer runs in between).
+fn check_idempotency_key(conn: &Connection, idempotency: &IdempotencyKey) -> Result<(), StoreError> {
+    let taken: Option<(String, Option<String>)> = conn
+        .prepare_cached("SELECT job_id, request_digest FROM jobs WHERE idempotency_key = ?1")
+        .and_then(|mut s| s.query_row(params![idempotency.key], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .map_err(db_err("checking an idempotency key"))?;
+    match taken {
+        None => Ok(()),
+        Some((job, digest)) => Err(StoreError::IdempotencyKeyTaken {
+            key: idempotency.key.clone(),
+            job: job.parse().map_err(|e: String| corrupt(&job, e))?,
+            same_request: digest.as_deref() == Some(idempotency.request_digest.as_str()),
+        }),
+    }
 }
 
 /// Claim up to `params.limit` eligible jobs: queued, unexpired, created at
