@@ -1,8 +1,10 @@
 //! Hostile guests under load: a steady stream of `hello` jobs alone, then
-//! the same stream while several copies of every hostile test plugin run
-//! beside it, in one process. Prints the containment of each hostile job
-//! (its error kind, or its report that every escape failed), the hello
-//! throughput ratio (with / without hostiles) and the host's memory.
+//! the same stream while several copies of every hostile job (each hostile
+//! test plugin, and each attack of the `hostile` plugin) run beside it, in
+//! one process; then beside a compile of the largest component the compile
+//! caps accept. Prints the containment of each hostile job (its error kind,
+//! or its report that every escape failed), the hello throughput ratios
+//! (with / without), the compile time and the host's memory.
 //!
 //! Run with `cargo bench -p leash --bench hostile` (`-- --quick`: shorter
 //! windows, fewer copies; `LEASH_HOSTILE_ONLY=spin,panic` runs just those).
@@ -22,7 +24,7 @@ const SLOTS: usize = 16;
 /// Hello jobs kept in flight.
 const IN_FLIGHT: usize = 8;
 
-/// What containment means for each hostile plugin.
+/// What containment means for each hostile job, by its label.
 fn contained(name: &str, job: &Job) -> Result<(), String> {
     let kind = job.error_kind;
     let want = |k: ErrorKind| if kind == Some(k) { Ok(()) } else { Err(format!("{name}: {kind:?}, wanted {k:?}")) };
@@ -38,9 +40,12 @@ fn contained(name: &str, job: &Job) -> Result<(), String> {
             None => Ok(()),
         };
     match name {
-        "spin" | "sleep" => want(ErrorKind::Timeout),
+        "spin" | "sleep" | "log-empty-fields" => want(ErrorKind::Timeout),
         "alloc-bomb" => want(ErrorKind::MemoryLimit),
-        "stack-overflow" | "panic" => want(ErrorKind::Trap),
+        "stack-overflow" | "panic" | "log-bad-utf8" | "log-bad-level" | "log-out-of-bounds" | "log-misaligned"
+        | "exit" | "poll-empty" | "random-huge" | "stream-overwrite" | "oom-then-panic" => want(ErrorKind::Trap),
+        "handles" => want(ErrorKind::ResourceLimit),
+        "huge-error" => want(ErrorKind::GuestError),
         "big-output" => want(ErrorKind::OutputLimit),
         "log-spam" => (job.status == JobStatus::Succeeded).then_some(()).ok_or(format!("{name}: {:?}", job.status)),
         "fs-escape" => all_failed(report()?, &["read_etc_passwd", "list_root", "list_cwd"]),
@@ -57,18 +62,40 @@ fn contained(name: &str, job: &Job) -> Result<(), String> {
     }
 }
 
-const HOSTILE: [&str; 10] = [
-    "spin",
-    "sleep",
-    "alloc-bomb",
-    "stack-overflow",
-    "panic",
-    "big-output",
-    "log-spam",
-    "fs-escape",
-    "env-read",
-    "net-escape",
+/// Hostile jobs: a label, the plugin, and its input (`{addr}` is replaced
+/// by a local address nothing answers on).
+const HOSTILE: [(&str, &str, &str); 22] = [
+    ("spin", "spin", ""),
+    ("sleep", "sleep", ""),
+    ("alloc-bomb", "alloc-bomb", ""),
+    ("stack-overflow", "stack-overflow", ""),
+    ("panic", "panic", ""),
+    ("big-output", "big-output", ""),
+    ("log-spam", "log-spam", r#"{"lines":20000}"#),
+    ("fs-escape", "fs-escape", ""),
+    ("env-read", "env-read", ""),
+    ("net-escape", "net-escape", r#"{"addr":"{addr}"}"#),
+    ("log-empty-fields", "hostile", r#"{"attack":"log-empty-fields","n":20000}"#),
+    ("log-bad-utf8", "hostile", r#"{"attack":"log-bad-utf8"}"#),
+    ("log-bad-level", "hostile", r#"{"attack":"log-bad-level"}"#),
+    ("log-out-of-bounds", "hostile", r#"{"attack":"log-out-of-bounds"}"#),
+    ("log-misaligned", "hostile", r#"{"attack":"log-misaligned"}"#),
+    ("exit", "hostile", r#"{"attack":"exit"}"#),
+    ("poll-empty", "hostile", r#"{"attack":"poll-empty"}"#),
+    ("random-huge", "hostile", r#"{"attack":"random-huge","n":67108864}"#),
+    ("stream-overwrite", "hostile", r#"{"attack":"stream-overwrite","n":1048576}"#),
+    ("handles", "hostile", r#"{"attack":"handles"}"#),
+    ("oom-then-panic", "hostile", r#"{"attack":"oom-then-panic","n":1073741824}"#),
+    ("huge-error", "hostile", r#"{"attack":"huge-error","n":1048576}"#),
 ];
+
+/// A component just under every compile cap: the most a compile may cost.
+/// `salt` makes each one new to the compile cache.
+fn largest_accepted_component(salt: u32) -> Vec<u8> {
+    let limits = leash::sandbox::ComponentLimits::default();
+    let funcs = "(func)".repeat(limits.max_functions as usize - 1);
+    wat::parse_str(format!("(component (core module {funcs} (func (result i32) i32.const {salt})))")).unwrap()
+}
 
 fn rss_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -117,12 +144,13 @@ async fn main() {
         .await
         .unwrap();
     let hello = runtime.plugin_add(leash_tests::plugin_bytes("hello")).await.unwrap();
-    // LEASH_HOSTILE_ONLY=a,b runs just those hostile plugins (to see which costs what).
+    // LEASH_HOSTILE_ONLY=a,b runs just those hostile jobs (to see which costs what).
     let only = std::env::var("LEASH_HOSTILE_ONLY").ok();
-    let chosen = HOSTILE.iter().filter(|n| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == **n)));
+    let chosen = HOSTILE.iter().filter(|(n, ..)| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == *n)));
     let mut hostile = Vec::new();
-    for &name in chosen {
-        hostile.push((name, runtime.plugin_add(leash_tests::plugin_bytes(name)).await.unwrap()));
+    for &(name, plugin, input) in chosen {
+        let digest = runtime.plugin_add(leash_tests::plugin_bytes(plugin)).await.unwrap();
+        hostile.push((name, digest, input));
     }
     hello_stream(&runtime, hello, Duration::from_secs(1)).await; // warm
     let rss_before = rss_kib("VmRSS:");
@@ -144,12 +172,8 @@ async fn main() {
                 let gap = window / (copies as u32 + 1);
                 for _ in 0..copies {
                     tokio::time::sleep(gap).await;
-                    for (name, digest) in &hostile {
-                        let input = match *name {
-                            "net-escape" => format!(r#"{{"addr":"{addr}"}}"#).into_bytes(),
-                            "log-spam" => br#"{"lines":20000}"#.to_vec(),
-                            _ => Vec::new(),
-                        };
+                    for (name, digest, input) in &hostile {
+                        let input = input.replace("{addr}", &addr.to_string()).into_bytes();
                         let mut job = Submit::new(PluginSource::Digest(*digest), Target::Execute, input);
                         job.timeout = Some(Duration::from_millis(300));
                         job.memory_bytes = Some(32 << 20);
@@ -161,6 +185,22 @@ async fn main() {
         };
         loaded.push(hello_stream(&runtime, hello, window).await);
         ids.extend(submitter.await.unwrap());
+    }
+    // A compile of the largest component the caps accept, beside the same
+    // hello stream: what one compile costs, and what it costs other jobs.
+    let (mut compiling, mut compile_times) = (Vec::new(), Vec::new());
+    let peak_hostiles = rss_kib("VmHWM:");
+    for round in 0..rounds.min(3) {
+        let compile = {
+            let runtime = runtime.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                runtime.plugin_add(largest_accepted_component(round as u32)).await.unwrap();
+                started.elapsed()
+            })
+        };
+        compiling.push(hello_stream(&runtime, hello, window).await);
+        compile_times.push(compile.await.unwrap());
     }
     let mut failures = Vec::new();
     for (name, id) in &ids {
@@ -177,6 +217,8 @@ async fn main() {
     let (alone, loaded) = (median(alone), median(loaded));
     let rss_after = rss_kib("VmRSS:");
     let peak = rss_kib("VmHWM:");
+    let compiling_runs = compiling.clone();
+    let compiling = median(compiling);
     runtime.shutdown().await;
     drop(listener);
 
@@ -197,6 +239,22 @@ async fn main() {
         "hello beside hostile: {loaded:>8.0} jobs/s (median of {rounds} windows of {window:?}: {loaded_runs:.0?})"
     );
     println!("kept: {:.0}% (target ≥ 80%)", loaded / alone * 100.0);
-    println!("host RSS: {} MiB before, {} MiB after, peak {} MiB", rss_before / 1024, rss_after / 1024, peak / 1024);
+    println!(
+        "hello beside a compile: {compiling:>7.0} jobs/s (median of {} windows: {compiling_runs:.0?}), kept {:.0}%",
+        compiling_runs.len(),
+        compiling / alone * 100.0
+    );
+    println!(
+        "compile of the largest accepted component ({} functions): {:.1?}",
+        leash::sandbox::ComponentLimits::default().max_functions,
+        compile_times
+    );
+    println!(
+        "host RSS: {} MiB before, peak {} MiB with the hostiles, peak {} MiB with the compiles too, {} MiB after",
+        rss_before / 1024,
+        peak_hostiles / 1024,
+        peak / 1024,
+        rss_after / 1024
+    );
     assert!(failures.is_empty(), "every hostile job must be contained");
 }

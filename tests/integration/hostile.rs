@@ -232,16 +232,17 @@ fn an_instance_bomb_is_refused_at_load_with_the_count() {
     let sandbox = support::sandbox();
     let err = sandbox.load(&instances(900, 0)).unwrap_err();
     assert!(matches!(err, SandboxError::CompileLimit(_)), "{err}");
-    assert!(err.to_string().contains("902 core instances; leash accepts at most 50"), "{err}");
+    assert!(err.to_string().contains("902 core instances; leash accepts at most 200"), "{err}");
     let err = sandbox.load(&instances(0, 9)).unwrap_err();
     assert!(err.to_string().contains("memories; leash accepts at most 8"), "{err}");
 }
 
 #[tokio::test]
 async fn instances_created_by_nested_instantiation_past_the_cap_are_refused() {
-    // One nested component of 30 core instances, instantiated twice: the
-    // file declares 31 core instances, running it creates 61.
-    let nested: String = (0..30).map(|_| "(core instance (instantiate $e))").collect();
+    // One nested component of 150 core instances, instantiated twice: the
+    // file declares 151 core instances (under the cap of 200), running it
+    // creates 301.
+    let nested: String = (0..150).map(|_| "(core instance (instantiate $e))").collect();
     let text = format!(
         r#"(component
   (component $c (core module $e) {nested})
@@ -260,7 +261,7 @@ async fn instances_created_by_nested_instantiation_past_the_cap_are_refused() {
     // The pooling allocator sizes instantiation when compiling: refused at load.
     let err = support::sandbox().load(&bytes).unwrap_err();
     assert!(matches!(err, SandboxError::CompileLimit(_)), "{err}");
-    assert!(err.to_string().contains("61 core module instances"), "{err}");
+    assert!(err.to_string().contains("301 core module instances"), "{err}");
     // Without the pool, the store's limiter stops it while it instantiates.
     let sandbox =
         Sandbox::new(SandboxConfig { allocator: leash::sandbox::Allocator::OnDemand, ..SandboxConfig::default() })

@@ -78,7 +78,7 @@ Exit codes:
   2   usage error, unreadable or invalid component, or input the plugin rejected
   3   the job ran past its timeout, or a --wait ended before the job did
   4   the job was cancelled
-  5   a resource limit stopped the job (fuel, memory or output)
+  5   a resource limit stopped the job (fuel, memory, output or a counted resource)
   6   the plugin trapped (panic, stack overflow, bad memory access)
   7   the server refused: bad token (401), job already ended (409), queue full (429)
   8   the server could not be reached

@@ -11,7 +11,10 @@ use serde::Serialize;
 use wasmparser::{Parser, Payload};
 
 /// Caps on what one component may contain. Defaults fit real components
-/// (Rust, componentize-py and jco output) with room to spare.
+/// with room to spare: a componentize-py 0.25 hello has 13,356 functions,
+/// 2,302 imports, 14 core modules and 65 core instances; a componentize-js
+/// 0.23 one 12,707 functions, 4 modules and 27 instances; a Rust one a few
+/// hundred functions and 1–3 instances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ComponentLimits {
     /// Size of the component file.
@@ -41,9 +44,9 @@ impl Default for ComponentLimits {
             max_bytes: DEFAULT_MAX_COMPONENT_BYTES,
             max_functions: 60_000,
             max_types: 100_000,
-            max_imports: 10_000,
-            max_core_modules: 50,
-            max_core_instances: 50,
+            max_imports: 20_000,
+            max_core_modules: 100,
+            max_core_instances: 200,
             max_memories: 8,
             max_tables: 64,
         }
