@@ -87,7 +87,9 @@ pub const HOSTCALL_SLACK_BYTES: usize = 1 << 20;
 /// `check-write` gives).
 pub const STREAM_WRITE_PERMIT: usize = 64 << 10;
 /// Default number of components compiled at once; more wait their turn.
-pub const DEFAULT_COMPILE_CONCURRENCY: usize = 2;
+/// One: a compile at the caps costs ~5.5 s and ~450 MiB here (BENCHMARKS.md),
+/// and Cranelift already spreads one compile over every core.
+pub const DEFAULT_COMPILE_CONCURRENCY: usize = 1;
 /// Instance slots whose memory is reset in one batch of system calls.
 const DECOMMIT_BATCH: usize = 16;
 /// Frames kept in a trap's backtrace.
