@@ -133,12 +133,12 @@ const TYPES: &str = r#"(type $target0 (variant (case "execute") (case "apply") (
   (export $err "job-error" (type $err0))"#;
 
 /// A component exporting `run` from the given core module body, which must
-/// define `memory`, `cabi_realloc` and `run`; `imports` are component-level
-/// imports placed first.
-fn component(imports: &str, core: &str) -> Vec<u8> {
+/// define `memory`, `cabi_realloc` and `run`; `prelude` is component-level
+/// text placed first (imports, other modules and instances).
+fn component(prelude: &str, core: &str) -> Vec<u8> {
     let text = format!(
         r#"(component
-  {imports}
+  {prelude}
   (core module $m {core})
   (core instance $i (instantiate $m))
   {TYPES}
@@ -194,25 +194,10 @@ async fn abi_abuse_in_the_result_is_the_guests_fault() {
 /// `n` core instances of an empty module, plus `memories` memories in one
 /// module, around a working `run`.
 fn instances(n: usize, memories: usize) -> Vec<u8> {
-    let empty = "(core module $e)";
     let instances: String = (0..n).map(|_| "(core instance (instantiate $e))").collect();
     let extra: String = (0..memories).map(|_| "(memory 1)").collect();
-    let text = format!(
-        r#"(component
-  {empty}
-  {instances}
-  (core module $mem {extra})
-  (core instance (instantiate $mem))
-  (core module $m {})
-  (core instance $i (instantiate $m))
-  {TYPES}
-  (type $run (func (param "ctx" $ctx) (param "input" (list u8)) (result (result (list u8) (error $err)))))
-  (func $run (type $run) (canon lift (core func $i "run") (memory (core memory $i "memory")) (realloc (core func $i "cabi_realloc"))))
-  (export "run" (func $run))
-)"#,
-        returning(0, 16, 1024)
-    );
-    wat::parse_str(text).expect("valid component text")
+    let prelude = format!("(core module $e) {instances} (core module $mem {extra}) (core instance (instantiate $mem))");
+    component(&prelude, &returning(0, 16, 1024))
 }
 
 #[tokio::test]
@@ -243,21 +228,9 @@ async fn instances_created_by_nested_instantiation_past_the_cap_are_refused() {
     // file declares 151 core instances (under the cap of 200), running it
     // creates 301.
     let nested: String = (0..150).map(|_| "(core instance (instantiate $e))").collect();
-    let text = format!(
-        r#"(component
-  (component $c (core module $e) {nested})
-  (instance (instantiate $c))
-  (instance (instantiate $c))
-  (core module $m {})
-  (core instance $i (instantiate $m))
-  {TYPES}
-  (type $run (func (param "ctx" $ctx) (param "input" (list u8)) (result (result (list u8) (error $err)))))
-  (func $run (type $run) (canon lift (core func $i "run") (memory (core memory $i "memory")) (realloc (core func $i "cabi_realloc"))))
-  (export "run" (func $run))
-)"#,
-        returning(0, 16, 1024)
-    );
-    let bytes = wat::parse_str(text).unwrap();
+    let prelude =
+        format!("(component $c (core module $e) {nested}) (instance (instantiate $c)) (instance (instantiate $c))");
+    let bytes = component(&prelude, &returning(0, 16, 1024));
     // The pooling allocator sizes instantiation when compiling: refused at load.
     let err = support::sandbox().load(&bytes).unwrap_err();
     assert!(matches!(err, SandboxError::CompileLimit(_)), "{err}");

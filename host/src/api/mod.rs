@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -184,6 +185,19 @@ async fn require_token(State(state): State<Arc<AppState>>, request: Request, nex
 
 fn parse_id(id: &str) -> Result<JobId, ApiError> {
     id.parse().map_err(ApiError::bad_request)
+}
+
+/// A job id from the path, checked: a segment that is not valid UTF-8 or
+/// not a canonical ULID is a `400` in the API's JSON.
+struct JobIdPath(JobId);
+
+impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state).await.map_err(path_error)?;
+        parse_id(&id).map(JobIdPath)
+    }
 }
 
 // ---- plugins ----
@@ -383,12 +397,8 @@ async fn job_submit(
     }
 }
 
-async fn job_show(
-    State(state): State<Arc<AppState>>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let Path(id) = id.map_err(path_error)?;
-    let job = state.runtime.get(parse_id(&id)?).await?;
+async fn job_show(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
+    let job = state.runtime.get(id).await?;
     Ok(Json(JobView::from(job)).into_response())
 }
 
@@ -426,20 +436,12 @@ async fn job_list(
     Ok(Json(json!({ "jobs": jobs, "next_before": next })).into_response())
 }
 
-async fn job_logs(
-    State(state): State<Arc<AppState>>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let Path(id) = id.map_err(path_error)?;
-    Ok(Json(state.runtime.logs(parse_id(&id)?).await?).into_response())
+async fn job_logs(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
+    Ok(Json(state.runtime.logs(id).await?).into_response())
 }
 
-async fn job_output(
-    State(state): State<Arc<AppState>>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let Path(id) = id.map_err(path_error)?;
-    let job = state.runtime.get(parse_id(&id)?).await?;
+async fn job_output(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
+    let job = state.runtime.get(id).await?;
     match job.output {
         Some(output) => {
             let mut headers = HeaderMap::new();
@@ -454,12 +456,7 @@ async fn job_output(
     }
 }
 
-async fn job_cancel(
-    State(state): State<Arc<AppState>>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let Path(id) = id.map_err(path_error)?;
-    let id = parse_id(&id)?;
+async fn job_cancel(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
     Ok(match state.runtime.cancel(id).await? {
         Cancelled::Cancelled => (StatusCode::OK, Json(json!({ "job_id": id, "status": "cancelled" }))),
         Cancelled::Requested => (StatusCode::ACCEPTED, Json(json!({ "job_id": id, "status": "cancel_requested" }))),
