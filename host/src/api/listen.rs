@@ -62,8 +62,8 @@ fn over_cap() -> String {
     )
 }
 
-/// Serve `app` on `listener` until `shutdown` resolves. Connections still
-/// open then are dropped when the returned future is (or when it returns).
+/// Serve `app` on `listener` until `shutdown` resolves, then stop accepting
+/// and wait for the open connections; dropping the future drops them.
 pub async fn serve(listener: TcpListener, app: Router, limits: ListenLimits, shutdown: impl Future<Output = ()>) {
     let open = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let refusing = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -74,7 +74,7 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ListenLimits, shu
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            _ = &mut shutdown => return,
+            _ = &mut shutdown => break,
             // Reap finished connections so the set does not grow.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
@@ -102,6 +102,9 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ListenLimits, shu
             drop(permit);
         });
     }
+    // Accept no more, but let requests in progress finish: the caller drops
+    // this future, and with it every connection, when its own budget ends.
+    while connections.join_next().await.is_some() {}
 }
 
 /// Answer a connection over the cap: read (briefly) the request it sent, so
