@@ -94,7 +94,7 @@ impl FromStr for Target {
 }
 
 /// Why a job did not succeed. Stored and reported as its snake_case name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// The plugin returned `failed` or `retryable`.

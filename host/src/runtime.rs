@@ -174,17 +174,18 @@ pub enum RuntimeError {
 }
 
 /// What `cancel` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub enum Cancelled {
     /// It was queued and is now cancelled.
+    #[serde(rename = "cancelled")]
     Cancelled,
     /// It is running; its owner was asked to stop it.
+    #[serde(rename = "cancel_requested")]
     Requested,
 }
 
 /// The health report: this process's worker and the store's queue depth.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Health {
     /// This process's worker id.
     pub worker_id: String,
@@ -209,7 +210,7 @@ pub struct Health {
 }
 
 /// The limits a submit may ask for.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
 pub struct Ceilings {
     /// Longest wall-clock limit, milliseconds.
     pub max_timeout_ms: u64,

@@ -90,7 +90,7 @@ pub struct JobStarted {
 pub type StartSubscriber = Box<dyn Fn(&JobStarted) + Send + Sync>;
 
 /// Lifecycle of the pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolState {
     /// Claiming and running jobs.

@@ -46,6 +46,7 @@ async fn every_route_but_the_liveness_probe_needs_the_token() {
         (Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/output"),
         (Method::POST, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/cancel"),
         (Method::GET, "/v1/health"),
+        (Method::GET, "/v1/openapi.json"),
         (Method::GET, "/metrics"),
     ];
     for (method, path) in routes {

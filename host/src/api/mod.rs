@@ -5,6 +5,7 @@
 //! [`listen`] serves the router with bounded connections.
 
 pub mod listen;
+pub mod openapi;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +21,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use subtle::ConstantTimeEq;
 
 use crate::job::{Digest, Target};
@@ -61,6 +62,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/jobs/{id}/output", get(job_output))
         .route("/v1/jobs/{id}/cancel", post(job_cancel))
         .route("/v1/health", get(health))
+        .route("/v1/openapi.json", get(openapi_json))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
@@ -93,9 +95,24 @@ impl ApiError {
     }
 }
 
+/// Every error answer: `{"error": {"kind", "message"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct ErrorDetail {
+    /// Machine-readable: `invalid_request`, `invalid_job`, `not_found`, …
+    kind: &'static str,
+    /// For people; names the field or limit at fault.
+    message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({ "error": { "kind": self.kind, "message": self.message } }));
+        let body = Json(ErrorBody { error: ErrorDetail { kind: self.kind, message: self.message } });
         let mut response = (self.status, body).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -202,13 +219,29 @@ impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
 
 // ---- plugins ----
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct UploadQuery {
+    /// Registry name (1–64 lowercase letters, digits, `-`, `_`).
+    #[param(pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")]
     name: Option<String>,
+    /// Version (default `0.0.0`); needs `name`.
+    #[param(pattern = "^[A-Za-z0-9._+-]{1,64}$")]
     version: Option<String>,
 }
 
+/// Validate, compile, store and (with `name`) register a component.
+#[utoipa::path(post, path = "/v1/plugins", tag = "plugins",
+    params(UploadQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The component's bytes"),
+    responses(
+        (status = 201, description = "Stored (and registered)", body = crate::store::PluginInfo),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 413, description = "Body over the size cap", body = ErrorBody),
+        (status = 503, description = "The database is busy", body = ErrorBody),
+    ))]
 async fn plugin_upload(
     State(state): State<Arc<AppState>>,
     query: Result<Query<UploadQuery>, QueryRejection>,
@@ -238,11 +271,27 @@ async fn plugin_upload(
     Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
+/// Every registered plugin.
+#[utoipa::path(get, path = "/v1/plugins", tag = "plugins",
+    responses(
+        (status = 200, body = PluginList),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    ))]
 async fn plugin_list(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let plugins = state.runtime.plugins().await?;
-    Ok(Json(json!({ "plugins": plugins })).into_response())
+    Ok(Json(PluginList { plugins }).into_response())
 }
 
+/// One plugin by `name`, `name@version` or digest.
+#[utoipa::path(get, path = "/v1/plugins/{reference}", tag = "plugins",
+    params(("reference" = String, Path, description = "`name`, `name@version` or a digest",
+        pattern = "^((sha256:)?[0-9a-f]{64}|[a-z0-9][a-z0-9_-]{0,63}(@[A-Za-z0-9._+-]{1,64})?)$")),
+    responses(
+        (status = 200, body = crate::store::PluginInfo),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such plugin", body = ErrorBody),
+    ))]
 async fn plugin_show(
     State(state): State<Arc<AppState>>,
     reference: Result<Path<String>, PathRejection>,
@@ -255,7 +304,7 @@ async fn plugin_show(
 // ---- jobs ----
 
 /// How `POST /v1/jobs` answers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 enum Execution {
     /// Wait for the outcome (up to the sync ceiling).
@@ -266,22 +315,47 @@ enum Execution {
 }
 
 /// The body of `POST /v1/jobs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SubmitBody {
+    /// `name`, `name@version` or a digest; pinned to the digest now.
+    #[schema(pattern = "^((sha256:)?[0-9a-f]{64}|[a-z0-9][a-z0-9_-]{0,63}(@[A-Za-z0-9._+-]{1,64})?)$")]
     plugin: String,
+    /// `execute` (default) or `apply`; not with `action`.
+    #[schema(pattern = "^(execute|apply)$")]
     phase: Option<String>,
+    /// Run this named action instead of a phase.
+    #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
     action: Option<String>,
+    /// The input as JSON (not with `input_base64`).
     input: Option<Value>,
+    /// The input as raw bytes, base64.
+    #[schema(content_encoding = "base64")]
     input_base64: Option<String>,
+    /// Wall-clock limit per attempt (ceiling: `GET /v1/health`, default 24 h).
+    #[schema(minimum = 1, maximum = 86_400_000)]
     timeout_ms: Option<u64>,
+    /// Fuel budget per attempt; unlimited when absent.
     fuel: Option<u64>,
+    /// Memory limit (ceiling: 1 GiB by default).
+    #[schema(maximum = 1_073_741_824)]
     memory_bytes: Option<u64>,
+    /// Output limit (ceiling: 64 MiB by default).
+    #[schema(maximum = 67_108_864)]
     output_bytes: Option<u64>,
+    /// Runs the job may use when workers die under it.
+    #[schema(minimum = 1, maximum = 100)]
     max_attempts: Option<u32>,
+    /// At most one running job per key.
+    #[schema(min_length = 1, max_length = 256)]
     concurrency_key: Option<String>,
+    /// A plan to group jobs by.
+    #[schema(max_length = 256)]
     plan_id: Option<String>,
+    /// How long it may wait in the queue (ceiling: 30 days by default).
+    #[schema(minimum = 1, maximum = 2_592_000_000u64)]
     queue_ttl_ms: Option<u64>,
+    /// `sync` (default): wait for the outcome; `async`: answer 202 at once.
     #[serde(default)]
     execution: Execution,
 }
@@ -321,7 +395,7 @@ impl SubmitBody {
 }
 
 /// A job as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct JobView {
     #[serde(flatten)]
     job: Job,
@@ -341,9 +415,67 @@ impl From<Job> for JobView {
 /// `null`), and always base64, so binary outputs round-trip intact. The
 /// sync answer of `POST /v1/jobs`, and what `leash … --wait --json` prints.
 pub fn finished_json(job: impl Serialize, output: Option<&[u8]>) -> Value {
-    let parsed = output.and_then(|o| serde_json::from_slice::<Value>(o).ok());
-    let encoded = output.map(|o| base64::engine::general_purpose::STANDARD.encode(o));
-    json!({ "job": job, "output": parsed, "output_base64": encoded })
+    serde_json::to_value(Finished::new(job, output)).unwrap_or(Value::Null)
+}
+
+/// A finished job and its output (see [`finished_json`]).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct Finished<J> {
+    /// The job.
+    job: J,
+    /// The output parsed as JSON, or `null` when it is not JSON.
+    output: Option<Value>,
+    /// The output bytes, base64 (`null` unless the job succeeded).
+    output_base64: Option<String>,
+}
+
+impl<J> Finished<J> {
+    fn new(job: J, output: Option<&[u8]>) -> Self {
+        Finished {
+            job,
+            output: output.and_then(|o| serde_json::from_slice::<Value>(o).ok()),
+            output_base64: output.map(|o| base64::engine::general_purpose::STANDARD.encode(o)),
+        }
+    }
+}
+
+/// `202` to a submit: the job is queued (or, sync, still running at the
+/// sync ceiling).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct Accepted {
+    /// Always `accepted`.
+    #[schema(example = "accepted")]
+    status: &'static str,
+    job_id: JobId,
+}
+
+/// `GET /v1/plugins`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct PluginList {
+    plugins: Vec<crate::store::PluginInfo>,
+}
+
+/// `GET /v1/jobs`: a page, newest first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct JobPage {
+    jobs: Vec<JobView>,
+    /// Pass as `before` for the next page; `null` when the page is not full.
+    next_before: Option<JobId>,
+}
+
+/// What a cancel did.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct CancelAnswer {
+    job_id: JobId,
+    /// `cancelled` (it was queued) or `cancel_requested` (it runs).
+    status: Cancelled,
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct HealthReport {
+    health: crate::runtime::Health,
+    ceilings: crate::runtime::Ceilings,
 }
 
 /// The header a client names its create request with, so a retry after a
@@ -362,6 +494,21 @@ fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<Idempotenc
     IdempotencyKey::new(key, digest).map(Some).map_err(|e| ApiError::bad_request(format!("`Idempotency-Key`: {e}")))
 }
 
+/// Validate and queue a job; `sync` waits for its outcome.
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry of this request safe")),
+    request_body = SubmitBody,
+    responses(
+        (status = 200, description = "Sync: the finished job and its output", body = Finished<JobView>),
+        (status = 202, description = "Queued (async), or still running at the sync ceiling", body = Accepted),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such plugin", body = ErrorBody),
+        (status = 409, description = "The idempotency key was used for another request", body = ErrorBody),
+        (status = 413, description = "Body over the size cap", body = ErrorBody),
+        (status = 429, description = "The queue is full; retry after a second", body = ErrorBody),
+        (status = 503, description = "The database is busy", body = ErrorBody),
+    ))]
 async fn job_submit(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -380,7 +527,7 @@ async fn job_submit(
         }
         response
     };
-    let accepted = || (StatusCode::ACCEPTED, Json(json!({ "status": "accepted", "job_id": id }))).into_response();
+    let accepted = || (StatusCode::ACCEPTED, Json(Accepted { status: "accepted", job_id: id })).into_response();
     if execution == Execution::Async {
         return Ok(mark(accepted()));
     }
@@ -389,7 +536,7 @@ async fn job_submit(
     match state.runtime.wait(id, wait).await {
         Ok(mut job) => {
             let output = job.output.take();
-            Ok(mark(Json(finished_json(JobView::from(job), output.as_deref())).into_response()))
+            Ok(mark(Json(Finished::new(JobView::from(job), output.as_deref())).into_response()))
         }
         // Still running at the sync ceiling: the caller polls from here.
         Err(RuntimeError::WaitTimeout(_)) => Ok(mark(accepted())),
@@ -397,22 +544,50 @@ async fn job_submit(
     }
 }
 
+/// One job.
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, body = JobView),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+    ))]
 async fn job_show(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
     let job = state.runtime.get(id).await?;
     Ok(Json(JobView::from(job)).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
+    /// Only jobs in this state.
+    #[param(value_type = Option<JobStatus>)]
     status: Option<String>,
+    /// Only jobs of this plugin: a digest, a name or `name@version`.
+    #[param(pattern = "^((sha256:)?[0-9a-f]{64}|[a-z0-9][a-z0-9_-]{0,63}(@[A-Za-z0-9._+-]{1,64})?)$")]
     plugin: Option<String>,
+    /// Only jobs of this plan.
     plan: Option<String>,
+    /// Only jobs with this concurrency key.
     concurrency_key: Option<String>,
+    /// Only jobs older than this one (the previous page's `next_before`).
+    #[param(value_type = Option<JobId>)]
     before: Option<String>,
+    /// Jobs per page (default 50).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
 }
 
+/// Jobs, newest first, filtered and paged.
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs",
+    params(ListQuery),
+    responses(
+        (status = 200, body = JobPage),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    ))]
 async fn job_list(
     State(state): State<Arc<AppState>>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -433,13 +608,32 @@ async fn job_list(
     let jobs = state.runtime.list(params).await?;
     let next = (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id)).flatten();
     let jobs: Vec<JobView> = jobs.into_iter().map(JobView::from).collect();
-    Ok(Json(json!({ "jobs": jobs, "next_before": next })).into_response())
+    Ok(Json(JobPage { jobs, next_before: next }).into_response())
 }
 
+/// What a job's last attempt logged.
+#[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, body = crate::store::JobLogs),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+    ))]
 async fn job_logs(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
     Ok(Json(state.runtime.logs(id).await?).into_response())
 }
 
+/// A succeeded job's output bytes.
+#[utoipa::path(get, path = "/v1/jobs/{id}/output", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "The job did not succeed", body = ErrorBody),
+    ))]
 async fn job_output(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
     let job = state.runtime.get(id).await?;
     match job.output {
@@ -456,17 +650,46 @@ async fn job_output(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath
     }
 }
 
+/// Cancel: a queued job at once, a running one by asking its worker.
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, description = "It was queued: cancelled", body = CancelAnswer),
+        (status = 202, description = "It runs: its worker was asked to stop it", body = CancelAnswer),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "It already ended", body = ErrorBody),
+    ))]
 async fn job_cancel(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
     Ok(match state.runtime.cancel(id).await? {
-        Cancelled::Cancelled => (StatusCode::OK, Json(json!({ "job_id": id, "status": "cancelled" }))),
-        Cancelled::Requested => (StatusCode::ACCEPTED, Json(json!({ "job_id": id, "status": "cancel_requested" }))),
+        status @ Cancelled::Cancelled => (StatusCode::OK, Json(CancelAnswer { job_id: id, status })),
+        status @ Cancelled::Requested => (StatusCode::ACCEPTED, Json(CancelAnswer { job_id: id, status })),
     }
     .into_response())
 }
 
+/// This process's worker, the queue by state, and the ceilings.
+#[utoipa::path(get, path = "/v1/health", tag = "health",
+    responses(
+        (status = 200, body = HealthReport),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    ))]
 async fn health(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let health = state.runtime.health().await?;
-    Ok(Json(json!({ "health": health, "ceilings": state.runtime.ceilings() })).into_response())
+    Ok(Json(HealthReport { health, ceilings: state.runtime.ceilings() }).into_response())
+}
+
+/// This document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "health",
+    responses(
+        (status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    ))]
+async fn openapi_json() -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    (headers, openapi::document_json()).into_response()
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {

@@ -93,7 +93,7 @@ mod tests {
 }
 
 /// Where a job is in its life. Terminal states have no way out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     /// Waiting for a worker.
@@ -145,7 +145,7 @@ impl FromStr for JobStatus {
 }
 
 /// Resource limits stored with a job (the sandbox's run limits, by value).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobLimits {
     /// Wall-clock limit, milliseconds.
     pub timeout_ms: u64,
@@ -210,7 +210,7 @@ impl IdempotencyKey {
 }
 
 /// A stored job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Job {
     /// Id.
     pub id: JobId,
@@ -276,7 +276,7 @@ pub struct Job {
 }
 
 /// A guest's latest progress report, as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobProgress {
     /// Units done.
     pub done: u64,
@@ -287,7 +287,7 @@ pub struct JobProgress {
 }
 
 /// What a job's last attempt logged, kept when it ends.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobLogs {
     /// Structured records, in order.
     pub records: Vec<LogLine>,
@@ -304,7 +304,7 @@ pub struct JobLogs {
 }
 
 /// One structured log record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LogLine {
     /// `trace`, `debug`, `info`, `warn` or `error`.
     pub level: String,
@@ -317,7 +317,7 @@ pub struct LogLine {
 }
 
 /// A plugin's registry name and version.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PluginName {
     /// Name: lowercase letters, digits, `-` and `_`, 1–64 characters.
     pub name: String,
@@ -637,7 +637,7 @@ pub struct JobsDeleteParams {
 }
 
 /// Job counts by state, from one consistent snapshot.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Counts {
     /// Queued.
     pub queued: u64,

@@ -1,0 +1,150 @@
+//! The OpenAPI 3.1 document of the `/v1` API, generated from the route and
+//! body types ([`utoipa`]): served at `GET /v1/openapi.json`, and checked
+//! into `docs/openapi.json` (a test keeps the two equal).
+//!
+//! Types that travel as text (ids, digests, targets, instants) get their
+//! string schemas here; the rest derive theirs where they are defined.
+
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaFormat, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{KnownFormat, RefOr};
+use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
+
+use crate::clock::Timestamp;
+use crate::job::{Digest, Target};
+use crate::store::{JobId, PluginInfo};
+
+fn text(description: &str, pattern: Option<&str>, format: Option<SchemaFormat>) -> RefOr<Schema> {
+    ObjectBuilder::new().schema_type(Type::String).description(Some(description)).pattern(pattern).format(format).into()
+}
+
+impl PartialSchema for JobId {
+    fn schema() -> RefOr<Schema> {
+        text("A job id: a canonical ULID.", Some("^[0-7][0-9A-HJKMNP-TV-Z]{25}$"), None)
+    }
+}
+impl ToSchema for JobId {}
+
+impl PartialSchema for Digest {
+    fn schema() -> RefOr<Schema> {
+        text("A plugin's sha256 digest.", Some("^sha256:[0-9a-f]{64}$"), None)
+    }
+}
+impl ToSchema for Digest {}
+
+impl PartialSchema for Target {
+    fn schema() -> RefOr<Schema> {
+        text("`execute`, `apply` or `action:<name>`.", Some("^(execute|apply|action:[a-z0-9_.-]{1,64})$"), None)
+    }
+}
+impl ToSchema for Target {}
+
+impl PartialSchema for Timestamp {
+    fn schema() -> RefOr<Schema> {
+        text("A UTC instant, RFC 3339 with milliseconds.", None, Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+    }
+}
+impl ToSchema for Timestamp {}
+
+/// Written by hand: its name and version are flattened from an optional
+/// pair, which derived schemas cannot say (absent, not `null`).
+impl PartialSchema for PluginInfo {
+    fn schema() -> RefOr<Schema> {
+        let name = text("Registry name; absent for bytes stored without one.", None, None);
+        let version = text("Version; absent for bytes stored without a name.", None, None);
+        let size = ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0))
+            .description(Some("Component size, bytes."));
+        ObjectBuilder::new()
+            .description(Some("A stored plugin: its digest and, if registered, its name."))
+            .property("name", name)
+            .property("version", version)
+            .property("digest", Digest::schema())
+            .required("digest")
+            .property("size_bytes", size)
+            .required("size_bytes")
+            .property("created_at", Timestamp::schema())
+            .required("created_at")
+            .into()
+    }
+}
+impl ToSchema for PluginInfo {}
+
+/// Every route but `/healthz` takes `Authorization: Bearer <token>`.
+struct BearerToken;
+
+impl Modify for BearerToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The document.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "leash", description = "Durable, leased jobs inside WebAssembly sandboxes: the HTTP API of `leash serve`."),
+    paths(
+        super::plugin_upload,
+        super::plugin_list,
+        super::plugin_show,
+        super::job_submit,
+        super::job_list,
+        super::job_show,
+        super::job_logs,
+        super::job_output,
+        super::job_cancel,
+        super::health,
+        super::openapi_json,
+    ),
+    modifiers(&BearerToken),
+    security(("bearer" = []))
+)]
+#[derive(Debug)]
+pub struct ApiDoc;
+
+/// The document as JSON, pretty-printed (as `docs/openapi.json` holds it).
+pub fn document_json() -> String {
+    ApiDoc::openapi().to_pretty_json().expect("the document serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `docs/openapi.json` is the document the code generates. After an API
+    /// change, regenerate it: `LEASH_WRITE_OPENAPI=1 cargo test -p leash --lib openapi`.
+    #[test]
+    fn the_checked_in_document_is_the_generated_one() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+        let generated = document_json() + "\n";
+        if std::env::var_os("LEASH_WRITE_OPENAPI").is_some() {
+            std::fs::write(path, &generated).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(checked_in == generated, "docs/openapi.json is stale: regenerate it with LEASH_WRITE_OPENAPI=1");
+    }
+
+    #[test]
+    fn every_route_of_the_router_is_documented() {
+        let doc = ApiDoc::openapi();
+        let paths: Vec<&String> = doc.paths.paths.keys().collect();
+        for route in [
+            "/v1/plugins",
+            "/v1/plugins/{reference}",
+            "/v1/jobs",
+            "/v1/jobs/{id}",
+            "/v1/jobs/{id}/logs",
+            "/v1/jobs/{id}/output",
+            "/v1/jobs/{id}/cancel",
+            "/v1/health",
+            "/v1/openapi.json",
+        ] {
+            assert!(paths.iter().any(|p| *p == route), "{route} is not documented: {paths:?}");
+        }
+    }
+}
