@@ -424,3 +424,34 @@ fn no_cache_wins_over_a_cache_dir_from_the_environment() {
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(!dir.path().join("cache").exists(), "nothing was written to the cache");
 }
+
+/// Every attack of the `hostile` plugin through a real `leash run`: the
+/// kind it must end with, and the process's peak RSS under the same bound.
+#[test]
+fn every_attack_ends_as_its_kind_with_the_host_small() {
+    let (warm, _) = leash_run_rss("huge-progress-note", 1, &[]);
+    assert_eq!(warm.status.code(), Some(1), "{}", String::from_utf8_lossy(&warm.stderr));
+    let attacks: [(&str, u64, &str); 13] = [
+        ("log-empty-fields", 200_000, "output_limit"),
+        ("log-bad-utf8", 0, "trap"),
+        ("log-bad-level", 0, "trap"),
+        ("log-out-of-bounds", 0, "trap"),
+        ("log-misaligned", 0, "trap"),
+        ("exit", 0, "trap"),
+        ("poll-empty", 0, "trap"),
+        ("random-huge", 64 << 20, "trap"),
+        ("stream-overwrite", 1 << 20, "trap"),
+        ("handles", 0, "resource_limit"),
+        ("oom-then-panic", 1 << 30, "trap"),
+        ("huge-error", 8 << 20, "output_limit"),
+        ("huge-progress-note", 8 << 20, "output_limit"),
+    ];
+    for (attack, n, kind) in attacks {
+        let (output, rss) = leash_run_rss(attack, n, &["--timeout", "10s", "--memory", "64MiB"]);
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+        assert_eq!(report["error_kind"], kind, "{attack}: {report}");
+        assert!(report["message"].as_str().unwrap().len() <= MESSAGE_BOUND, "{attack}: a bounded message");
+        let bound = (64 << 20) + HOST_SHARE_BYTES;
+        assert!(rss < bound, "{attack}: peak RSS {rss} bytes, over {bound}");
+    }
+}
