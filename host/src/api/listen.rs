@@ -102,8 +102,10 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ListenLimits, shu
             drop(permit);
         });
     }
-    // Accept no more, but let requests in progress finish: the caller drops
-    // this future, and with it every connection, when its own budget ends.
+    // Accept no more (new connections are refused, not queued), but let
+    // requests in progress finish: the caller drops this future, and with
+    // it every connection, when its own budget ends.
+    drop(listener);
     while connections.join_next().await.is_some() {}
 }
 
