@@ -289,3 +289,24 @@ async fn subscribers_on_the_builder_hear_the_first_claims() {
     assert_eq!(finished, queued, "every completion was heard");
     runtime.shutdown().await;
 }
+
+/// A submit wakes an idle pool at once: with a one-minute poll interval,
+/// a job submitted while the pool waits starts long before the next poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_wakes_an_idle_worker_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let poll = Duration::from_secs(60);
+    let runtime = builder(&dir).poll_interval(poll).build().await.unwrap();
+    // A first job, so the claim loop has gone round and now waits, idle.
+    let first = runtime.submit(job("hello", "")).await.unwrap();
+    assert_eq!(runtime.wait(first, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
+    let started = Instant::now();
+    let second = runtime.submit(job("hello", "")).await.unwrap();
+    let done = tokio::time::timeout(poll / 2, runtime.wait(second, poll))
+        .await
+        .expect("the submit woke the pool: the job did not wait for the next poll")
+        .unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded);
+    assert!(started.elapsed() < poll / 2);
+    runtime.shutdown().await;
+}

@@ -694,10 +694,26 @@ mod tests {
     }
 
     #[test]
-    fn every_error_kind_has_a_distinct_meaningful_exit_status() {
-        assert_eq!(ExitStatus::for_kind(ErrorKind::Timeout) as u8, 3);
-        assert_eq!(ExitStatus::for_kind(ErrorKind::MemoryLimit), ExitStatus::ResourceLimit);
-        assert_eq!(ExitStatus::for_kind(ErrorKind::Trap) as u8, 6);
+    fn every_error_kind_maps_to_its_documented_exit_status() {
+        let documented = |kind: ErrorKind| match kind {
+            ErrorKind::GuestError => 1,
+            ErrorKind::InvalidInput => 2,
+            ErrorKind::Timeout => 3,
+            ErrorKind::Cancelled => 4,
+            ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit | ErrorKind::ResourceLimit => 5,
+            ErrorKind::Trap => 6,
+            ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::HostError => 70,
+        };
+        for kind in ErrorKind::ALL {
+            assert_eq!(ExitStatus::for_kind(kind) as u8, documented(kind), "{kind}");
+            // Every code a kind earns is one the help text explains.
+            let line = format!("\n  {:<3} ", ExitStatus::for_kind(kind) as u8);
+            assert!(EXIT_CODES_HELP.contains(&line), "{kind}: {line:?} not in the help");
+        }
+        // The limit kinds share one code; nothing else shares with them.
+        let limits: Vec<ErrorKind> = ErrorKind::ALL.into_iter().filter(|k| k.is_resource_limit()).collect();
+        assert_eq!(limits.len(), 4);
+        assert!(ErrorKind::ALL.into_iter().all(|k| k.is_resource_limit() == (ExitStatus::for_kind(k) as u8 == 5)));
     }
 
     #[test]
