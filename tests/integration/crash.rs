@@ -15,11 +15,16 @@ use crate::support::{GENEROUS, cache_dir};
 const LEASE_TTL: &str = "600ms";
 
 fn start_worker(db: &Path, max_workers: u32) -> Child {
+    start_worker_with(db, max_workers, &[])
+}
+
+fn start_worker_with(db: &Path, max_workers: u32, extra: &[&str]) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_leash"))
         .args(["worker", "--db"])
         .arg(db)
         .args(["--lease-ttl", LEASE_TTL, "--poll-interval", "50ms", "--shutdown-budget", "3s"])
         .args(["--max-workers", &max_workers.to_string()])
+        .args(extra)
         .env("LEASH_CACHE_DIR", cache_dir())
         .stderr(Stdio::piped())
         .spawn()
@@ -129,6 +134,36 @@ async fn sigterm_releases_running_guests_within_the_budget() {
         assert!(job.lease_token.is_none() && job.lease_expires_at.is_none(), "no live owner");
     }
     assert_eq!(runtime.health().await.unwrap().counts.total(), 2);
+}
+
+/// SIGTERM while a guest is about to return: it returns inside the
+/// shutdown grace, so its job is recorded `succeeded` with its output on
+/// attempt 1 (not released to run again), and it started once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_keeps_a_guest_that_returns_inside_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.db");
+    let start_log = dir.path().join("starts.log");
+    let runtime = submitter(&db).await;
+    let id = runtime.submit(job("sleep", r#"{"ms": 700}"#, 1)).await.unwrap();
+    let mut worker = start_worker_with(&db, 1, &["--cancel-grace", "2s", "--start-log", start_log.to_str().unwrap()]);
+    // The start log's line is written just before the guest runs.
+    let started = Instant::now();
+    while !std::fs::read_to_string(&start_log).unwrap_or_default().contains(&id.to_string()) {
+        assert!(started.elapsed() < GENEROUS, "the job never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let signalled = leash::clock::Timestamp::now();
+    sigterm(&worker);
+    assert!(worker.wait().unwrap().success());
+    let job = runtime.get(id).await.unwrap();
+    assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error_message);
+    assert_eq!((job.attempt, job.lost_leases), (1, 0));
+    assert!(job.finished_at.unwrap() >= signalled, "it returned inside the shutdown window");
+    let output: serde_json::Value = serde_json::from_slice(job.output.as_deref().unwrap()).unwrap();
+    assert_eq!(output["slept_ms"], 700);
+    let starts = std::fs::read_to_string(&start_log).unwrap();
+    assert_eq!(starts.lines().filter(|l| l.starts_with(&id.to_string())).count(), 1, "{starts}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

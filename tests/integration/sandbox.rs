@@ -439,3 +439,14 @@ async fn cpu_gives_the_same_checksum_every_time() {
     let other = output_json(&run(&sandbox, "cpu", br#"{"rounds": 4}"#, limits()).await);
     assert_ne!(first["checksum"], other["checksum"]);
 }
+
+#[tokio::test]
+async fn a_guest_that_finishes_after_a_stop_request_keeps_its_output() {
+    let sandbox = support::sandbox();
+    let plugin = load(&sandbox, "sleep");
+    let stop = StopHandle::new();
+    // Asked to stop before it even starts; it never looks, and returns.
+    stop.request();
+    let outcome = sandbox.run(&plugin, request(br#"{"ms": 20}"#, limits()), &stop, Arc::new(NoObserver)).await;
+    assert_eq!(output_json(&outcome)["slept_ms"], 20, "finished work is not thrown away");
+}

@@ -695,7 +695,10 @@ fn classify(
         Failure::new(kind, format!("{label}: {}", cut_text(message, MAX_ERROR_MESSAGE_BYTES)))
     };
     match returned {
-        Ok(_) if stop_requested => Err(Failure::cancelled(StopMode::Cooperative)),
+        // A guest that stops short when asked returns an error: that is a
+        // cooperative stop. One that returns its output has finished its
+        // work, stop or no stop, and the output is kept (below).
+        Ok(Err(_)) if stop_requested => Err(Failure::cancelled(StopMode::Cooperative)),
         Ok(Ok(output)) if output.len() as u64 > limits.output_bytes => Err(Failure::new(
             ErrorKind::OutputLimit,
             format!("OutputLimit: the job returned {} bytes, over its limit of {}", output.len(), limits.output_bytes),
