@@ -546,7 +546,10 @@ impl Runtime {
 
     /// Validate, precompile and store a plugin; returns its digest.
     pub async fn plugin_add(&self, bytes: Vec<u8>) -> Result<Digest, RuntimeError> {
+        let bytes = Arc::new(bytes);
         self.inner.sandbox.compile(bytes.clone()).await.map_err(RuntimeError::InvalidPlugin)?;
+        // The compile's share is dropped once it returns: no copy is made.
+        let bytes = Arc::try_unwrap(bytes).unwrap_or_else(|shared| shared.as_ref().clone());
         let now = self.inner.settings.clock.now();
         let digest = self.inner.store.plugin_put(PluginPutParams { bytes, now }).await?;
         self.inner.known_plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest);

@@ -292,7 +292,8 @@ impl Pool {
             .await
             .map_err(|e| format!("HostError: cannot read plugin {digest}: {e}"))?
             .ok_or_else(|| format!("HostError: plugin {digest} is not in the store"))?;
-        let plugin = self.sandbox.compile(bytes).await.map_err(|e| format!("HostError: plugin {digest}: {e}"))?;
+        let plugin =
+            self.sandbox.compile(Arc::new(bytes)).await.map_err(|e| format!("HostError: plugin {digest}: {e}"))?;
         self.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, plugin.clone());
         Ok(plugin)
     }

@@ -204,16 +204,18 @@ fn parse_id(id: &str) -> Result<JobId, ApiError> {
     id.parse().map_err(ApiError::bad_request)
 }
 
-/// A job id from the path, checked: a segment that is not valid UTF-8 or
-/// not a canonical ULID is a `400` in the API's JSON.
-struct JobIdPath(JobId);
+/// The one path parameter of a route, parsed: a segment that is not valid
+/// percent-encoded UTF-8, or that `T` refuses (a job id that is not a
+/// canonical ULID, a malformed plugin reference), is a `400` in the API's
+/// JSON.
+struct ParsedPath<T>(T);
 
-impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
+impl<S: Send + Sync, T: std::str::FromStr<Err = String>> FromRequestParts<S> for ParsedPath<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(id) = Path::<String>::from_request_parts(parts, state).await.map_err(path_error)?;
-        parse_id(&id).map(JobIdPath)
+        let Path(text) = Path::<String>::from_request_parts(parts, state).await.map_err(path_error)?;
+        text.parse().map(ParsedPath).map_err(ApiError::bad_request)
     }
 }
 
@@ -294,10 +296,8 @@ async fn plugin_list(State(state): State<Arc<AppState>>) -> Result<Response, Api
     ))]
 async fn plugin_show(
     State(state): State<Arc<AppState>>,
-    reference: Result<Path<String>, PathRejection>,
+    ParsedPath(reference): ParsedPath<PluginRef>,
 ) -> Result<Response, ApiError> {
-    let Path(reference) = reference.map_err(path_error)?;
-    let reference: PluginRef = reference.parse().map_err(ApiError::bad_request)?;
     Ok(Json(state.runtime.plugin(reference).await?).into_response())
 }
 
@@ -553,7 +553,7 @@ async fn job_submit(
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
     ))]
-async fn job_show(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
+async fn job_show(State(state): State<Arc<AppState>>, ParsedPath(id): ParsedPath<JobId>) -> Result<Response, ApiError> {
     let job = state.runtime.get(id).await?;
     Ok(Json(JobView::from(job)).into_response())
 }
@@ -620,7 +620,7 @@ async fn job_list(
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
     ))]
-async fn job_logs(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
+async fn job_logs(State(state): State<Arc<AppState>>, ParsedPath(id): ParsedPath<JobId>) -> Result<Response, ApiError> {
     Ok(Json(state.runtime.logs(id).await?).into_response())
 }
 
@@ -634,7 +634,10 @@ async fn job_logs(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) 
         (status = 404, description = "No such job", body = ErrorBody),
         (status = 409, description = "The job did not succeed", body = ErrorBody),
     ))]
-async fn job_output(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
+async fn job_output(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
     let job = state.runtime.get(id).await?;
     match job.output {
         Some(output) => {
@@ -661,12 +664,16 @@ async fn job_output(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath
         (status = 404, description = "No such job", body = ErrorBody),
         (status = 409, description = "It already ended", body = ErrorBody),
     ))]
-async fn job_cancel(State(state): State<Arc<AppState>>, JobIdPath(id): JobIdPath) -> Result<Response, ApiError> {
-    Ok(match state.runtime.cancel(id).await? {
-        status @ Cancelled::Cancelled => (StatusCode::OK, Json(CancelAnswer { job_id: id, status })),
-        status @ Cancelled::Requested => (StatusCode::ACCEPTED, Json(CancelAnswer { job_id: id, status })),
-    }
-    .into_response())
+async fn job_cancel(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
+    let status = state.runtime.cancel(id).await?;
+    let code = match status {
+        Cancelled::Cancelled => StatusCode::OK,
+        Cancelled::Requested => StatusCode::ACCEPTED,
+    };
+    Ok((code, Json(CancelAnswer { job_id: id, status })).into_response())
 }
 
 /// This process's worker, the queue by state, and the ceilings.
@@ -687,9 +694,11 @@ async fn health(State(state): State<Arc<AppState>>) -> Result<Response, ApiError
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
     ))]
 async fn openapi_json() -> Response {
+    // The document never changes while the process runs: build it once.
+    static DOCUMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(openapi::document_json);
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    (headers, openapi::document_json()).into_response()
+    (headers, DOCUMENT.as_str()).into_response()
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {

@@ -129,6 +129,38 @@ mod tests {
         assert!(checked_in == generated, "docs/openapi.json is stale: regenerate it with LEASH_WRITE_OPENAPI=1");
     }
 
+    /// utoipa takes only literals for bounds, so the document repeats the
+    /// code's ceilings: this keeps the two in step.
+    #[test]
+    fn the_documented_bounds_are_the_codes_defaults() {
+        use crate::runtime::{DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE_TTL, DEFAULT_MAX_TIMEOUT};
+        use crate::runtime::{MAX_ATTEMPTS_CEILING, MAX_KEY_BYTES};
+        use crate::sandbox::DEFAULT_MEMORY_CEILING_BYTES;
+        let doc: serde_json::Value = serde_json::from_str(&document_json()).unwrap();
+        let body = &doc["components"]["schemas"]["SubmitBody"]["properties"];
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        let bounds = [
+            ("timeout_ms", "maximum", ms(DEFAULT_MAX_TIMEOUT)),
+            ("memory_bytes", "maximum", DEFAULT_MEMORY_CEILING_BYTES),
+            ("output_bytes", "maximum", DEFAULT_MAX_OUTPUT_BYTES),
+            ("max_attempts", "maximum", u64::from(MAX_ATTEMPTS_CEILING)),
+            ("queue_ttl_ms", "maximum", ms(DEFAULT_MAX_QUEUE_TTL)),
+            ("concurrency_key", "maxLength", MAX_KEY_BYTES as u64),
+            ("plan_id", "maxLength", MAX_KEY_BYTES as u64),
+        ];
+        for (field, bound, value) in bounds {
+            assert_eq!(body[field][bound], value, "{field}.{bound}");
+        }
+        let limit = doc["paths"]["/v1/jobs"]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap()
+            .clone();
+        assert_eq!(limit["schema"]["maximum"], super::super::MAX_PAGE);
+    }
+
     #[test]
     fn every_route_of_the_router_is_documented() {
         let doc = ApiDoc::openapi();

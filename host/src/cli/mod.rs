@@ -450,7 +450,7 @@ async fn run_once(args: RunArgs) -> Result<ExitStatus, CliError> {
     let cache_dir = if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) };
     let config = SandboxConfig { allocator: Allocator::Pooling { slots: 1 }, cache_dir, ..SandboxConfig::default() };
     let sandbox = Arc::new(Sandbox::new(config).map_err(|e| CliError::internal(e.to_string()))?);
-    let plugin = match sandbox.compile(bytes).await {
+    let plugin = match sandbox.compile(Arc::new(bytes)).await {
         Ok(plugin) => plugin,
         Err(e) => {
             let message = format!("{}: {e}", args.component.display());

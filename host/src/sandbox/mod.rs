@@ -517,7 +517,9 @@ impl Sandbox {
     /// [`SandboxConfig::compile_concurrency`] at once: the async runtime
     /// (and with it the HTTP server and lease renewals) never waits on a
     /// compiler.
-    pub async fn compile(self: &Arc<Self>, bytes: Vec<u8>) -> Result<Plugin, SandboxError> {
+    /// The bytes are shared, not copied: a caller that stores them after
+    /// (the runtime) takes them back with `Arc::try_unwrap`.
+    pub async fn compile(self: &Arc<Self>, bytes: Arc<Vec<u8>>) -> Result<Plugin, SandboxError> {
         let _permit =
             self.compiling.acquire().await.map_err(|_| SandboxError::Engine("the sandbox is closed".into()))?;
         let sandbox = self.clone();
@@ -752,21 +754,19 @@ fn classify_error(error: &wasmtime::Error, state: &HostState, limits: &RunLimits
         );
     }
     let detail = root_line(error);
-    let refused = state.limiter.refused_memory.map(|r| {
-        (r, format!("a memory growth to {} bytes was refused (limit {})", r.wanted_bytes, limits.memory_bytes))
-    });
     if let Some((kind, message)) = limit_hit(&detail, limits) {
         return failure(kind, message);
     }
     match trap {
         Some(trap) => {
+            let refused = state.limiter.refused_memory;
             // Only a panic printed after the last refusal explains this trap.
-            let since = refused.as_ref().map_or(0, |(r, _)| r.stderr_offset);
+            let since = refused.map_or(0, |r| r.stderr_offset);
             let panic = panic_message(&stderr.lossy_text_from(since));
-            match (&refused, panic) {
+            match (refused, panic) {
                 // A Rust guest whose allocation fails aborts with `unreachable`
                 // and no panic: that is the refused growth, not a bug.
-                (Some((r, _)), None) if trap == Trap::UnreachableCodeReached => failure(
+                (Some(r), None) if trap == Trap::UnreachableCodeReached => failure(
                     ErrorKind::MemoryLimit,
                     format!(
                         "MemoryLimit: the job asked for {} bytes of memory, over its limit of {}",
@@ -778,8 +778,11 @@ fn classify_error(error: &wasmtime::Error, state: &HostState, limits: &RunLimits
                     if let Some(panic) = panic {
                         message.push_str(&format!(" ({panic})"));
                     }
-                    if let Some((_, note)) = refused {
-                        message.push_str(&format!("; earlier, {note}"));
+                    if let Some(r) = refused {
+                        message.push_str(&format!(
+                            "; earlier, a memory growth to {} bytes was refused (limit {})",
+                            r.wanted_bytes, limits.memory_bytes
+                        ));
                     }
                     failure(ErrorKind::Trap, message)
                 }
