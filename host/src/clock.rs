@@ -47,6 +47,15 @@ impl Timestamp {
         Timestamp(self.0.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
     }
 
+    /// Parse an RFC 3339 instant in UTC (`2026-12-01T09:00:00Z`, with or
+    /// without fractional seconds; finer than milliseconds is cut).
+    pub fn parse_rfc3339(text: &str) -> Result<Self, String> {
+        let time = humantime::parse_rfc3339(text)
+            .map_err(|e| format!("{text:?} is not an RFC 3339 UTC time like 2026-12-01T09:00:00Z ({e})"))?;
+        let ms = time.duration_since(UNIX_EPOCH).map_err(|_| format!("{text:?} is before 1970"))?.as_millis();
+        Ok(Timestamp(i64::try_from(ms).map_err(|_| format!("{text:?} is out of range"))?))
+    }
+
     /// RFC 3339, UTC, millisecond precision: `2026-11-30T06:33:44.123Z`.
     /// Every instant formats: years past 9999 (which RFC 3339 cannot write)
     /// get a sign and as many digits as they need, `+10000-01-01T…`, so a

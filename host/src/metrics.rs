@@ -58,6 +58,8 @@ pub struct Metrics {
     pub lease_renewals: Counter,
     /// Leases this process lost (its result dropped).
     pub leases_lost: Counter,
+    /// Failed attempts queued again for a retry.
+    pub retries: Counter,
     /// Fuel used by finished jobs.
     pub fuel_used: Counter,
     /// How late a 100 ms timer fires on the async runtime.
@@ -101,6 +103,8 @@ impl Metrics {
         registry.register("lease_renewals", "Lease renewals that held", lease_renewals.clone());
         let leases_lost = Counter::default();
         registry.register("leases_lost", "Leases this process lost", leases_lost.clone());
+        let retries = Counter::default();
+        registry.register("job_retries", "Failed attempts this process queued again for a retry", retries.clone());
         let fuel_used = Counter::default();
         registry.register("fuel_used", "Fuel used by jobs this process finished", fuel_used.clone());
         let event_loop_lag_seconds = Gauge::<f64, AtomicU64>::default();
@@ -120,6 +124,7 @@ impl Metrics {
             complete_seconds,
             lease_renewals,
             leases_lost,
+            retries,
             fuel_used,
             event_loop_lag_seconds,
         }

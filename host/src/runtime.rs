@@ -29,8 +29,9 @@ use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
 use crate::store::sqlite::{Durability, SqliteStore};
 use crate::store::{
-    CancelResult, Counts, IdempotencyKey, Job, JobId, JobInsertParams, JobLimits, JobListParams, JobLogs, JobStatus,
-    JobStore, NewJob, PluginInfo, PluginName, PluginNameParams, PluginPutParams, PluginRef, StoreError,
+    Backoff, CancelResult, Counts, IdempotencyKey, Job, JobId, JobInsertParams, JobLimits, JobListParams, JobLogs,
+    JobStatus, JobStore, JobsExpireParams, NewJob, PluginInfo, PluginName, PluginNameParams, PluginPutParams,
+    PluginRef, StoreError,
 };
 use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};
@@ -59,6 +60,11 @@ pub const DEFAULT_MAX_QUEUE_TTL: Duration = Duration::from_secs(30 * 86_400);
 pub const MAX_ATTEMPTS_CEILING: u32 = 100;
 /// Longest concurrency key or plan id, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
+/// How long past a job's deadline (and its cancel grace) a sync waiter
+/// waits for the worker to record the ending.
+const DEADLINE_SETTLE: Duration = Duration::from_secs(5);
+/// Longest pause a job's retry backoff may ask for.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(86_400);
 
 /// Where a job's plugin comes from.
 #[derive(Debug, Clone)]
@@ -100,6 +106,14 @@ pub struct Submit {
     /// The client's idempotency key for this request: submitting the same
     /// key again returns this job instead of queueing another.
     pub idempotency: Option<IdempotencyKey>,
+    /// Not before this instant (a delayed job); its queue TTL counts from
+    /// then. A past instant means now.
+    pub run_at: Option<Timestamp>,
+    /// A deadline for the whole job, from now: it expires if still queued
+    /// then, and its run is cut to end by then (sync HTTP calls use this).
+    pub deadline: Option<Duration>,
+    /// The pause before each retry (default: the runtime's).
+    pub backoff: Option<Backoff>,
 }
 
 impl Submit {
@@ -118,6 +132,9 @@ impl Submit {
             plan_id: None,
             queue_ttl: None,
             idempotency: None,
+            run_at: None,
+            deadline: None,
+            backoff: None,
         }
     }
 }
@@ -224,6 +241,8 @@ pub struct Ceilings {
     pub max_queue_ttl_ms: u64,
     /// Most attempts a job may ask for.
     pub max_attempts: u32,
+    /// The retry backoff of a job that sets none.
+    pub backoff: Backoff,
 }
 
 /// Builds a [`Runtime`].
@@ -236,13 +255,12 @@ pub struct RuntimeBuilder {
     job_ttl: Duration,
     sweep_interval: Option<Duration>,
     max_queued: u64,
-    max_timeout: Duration,
-    max_output_bytes: u64,
     max_queue_ttl: Duration,
     default_timeout: Duration,
     default_memory_bytes: u64,
     default_output_bytes: u64,
     default_max_attempts: u32,
+    default_backoff: Backoff,
     clock: Arc<dyn Clock>,
     workers: bool,
     start_subscribers: Vec<crate::worker::StartSubscriber>,
@@ -351,15 +369,24 @@ impl RuntimeBuilder {
     }
 
     /// Ceiling on a job's wall-clock limit (default 24 h): submits above it
-    /// are refused.
+    /// are refused, and a stored job's limit is cut to it when this
+    /// process's workers claim the job.
     pub fn max_timeout(mut self, d: Duration) -> Self {
-        self.max_timeout = d;
+        self.worker.max_timeout = d;
         self
     }
 
-    /// Ceiling on a job's output limit (default 64 MiB).
+    /// Ceiling on a job's output limit (default 64 MiB), applied at submit
+    /// and again at claim like [`Self::max_timeout`].
     pub fn max_output_bytes(mut self, n: u64) -> Self {
-        self.max_output_bytes = n;
+        self.worker.max_output_bytes = n;
+        self
+    }
+
+    /// The retry backoff of a job that sets none (default 1 s doubling to
+    /// 300 s).
+    pub fn default_backoff(mut self, backoff: Backoff) -> Self {
+        self.default_backoff = backoff;
         self
     }
 
@@ -396,6 +423,7 @@ impl RuntimeBuilder {
 
     /// Open the store, build the sandbox, start the pool and sweeps.
     pub async fn build(mut self) -> Result<Runtime, RuntimeError> {
+        check_backoff(self.default_backoff).map_err(|e| RuntimeError::InvalidJob(format!("default {e}")))?;
         let store: Arc<dyn JobStore> = match &self.store {
             Some(store) => store.clone(),
             None => {
@@ -444,6 +472,20 @@ impl RuntimeBuilder {
             }),
         })
     }
+}
+
+/// A backoff a job may use: a base of at least 1 ms, no more than its cap,
+/// and a cap of at most [`MAX_BACKOFF`].
+fn check_backoff(backoff: Backoff) -> Result<(), String> {
+    let max_backoff = MAX_BACKOFF.as_millis() as u64;
+    if backoff.base_ms == 0 || backoff.base_ms > backoff.cap_ms || backoff.cap_ms > max_backoff {
+        return Err(format!(
+            "backoff {} ms doubling to {} ms is out of range: use a base of at least 1 ms, no more than the cap, \
+             and a cap of at most {max_backoff} ms",
+            backoff.base_ms, backoff.cap_ms
+        ));
+    }
+    Ok(())
 }
 
 /// The admission estimate of queued jobs.
@@ -495,17 +537,18 @@ impl Runtime {
                 cancel_grace: sandbox::DEFAULT_CANCEL_GRACE,
                 shutdown_budget: DEFAULT_SHUTDOWN_BUDGET,
                 queue_ttl: DEFAULT_QUEUE_TTL,
+                max_timeout: DEFAULT_MAX_TIMEOUT,
+                max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             },
             job_ttl: DEFAULT_JOB_TTL,
             sweep_interval: None,
             max_queued: DEFAULT_MAX_QUEUED,
-            max_timeout: DEFAULT_MAX_TIMEOUT,
-            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             max_queue_ttl: DEFAULT_MAX_QUEUE_TTL,
             default_timeout: sandbox::DEFAULT_TIMEOUT,
             default_memory_bytes: sandbox::DEFAULT_MEMORY_BYTES,
             default_output_bytes: sandbox::DEFAULT_OUTPUT_BYTES,
             default_max_attempts: 1,
+            default_backoff: Backoff::default(),
             clock: Arc::new(SystemClock),
             workers: true,
             start_subscribers: Vec::new(),
@@ -666,18 +709,18 @@ impl Runtime {
         if timeout.is_zero() {
             return Err(RuntimeError::InvalidJob("timeout must be positive".into()));
         }
-        if timeout > settings.max_timeout {
+        if timeout > settings.worker.max_timeout {
             return Err(RuntimeError::InvalidJob(format!(
                 "timeout {} is over the ceiling of {}",
                 humantime::format_duration(timeout),
-                humantime::format_duration(settings.max_timeout)
+                humantime::format_duration(settings.worker.max_timeout)
             )));
         }
         let output_bytes = job.output_bytes.unwrap_or(settings.default_output_bytes);
-        if output_bytes > settings.max_output_bytes {
+        if output_bytes > settings.worker.max_output_bytes {
             return Err(RuntimeError::InvalidJob(format!(
                 "output_bytes {output_bytes} is over the ceiling of {}",
-                settings.max_output_bytes
+                settings.worker.max_output_bytes
             )));
         }
         if job.concurrency_key.as_deref().is_some_and(str::is_empty) {
@@ -701,6 +744,28 @@ impl Runtime {
                 humantime::format_duration(settings.max_queue_ttl)
             )));
         }
+        let now = settings.clock.now();
+        let delay = job.run_at.map_or(Duration::ZERO, |at| {
+            Duration::from_millis(u64::try_from(at.unix_ms().saturating_sub(now.unix_ms())).unwrap_or(0))
+        });
+        if delay > settings.max_queue_ttl {
+            return Err(RuntimeError::InvalidJob(format!(
+                "run_at is {} away, past the ceiling of {}",
+                humantime::format_duration(delay),
+                humantime::format_duration(settings.max_queue_ttl)
+            )));
+        }
+        if let Some(deadline) = job.deadline
+            && (deadline.is_zero() || deadline > settings.worker.max_timeout)
+        {
+            return Err(RuntimeError::InvalidJob(format!(
+                "deadline {} is out of range: use 1ms to {}",
+                humantime::format_duration(deadline),
+                humantime::format_duration(settings.worker.max_timeout)
+            )));
+        }
+        let backoff = job.backoff.unwrap_or(settings.default_backoff);
+        check_backoff(backoff).map_err(RuntimeError::InvalidJob)?;
         Ok(NewJob {
             plugin,
             plugin_name,
@@ -712,6 +777,9 @@ impl Runtime {
             plan_id: job.plan_id,
             queue_ttl,
             idempotency: job.idempotency,
+            delay,
+            deadline: job.deadline,
+            backoff,
         })
     }
 
@@ -740,13 +808,35 @@ impl Runtime {
     pub fn ceilings(&self) -> Ceilings {
         let s = &self.inner.settings;
         Ceilings {
-            max_timeout_ms: s.max_timeout.as_millis() as u64,
+            max_timeout_ms: s.worker.max_timeout.as_millis() as u64,
             max_memory_bytes: s.sandbox.memory_ceiling_bytes,
-            max_output_bytes: s.max_output_bytes,
+            max_output_bytes: s.worker.max_output_bytes,
             default_timeout_ms: s.default_timeout.as_millis() as u64,
             max_queue_ttl_ms: s.max_queue_ttl.as_millis() as u64,
             max_attempts: MAX_ATTEMPTS_CEILING,
+            backoff: s.default_backoff,
         }
+    }
+
+    /// The runtime's clock, read now.
+    pub fn now(&self) -> Timestamp {
+        self.inner.settings.clock.now()
+    }
+
+    /// Wait for a job with a deadline `deadline` from its submission (see
+    /// [`Submit::deadline`]) to end. At the deadline a job still queued is
+    /// expired at once (not at the next sweep); a running one has its
+    /// worker's cancel grace and a few seconds more to record the timeout
+    /// its worker gave it. [`RuntimeError::WaitTimeout`] only when even
+    /// that passes: its worker stopped without a word.
+    pub async fn wait_past_deadline(&self, id: JobId, deadline: Duration) -> Result<Job, RuntimeError> {
+        match self.wait(id, deadline).await {
+            Err(RuntimeError::WaitTimeout(_)) => {}
+            other => return other,
+        }
+        let now = self.now();
+        self.inner.store.jobs_expire_queued(JobsExpireParams { now }).await?;
+        self.wait(id, self.inner.settings.worker.cancel_grace + DEADLINE_SETTLE).await
     }
 
     /// Wait until the job ends, up to `timeout`. Timing out does not cancel

@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::sandbox::{Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, StopHandle};
 use crate::store::{
     Finish, JobClaimParams, JobFinishParams, JobId, JobLogs, JobProgress, JobProgressParams, JobReleaseParams,
-    JobStatus, JobStore, Lease, LogLine,
+    JobRetryParams, JobStatus, JobStore, Lease, LogLine,
 };
 
 /// Longest a busy pool waits to gather free slots into one claim.
@@ -52,6 +52,11 @@ pub struct WorkerConfig {
     pub shutdown_budget: Duration,
     /// How long a released job may wait in the queue again.
     pub queue_ttl: Duration,
+    /// Ceiling on a job's wall-clock limit: a stored job asking for more
+    /// runs with this (the ceiling in force at claim, not at submit).
+    pub max_timeout: Duration,
+    /// Ceiling on a job's output limit, applied at claim the same way.
+    pub max_output_bytes: u64,
 }
 
 /// A fresh random worker id, `worker-<8 hex>`: never a host name.
@@ -282,7 +287,7 @@ impl Pool {
         }
     }
 
-    async fn plugin(&self, digest: Digest) -> Result<Plugin, String> {
+    async fn plugin(&self, digest: Digest) -> Result<Plugin, HostFailure> {
         if let Some(plugin) = self.plugins.lock().unwrap_or_else(|e| e.into_inner()).get(&digest) {
             return Ok(plugin.clone());
         }
@@ -290,10 +295,18 @@ impl Pool {
             .store
             .plugin_get(digest)
             .await
-            .map_err(|e| format!("HostError: cannot read plugin {digest}: {e}"))?
-            .ok_or_else(|| format!("HostError: plugin {digest} is not in the store"))?;
-        let plugin =
-            self.sandbox.compile(Arc::new(bytes)).await.map_err(|e| format!("HostError: plugin {digest}: {e}"))?;
+            .map_err(|e| HostFailure {
+                retryable: e.is_transient(),
+                ..HostFailure::new(ErrorKind::HostError, format!("HostError: cannot read plugin {digest}: {e}"))
+            })?
+            .ok_or_else(|| {
+                HostFailure::new(ErrorKind::HostError, format!("HostError: plugin {digest} is not in the store"))
+            })?;
+        let plugin = self
+            .sandbox
+            .compile(Arc::new(bytes))
+            .await
+            .map_err(|e| HostFailure::new(ErrorKind::HostError, format!("HostError: plugin {digest}: {e}")))?;
         self.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, plugin.clone());
         Ok(plugin)
     }
@@ -323,36 +336,55 @@ impl Pool {
             metrics: self.metrics.clone(),
         };
         let watch = LeaseWatch::default();
+        let spent = job.lost_leases + job.retries + 1;
+        let (may_retry, backoff, deadline) = (spent < job.max_attempts, job.backoff, job.deadline_at);
         let outcome = match self.plugin(job.plugin).await {
-            Err(message) => Err(message),
+            Err(failure) => Err(failure),
             Ok(plugin) => {
-                let request = RunRequest {
+                let mut request = RunRequest {
                     job_id: id.to_string(),
                     target: job.target.clone(),
                     attempt: job.attempt,
                     input: job.input,
+                    // Clamped again: the ceilings in force now, not at submit.
                     limits: RunLimits {
-                        timeout: Duration::from_millis(job.limits.timeout_ms),
+                        timeout: Duration::from_millis(job.limits.timeout_ms).min(self.config.max_timeout),
                         fuel: job.limits.fuel,
                         memory_bytes: job.limits.memory_bytes,
-                        output_bytes: job.limits.output_bytes,
+                        output_bytes: job.limits.output_bytes.min(self.config.max_output_bytes),
                         cancel_grace: self.config.cancel_grace,
                         ..RunLimits::default()
                     },
                 };
                 if keeper.confirm_before_start(job.lease_expires_at, &stop, &watch).await {
-                    self.notify_start(&JobStarted { id, attempt: job.attempt });
-                    let progress = Arc::new(ProgressWatch::default());
-                    let run = self.sandbox.run(&plugin, request, &stop, progress.clone());
-                    tokio::select! {
-                        outcome = run => Ok(outcome),
-                        _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
-                        _ = self.write_progress(&progress, id, &token) => unreachable!("never returns"),
+                    // A sync job's run ends by its deadline; the time spent
+                    // queued and loading the plugin counts.
+                    let left = deadline.map(|at| {
+                        Duration::from_millis(u64::try_from(at.unix_ms() - self.clock.now().unix_ms()).unwrap_or(0))
+                    });
+                    match left {
+                        Some(left) if left.is_zero() => Err(HostFailure::new(
+                            ErrorKind::Expired,
+                            "Expired: the job's deadline passed before it could start",
+                        )),
+                        _ => {
+                            if let Some(left) = left {
+                                request.limits.timeout = request.limits.timeout.min(left);
+                            }
+                            self.notify_start(&JobStarted { id, attempt: job.attempt });
+                            let progress = Arc::new(ProgressWatch::default());
+                            let run = self.sandbox.run(&plugin, request, &stop, progress.clone());
+                            tokio::select! {
+                                outcome = run => Ok(outcome),
+                                _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
+                                _ = self.write_progress(&progress, id, &token) => unreachable!("never returns"),
+                            }
+                        }
                     }
                 } else {
                     // Never started: the sweeper ends or re-queues the job.
                     watch.lost.store(true, Ordering::SeqCst);
-                    Err("the lease ran out before the guest started".to_owned())
+                    Err(HostFailure::new(ErrorKind::HostError, "the lease ran out before the guest started"))
                 }
             }
         };
@@ -369,6 +401,36 @@ impl Pool {
         {
             let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, now: self.clock.now() };
             let _ = self.store.job_release(params).await;
+        } else if may_retry
+            && !user_cancel
+            && let Some(retry) = retry_for(&outcome)
+        {
+            // A retryable failure with attempts left: queued again after
+            // the job's backoff.
+            let (fuel_used, peak_memory_bytes, logs) = match outcome {
+                Ok(mut o) => (o.usage.fuel_used, o.usage.peak_memory_bytes, logs_for(&mut o)),
+                Err(_) => (0, 0, None),
+            };
+            let now = self.clock.now();
+            let params = JobRetryParams {
+                id,
+                token,
+                kind: retry.0,
+                message: retry.1,
+                run_after: now.plus(backoff.delay(spent)),
+                queue_ttl: self.config.queue_ttl,
+                fuel_used,
+                peak_memory_bytes,
+                logs,
+                now,
+            };
+            if self.store.job_retry(params).await.unwrap_or(false) {
+                self.metrics.retries.inc();
+            } else {
+                // The lease was lost: the sweeper has the job.
+                self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+                self.metrics.leases_lost.inc();
+            }
         } else {
             let (finish, fuel_used, peak, progress, logs) = finish_for(outcome);
             let (status, error_kind) = (finish.status(), finish.error_kind());
@@ -557,24 +619,41 @@ fn stored_progress(p: Progress) -> JobProgress {
     JobProgress { done: p.done, total: p.total, note: p.note }
 }
 
-/// The store's record of a sandbox outcome: the ending, fuel, peak memory,
-/// last progress and logs.
-fn finish_for(outcome: Result<Outcome, String>) -> (Finish, u64, u64, Option<JobProgress>, Option<JobLogs>) {
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(message) => {
-            return (Finish::Failed { kind: ErrorKind::HostError, message, backtrace: None }, 0, 0, None, None);
-        }
-    };
-    let (fuel, peak) = (outcome.usage.fuel_used, outcome.usage.peak_memory_bytes);
-    let progress = outcome.last_progress.map(stored_progress);
+/// A job that ended before its guest could run, or whose plugin could not
+/// be loaded.
+#[derive(Debug)]
+struct HostFailure {
+    kind: ErrorKind,
+    message: String,
+    /// Trying again later may work (a transient store error).
+    retryable: bool,
+}
+
+impl HostFailure {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        HostFailure { kind, message: message.into(), retryable: false }
+    }
+}
+
+/// The kind and message of a failure that may be retried: the guest's own
+/// `retryable` error, or a transient host error. `failed`, `invalid-input`,
+/// traps and limits never are.
+fn retry_for(outcome: &Result<Outcome, HostFailure>) -> Option<(ErrorKind, String)> {
+    match outcome {
+        Ok(o) => o.result.as_ref().err().filter(|f| f.retryable).map(|f| (f.kind, f.message.clone())),
+        Err(h) => h.retryable.then(|| (h.kind, h.message.clone())),
+    }
+}
+
+/// What an attempt logged, as the store keeps it (`None` when it was
+/// quiet), taken out of the outcome.
+fn logs_for(outcome: &mut Outcome) -> Option<JobLogs> {
     let quiet = outcome.logs.is_empty()
         && outcome.logs_dropped == 0
         && outcome.stdout.bytes.is_empty()
         && outcome.stderr.bytes.is_empty();
-    let logs = (!quiet).then(|| JobLogs {
-        records: outcome
-            .logs
+    (!quiet).then(|| JobLogs {
+        records: std::mem::take(&mut outcome.logs)
             .into_iter()
             .map(|r| LogLine {
                 level: r.level.as_str().to_owned(),
@@ -588,7 +667,21 @@ fn finish_for(outcome: Result<Outcome, String>) -> (Finish, u64, u64, Option<Job
         stdout_dropped: outcome.stdout.dropped,
         stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
         stderr_dropped: outcome.stderr.dropped,
-    });
+    })
+}
+
+/// The store's record of a sandbox outcome: the ending, fuel, peak memory,
+/// last progress and logs.
+fn finish_for(outcome: Result<Outcome, HostFailure>) -> (Finish, u64, u64, Option<JobProgress>, Option<JobLogs>) {
+    let mut outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(HostFailure { kind, message, .. }) => {
+            return (Finish::Failed { kind, message, backtrace: None }, 0, 0, None, None);
+        }
+    };
+    let (fuel, peak) = (outcome.usage.fuel_used, outcome.usage.peak_memory_bytes);
+    let logs = logs_for(&mut outcome);
+    let progress = outcome.last_progress.map(stored_progress);
     let finish = match outcome.result {
         Ok(output) => Finish::Succeeded { output },
         Err(failure) if failure.kind == ErrorKind::Cancelled => Finish::Cancelled { message: failure.message },

@@ -147,3 +147,56 @@ async fn commands_work_on_a_local_database_without_a_server() {
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&db).unwrap().permissions());
     assert_eq!(mode & 0o077, 0, "the database is private to its owner");
 }
+
+/// Seed 000: the job timeout and attempts are server-side defaults, read
+/// from the same variables by `serve`, `worker` and a local submit; and a
+/// submit can delay its job.
+#[test]
+fn server_side_defaults_apply_to_jobs_that_set_none_and_jobs_can_be_delayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("local.db");
+    let hello = leash_tests::plugin_path("hello");
+    let local = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = leash_bin();
+        command.args(args).arg("--db").arg(&db);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        command.output().expect("run leash")
+    };
+    let env = [("LEASH_JOB_TIMEOUT", "7s"), ("LEASH_MAX_ATTEMPTS", "3"), ("LEASH_RETRY_BACKOFF", "2s")];
+    let queued = local(&["submit", hello.to_str().unwrap(), "--delay", "1h", "--json"], &env);
+    assert_eq!(queued.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&queued.stderr));
+    let id = json(&queued)["job_id"].as_str().unwrap().to_owned();
+    let job = json(&local(&["jobs", "show", &id, "--json"], &[]));
+    assert_eq!(job["limits"]["timeout_ms"], 7000, "{job}");
+    assert_eq!(job["max_attempts"], 3, "{job}");
+    assert_eq!(job["backoff"]["base_ms"], 2000, "{job}");
+    let created = leash::clock::Timestamp::parse_rfc3339(job["created_at"].as_str().unwrap()).unwrap();
+    let due = leash::clock::Timestamp::parse_rfc3339(job["run_after"].as_str().unwrap()).unwrap();
+    assert!((3_599_000..=3_601_000).contains(&(due.unix_ms() - created.unix_ms())), "{job}");
+    // A flag beats the default; a bad default is refused by name.
+    let explicit =
+        local(&["submit", hello.to_str().unwrap(), "--timeout", "9s", "--max-attempts", "1", "--json"], &env);
+    let id = json(&explicit)["job_id"].as_str().unwrap().to_owned();
+    let job = json(&local(&["jobs", "show", &id, "--json"], &[]));
+    assert_eq!((job["limits"]["timeout_ms"].as_u64(), job["max_attempts"].as_u64()), (Some(9000), Some(1)));
+    let bad = local(
+        &["submit", hello.to_str().unwrap()],
+        &[("LEASH_RETRY_BACKOFF", "10s"), ("LEASH_RETRY_BACKOFF_CAP", "1s")],
+    );
+    assert_eq!(bad.status.code(), Some(2), "a usage error");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("LEASH_RETRY_BACKOFF"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let worker = leash_bin()
+        .args(["worker", "--db"])
+        .arg(&db)
+        .args(["--retry-backoff", "10s", "--retry-backoff-cap", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(worker.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&worker.stderr).contains("--retry-backoff"));
+}

@@ -187,7 +187,22 @@ async fn bad_submits_are_refused_before_anything_is_queued() {
         (json!({ "plugin": "hello", "phase": "apply", "action": "x" }), 400, "invalid_request"),
         (json!({ "plugin": "hello", "execution": "later" }), 400, "invalid_request"),
         (json!({ "plugin": "hello", "memory_bytes": 1u64 << 40 }), 400, "invalid_job"),
-        (json!({ "plugin": "hello", "timeout_ms": 1u64 << 40 }), 400, "invalid_job"),
+        (json!({ "plugin": "hello", "timeout_ms": 1u64 << 40 }), 400, "sync_ceiling"),
+        (json!({ "plugin": "hello", "timeout_ms": 1u64 << 40, "execution": "async" }), 400, "invalid_job"),
+        (json!({ "plugin": "hello", "delay_ms": 1000 }), 400, "invalid_request"),
+        (json!({ "plugin": "hello", "run_at": "tomorrow", "execution": "async" }), 400, "invalid_request"),
+        (
+            json!({ "plugin": "hello", "run_at": "2026-01-01T00:00:00Z", "delay_ms": 1, "execution": "async" }),
+            400,
+            "invalid_request",
+        ),
+        (json!({ "plugin": "hello", "delay_ms": 1u64 << 40, "execution": "async" }), 400, "invalid_job"),
+        (
+            json!({ "plugin": "hello", "backoff_ms": 5000, "backoff_cap_ms": 10, "execution": "async" }),
+            400,
+            "invalid_job",
+        ),
+        (json!({ "plugin": "hello", "backoff_ms": 0, "execution": "async" }), 400, "invalid_job"),
         (json!({ "plugin": "hello", "output_bytes": 1u64 << 40 }), 400, "invalid_job"),
         (json!({ "plugin": "hello", "max_attempts": 0 }), 400, "invalid_job"),
         (json!({ "plugin": "hello", "timeout_ms": 0 }), 400, "invalid_job"),
@@ -257,17 +272,105 @@ async fn cancel_answers_200_queued_202_running_and_409_terminal() {
     assert_eq!((status, error_kind(&answer)), (404, "not_found"));
 }
 
+/// Seed 004: an over-ceiling sync call is refused with a 400 naming the
+/// ceiling, never turned into a background job.
 #[tokio::test]
-async fn a_sync_wait_past_the_ceiling_answers_202_and_the_job_goes_on() {
+async fn a_sync_request_over_the_ceiling_is_refused_and_nothing_is_queued() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("s.db"), &["--sync-timeout", "300ms"]);
+    let server = Server::start(&dir.path().join("s.db"), &["--sync-timeout", "2s"]);
+    server.add_plugin("hello").await;
+    let (status, answer) = submit(&server, json!({ "plugin": "hello", "timeout_ms": 2001 })).await;
+    assert_eq!((status, error_kind(&answer)), (400, "sync_ceiling"), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("2000 ms") && message.contains("\"execution\": \"async\""), "{message}");
+    let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 0, "nothing was queued");
+    // At the ceiling it runs, and sync without a timeout takes the ceiling.
+    let (status, answer) = submit(&server, json!({ "plugin": "hello", "timeout_ms": 2000 })).await;
+    assert_eq!((status, answer["job"]["status"].as_str()), (200, Some("succeeded")), "{answer}");
+    let (status, answer) = submit(&server, json!({ "plugin": "hello" })).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["job"]["limits"]["timeout_ms"], 2000, "{answer}");
+    // The same timeout async is fine: the async ceiling is another one.
+    let (status, _) = submit(&server, json!({ "plugin": "hello", "timeout_ms": 60_000, "execution": "async" })).await;
+    assert_eq!(status, 202);
+}
+
+/// A sync job's deadline covers its queue wait: stuck behind a busy slot,
+/// it answers with its own final `expired` outcome, never 202, and never
+/// starts later.
+#[tokio::test]
+async fn a_sync_job_that_cannot_start_before_its_deadline_answers_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let starts = dir.path().join("starts.log");
+    let server =
+        Server::start(&dir.path().join("s.db"), &["--max-workers", "1", "--start-log", starts.to_str().unwrap()]);
     server.add_plugin("coop").await;
-    let (status, answer) = submit(&server, json!({ "plugin": "coop" })).await;
-    assert_eq!((status, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
-    let id = answer["job_id"].as_str().unwrap();
-    let job = server.poll_job(id, |j| j["status"] == "running").await;
-    assert!(!is_terminal(&job));
-    server.call(Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await;
+    server.add_plugin("hello").await;
+    let blocker = submit_async(&server, "coop", json!({})).await;
+    server.poll_job(&blocker, |j| j["status"] == "running").await;
+    let asked = std::time::Instant::now();
+    let (status, answer) = submit(&server, json!({ "plugin": "hello", "timeout_ms": 1000 })).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(asked.elapsed() >= std::time::Duration::from_secs(1), "answered before the deadline");
+    let job = &answer["job"];
+    assert_eq!((job["status"].as_str(), job["error_kind"].as_str()), (Some("failed"), Some("expired")), "{answer}");
+    assert!(job["error_message"].as_str().unwrap().contains("deadline"), "{answer}");
+    assert_eq!(job["attempt"], 0, "it never started");
+    let id = job["id"].as_str().unwrap().to_owned();
+    // Free the slot: the expired job stays expired and never starts.
+    server.call(Method::POST, &format!("/v1/jobs/{blocker}/cancel"), None).await;
+    server.poll_job(&blocker, is_terminal).await;
+    let hello = submit(&server, json!({ "plugin": "hello", "timeout_ms": 1000 })).await;
+    assert_eq!(hello.1["job"]["status"], "succeeded", "the slot is free again: {}", hello.1);
+    let log = std::fs::read_to_string(&starts).unwrap();
+    assert!(!log.contains(&id), "the expired sync job started: {log}");
+    let (_, job) = server.call(Method::GET, &format!("/v1/jobs/{id}"), None).await;
+    assert_eq!((job["status"].as_str(), job["attempt"].as_u64()), (Some("failed"), Some(0)));
+}
+
+/// A sync job's run is cut to what is left of its deadline: the answer is
+/// its `timeout`, not a 202 while it goes on.
+#[tokio::test]
+async fn a_sync_job_that_runs_past_its_deadline_answers_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--cancel-grace", "200ms"]);
+    server.add_plugin("sleep").await;
+    let (status, answer) =
+        submit(&server, json!({ "plugin": "sleep", "input": { "ms": 60_000 }, "timeout_ms": 800 })).await;
+    assert_eq!(status, 200, "{answer}");
+    let job = &answer["job"];
+    assert_eq!((job["status"].as_str(), job["error_kind"].as_str()), (Some("failed"), Some("timeout")), "{answer}");
+}
+
+/// Seed 004: a stored job's limits are clamped again, against the ceiling
+/// in force when a worker claims it.
+#[tokio::test]
+async fn a_stored_job_is_clamped_to_the_ceiling_in_force_at_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let id = {
+        let submitter = leash::runtime::Runtime::builder(&db).without_workers().build().await.unwrap();
+        let mut job = leash::runtime::Submit::new(
+            leash::runtime::PluginSource::Bytes(leash_tests::plugin_bytes("sleep")),
+            leash::job::Target::Execute,
+            br#"{"ms": 600000}"#.to_vec(),
+        );
+        job.timeout = Some(std::time::Duration::from_secs(3600));
+        let id = submitter.submit(job).await.unwrap();
+        submitter.shutdown().await;
+        id
+    };
+    let server = Server::start(&db, &["--max-timeout", "1s", "--cancel-grace", "200ms"]);
+    let job = server.poll_job(&id.to_string(), is_terminal).await;
+    assert_eq!((job["status"].as_str(), job["error_kind"].as_str()), (Some("failed"), Some("timeout")), "{job}");
+    assert!(job["error_message"].as_str().unwrap().contains("1s"), "ran with the new ceiling: {job}");
+    assert_eq!(job["limits"]["timeout_ms"], 3_600_000, "the stored request is kept as asked");
+    // New submits above the lowered ceiling are refused outright.
+    server.add_plugin("hello").await;
+    let (status, answer) =
+        submit(&server, json!({ "plugin": "hello", "timeout_ms": 2000, "execution": "async" })).await;
+    assert_eq!((status, error_kind(&answer)), (400, "invalid_job"), "{answer}");
 }
 
 #[tokio::test]

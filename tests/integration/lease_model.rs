@@ -271,6 +271,10 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
         plan_id: None,
         queue_ttl: Duration::from_secs(86_400),
         idempotency: None,
+        delay: Duration::ZERO,
+        deadline: None,
+        // Requeued jobs are due by the next step.
+        backoff: leash::store::Backoff { base_ms: 1, cap_ms: 1 },
     };
     let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
     let mut model = initial(max_attempts);

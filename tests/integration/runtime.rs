@@ -310,3 +310,66 @@ async fn a_submit_wakes_an_idle_worker_at_once() {
     assert!(started.elapsed() < poll / 2);
     runtime.shutdown().await;
 }
+
+/// A `retryable` guest error runs again after the job's backoff while
+/// attempts remain, then fails with its last error; `failed` and
+/// `invalid-input` never run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retryable_failures_run_again_after_the_backoff_and_others_never_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let starts = Arc::new(std::sync::Mutex::new(Vec::<(JobId, u32, Instant)>::new()));
+    let seen = starts.clone();
+    let runtime = builder(&dir)
+        .on_start(move |s| seen.lock().unwrap().push((s.id, s.attempt, Instant::now())))
+        .build()
+        .await
+        .unwrap();
+    let submit = |kind: &str| {
+        let mut j = job("fail", &format!(r#"{{"kind":"{kind}","message":"try {kind}"}}"#));
+        j.max_attempts = Some(3);
+        j.backoff = Some(leash::store::Backoff { base_ms: 200, cap_ms: 300 });
+        runtime.submit(j)
+    };
+    let retried = submit("retryable").await.unwrap();
+    let failed = submit("failed").await.unwrap();
+    let invalid = submit("invalid-input").await.unwrap();
+    let done = runtime.wait(retried, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::GuestError)));
+    assert_eq!((done.attempt, done.retries, done.lost_leases), (3, 2, 0), "three attempts, two retries");
+    assert!(done.error_message.as_deref().unwrap().contains("try retryable"), "{:?}", done.error_message);
+    assert!(done.last_error.as_deref().unwrap().starts_with("guest_error: "), "{:?}", done.last_error);
+    for id in [failed, invalid] {
+        let done = runtime.wait(id, GENEROUS).await.unwrap();
+        assert_eq!((done.status, done.attempt, done.retries), (JobStatus::Failed, 1, 0), "{:?}", done.error_message);
+    }
+    let starts = starts.lock().unwrap().clone();
+    let of = |id: JobId| starts.iter().filter(|s| s.0 == id).map(|s| (s.1, s.2)).collect::<Vec<_>>();
+    let retried_starts = of(retried);
+    assert_eq!(retried_starts.iter().map(|s| s.0).collect::<Vec<_>>(), [1, 2, 3]);
+    // Half the step at least: 200 ms doubling to the 300 ms cap.
+    assert!(retried_starts[1].1 - retried_starts[0].1 >= Duration::from_millis(100), "{retried_starts:?}");
+    assert!(retried_starts[2].1 - retried_starts[1].1 >= Duration::from_millis(150), "{retried_starts:?}");
+    assert_eq!((of(failed).len(), of(invalid).len()), (1, 1), "never retried");
+    let metrics = runtime.metrics_text().await.unwrap();
+    assert!(metrics.contains("leash_job_retries_total 2"), "{metrics}");
+    runtime.shutdown().await;
+}
+
+/// A delayed job waits for its time; the queue TTL counts from then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_job_starts_at_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).build().await.unwrap();
+    let mut later = job("hello", "{}");
+    let due = runtime.now().plus(Duration::from_millis(600));
+    later.run_at = Some(due);
+    let id = runtime.submit(later).await.unwrap();
+    let now_id = runtime.submit(job("hello", "{}")).await.unwrap();
+    let first = runtime.wait(now_id, GENEROUS).await.unwrap();
+    assert_eq!(first.status, JobStatus::Succeeded);
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded);
+    assert_eq!(done.run_after, due);
+    assert!(done.started_at.unwrap() >= due, "started {:?}, due {due:?}", done.started_at);
+    runtime.shutdown().await;
+}

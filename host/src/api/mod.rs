@@ -24,9 +24,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use subtle::ConstantTimeEq;
 
+use crate::clock::Timestamp;
 use crate::job::{Digest, Target};
-use crate::runtime::{Cancelled, PluginSource, Runtime, RuntimeError, Submit};
-use crate::store::{IdempotencyKey, Job, JobId, JobListParams, JobStatus, PluginName, PluginRef};
+use crate::runtime::{Cancelled, Ceilings, PluginSource, Runtime, RuntimeError, Submit};
+use crate::store::{Backoff, IdempotencyKey, Job, JobId, JobListParams, JobStatus, PluginName, PluginRef};
 
 /// Most jobs one list page returns.
 pub const MAX_PAGE: u32 = 500;
@@ -38,7 +39,9 @@ pub const DEFAULT_PAGE: u32 = 50;
 pub struct ApiConfig {
     /// The bearer token every request but the liveness probe must carry.
     pub token: String,
-    /// Longest a sync submit waits before answering 202 instead.
+    /// The sync ceiling: the longest timeout an `"execution": "sync"`
+    /// request may ask for (400 `sync_ceiling` above it), and the timeout
+    /// of a sync request that sets none (if below the default).
     pub sync_ceiling: Duration,
     /// Largest request body accepted, bytes (413 above it).
     pub max_body_bytes: usize,
@@ -307,10 +310,11 @@ async fn plugin_show(
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 enum Execution {
-    /// Wait for the outcome (up to the sync ceiling).
+    /// Answer with the outcome: the job's timeout, at most the sync
+    /// ceiling, covers its queue wait and its run.
     #[default]
     Sync,
-    /// Answer 202 at once.
+    /// Answer 202 at once; poll or wait for the outcome.
     Async,
 }
 
@@ -355,13 +359,29 @@ struct SubmitBody {
     /// How long it may wait in the queue (ceiling: 30 days by default).
     #[schema(minimum = 1, maximum = 2_592_000_000u64)]
     queue_ttl_ms: Option<u64>,
-    /// `sync` (default): wait for the outcome; `async`: answer 202 at once.
+    /// Async only: not before this instant (RFC 3339, e.g.
+    /// `2026-12-01T09:00:00Z`); the queue TTL counts from then. A past
+    /// instant means now. Not with `delay_ms`.
+    #[schema(format = DateTime)]
+    run_at: Option<String>,
+    /// Async only: not before this many milliseconds from now.
+    #[schema(maximum = 2_592_000_000u64)]
+    delay_ms: Option<u64>,
+    /// The pause before the first retry (doubling after each failure, with
+    /// jitter), milliseconds; default 1000.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    backoff_ms: Option<u64>,
+    /// The longest pause before a retry, milliseconds; default 300000.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    backoff_cap_ms: Option<u64>,
+    /// `sync` (default): answer with the outcome, within the sync ceiling;
+    /// `async`: answer 202 at once.
     #[serde(default)]
     execution: Execution,
 }
 
 impl SubmitBody {
-    fn into_submit(self) -> Result<(Submit, Execution), ApiError> {
+    fn into_submit(self, now: Timestamp, defaults: &Ceilings) -> Result<(Submit, Execution), ApiError> {
         let plugin: PluginRef = self.plugin.parse().map_err(|e| ApiError::bad_request(format!("`plugin`: {e}")))?;
         let target = match (self.phase.as_deref(), self.action) {
             (None | Some("action"), Some(name)) => {
@@ -390,6 +410,26 @@ impl SubmitBody {
         job.concurrency_key = self.concurrency_key;
         job.plan_id = self.plan_id;
         job.queue_ttl = self.queue_ttl_ms.map(Duration::from_millis);
+        job.run_at = match (self.run_at, self.delay_ms) {
+            (Some(_), Some(_)) => return Err(ApiError::bad_request("give `run_at` or `delay_ms`, not both")),
+            (Some(text), None) => {
+                Some(Timestamp::parse_rfc3339(&text).map_err(|e| ApiError::bad_request(format!("`run_at`: {e}")))?)
+            }
+            (None, Some(ms)) => Some(now.plus(Duration::from_millis(ms))),
+            (None, None) => None,
+        };
+        if job.run_at.is_some() && self.execution == Execution::Sync {
+            return Err(ApiError::bad_request(
+                "`run_at` and `delay_ms` make a delayed job: send \"execution\": \"async\" with them",
+            ));
+        }
+        if self.backoff_ms.is_some() || self.backoff_cap_ms.is_some() {
+            let default = defaults.backoff;
+            job.backoff = Some(Backoff {
+                base_ms: self.backoff_ms.unwrap_or(default.base_ms),
+                cap_ms: self.backoff_cap_ms.unwrap_or(default.cap_ms.max(self.backoff_ms.unwrap_or(0))),
+            });
+        }
         Ok((job, self.execution))
     }
 }
@@ -439,8 +479,7 @@ impl<J> Finished<J> {
     }
 }
 
-/// `202` to a submit: the job is queued (or, sync, still running at the
-/// sync ceiling).
+/// `202` to an async submit: the job is queued.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 struct Accepted {
     /// Always `accepted`.
@@ -500,14 +539,17 @@ fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<Idempotenc
     request_body = SubmitBody,
     responses(
         (status = 200, description = "Sync: the finished job and its output", body = Finished<JobView>),
-        (status = 202, description = "Queued (async), or still running at the sync ceiling", body = Accepted),
-        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 202, description = "Async: queued", body = Accepted),
+        (status = 400, description = "Refused: the message names the field or limit; \
+            `sync_ceiling` for a sync timeout over the ceiling", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such plugin", body = ErrorBody),
         (status = 409, description = "The idempotency key was used for another request", body = ErrorBody),
         (status = 413, description = "Body over the size cap", body = ErrorBody),
         (status = 429, description = "The queue is full; retry after a second", body = ErrorBody),
         (status = 503, description = "The database is busy", body = ErrorBody),
+        (status = 504, description = "Sync: the job had not ended shortly after its deadline \
+            (its worker stopped); it never starts again", body = ErrorBody),
     ))]
 async fn job_submit(
     State(state): State<Arc<AppState>>,
@@ -517,9 +559,35 @@ async fn job_submit(
     let body = body.map_err(body_error)?;
     let idempotency = idempotency_key(&headers, &body)?;
     let body: SubmitBody = parse_body(&body, "job request")?;
-    let (mut job, execution) = body.into_submit()?;
+    let ceilings = state.runtime.ceilings();
+    let (mut job, execution) = body.into_submit(state.runtime.now(), &ceilings)?;
     job.idempotency = idempotency;
-    let timeout = job.timeout;
+    let sync_timeout = if execution == Execution::Sync {
+        let ceiling = state.config.sync_ceiling;
+        let timeout = match job.timeout {
+            Some(asked) if asked > ceiling => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "sync_ceiling",
+                    format!(
+                        "timeout_ms {} is over the sync ceiling of {} ms: a sync call must end within it. \
+                         Send \"execution\": \"async\" to queue a longer job and poll GET /v1/jobs/{{id}}",
+                        asked.as_millis(),
+                        ceiling.as_millis()
+                    ),
+                ));
+            }
+            Some(asked) => asked,
+            None => Duration::from_millis(ceilings.default_timeout_ms).min(ceiling),
+        };
+        // The deadline covers the queue wait and the run: the answer is
+        // always the job's own outcome.
+        job.timeout = Some(timeout);
+        job.deadline = Some(timeout);
+        Some(timeout)
+    } else {
+        None
+    };
     let (id, replayed) = state.runtime.submit_once(job).await?;
     let mark = |mut response: Response| {
         if replayed {
@@ -527,21 +595,22 @@ async fn job_submit(
         }
         response
     };
-    let accepted = || (StatusCode::ACCEPTED, Json(Accepted { status: "accepted", job_id: id })).into_response();
-    if execution == Execution::Async {
-        return Ok(mark(accepted()));
-    }
-    let timeout = timeout.unwrap_or(Duration::from_millis(state.runtime.ceilings().default_timeout_ms));
-    let wait = (timeout + Duration::from_secs(1)).min(state.config.sync_ceiling);
-    match state.runtime.wait(id, wait).await {
-        Ok(mut job) => {
-            let output = job.output.take();
-            Ok(mark(Json(Finished::new(JobView::from(job), output.as_deref())).into_response()))
-        }
-        // Still running at the sync ceiling: the caller polls from here.
-        Err(RuntimeError::WaitTimeout(_)) => Ok(mark(accepted())),
-        Err(e) => Err(e.into()),
-    }
+    let Some(timeout) = sync_timeout else {
+        return Ok(mark((StatusCode::ACCEPTED, Json(Accepted { status: "accepted", job_id: id })).into_response()));
+    };
+    let mut job = state.runtime.wait_past_deadline(id, timeout).await.map_err(|e| match e {
+        RuntimeError::WaitTimeout(_) => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "sync_deadline",
+            format!(
+                "job {id} had not ended shortly after its deadline (its worker may have stopped); \
+                 it cannot start again: GET /v1/jobs/{id} shows how it ends"
+            ),
+        ),
+        other => other.into(),
+    })?;
+    let output = job.output.take();
+    Ok(mark(Json(Finished::new(JobView::from(job), output.as_deref())).into_response()))
 }
 
 /// One job.

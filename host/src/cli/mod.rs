@@ -19,6 +19,7 @@ use crate::sandbox::{
     self, Allocator, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
     StopHandle,
 };
+use crate::store::Backoff;
 use crate::store::sqlite::Durability;
 use crate::worker::JobStarted;
 
@@ -222,6 +223,25 @@ struct WorkerArgs {
     /// Queued jobs beyond which submits are refused (backpressure, HTTP 429).
     #[arg(long, env = "LEASH_MAX_QUEUED", default_value_t = crate::runtime::DEFAULT_MAX_QUEUED)]
     max_queued: u64,
+    /// Wall-clock limit of a job that sets none.
+    #[arg(long, env = "LEASH_JOB_TIMEOUT", value_parser = parse_duration, default_value = "3600s")]
+    job_timeout: Duration,
+    /// Ceiling on a job's wall-clock limit: longer submits are refused, and
+    /// a stored job asking for more runs with this when claimed here.
+    #[arg(long, env = "LEASH_MAX_TIMEOUT", value_parser = parse_duration, default_value = "86400s")]
+    max_timeout: Duration,
+    /// Attempts of a job that sets none: a lost lease or a `retryable`
+    /// failure with attempts left runs it again after its backoff.
+    #[arg(long, env = "LEASH_MAX_ATTEMPTS", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::runtime::MAX_ATTEMPTS_CEILING)))]
+    max_attempts: u32,
+    /// The pause before a job's first retry (it doubles after each failure,
+    /// with jitter), for jobs that set none.
+    #[arg(long, env = "LEASH_RETRY_BACKOFF", value_parser = parse_duration, default_value = "1s")]
+    retry_backoff: Duration,
+    /// The longest pause before a retry, for jobs that set none.
+    #[arg(long, env = "LEASH_RETRY_BACKOFF_CAP", value_parser = parse_duration, default_value = "300s")]
+    retry_backoff_cap: Duration,
     /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
     #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -366,9 +386,21 @@ async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime, CliError> {
         .shutdown_budget(args.shutdown_budget)
         .queue_ttl(args.queue_ttl)
         .max_queued(args.max_queued)
+        .default_timeout(args.job_timeout)
+        .max_timeout(args.max_timeout)
+        .default_max_attempts(args.max_attempts)
+        .default_backoff(Backoff {
+            base_ms: args.retry_backoff.as_millis() as u64,
+            cap_ms: args.retry_backoff_cap.as_millis() as u64,
+        })
         .build()
         .await
-        .map_err(|e| CliError::internal(e.to_string()))?;
+        .map_err(|e| match e {
+            crate::runtime::RuntimeError::InvalidJob(message) => {
+                CliError::usage(format!("--retry-backoff/--retry-backoff-cap: {message}"))
+            }
+            other => CliError::internal(other.to_string()),
+        })?;
     Ok(runtime)
 }
 

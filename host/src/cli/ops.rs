@@ -52,7 +52,10 @@ pub(super) struct ServeArgs {
     /// when LEASH_API_TOKEN is not set. Default: `<db>.token`.
     #[arg(long, env = "LEASH_TOKEN_FILE", value_name = "FILE")]
     token_file: Option<PathBuf>,
-    /// Longest a `"execution": "sync"` request waits before answering 202.
+    /// The sync ceiling: the longest timeout an `"execution": "sync"`
+    /// request may ask for (refused with 400 `sync_ceiling` above it), and
+    /// the timeout of one that sets none when below `--job-timeout`. A sync
+    /// job's timeout covers its queue wait and its run.
     #[arg(long, env = "LEASH_SYNC_TIMEOUT", value_parser = parse_duration, default_value = "60s")]
     sync_timeout: Duration,
     /// Largest request body (plugin uploads included); 413 above it.
@@ -76,8 +79,9 @@ pub(super) struct SubmitArgs {
     plugin: String,
     #[command(flatten)]
     job: JobArgs,
-    /// Wall-clock limit per attempt (default: the server's, 3600 s).
-    #[arg(long, env = "LEASH_JOB_TIMEOUT", value_parser = parse_duration)]
+    /// Wall-clock limit per attempt (default: the server's `--job-timeout`,
+    /// 3600 s).
+    #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
     /// Fuel budget per attempt.
     #[arg(long)]
@@ -85,9 +89,25 @@ pub(super) struct SubmitArgs {
     /// Memory limit per attempt, e.g. `64MiB`.
     #[arg(long, value_parser = parse_size)]
     memory: Option<u64>,
-    /// Attempts the job may use when workers die under it (default 1).
-    #[arg(long, env = "LEASH_MAX_ATTEMPTS")]
+    /// Attempts the job may use: a lost lease or a `retryable` failure with
+    /// attempts left runs it again after its backoff (default: the
+    /// server's `--max-attempts`, 1).
+    #[arg(long)]
     max_attempts: Option<u32>,
+    /// The pause before the first retry, doubling after each failure, with
+    /// jitter (default: the server's `--retry-backoff`, 1 s).
+    #[arg(long, value_parser = parse_duration)]
+    retry_backoff: Option<Duration>,
+    /// The longest pause before a retry (default: the server's, 300 s).
+    #[arg(long, value_parser = parse_duration)]
+    retry_backoff_cap: Option<Duration>,
+    /// Do not start the job before this time (RFC 3339 UTC, e.g.
+    /// 2026-12-01T09:00:00Z); its queue TTL counts from then.
+    #[arg(long, value_name = "TIME", conflicts_with = "delay")]
+    run_after: Option<String>,
+    /// Do not start the job before this long from now, e.g. `10m`.
+    #[arg(long, value_parser = parse_duration)]
+    delay: Option<Duration>,
     /// How long the job may wait in the queue before it fails as `expired`.
     #[arg(long, env = "LEASH_QUEUE_TTL", value_parser = parse_duration)]
     queue_ttl: Option<Duration>,
@@ -289,6 +309,40 @@ fn raise_open_files_limit() {
 
 // ---- connecting ----
 
+/// The server-side job defaults for a command that queues on the local
+/// database itself: the variables `leash worker` and `leash serve` read
+/// (`LEASH_JOB_TIMEOUT`, `LEASH_MAX_TIMEOUT`, `LEASH_MAX_ATTEMPTS`,
+/// `LEASH_RETRY_BACKOFF`, `LEASH_RETRY_BACKOFF_CAP`), so a job queued
+/// either way gets the same defaults.
+fn local_job_defaults(mut builder: crate::runtime::RuntimeBuilder) -> Result<crate::runtime::RuntimeBuilder, CliError> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let duration = |name: &str| {
+        var(name).map(|v| parse_duration(&v).map_err(|e| CliError::usage(format!("{name}: {e}")))).transpose()
+    };
+    if let Some(d) = duration("LEASH_JOB_TIMEOUT")? {
+        builder = builder.default_timeout(d);
+    }
+    if let Some(d) = duration("LEASH_MAX_TIMEOUT")? {
+        builder = builder.max_timeout(d);
+    }
+    if let Some(n) = var("LEASH_MAX_ATTEMPTS") {
+        let n: u32 =
+            n.trim().parse().ok().filter(|n| (1..=crate::runtime::MAX_ATTEMPTS_CEILING).contains(n)).ok_or_else(
+                || {
+                    CliError::usage(format!(
+                        "LEASH_MAX_ATTEMPTS: {n:?} is not a number from 1 to {}",
+                        crate::runtime::MAX_ATTEMPTS_CEILING
+                    ))
+                },
+            )?;
+        builder = builder.default_max_attempts(n);
+    }
+    let default = crate::store::Backoff::default();
+    let base = duration("LEASH_RETRY_BACKOFF")?.map_or(default.base_ms, |d| d.as_millis() as u64);
+    let cap = duration("LEASH_RETRY_BACKOFF_CAP")?.map_or(default.cap_ms, |d| d.as_millis() as u64);
+    Ok(builder.default_backoff(crate::store::Backoff { base_ms: base, cap_ms: cap }))
+}
+
 async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliError> {
     if let Some(server) = &conn.server {
         let token = match std::env::var("LEASH_API_TOKEN") {
@@ -303,6 +357,7 @@ async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliError> {
         return Ok(Client::remote(server, token)?);
     }
     let mut builder = Runtime::builder(&conn.store.db).durability(super::durability(&conn.store)?);
+    builder = local_job_defaults(builder)?;
     builder = if work {
         builder.sandbox(SandboxConfig {
             allocator: Allocator::Pooling { slots: crate::runtime::DEFAULT_MAX_WORKERS as u32 },
@@ -312,7 +367,12 @@ async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliError> {
     } else {
         builder.without_workers()
     };
-    let runtime = builder.build().await.map_err(|e| CliError::internal(e.to_string()))?;
+    let runtime = builder.build().await.map_err(|e| match e {
+        crate::runtime::RuntimeError::InvalidJob(message) => {
+            CliError::usage(format!("LEASH_RETRY_BACKOFF/LEASH_RETRY_BACKOFF_CAP: {message}"))
+        }
+        other => CliError::internal(other.to_string()),
+    })?;
     Ok(Client::local(runtime))
 }
 
@@ -395,6 +455,10 @@ pub(super) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
             ("queue_ttl_ms", args.queue_ttl.map(|d| json!(d.as_millis() as u64))),
             ("concurrency_key", args.concurrency_key.clone().map(|k| json!(k))),
             ("plan_id", args.plan.clone().map(|p| json!(p))),
+            ("backoff_ms", args.retry_backoff.map(|d| json!(d.as_millis() as u64))),
+            ("backoff_cap_ms", args.retry_backoff_cap.map(|d| json!(d.as_millis() as u64))),
+            ("run_at", args.run_after.clone().map(|t| json!(t))),
+            ("delay_ms", args.delay.map(|d| json!(d.as_millis() as u64))),
         ];
         for (key, value) in optional {
             if let Some(value) = value {

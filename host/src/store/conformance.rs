@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use super::{
     CancelResult, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobLimits, JobListParams,
-    JobLogs, JobProgress, JobProgressParams, JobReleaseParams, JobStatus, JobStore, JobsDeleteParams, JobsExpireParams,
-    Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, LogLine, NewJob, PluginName, PluginNameParams,
-    PluginPutParams, ReclaimReport, StoreError,
+    JobLogs, JobProgress, JobProgressParams, JobReleaseParams, JobRetryParams, JobStatus, JobStore, JobsDeleteParams,
+    JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, LogLine, NewJob, PluginName,
+    PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, Target};
@@ -85,6 +85,12 @@ cases!(
     list_filters_pages_newest_first_without_payloads,
     progress_is_fenced_by_the_token_and_reset_by_a_claim,
     finish_keeps_logs_and_last_progress,
+    a_delayed_job_is_not_claimed_before_its_time,
+    claims_take_the_earliest_due_first,
+    a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt,
+    a_retry_with_a_stale_token_changes_nothing,
+    reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget,
+    a_deadline_caps_the_queue_expiry_through_every_requeue,
 );
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
@@ -109,6 +115,9 @@ pub fn new_job(input: &str) -> NewJob {
         plan_id: None,
         queue_ttl: QUEUE_TTL,
         idempotency: None,
+        delay: Duration::ZERO,
+        deadline: None,
+        backoff: super::Backoff::default(),
     }
 }
 
@@ -752,4 +761,120 @@ async fn queued_count_matches_the_snapshot(store: Arc<dyn JobStore>) {
     claim_one(&*store, at(3)).await;
     assert_eq!(store.queued_count().await.unwrap(), 1);
     assert_eq!(store.counts_snapshot().await.unwrap().queued, 1);
+}
+
+async fn a_delayed_job_is_not_claimed_before_its_time(store: Arc<dyn JobStore>) {
+    let mut delayed = new_job("later");
+    delayed.delay = Duration::from_secs(60);
+    let delayed = insert_one(&*store, delayed, T0).await;
+    assert_eq!(delayed.run_after, at(60));
+    assert_eq!(delayed.expires_at, at(60).plus(QUEUE_TTL), "the queue TTL counts from when it is due");
+    assert_eq!(store.queued_count().await.unwrap(), 1, "a delayed job holds its place in the queue");
+    let now_job = insert_one(&*store, new_job("now"), at(1)).await;
+    assert_eq!(now_job.run_after, at(1));
+    assert_eq!(claim(&*store, "w", 10, at(59)).await.iter().map(|l| l.job.id).collect::<Vec<_>>(), [now_job.id]);
+    assert!(claim(&*store, "w", 10, at(59)).await.is_empty(), "not before its time");
+    assert_eq!(claim_one(&*store, at(60)).await.job.id, delayed.id);
+}
+
+async fn claims_take_the_earliest_due_first(store: Arc<dyn JobStore>) {
+    let mut older = new_job("older, due later");
+    older.delay = Duration::from_secs(10);
+    let older = insert_one(&*store, older, T0).await;
+    let newer = insert_one(&*store, new_job("newer, due sooner"), at(5)).await;
+    let order: Vec<JobId> = claim(&*store, "w", 2, at(20)).await.iter().map(|l| l.job.id).collect();
+    assert_eq!(order, [newer.id, older.id]);
+}
+
+fn retry_params(lease: &Lease, run_after: Timestamp, now: Timestamp) -> JobRetryParams {
+    JobRetryParams {
+        id: lease.job.id,
+        token: lease.token.clone(),
+        kind: ErrorKind::GuestError,
+        message: "Retryable: the upstream is down".into(),
+        run_after,
+        queue_ttl: QUEUE_TTL,
+        fuel_used: 3,
+        peak_memory_bytes: 4096,
+        logs: None,
+        now,
+    }
+}
+
+async fn a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt(store: Arc<dyn JobStore>) {
+    let mut job = new_job("x");
+    job.max_attempts = 2;
+    insert_one(&*store, job, T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    assert!(store.job_retry(retry_params(&lease, at(6), at(1))).await.unwrap());
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!((got.status, got.attempt, got.retries, got.lost_leases), (JobStatus::Queued, 1, 1, 0));
+    assert_eq!(got.run_after, at(6));
+    assert_eq!(got.last_error.as_deref(), Some("guest_error: Retryable: the upstream is down"));
+    assert!(got.lease_token.is_none() && got.error_kind.is_none() && got.finished_at.is_none());
+    assert!(got.expires_at >= at(6).plus(QUEUE_TTL), "the queue TTL counts from the retry's time");
+    assert!(claim(&*store, "w", 1, at(5)).await.is_empty(), "not claimed during the backoff");
+    let second = claim_one(&*store, at(6)).await;
+    assert_eq!(second.job.attempt, 2);
+    // The last attempt: no retry left, the caller records the failure.
+    assert!(!store.job_retry(retry_params(&second, at(9), at(7))).await.unwrap(), "no attempts left");
+    assert_eq!(get(&*store, lease.job.id).await.status, JobStatus::Running, "a refused retry changes nothing");
+}
+
+async fn a_retry_with_a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
+    let mut job = new_job("x");
+    job.max_attempts = 5;
+    insert_one(&*store, job, T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    let mut stale = retry_params(&lease, at(2), at(1));
+    stale.token = "not-the-token".into();
+    assert!(!store.job_retry(stale).await.unwrap());
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!((got.status, got.retries), (JobStatus::Running, 0));
+}
+
+async fn reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget(store: Arc<dyn JobStore>) {
+    let mut job = new_job("x");
+    job.max_attempts = 3;
+    job.backoff = super::Backoff { base_ms: 10_000, cap_ms: 10_000 };
+    insert_one(&*store, job, T0).await;
+    // Attempt 1 fails retryably; attempt 2's worker dies.
+    let lease = claim_one(&*store, at(1)).await;
+    assert!(store.job_retry(retry_params(&lease, at(2), at(1))).await.unwrap());
+    let lease = claim_one(&*store, at(2)).await;
+    let lost_at = at(2).plus(TTL);
+    assert_eq!(reclaim(&*store, lost_at).await, ReclaimReport { requeued: 1, failed: 0 });
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!((got.status, got.retries, got.lost_leases), (JobStatus::Queued, 1, 1));
+    assert!(
+        (lost_at.plus(Duration::from_secs(5))..=lost_at.plus(Duration::from_secs(10))).contains(&got.run_after),
+        "the backoff is half to all of the 10 s step: {:?} after {lost_at:?}",
+        got.run_after
+    );
+    assert!(got.last_error.as_deref().unwrap().starts_with("lease_lost: "), "{:?}", got.last_error);
+    // Attempt 3 also loses its lease: the budget of three is spent.
+    claim_one(&*store, got.run_after).await;
+    assert_eq!(reclaim(&*store, got.run_after.plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1 });
+    let got = get(&*store, lease.job.id).await;
+    assert_eq!((got.status, got.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)));
+}
+
+async fn a_deadline_caps_the_queue_expiry_through_every_requeue(store: Arc<dyn JobStore>) {
+    let mut job = new_job("sync");
+    job.deadline = Some(Duration::from_secs(5));
+    job.max_attempts = 3;
+    let job = insert_one(&*store, job, T0).await;
+    assert_eq!((job.deadline_at, job.expires_at), (Some(at(5)), at(5)), "still queued at its deadline, it expires");
+    // A release, a retry and a reclaim never push its expiry past the deadline.
+    let lease = claim_one(&*store, at(1)).await;
+    let release = JobReleaseParams { id: job.id, token: lease.token.clone(), queue_ttl: QUEUE_TTL, now: at(1) };
+    assert!(store.job_release(release).await.unwrap());
+    assert_eq!(get(&*store, job.id).await.expires_at, at(5));
+    let lease = claim_one(&*store, at(2)).await;
+    assert!(store.job_retry(retry_params(&lease, at(3), at(2))).await.unwrap());
+    assert_eq!(get(&*store, job.id).await.expires_at, at(5));
+    assert_eq!(store.jobs_expire_queued(JobsExpireParams { now: at(5) }).await.unwrap(), 1);
+    let got = get(&*store, job.id).await;
+    assert_eq!((got.status, got.error_kind), (JobStatus::Failed, Some(ErrorKind::Expired)));
+    assert!(got.error_message.as_deref().unwrap().contains("deadline"), "{:?}", got.error_message);
 }

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use super::{
     CancelResult, Counts, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobListParams, JobLogs,
-    JobProgressParams, JobReleaseParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams,
-    LeaseReclaimParams, LeaseState, PluginInfo, PluginNameParams, PluginPutParams, PluginRef, ReclaimReport,
-    StoreError,
+    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
+    LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginInfo, PluginNameParams, PluginPutParams, PluginRef,
+    ReclaimReport, StoreError,
 };
 use crate::clock::Timestamp;
 use crate::job::Digest;
@@ -35,6 +35,8 @@ pub enum Op {
     Finish,
     /// `job_release`.
     Release,
+    /// `job_retry`.
+    Retry,
     /// `job_cancel`.
     Cancel,
     /// `lease_reclaim_expired`.
@@ -174,6 +176,10 @@ impl JobStore for FaultyStore {
 
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
         self.around(Op::Release, self.inner.job_release(params)).await
+    }
+
+    async fn job_retry(&self, params: JobRetryParams) -> Result<bool, StoreError> {
+        self.around(Op::Retry, self.inner.job_retry(params)).await
     }
 
     async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {

@@ -73,6 +73,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn backoff_doubles_with_jitter_up_to_its_cap() {
+        let backoff = Backoff { base_ms: 1000, cap_ms: 10_000 };
+        for (failures, step) in [(1, 1000), (2, 2000), (3, 4000), (4, 8000), (5, 10_000), (60, 10_000)] {
+            let seen: Vec<u64> = (0..200).map(|_| backoff.delay(failures).as_millis() as u64).collect();
+            assert!(seen.iter().all(|&d| (step / 2..=step).contains(&d)), "failure {failures}: {seen:?}");
+            let distinct: std::collections::HashSet<_> = seen.iter().collect();
+            assert!(distinct.len() > 10, "failure {failures}: jittered, not one value: {distinct:?}");
+        }
+        assert!(Backoff { base_ms: 1, cap_ms: 1 }.delay(3) <= Duration::from_millis(1));
+    }
+
+    #[test]
     fn only_canonical_job_ids_parse() {
         let id = JobId::new(Timestamp::from_unix_ms(1_764_484_424_123));
         let text = id.to_string();
@@ -171,7 +183,8 @@ pub struct NewJob {
     pub input: Vec<u8>,
     /// Limits for each attempt.
     pub limits: JobLimits,
-    /// How many lease losses the job may survive, plus one. At least 1.
+    /// Attempts the job may use: a lost lease or a retryable failure with
+    /// attempts left queues it again. At least 1.
     pub max_attempts: u32,
     /// At most one running job per key, across every process on the store.
     pub concurrency_key: Option<String>,
@@ -181,6 +194,52 @@ pub struct NewJob {
     pub queue_ttl: Duration,
     /// The client's idempotency key for the request that created it, if any.
     pub idempotency: Option<IdempotencyKey>,
+    /// How long after submission it may first be claimed (zero: at once).
+    /// Its queue TTL counts from then.
+    pub delay: Duration,
+    /// A sync job's deadline, from submission: its queue wait and its run
+    /// must both fit (it expires if still queued then, and a worker cuts
+    /// its timeout to what is left).
+    pub deadline: Option<Duration>,
+    /// The pause before each retry.
+    pub backoff: Backoff,
+}
+
+/// The pause before a failed attempt runs again: exponential from `base_ms`
+/// (doubling with each failure so far), capped at `cap_ms`, with jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Backoff {
+    /// The first retry's pause, milliseconds.
+    pub base_ms: u64,
+    /// The longest pause, milliseconds.
+    pub cap_ms: u64,
+}
+
+/// Default first pause before a retry.
+pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// Default longest pause before a retry.
+pub const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(300);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { base_ms: DEFAULT_BACKOFF_BASE.as_millis() as u64, cap_ms: DEFAULT_BACKOFF_CAP.as_millis() as u64 }
+    }
+}
+
+impl Backoff {
+    /// The pause before the retry that follows the `failures`-th failed
+    /// attempt (1 for the first): `min(cap, base × 2^(failures-1))`, of
+    /// which the second half is random ("equal jitter": never less than
+    /// half the exponential step, so retries of many jobs that failed
+    /// together spread out without ever firing at once).
+    pub fn delay(&self, failures: u32) -> Duration {
+        let step = self.base_ms.saturating_mul(1u64 << failures.saturating_sub(1).min(40)).min(self.cap_ms);
+        let half = step / 2;
+        let mut bytes = [0u8; 8];
+        getrandom::fill(&mut bytes).expect("the OS random source is available");
+        let jitter = u64::from_le_bytes(bytes) % (step - half + 1);
+        Duration::from_millis(half + jitter)
+    }
 }
 
 /// A client's key for one create request, and a digest of the request: the
@@ -250,10 +309,21 @@ pub struct Job {
     pub lease_token: Option<String>,
     /// When the current lease runs out (running jobs only).
     pub lease_expires_at: Option<Timestamp>,
+    /// Not claimed before this: its submit's `run_at`, or a retry's backoff.
+    pub run_after: Timestamp,
+    /// A sync job's deadline: it expires if still queued then, and its run
+    /// is cut to end by then.
+    pub deadline_at: Option<Timestamp>,
     /// Claims so far: 1 during the first attempt.
     pub attempt: u32,
     /// Attempts that lost their lease.
     pub lost_leases: u32,
+    /// Attempts that failed retryably and were queued again.
+    pub retries: u32,
+    /// The pause before each retry.
+    pub backoff: Backoff,
+    /// The last retried attempt's error, `kind: message`.
+    pub last_error: Option<String>,
     /// The attempt limit.
     pub max_attempts: u32,
     /// A cancel was asked for while it ran.
@@ -578,6 +648,31 @@ pub struct JobFinishParams {
     pub now: Timestamp,
 }
 
+/// Parameters of [`JobStore::job_retry`].
+#[derive(Debug, Clone)]
+pub struct JobRetryParams {
+    /// The job.
+    pub id: JobId,
+    /// The lease token from the claim.
+    pub token: String,
+    /// The attempt's error, kept as `last_error`.
+    pub kind: ErrorKind,
+    /// `"Type: message"`.
+    pub message: String,
+    /// The backoff: not claimed again before this.
+    pub run_after: Timestamp,
+    /// How long it may wait in the queue once due.
+    pub queue_ttl: Duration,
+    /// Fuel used by the attempt.
+    pub fuel_used: u64,
+    /// Peak memory of the attempt.
+    pub peak_memory_bytes: u64,
+    /// What the attempt logged.
+    pub logs: Option<JobLogs>,
+    /// Now.
+    pub now: Timestamp,
+}
+
 /// Parameters of [`JobStore::job_release`].
 #[derive(Debug, Clone)]
 pub struct JobReleaseParams {
@@ -727,7 +822,8 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// One job by id.
     async fn job_get(&self, id: JobId) -> Result<Option<Job>, StoreError>;
 
-    /// Claim up to `limit` queued, unexpired jobs, oldest first, skipping
+    /// Claim up to `limit` queued, unexpired jobs whose `run_after` has
+    /// come, earliest due first (then oldest), skipping
     /// any whose concurrency key already has a running job (and all but the
     /// oldest queued job of each key). Each gets a fresh lease token.
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError>;
@@ -754,6 +850,12 @@ pub trait JobStore: Send + Sync + fmt::Debug {
         Ok((true, self.job_claim(next).await.unwrap_or_default()))
     }
 
+    /// Queue a running job again after a retryable failure, due at
+    /// `run_after`, spending one of its attempts (`retries + 1`). `false`
+    /// if the token no longer owns it or it has no attempt left (then the
+    /// caller records the failure with [`JobStore::job_finish`]).
+    async fn job_retry(&self, params: JobRetryParams) -> Result<bool, StoreError>;
+
     /// Give a running job back to the queue (shutdown): no attempt spent.
     /// `false` if the token no longer owns it.
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError>;
@@ -762,7 +864,8 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError>;
 
     /// Reclaim running jobs whose lease ran out: `lost_leases + 1`, then
-    /// requeue while attempts remain, else fail with `lease_lost`.
+    /// requeue after the job's backoff while attempts remain, else fail
+    /// with `lease_lost`.
     async fn lease_reclaim_expired(&self, params: LeaseReclaimParams) -> Result<ReclaimReport, StoreError>;
 
     /// Fail queued jobs past their `expires_at` with kind `expired`.

@@ -28,10 +28,11 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 use tokio::sync::oneshot;
 
 use super::{
-    CancelResult, Counts, Finish, IdempotencyKey, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams,
-    JobListParams, JobLogs, JobProgressParams, JobReleaseParams, JobStatus, JobStore, JobsDeleteParams,
-    JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, NewJob, PluginInfo,
-    PluginName, PluginNameParams, PluginPutParams, PluginRef, ReclaimReport, SCHEMA_VERSION, StoreError,
+    Backoff, CancelResult, Counts, Finish, IdempotencyKey, Job, JobClaimParams, JobFinishParams, JobId,
+    JobInsertParams, JobListParams, JobLogs, JobProgressParams, JobReleaseParams, JobRetryParams, JobStatus, JobStore,
+    JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState,
+    NewJob, PluginInfo, PluginName, PluginNameParams, PluginPutParams, PluginRef, ReclaimReport, SCHEMA_VERSION,
+    StoreError,
 };
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, Target};
@@ -160,12 +161,29 @@ ALTER TABLE jobs ADD COLUMN idempotency_key TEXT;
 ALTER TABLE jobs ADD COLUMN request_digest TEXT;
 CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 "#,
+    r#"
+-- Delayed jobs and retries: a queued job is not claimed before run_after
+-- (its submit's run_at, or a retry's backoff); claims take the earliest due.
+ALTER TABLE jobs ADD COLUMN run_after INTEGER NOT NULL DEFAULT 0;
+UPDATE jobs SET run_after = created_at;
+DROP INDEX IF EXISTS jobs_claim;
+CREATE INDEX jobs_claim_due ON jobs (run_after, job_id) WHERE status = 'queued';
+-- A sync job's deadline: its queue wait and its run both end by then.
+ALTER TABLE jobs ADD COLUMN deadline_at INTEGER;
+-- Retryable failures queued again, the backoff between them, and the last
+-- retried error.
+ALTER TABLE jobs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0 CHECK (retries >= 0);
+ALTER TABLE jobs ADD COLUMN backoff_base_ms INTEGER NOT NULL DEFAULT 1000;
+ALTER TABLE jobs ADD COLUMN backoff_cap_ms INTEGER NOT NULL DEFAULT 300000;
+ALTER TABLE jobs ADD COLUMN last_error TEXT;
+"#,
 ];
 
 const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
     schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, \
     lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, \
-    error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json";
+    error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, \
+    run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error";
 
 fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
@@ -233,6 +251,14 @@ fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
             _ => None,
         },
         progress: json_column(&id_text, "progress", row.get(30).map_err(&read)?)?,
+        run_after: Timestamp::from_unix_ms(row.get(31).map_err(&read)?),
+        deadline_at: ts(row.get(32).map_err(&read)?),
+        retries: row.get(33).map_err(&read)?,
+        backoff: Backoff {
+            base_ms: row.get::<_, i64>(34).map_err(&read)?.max(0) as u64,
+            cap_ms: row.get::<_, i64>(35).map_err(&read)?.max(0) as u64,
+        },
+        last_error: row.get(36).map_err(&read)?,
     })
 }
 
@@ -446,24 +472,24 @@ fn copy_error(e: &StoreError) -> StoreError {
     }
 }
 
-/// Rows per multi-row `INSERT` of a large submit (16 parameters each).
+/// Rows per multi-row `INSERT` of a large submit (20 parameters each).
 const INSERT_CHUNK: usize = 256;
 
 /// Insert `jobs` as queued in one statement; returned in the given order.
 fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
     use rusqlite::types::Value;
     let err = db_err("inserting jobs");
-    let row = "(?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     let sql = format!(
         "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
          schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
-         idempotency_key, request_digest) \
+         idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms) \
          VALUES {} RETURNING {JOB_COLUMNS}",
         vec![row; jobs.len()].join(", ")
     );
     let text = |s: Option<&str>| s.map_or(Value::Null, |s| Value::Text(s.to_owned()));
     let mut ids = Vec::with_capacity(jobs.len());
-    let mut values = Vec::with_capacity(jobs.len() * 16);
+    let mut values = Vec::with_capacity(jobs.len() * 20);
     for job in jobs {
         if let Some(idempotency) = &job.idempotency {
             check_idempotency_key(conn, idempotency)?;
@@ -475,6 +501,9 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
             Target::Action(name) => ("action", Some(name.as_str())),
         };
         let limits = serde_json::to_string(&job.limits).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let run_after = now.plus(job.delay);
+        let deadline = job.deadline.map(|d| now.plus(d));
+        let expires_at = run_after.plus(job.queue_ttl).min(deadline.unwrap_or(Timestamp::from_unix_ms(i64::MAX)));
         values.extend([
             Value::Text(id.to_string()),
             text(job.plan_id.as_deref()),
@@ -485,13 +514,17 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
             Value::Text(limits),
             Value::Integer(i64::from(SCHEMA_VERSION)),
             Value::Integer(now.unix_ms()),
-            Value::Integer(now.plus(job.queue_ttl).unix_ms()),
+            Value::Integer(expires_at.unix_ms()),
             Value::Integer(i64::from(job.max_attempts)),
             text(job.concurrency_key.as_deref()),
             text(job.plugin_name.as_ref().map(|n| n.name.as_str())),
             text(job.plugin_name.as_ref().map(|n| n.version.as_str())),
             text(job.idempotency.as_ref().map(|i| i.key.as_str())),
             text(job.idempotency.as_ref().map(|i| i.request_digest.as_str())),
+            Value::Integer(run_after.unix_ms()),
+            deadline.map_or(Value::Null, |d| Value::Integer(d.unix_ms())),
+            Value::Integer(i64::try_from(job.backoff.base_ms).unwrap_or(i64::MAX)),
+            Value::Integer(i64::try_from(job.backoff.cap_ms).unwrap_or(i64::MAX)),
         ]);
         ids.push(id);
     }
@@ -523,9 +556,11 @@ fn check_idempotency_key(conn: &Connection, idempotency: &IdempotencyKey) -> Res
     }
 }
 
-/// Claim up to `params.limit` eligible jobs: queued, unexpired, created at
-/// or before `now` (a claim never starts a job younger than itself), and either
-/// keyless or the oldest queued job of a key that has no running job.
+/// Claim up to `params.limit` eligible jobs: queued, unexpired, due
+/// (`run_after` at or before `now`, which is never before its creation: a
+/// claim never starts a job younger than itself), and either keyless or the
+/// oldest queued job of a key that has no running job. Earliest due first,
+/// then oldest.
 ///
 /// A read of the candidates, then one single-row update each: cheaper for
 /// SQLite than one `UPDATE … WHERE job_id IN (…) RETURNING …`, which builds
@@ -535,11 +570,11 @@ fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreE
     // Built once: this runs for every claim.
     static CANDIDATES: LazyLock<String> = LazyLock::new(|| {
         format!(
-            "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND q.expires_at > ?1 AND q.created_at <= ?1 \
+            "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND q.run_after <= ?1 AND q.expires_at > ?1 \
              AND (q.concurrency_key IS NULL OR ( \
                q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
                AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
-             ORDER BY q.job_id LIMIT ?2"
+             ORDER BY q.run_after, q.job_id LIMIT ?2"
         )
     });
     let now = params.now.unix_ms();
@@ -818,7 +853,7 @@ impl JobStore for SqliteStore {
             let changed = conn
                 .prepare_cached(
                     "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, \
-                     expires_at = MAX(expires_at, ?1) \
+                     expires_at = MIN(MAX(expires_at, ?1), COALESCE(deadline_at, MAX(expires_at, ?1))) \
                      WHERE job_id = ?2 AND status = 'running' AND lease_token = ?3",
                 )
                 .and_then(|mut s| s.execute(params![now + ms(params.queue_ttl), params.id.to_string(), params.token]))
@@ -860,37 +895,90 @@ impl JobStore for SqliteStore {
         .await
     }
 
+    async fn job_retry(&self, params: JobRetryParams) -> Result<bool, StoreError> {
+        let logs = params.logs.as_ref().map(to_json).transpose()?;
+        self.write(move |conn| {
+            let run_after = params.run_after.unix_ms();
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE jobs SET status = 'queued', retries = retries + 1, lease_token = NULL, \
+                     lease_expires_at = NULL, run_after = ?1, \
+                     expires_at = MIN(MAX(expires_at, ?2), COALESCE(deadline_at, MAX(expires_at, ?2))), \
+                     last_error = ?3, fuel_used = ?4, peak_memory_bytes = ?5, logs_json = ?6, last_heartbeat = ?7 \
+                     WHERE job_id = ?8 AND status = 'running' AND lease_token = ?9 \
+                     AND lost_leases + retries + 1 < max_attempts",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        run_after,
+                        run_after.saturating_add(ms(params.queue_ttl)),
+                        format!("{}: {}", params.kind, params.message),
+                        params.fuel_used as i64,
+                        params.peak_memory_bytes as i64,
+                        logs,
+                        params.now.unix_ms(),
+                        params.id.to_string(),
+                        params.token,
+                    ])
+                })
+                .map_err(db_err("queueing a job for retry"))?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
     async fn lease_reclaim_expired(&self, params: LeaseReclaimParams) -> Result<ReclaimReport, StoreError> {
         let now = params.now.unix_ms();
-        let requeue_until = now + ms(params.queue_ttl);
-        self.write(move |conn| {
-            // SET expressions all read the row as it was, so
-            // `lost_leases + 1 < max_attempts` counts this loss.
-            let mut stmt = conn
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("reclaiming leases");
+            let expired: Vec<(String, u32, u32, u32, bool, i64, i64)> = conn
                 .prepare_cached(
-                    "UPDATE jobs SET lost_leases = lost_leases + 1, lease_token = NULL, lease_expires_at = NULL, \
-                     status = CASE WHEN cancel_requested = 1 THEN 'cancelled' \
-                                   WHEN lost_leases + 1 < max_attempts THEN 'queued' ELSE 'failed' END, \
-                     error_kind = CASE WHEN cancel_requested = 1 THEN 'cancelled' \
-                                       WHEN lost_leases + 1 < max_attempts THEN NULL ELSE 'lease_lost' END, \
-                     error_message = CASE WHEN cancel_requested = 1 THEN 'Cancelled: its worker stopped while it was being cancelled' \
-                                          WHEN lost_leases + 1 < max_attempts THEN NULL ELSE ?1 END, \
-                     finished_at = CASE WHEN cancel_requested = 1 OR lost_leases + 1 >= max_attempts THEN ?2 ELSE NULL END, \
-                     expires_at = CASE WHEN cancel_requested = 0 AND lost_leases + 1 < max_attempts \
-                                       THEN MAX(expires_at, ?3) ELSE expires_at END \
-                     WHERE status = 'running' AND lease_expires_at <= ?2 RETURNING status",
+                    "SELECT job_id, lost_leases, retries, max_attempts, cancel_requested, backoff_base_ms, \
+                     backoff_cap_ms FROM jobs WHERE status = 'running' AND lease_expires_at <= ?1",
                 )
-                .map_err(db_err("reclaiming leases"))?;
-            let statuses: Vec<String> = stmt
-                .query_map(params![LEASE_LOST_MESSAGE, now, requeue_until], |r| r.get(0))
-                .and_then(|rows| rows.collect())
-                .map_err(db_err("reclaiming leases"))?;
+                .and_then(|mut s| {
+                    s.query_map(params![now], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+                    })?
+                    .collect()
+                })
+                .map_err(&err)?;
             let mut report = ReclaimReport::default();
-            for status in statuses {
-                match status.as_str() {
-                    "queued" => report.requeued += 1,
-                    _ => report.failed += 1,
-                }
+            for (id, lost, retries, max_attempts, cancel_requested, base_ms, cap_ms) in expired {
+                // Every outcome counts the loss and drops the lease.
+                let changed = if cancel_requested {
+                    report.failed += 1;
+                    conn.prepare_cached(
+                        "UPDATE jobs SET status = 'cancelled', error_kind = 'cancelled', \
+                         error_message = 'Cancelled: its worker stopped while it was being cancelled', \
+                         finished_at = ?1, lost_leases = lost_leases + 1, lease_token = NULL, \
+                         lease_expires_at = NULL WHERE job_id = ?2",
+                    )
+                    .and_then(|mut s| s.execute(params![now, id]))
+                } else if lost + retries + 1 < max_attempts {
+                    report.requeued += 1;
+                    let backoff = Backoff { base_ms: base_ms.max(0) as u64, cap_ms: cap_ms.max(0) as u64 };
+                    let run_after = params.now.plus(backoff.delay(lost + retries + 1)).unix_ms();
+                    conn.prepare_cached(
+                        "UPDATE jobs SET status = 'queued', lost_leases = lost_leases + 1, lease_token = NULL, \
+                         lease_expires_at = NULL, run_after = ?1, last_error = 'lease_lost: ' || ?2, \
+                         expires_at = MIN(MAX(expires_at, ?3), COALESCE(deadline_at, MAX(expires_at, ?3))) \
+                         WHERE job_id = ?4",
+                    )
+                    .and_then(|mut s| {
+                        let requeue_until = run_after.saturating_add(ms(params.queue_ttl));
+                        s.execute(params![run_after, LEASE_LOST_MESSAGE, requeue_until, id])
+                    })
+                } else {
+                    report.failed += 1;
+                    conn.prepare_cached(
+                        "UPDATE jobs SET status = 'failed', error_kind = 'lease_lost', error_message = ?1, \
+                         finished_at = ?2, lost_leases = lost_leases + 1, lease_token = NULL, \
+                         lease_expires_at = NULL WHERE job_id = ?3",
+                    )
+                    .and_then(|mut s| s.execute(params![LEASE_LOST_MESSAGE, now, id]))
+                };
+                changed.map_err(&err)?;
             }
             Ok(report)
         })
@@ -903,7 +991,9 @@ impl JobStore for SqliteStore {
             let n = conn
                 .execute(
                     "UPDATE jobs SET status = 'failed', finished_at = ?1, error_kind = 'expired', \
-                     error_message = 'Expired: the job waited in the queue past its expiry' \
+                     error_message = CASE WHEN deadline_at <= ?1 \
+                       THEN 'Expired: the job could not start before its deadline' \
+                       ELSE 'Expired: the job waited in the queue past its expiry' END \
                      WHERE status = 'queued' AND expires_at <= ?1",
                     params![now],
                 )
