@@ -33,6 +33,7 @@ use crate::store::{
     JobStatus, JobStore, JobsExpireParams, NewJob, PluginInfo, PluginName, PluginNameParams, PluginPutParams,
     PluginRef, StoreError,
 };
+use crate::store::{WorkerRecord, WorkerState};
 use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};
 
@@ -60,6 +61,8 @@ pub const DEFAULT_MAX_QUEUE_TTL: Duration = Duration::from_secs(30 * 86_400);
 pub const MAX_ATTEMPTS_CEILING: u32 = 100;
 /// Longest concurrency key or plan id, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
+/// Longest shutdown waits for the registry's last report.
+const REGISTRY_FAREWELL: Duration = Duration::from_secs(1);
 /// How long past a job's deadline (and its cancel grace) a sync waiter
 /// waits for the worker to record the ending.
 const DEADLINE_SETTLE: Duration = Duration::from_secs(5);
@@ -222,7 +225,39 @@ pub struct Health {
     pub leases_lost: u64,
     /// Last claim, renewal or completion here (UTC).
     pub last_heartbeat: Option<Timestamp>,
-    /// Queue depth by state, from one atomic snapshot.
+    /// Queue depth by state, read with `workers`.
+    pub counts: Counts,
+    /// Seed 000's summary of the workers sharing the store:
+    /// `Async workers: enabled, max_workers=4, poll_interval=1.0s`.
+    pub summary: String,
+    /// Every worker registered in the store (this process's too, unless it
+    /// runs none), read with `counts`.
+    pub workers: Vec<WorkerView>,
+}
+
+/// A registered worker as health and `GET /v1/workers` show it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct WorkerView {
+    /// The worker as it last reported itself.
+    #[serde(flatten)]
+    pub worker: WorkerRecord,
+    /// It has not reported for three lease TTLs without saying it stopped:
+    /// its process died or hangs.
+    pub stale: bool,
+    /// The jobs it holds now.
+    pub running_jobs: Vec<JobId>,
+}
+
+/// Every worker sharing the store, with the queue depth, from one read.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Workers {
+    /// `Async workers: enabled, max_workers=N, poll_interval=Xs` over the
+    /// live workers (their slots summed, the shortest poll), or
+    /// `Async workers: disabled (no live worker)`.
+    pub summary: String,
+    /// Oldest first.
+    pub workers: Vec<WorkerView>,
+    /// Queue depth by state.
     pub counts: Counts,
 }
 
@@ -446,6 +481,7 @@ impl RuntimeBuilder {
         }
         let lag_watch = tokio::spawn(metrics.clone().watch_event_loop());
         let (stop_sweeps, stop_rx) = watch::channel(false);
+        let registration = if self.workers { Some(tokio::spawn(pool.clone().register_loop())) } else { None };
         if self.workers {
             tokio::spawn(pool.clone().claim_loop());
             let interval = self.sweep_interval.unwrap_or((self.worker.lease_ttl / 3).min(Duration::from_secs(5)));
@@ -467,6 +503,7 @@ impl RuntimeBuilder {
                 pool,
                 stop_sweeps,
                 lag_watch,
+                registration: std::sync::Mutex::new(registration),
                 metrics,
                 settings: self,
             }),
@@ -506,6 +543,8 @@ struct Inner {
     pool: Arc<Pool>,
     stop_sweeps: watch::Sender<bool>,
     lag_watch: tokio::task::JoinHandle<()>,
+    /// The worker-registry reports; its last one says `stopped`.
+    registration: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     metrics: Arc<Metrics>,
     settings: RuntimeBuilder,
 }
@@ -900,10 +939,43 @@ impl Runtime {
         self.inner.pool.subscribe_starts(Box::new(subscriber));
     }
 
+    /// Every worker sharing the store and the queue depth, from one read.
+    /// A worker that has not reported for three lease TTLs (this runtime's)
+    /// without stopping is shown `stale`.
+    pub async fn workers(&self) -> Result<Workers, RuntimeError> {
+        let snapshot = self.inner.store.workers_snapshot().await?;
+        let stale_before = self.now().minus(self.inner.settings.worker.lease_ttl * 3);
+        let workers: Vec<WorkerView> = snapshot
+            .workers
+            .into_iter()
+            .map(|worker| WorkerView {
+                stale: worker.state != WorkerState::Stopped && worker.last_heartbeat < stale_before,
+                running_jobs: snapshot
+                    .running_jobs
+                    .iter()
+                    .filter(|(_, holder)| *holder == worker.worker_id)
+                    .map(|(id, _)| *id)
+                    .collect(),
+                worker,
+            })
+            .collect();
+        let live: Vec<&WorkerRecord> =
+            workers.iter().filter(|w| !w.stale && w.worker.state != WorkerState::Stopped).map(|w| &w.worker).collect();
+        let summary = match live.iter().map(|w| w.poll_interval_ms).min() {
+            None => "Async workers: disabled (no live worker)".to_owned(),
+            Some(poll_ms) => format!(
+                "Async workers: enabled, max_workers={}, poll_interval={:.1}s",
+                live.iter().map(|w| u64::from(w.slots)).sum::<u64>(),
+                poll_ms as f64 / 1000.0
+            ),
+        };
+        Ok(Workers { summary, workers, counts: snapshot.counts })
+    }
+
     /// The health report.
     pub async fn health(&self) -> Result<Health, RuntimeError> {
         let pool = &self.inner.pool;
-        let counts = self.inner.store.counts_snapshot().await?;
+        let Workers { summary, workers, counts } = self.workers().await?;
         Ok(Health {
             worker_id: pool.worker_id.clone(),
             state: *pool.state.borrow(),
@@ -915,6 +987,8 @@ impl Runtime {
             leases_lost: pool.stats.leases_lost.load(Ordering::Relaxed),
             last_heartbeat: crate::worker::last_heartbeat(&pool.stats),
             counts,
+            summary,
+            workers,
         })
     }
 
@@ -940,5 +1014,11 @@ impl Runtime {
             return;
         }
         self.inner.pool.shutdown().await;
+        // The registry's last report (`stopped`), briefly: a store that
+        // does not answer must not hold the process.
+        let registration = self.inner.registration.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(registration) = registration {
+            let _ = tokio::time::timeout(REGISTRY_FAREWELL, registration).await;
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Background sweeps over the store: reclaim expired leases, expire queued
-//! jobs that waited too long, delete terminal jobs past retention.
+//! jobs that waited too long, delete terminal jobs and silent or stopped
+//! workers past retention.
 //!
 //! [`Sweeper::run_once`] takes `now` so tests drive time; [`Sweeper::run`]
 //! calls it every interval until told to stop.
@@ -32,6 +33,8 @@ pub struct SweepReport {
     pub expired: u64,
     /// Terminal jobs deleted.
     pub deleted: u64,
+    /// Stopped or silent workers deleted from the registry.
+    pub workers_deleted: u64,
 }
 
 /// Runs the three sweeps.
@@ -53,11 +56,10 @@ impl Sweeper {
         let reclaimed =
             self.store.lease_reclaim_expired(LeaseReclaimParams { now, queue_ttl: self.config.queue_ttl }).await?;
         let expired = self.store.jobs_expire_queued(JobsExpireParams { now }).await?;
-        let deleted = self
-            .store
-            .jobs_delete_expired(JobsDeleteParams { finished_before: now.minus(self.config.job_ttl) })
-            .await?;
-        Ok(SweepReport { reclaimed, expired, deleted })
+        let cutoff = now.minus(self.config.job_ttl);
+        let deleted = self.store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff }).await?;
+        let workers_deleted = self.store.workers_delete_stale(cutoff).await?;
+        Ok(SweepReport { reclaimed, expired, deleted, workers_deleted })
     }
 
     /// Sweep every interval until `stop` turns true. A failed sweep is

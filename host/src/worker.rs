@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::sandbox::{Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, StopHandle};
 use crate::store::{
     Finish, JobClaimParams, JobFinishParams, JobId, JobLogs, JobProgress, JobProgressParams, JobReleaseParams,
-    JobRetryParams, JobStatus, JobStore, Lease, LogLine,
+    JobRetryParams, JobStatus, JobStore, Lease, LogLine, WorkerRecord, WorkerState,
 };
 
 /// Longest a busy pool waits to gather free slots into one claim.
@@ -147,6 +147,7 @@ pub(crate) struct Pool {
     start_subscribers: Mutex<Vec<Arc<StartSubscriber>>>,
     shutting_down: AtomicBool,
     idle: Notify,
+    started_at: Timestamp,
 }
 
 impl std::fmt::Debug for Pool {
@@ -166,7 +167,7 @@ impl Pool {
         Arc::new(Pool {
             store,
             sandbox,
-            clock,
+            clock: clock.clone(),
             config,
             worker_id: new_worker_id(),
             wake: Notify::new(),
@@ -180,6 +181,7 @@ impl Pool {
             start_subscribers: Mutex::default(),
             shutting_down: AtomicBool::new(false),
             idle: Notify::new(),
+            started_at: clock.now(),
         })
     }
 
@@ -196,6 +198,50 @@ impl Pool {
             self.start_subscribers.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for subscriber in subscribers {
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| subscriber(start)));
+        }
+    }
+
+    /// This pool as the worker registry shows it, now.
+    pub(crate) fn record(&self) -> WorkerRecord {
+        WorkerRecord {
+            worker_id: self.worker_id.clone(),
+            host: host_name(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            slots: u32::try_from(self.config.max_workers).unwrap_or(u32::MAX),
+            running: u32::try_from(self.running_count()).unwrap_or(u32::MAX),
+            state: match *self.state.borrow() {
+                PoolState::Running => WorkerState::Running,
+                PoolState::Stopping => WorkerState::Draining,
+                PoolState::Stopped => WorkerState::Stopped,
+            },
+            poll_interval_ms: self.config.poll_interval.as_millis() as u64,
+            processed: self.stats.processed.load(Ordering::Relaxed),
+            failed: self.stats.failed.load(Ordering::Relaxed),
+            cancelled: self.stats.cancelled.load(Ordering::Relaxed),
+            started_at: self.started_at,
+            last_heartbeat: self.clock.now(),
+        }
+    }
+
+    /// Report this pool to the registry every poll interval (and at every
+    /// state change) until it has stopped; the last report says `stopped`.
+    pub(crate) async fn register_loop(self: Arc<Self>) {
+        let mut state = self.state.subscribe();
+        loop {
+            // A failed report is retried at the next interval; the row
+            // only shows stale if several fail.
+            state.borrow_and_update();
+            let record = self.record();
+            let stopped = record.state == WorkerState::Stopped;
+            let _ = self.store.worker_beat(record).await;
+            if stopped {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.poll_interval) => {}
+                _ = state.changed() => {}
+            }
         }
     }
 
@@ -688,6 +734,19 @@ fn finish_for(outcome: Result<Outcome, HostFailure>) -> (Finish, u64, u64, Optio
         Err(failure) => Finish::Failed { kind: failure.kind, message: failure.message, backtrace: failure.backtrace },
     };
     (finish, fuel, peak, progress, logs)
+}
+
+/// This machine's host name (empty if it cannot be read).
+fn host_name() -> String {
+    static NAME: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let mut buffer = [0u8; 256];
+        // SAFETY: gethostname writes at most `buffer.len()` bytes into the
+        // live local buffer it is given.
+        let ok = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0;
+        let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+        if ok { String::from_utf8_lossy(&buffer[..end]).into_owned() } else { String::new() }
+    });
+    NAME.clone()
 }
 
 /// Last heartbeat as a timestamp.

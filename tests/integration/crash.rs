@@ -188,3 +188,80 @@ async fn a_job_past_its_queue_ttl_expires_instead_of_running() {
     worker.kill().unwrap();
     worker.wait().unwrap();
 }
+
+/// `leash diagnostics --db` beside two `leash worker` processes lists both,
+/// with their slots and what each runs; stopped cleanly, both say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diagnostics_lists_every_worker_sharing_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.db");
+    let first = start_worker(&db, 2);
+    let second = start_worker(&db, 3);
+    let submitter = Runtime::builder(&db).without_workers().build().await.unwrap();
+    let coop = leash_tests::plugin_bytes("coop");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(
+            submitter
+                .submit(Submit::new(PluginSource::Bytes(coop.clone()), Target::Execute, Vec::new()))
+                .await
+                .unwrap(),
+        );
+    }
+    let diagnostics = || {
+        let output = Command::new(env!("CARGO_BIN_EXE_leash"))
+            .args(["diagnostics", "--json", "--db"])
+            .arg(&db)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    // Poll until both jobs run and the registry reports them.
+    let start = Instant::now();
+    let report = loop {
+        let report = diagnostics();
+        let workers = report["health"]["workers"].as_array().unwrap().clone();
+        let running: u64 = workers.iter().map(|w| w["running"].as_u64().unwrap()).sum();
+        if running == 2 {
+            break report;
+        }
+        assert!(start.elapsed() < GENEROUS, "the workers never reported both jobs: {report}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let health = &report["health"];
+    let workers = health["workers"].as_array().unwrap();
+    let mut pids: Vec<u64> = workers.iter().map(|w| w["pid"].as_u64().unwrap()).collect();
+    pids.sort();
+    let mut want = vec![u64::from(first.id()), u64::from(second.id())];
+    want.sort();
+    assert_eq!(pids, want, "both workers, and not the CLI's own process: {report}");
+    let mut slots: Vec<u64> = workers.iter().map(|w| w["slots"].as_u64().unwrap()).collect();
+    slots.sort();
+    assert_eq!(slots, [2, 3]);
+    assert_eq!(health["summary"], "Async workers: enabled, max_workers=5, poll_interval=0.1s", "{report}");
+    let mut held: Vec<String> = workers
+        .iter()
+        .flat_map(|w| w["running_jobs"].as_array().unwrap().iter().map(|j| j.as_str().unwrap().to_owned()))
+        .collect();
+    held.sort();
+    let mut want: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    want.sort();
+    assert_eq!(held, want, "each running job shows its worker");
+    assert_eq!(health["counts"]["running"], 2);
+    let text = Command::new(env!("CARGO_BIN_EXE_leash")).args(["diagnostics", "--db"]).arg(&db).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.starts_with("Async workers: enabled, max_workers=5, poll_interval=0.1s\n"), "{text}");
+    for worker in workers {
+        assert!(text.contains(worker["worker_id"].as_str().unwrap()), "{text}");
+    }
+    for mut child in [first, second] {
+        sigterm(&child);
+        assert!(child.wait().unwrap().success());
+    }
+    let report = diagnostics();
+    let states: Vec<&str> =
+        report["health"]["workers"].as_array().unwrap().iter().map(|w| w["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["stopped", "stopped"], "{report}");
+    assert_eq!(report["health"]["summary"], "Async workers: disabled (no live worker)");
+}

@@ -373,3 +373,33 @@ async fn a_delayed_job_starts_at_its_time() {
     assert!(done.started_at.unwrap() >= due, "started {:?}, due {due:?}", done.started_at);
     runtime.shutdown().await;
 }
+
+/// Every pool registers in the store; a clean shutdown marks it stopped; a
+/// silent one shows stale after three lease TTLs; the summary counts only
+/// the live ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_register_and_silent_ones_show_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = builder(&dir).max_workers(3).lease_ttl(Duration::from_secs(10)).build().await.unwrap();
+    let observer = builder(&dir).without_workers().lease_ttl(Duration::from_secs(10)).build().await.unwrap();
+    let listed = observer.workers().await.unwrap();
+    let me = listed.workers.iter().find(|w| w.worker.worker_id == pool.worker_id()).expect("registered at start");
+    assert_eq!((me.worker.slots, me.worker.pid, me.stale), (3, std::process::id(), false));
+    assert_eq!(me.worker.state, leash::store::WorkerState::Running);
+    assert_eq!(listed.workers.len(), 1, "a runtime without workers does not register");
+    assert_eq!(listed.summary, "Async workers: enabled, max_workers=3, poll_interval=0.1s");
+    // A worker that stopped reporting 31 s ago (three TTLs are 30 s).
+    let mut silent = me.worker.clone();
+    silent.worker_id = "worker-5111e777".into();
+    silent.last_heartbeat = observer.now().minus(Duration::from_secs(31));
+    observer.store().worker_beat(silent).await.unwrap();
+    let listed = observer.workers().await.unwrap();
+    let silent = listed.workers.iter().find(|w| w.worker.worker_id == "worker-5111e777").unwrap();
+    assert!(silent.stale, "{silent:?}");
+    assert_eq!(listed.summary, "Async workers: enabled, max_workers=3, poll_interval=0.1s", "stale ones do not count");
+    pool.shutdown().await;
+    let listed = observer.workers().await.unwrap();
+    let me = listed.workers.iter().find(|w| w.worker.worker_id == pool.worker_id()).unwrap();
+    assert_eq!((me.worker.state, me.stale), (leash::store::WorkerState::Stopped, false));
+    assert_eq!(listed.summary, "Async workers: disabled (no live worker)");
+}

@@ -65,6 +65,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/jobs/{id}/output", get(job_output))
         .route("/v1/jobs/{id}/cancel", post(job_cancel))
         .route("/v1/health", get(health))
+        .route("/v1/workers", get(workers))
         .route("/v1/openapi.json", get(openapi_json))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
@@ -754,6 +755,17 @@ async fn job_cancel(
 async fn health(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let health = state.runtime.health().await?;
     Ok(Json(HealthReport { health, ceilings: state.runtime.ceilings() }).into_response())
+}
+
+/// Every worker sharing the database (with seed 000's summary line), the
+/// jobs each holds, and the queue depth, from one read.
+#[utoipa::path(get, path = "/v1/workers", tag = "health",
+    responses(
+        (status = 200, body = crate::runtime::Workers),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    ))]
+async fn workers(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    Ok(Json(state.runtime.workers().await?).into_response())
 }
 
 /// This document.

@@ -99,6 +99,7 @@ impl Modify for BearerToken {
         super::job_output,
         super::job_cancel,
         super::health,
+        super::workers,
         super::openapi_json,
     ),
     modifiers(&BearerToken),

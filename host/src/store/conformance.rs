@@ -91,6 +91,7 @@ cases!(
     a_retry_with_a_stale_token_changes_nothing,
     reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget,
     a_deadline_caps_the_queue_expiry_through_every_requeue,
+    workers_register_refresh_and_are_deleted_at_retention,
 );
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
@@ -877,4 +878,47 @@ async fn a_deadline_caps_the_queue_expiry_through_every_requeue(store: Arc<dyn J
     let got = get(&*store, job.id).await;
     assert_eq!((got.status, got.error_kind), (JobStatus::Failed, Some(ErrorKind::Expired)));
     assert!(got.error_message.as_deref().unwrap().contains("deadline"), "{:?}", got.error_message);
+}
+
+fn worker_record(id: &str, now: Timestamp) -> super::WorkerRecord {
+    super::WorkerRecord {
+        worker_id: id.into(),
+        host: "host-a".into(),
+        pid: 42,
+        version: "0.1.0".into(),
+        slots: 4,
+        running: 0,
+        state: super::WorkerState::Running,
+        poll_interval_ms: 1000,
+        processed: 0,
+        failed: 0,
+        cancelled: 0,
+        started_at: now,
+        last_heartbeat: now,
+    }
+}
+
+async fn workers_register_refresh_and_are_deleted_at_retention(store: Arc<dyn JobStore>) {
+    store.worker_beat(worker_record("worker-0000000a", at(0))).await.unwrap();
+    store.worker_beat(worker_record("worker-0000000b", at(1))).await.unwrap();
+    insert_one(&*store, new_job("x"), at(1)).await;
+    let lease = claim(&*store, "worker-0000000a", 1, at(2)).await.pop().unwrap();
+    // A refresh keeps `started_at` and takes everything else.
+    let mut beat = worker_record("worker-0000000a", at(9));
+    beat.running = 1;
+    beat.processed = 5;
+    beat.state = super::WorkerState::Draining;
+    store.worker_beat(beat).await.unwrap();
+    let snapshot = store.workers_snapshot().await.unwrap();
+    let ids: Vec<&str> = snapshot.workers.iter().map(|w| w.worker_id.as_str()).collect();
+    assert_eq!(ids, ["worker-0000000a", "worker-0000000b"], "oldest first");
+    let a = &snapshot.workers[0];
+    assert_eq!((a.started_at, a.last_heartbeat, a.running, a.processed), (at(0), at(9), 1, 5));
+    assert_eq!(a.state, super::WorkerState::Draining);
+    assert_eq!(snapshot.running_jobs, [(lease.job.id, "worker-0000000a".to_owned())]);
+    assert_eq!((snapshot.counts.running, snapshot.counts.total()), (1, 1));
+    // Retention deletes the rows not refreshed since the cutoff.
+    assert_eq!(store.workers_delete_stale(at(5)).await.unwrap(), 1);
+    let left = store.workers_snapshot().await.unwrap().workers;
+    assert_eq!(left.iter().map(|w| w.worker_id.as_str()).collect::<Vec<_>>(), ["worker-0000000a"]);
 }

@@ -19,6 +19,7 @@ use super::{
     LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginInfo, PluginNameParams, PluginPutParams, PluginRef,
     ReclaimReport, StoreError,
 };
+use super::{WorkerRecord, WorkersSnapshot};
 use crate::clock::Timestamp;
 use crate::job::Digest;
 
@@ -236,5 +237,17 @@ impl JobStore for FaultyStore {
 
     async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError> {
         self.inner.job_logs(id).await
+    }
+
+    async fn worker_beat(&self, worker: WorkerRecord) -> Result<(), StoreError> {
+        self.inner.worker_beat(worker).await
+    }
+
+    async fn workers_snapshot(&self) -> Result<WorkersSnapshot, StoreError> {
+        self.inner.workers_snapshot().await
+    }
+
+    async fn workers_delete_stale(&self, last_heartbeat_before: Timestamp) -> Result<u64, StoreError> {
+        self.inner.workers_delete_stale(last_heartbeat_before).await
     }
 }

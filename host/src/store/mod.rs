@@ -753,6 +753,84 @@ impl Counts {
     }
 }
 
+/// Where a registered worker pool is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerState {
+    /// Claiming and running jobs.
+    Running,
+    /// Shutting down: claims no more, stops and releases its jobs.
+    Draining,
+    /// Stopped cleanly.
+    Stopped,
+}
+
+impl WorkerState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Running => "running",
+            WorkerState::Draining => "draining",
+            WorkerState::Stopped => "stopped",
+        }
+    }
+}
+
+impl FromStr for WorkerState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [WorkerState::Running, WorkerState::Draining, WorkerState::Stopped]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown worker state {s:?}"))
+    }
+}
+
+/// A worker pool (a `leash worker`, a `leash serve`, an embedder's runtime)
+/// as it registers itself in the store, refreshed every poll interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct WorkerRecord {
+    /// `worker-<8 hex>`.
+    pub worker_id: String,
+    /// The machine's host name.
+    pub host: String,
+    /// The process id.
+    pub pid: u32,
+    /// The leash version it runs.
+    pub version: String,
+    /// Job slots (`max_workers`).
+    pub slots: u32,
+    /// Jobs running in it now.
+    pub running: u32,
+    /// Its state as it last reported it.
+    pub state: WorkerState,
+    /// Its fallback poll interval, milliseconds.
+    pub poll_interval_ms: u64,
+    /// Jobs that succeeded in it.
+    pub processed: u64,
+    /// Jobs that failed in it.
+    pub failed: u64,
+    /// Jobs cancelled in it.
+    pub cancelled: u64,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// Its last report.
+    pub last_heartbeat: Timestamp,
+}
+
+/// Every registered worker, the running jobs and the queue depth, read in
+/// one transaction.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkersSnapshot {
+    /// Every worker row, oldest first.
+    pub workers: Vec<WorkerRecord>,
+    /// Each running job and the worker that holds it.
+    pub running_jobs: Vec<(JobId, String)>,
+    /// Job counts by state.
+    pub counts: Counts,
+}
+
 /// Parameters of [`JobStore::plugin_put`].
 #[derive(Debug, Clone)]
 pub struct PluginPutParams {
@@ -912,4 +990,16 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// What a finished job's last attempt logged. `None` when the job does
     /// not exist or kept no logs.
     async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError>;
+
+    /// Register a worker or refresh its row (everything but `started_at`,
+    /// which the first report sets).
+    async fn worker_beat(&self, worker: WorkerRecord) -> Result<(), StoreError>;
+
+    /// Every worker, the running jobs with their workers, and the job
+    /// counts, from one consistent read.
+    async fn workers_snapshot(&self) -> Result<WorkersSnapshot, StoreError>;
+
+    /// Delete workers whose last report is older than the cutoff (stopped
+    /// or silent ones, at retention).
+    async fn workers_delete_stale(&self, last_heartbeat_before: Timestamp) -> Result<u64, StoreError>;
 }

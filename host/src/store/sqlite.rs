@@ -34,6 +34,7 @@ use super::{
     NewJob, PluginInfo, PluginName, PluginNameParams, PluginPutParams, PluginRef, ReclaimReport, SCHEMA_VERSION,
     StoreError,
 };
+use super::{WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, Target};
 
@@ -176,6 +177,26 @@ ALTER TABLE jobs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0 CHECK (retries >=
 ALTER TABLE jobs ADD COLUMN backoff_base_ms INTEGER NOT NULL DEFAULT 1000;
 ALTER TABLE jobs ADD COLUMN backoff_cap_ms INTEGER NOT NULL DEFAULT 300000;
 ALTER TABLE jobs ADD COLUMN last_error TEXT;
+"#,
+    r#"
+-- The worker registry: every pool sharing the database, refreshed every
+-- poll interval; stopped and silent ones are deleted at retention.
+CREATE TABLE workers (
+    worker_id         TEXT PRIMARY KEY,
+    host              TEXT NOT NULL,
+    pid               INTEGER NOT NULL,
+    version           TEXT NOT NULL,
+    slots             INTEGER NOT NULL CHECK (slots >= 0),
+    running           INTEGER NOT NULL CHECK (running >= 0),
+    state             TEXT NOT NULL CHECK (state IN ('running', 'draining', 'stopped')),
+    poll_interval_ms  INTEGER NOT NULL,
+    processed         INTEGER NOT NULL,
+    failed            INTEGER NOT NULL,
+    cancelled         INTEGER NOT NULL,
+    started_at        INTEGER NOT NULL,
+    last_heartbeat    INTEGER NOT NULL
+);
+CREATE INDEX jobs_running_worker ON jobs (worker_id) WHERE status = 'running';
 "#,
 ];
 
@@ -1196,26 +1217,134 @@ impl JobStore for SqliteStore {
     }
 
     async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
-        self.read(|conn| {
-            let err = db_err("counting jobs");
-            let mut stmt = conn.prepare_cached("SELECT status, COUNT(*) FROM jobs GROUP BY status").map_err(&err)?;
-            let rows: Vec<(String, i64)> =
-                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).and_then(|r| r.collect()).map_err(&err)?;
-            let mut counts = Counts::default();
-            for (status, n) in rows {
-                let slot = match status.parse().map_err(|e: String| corrupt("(counts)", e))? {
-                    JobStatus::Queued => &mut counts.queued,
-                    JobStatus::Running => &mut counts.running,
-                    JobStatus::Succeeded => &mut counts.succeeded,
-                    JobStatus::Failed => &mut counts.failed,
-                    JobStatus::Cancelled => &mut counts.cancelled,
-                };
-                *slot = n as u64;
-            }
-            Ok(counts)
+        self.read(count_jobs).await
+    }
+
+    async fn worker_beat(&self, worker: WorkerRecord) -> Result<(), StoreError> {
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO workers (worker_id, host, pid, version, slots, running, state, poll_interval_ms, \
+                 processed, failed, cancelled, started_at, last_heartbeat) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+                 ON CONFLICT (worker_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
+                 version = excluded.version, slots = excluded.slots, running = excluded.running, \
+                 state = excluded.state, poll_interval_ms = excluded.poll_interval_ms, \
+                 processed = excluded.processed, failed = excluded.failed, cancelled = excluded.cancelled, \
+                 last_heartbeat = excluded.last_heartbeat",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    worker.worker_id,
+                    worker.host,
+                    worker.pid,
+                    worker.version,
+                    worker.slots,
+                    worker.running,
+                    worker.state.as_str(),
+                    i64::try_from(worker.poll_interval_ms).unwrap_or(i64::MAX),
+                    worker.processed as i64,
+                    worker.failed as i64,
+                    worker.cancelled as i64,
+                    worker.started_at.unix_ms(),
+                    worker.last_heartbeat.unix_ms(),
+                ])
+            })
+            .map_err(db_err("registering a worker"))?;
+            Ok(())
         })
         .await
     }
+
+    async fn workers_snapshot(&self) -> Result<WorkersSnapshot, StoreError> {
+        self.read(|conn| {
+            let err = db_err("reading the workers");
+            // One read transaction: the three reads see the same state.
+            conn.execute_batch("BEGIN").map_err(&err)?;
+            let read = (|| {
+                let workers = conn
+                    .prepare_cached(
+                        "SELECT worker_id, host, pid, version, slots, running, state, poll_interval_ms, processed, \
+                         failed, cancelled, started_at, last_heartbeat FROM workers ORDER BY started_at, worker_id",
+                    )
+                    .and_then(|mut s| {
+                        s.query_map([], |r| {
+                            Ok((
+                                WorkerRecord {
+                                    worker_id: r.get(0)?,
+                                    host: r.get(1)?,
+                                    pid: r.get(2)?,
+                                    version: r.get(3)?,
+                                    slots: r.get(4)?,
+                                    running: r.get(5)?,
+                                    state: WorkerState::Stopped,
+                                    poll_interval_ms: r.get::<_, i64>(7)?.max(0) as u64,
+                                    processed: r.get::<_, i64>(8)?.max(0) as u64,
+                                    failed: r.get::<_, i64>(9)?.max(0) as u64,
+                                    cancelled: r.get::<_, i64>(10)?.max(0) as u64,
+                                    started_at: Timestamp::from_unix_ms(r.get(11)?),
+                                    last_heartbeat: Timestamp::from_unix_ms(r.get(12)?),
+                                },
+                                r.get::<_, String>(6)?,
+                            ))
+                        })?
+                        .collect::<Result<Vec<_>, _>>()
+                    })
+                    .map_err(&err)?
+                    .into_iter()
+                    .map(|(mut worker, state)| {
+                        worker.state = state.parse().map_err(|e: String| corrupt(&worker.worker_id, e))?;
+                        Ok(worker)
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                let running_jobs = conn
+                    .prepare_cached(
+                        "SELECT job_id, worker_id FROM jobs WHERE status = 'running' ORDER BY worker_id, job_id",
+                    )
+                    .and_then(|mut s| {
+                        s.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                    .map_err(&err)?
+                    .into_iter()
+                    .map(|(id, worker)| Ok((id.parse().map_err(|e: String| corrupt(&id, e))?, worker)))
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                Ok(WorkersSnapshot { workers, running_jobs, counts: count_jobs(conn)? })
+            })();
+            let _ = conn.execute_batch("COMMIT");
+            read
+        })
+        .await
+    }
+
+    async fn workers_delete_stale(&self, last_heartbeat_before: Timestamp) -> Result<u64, StoreError> {
+        self.write(move |conn| {
+            let n = conn
+                .execute("DELETE FROM workers WHERE last_heartbeat < ?1", params![last_heartbeat_before.unix_ms()])
+                .map_err(db_err("deleting old workers"))?;
+            Ok(n as u64)
+        })
+        .await
+    }
+}
+
+/// Job counts by state.
+fn count_jobs(conn: &Connection) -> Result<Counts, StoreError> {
+    let err = db_err("counting jobs");
+    let mut stmt = conn.prepare_cached("SELECT status, COUNT(*) FROM jobs GROUP BY status").map_err(&err)?;
+    let rows: Vec<(String, i64)> =
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).and_then(|r| r.collect()).map_err(&err)?;
+    let mut counts = Counts::default();
+    for (status, n) in rows {
+        let slot = match status.parse().map_err(|e: String| corrupt("(counts)", e))? {
+            JobStatus::Queued => &mut counts.queued,
+            JobStatus::Running => &mut counts.running,
+            JobStatus::Succeeded => &mut counts.succeeded,
+            JobStatus::Failed => &mut counts.failed,
+            JobStatus::Cancelled => &mut counts.cancelled,
+        };
+        *slot = n as u64;
+    }
+    Ok(counts)
 }
 
 #[cfg(test)]
