@@ -789,7 +789,7 @@ impl Runtime {
         });
         if delay > settings.max_queue_ttl {
             return Err(RuntimeError::InvalidJob(format!(
-                "run_at is {} away, past the ceiling of {}",
+                "run_at (or its delay) is {} away, past the ceiling of {}",
                 humantime::format_duration(delay),
                 humantime::format_duration(settings.max_queue_ttl)
             )));

@@ -231,3 +231,28 @@ async fn a_claim_that_grew_old_before_its_guest_started_is_not_started() {
         runtime.shutdown().await;
     }
 }
+
+/// A transient host error (the plugin cannot be read from a busy store) is
+/// retried after the backoff while attempts remain; with none left it is
+/// the job's `host_error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_host_error_is_retried_while_attempts_remain() {
+    for max_attempts in [2, 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let (runtime, faults) = runtime(&dir).await;
+        faults.inject(Op::PluginGet, Fault::FailBefore);
+        let mut submit = job("hello", "{}", max_attempts);
+        submit.backoff = Some(leash::store::Backoff { base_ms: 10, cap_ms: 10 });
+        let id = runtime.submit(submit).await.unwrap();
+        let done = runtime.wait(id, GENEROUS).await.unwrap();
+        assert_eq!(faults.injected(), 1);
+        if max_attempts == 2 {
+            assert_eq!((done.status, done.attempt, done.retries), (JobStatus::Succeeded, 2, 1), "{done:?}");
+            assert!(done.last_error.as_deref().unwrap().starts_with("host_error: "), "{:?}", done.last_error);
+        } else {
+            assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::HostError)));
+            assert_eq!((done.attempt, done.retries), (1, 0));
+        }
+        runtime.shutdown().await;
+    }
+}
