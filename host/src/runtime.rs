@@ -481,7 +481,15 @@ impl RuntimeBuilder {
         }
         let lag_watch = tokio::spawn(metrics.clone().watch_event_loop());
         let (stop_sweeps, stop_rx) = watch::channel(false);
-        let registration = if self.workers { Some(tokio::spawn(pool.clone().register_loop())) } else { None };
+        let registration = if self.workers {
+            // Registered before `build` returns: a built runtime is listed.
+            // A store that refuses the first report gets it again at the
+            // next poll.
+            let _ = store.worker_beat(pool.record()).await;
+            Some(tokio::spawn(pool.clone().register_loop()))
+        } else {
+            None
+        };
         if self.workers {
             tokio::spawn(pool.clone().claim_loop());
             let interval = self.sweep_interval.unwrap_or((self.worker.lease_ttl / 3).min(Duration::from_secs(5)));

@@ -277,20 +277,20 @@ async fn cancel_answers_200_queued_202_running_and_409_terminal() {
 #[tokio::test]
 async fn a_sync_request_over_the_ceiling_is_refused_and_nothing_is_queued() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("s.db"), &["--sync-timeout", "2s"]);
+    let server = Server::start(&dir.path().join("s.db"), &["--sync-timeout", "20s"]);
     server.add_plugin("hello").await;
-    let (status, answer) = submit(&server, json!({ "plugin": "hello", "timeout_ms": 2001 })).await;
+    let (status, answer) = submit(&server, json!({ "plugin": "hello", "timeout_ms": 20_001 })).await;
     assert_eq!((status, error_kind(&answer)), (400, "sync_ceiling"), "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(message.contains("2000 ms") && message.contains("\"execution\": \"async\""), "{message}");
+    assert!(message.contains("20000 ms") && message.contains("\"execution\": \"async\""), "{message}");
     let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
     assert_eq!(list["jobs"].as_array().unwrap().len(), 0, "nothing was queued");
     // At the ceiling it runs, and sync without a timeout takes the ceiling.
-    let (status, answer) = submit(&server, json!({ "plugin": "hello", "timeout_ms": 2000 })).await;
+    let (status, answer) = submit(&server, json!({ "plugin": "hello", "timeout_ms": 20_000 })).await;
     assert_eq!((status, answer["job"]["status"].as_str()), (200, Some("succeeded")), "{answer}");
     let (status, answer) = submit(&server, json!({ "plugin": "hello" })).await;
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["job"]["limits"]["timeout_ms"], 2000, "{answer}");
+    assert_eq!(answer["job"]["limits"]["timeout_ms"], 20_000, "{answer}");
     // The same timeout async is fine: the async ceiling is another one.
     let (status, _) = submit(&server, json!({ "plugin": "hello", "timeout_ms": 60_000, "execution": "async" })).await;
     assert_eq!(status, 202);
@@ -321,7 +321,7 @@ async fn a_sync_job_that_cannot_start_before_its_deadline_answers_expired() {
     // Free the slot: the expired job stays expired and never starts.
     server.call(Method::POST, &format!("/v1/jobs/{blocker}/cancel"), None).await;
     server.poll_job(&blocker, is_terminal).await;
-    let hello = submit(&server, json!({ "plugin": "hello", "timeout_ms": 1000 })).await;
+    let hello = submit(&server, json!({ "plugin": "hello", "timeout_ms": 30_000 })).await;
     assert_eq!(hello.1["job"]["status"], "succeeded", "the slot is free again: {}", hello.1);
     let log = std::fs::read_to_string(&starts).unwrap();
     assert!(!log.contains(&id), "the expired sync job started: {log}");
@@ -337,7 +337,7 @@ async fn a_sync_job_that_runs_past_its_deadline_answers_its_timeout() {
     let server = Server::start(&dir.path().join("s.db"), &["--cancel-grace", "200ms"]);
     server.add_plugin("sleep").await;
     let (status, answer) =
-        submit(&server, json!({ "plugin": "sleep", "input": { "ms": 60_000 }, "timeout_ms": 800 })).await;
+        submit(&server, json!({ "plugin": "sleep", "input": { "ms": 60_000 }, "timeout_ms": 3000 })).await;
     assert_eq!(status, 200, "{answer}");
     let job = &answer["job"];
     assert_eq!((job["status"].as_str(), job["error_kind"].as_str()), (Some("failed"), Some("timeout")), "{answer}");
