@@ -39,6 +39,8 @@ pub const FILE_KEYS: &[&str] = &[
     "max_timeout",
     "retry_backoff",
     "retry_backoff_cap",
+    "log_format",
+    "guest_logs",
     "start_log",
     "listen",
     "token_file",

@@ -418,6 +418,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Forward guest log records at or above `level` to the host's
+    /// `tracing` log (target `leash::guest`, in the job's span) when each
+    /// attempt ends; `None` (the default) forwards none. They are kept with
+    /// the job either way.
+    pub fn guest_log_level(mut self, level: Option<tracing::Level>) -> Self {
+        self.worker.guest_log_level = level;
+        self
+    }
+
     /// The retry backoff of a job that sets none (default 1 s doubling to
     /// 300 s).
     pub fn default_backoff(mut self, backoff: Backoff) -> Self {
@@ -586,6 +595,7 @@ impl Runtime {
                 queue_ttl: DEFAULT_QUEUE_TTL,
                 max_timeout: DEFAULT_MAX_TIMEOUT,
                 max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+                guest_log_level: None,
             },
             job_ttl: DEFAULT_JOB_TTL,
             sweep_interval: None,

@@ -59,6 +59,16 @@ impl Sweeper {
         let cutoff = now.minus(self.config.job_ttl);
         let deleted = self.store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff }).await?;
         let workers_deleted = self.store.workers_delete_stale(cutoff).await?;
+        if reclaimed.requeued + reclaimed.failed > 0 {
+            tracing::warn!(
+                requeued = reclaimed.requeued,
+                failed = reclaimed.failed,
+                "reclaimed jobs whose lease ran out (their workers died or stalled)"
+            );
+        }
+        if expired > 0 {
+            tracing::info!(expired, "queued jobs expired");
+        }
         Ok(SweepReport { reclaimed, expired, deleted, workers_deleted })
     }
 
@@ -66,7 +76,9 @@ impl Sweeper {
     /// retried at the next interval.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         loop {
-            let _ = self.run_once(self.clock.now()).await;
+            if let Err(e) = self.run_once(self.clock.now()).await {
+                tracing::warn!(error = %e, "a sweep failed; it runs again at the next interval");
+            }
             tokio::select! {
                 _ = tokio::time::sleep(self.config.interval) => {}
                 _ = stop.wait_for(|s| *s) => return,

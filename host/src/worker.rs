@@ -21,12 +21,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore, broadcast, watch};
+use tracing::Instrument as _;
 
 use crate::clock::{Clock, Timestamp};
 use crate::job::{Digest, ErrorKind};
 use crate::lease::{LeaseKeeper, LeaseWatch};
 use crate::metrics::Metrics;
-use crate::sandbox::{Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, StopHandle};
+use crate::sandbox::{LogLevel, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, StopHandle};
 use crate::store::{
     Finish, JobClaimParams, JobFinishParams, JobId, JobLogs, JobProgress, JobProgressParams, JobReleaseParams,
     JobRetryParams, JobStatus, JobStore, Lease, LogLine, WorkerRecord, WorkerState,
@@ -57,6 +58,10 @@ pub struct WorkerConfig {
     pub max_timeout: Duration,
     /// Ceiling on a job's output limit, applied at claim the same way.
     pub max_output_bytes: u64,
+    /// Forward guest log records at or above this level to the host log
+    /// (target `leash::guest`, in the job's span) when each attempt ends;
+    /// `None` forwards none.
+    pub guest_log_level: Option<tracing::Level>,
 }
 
 /// A fresh random worker id, `worker-<8 hex>`: never a host name.
@@ -197,7 +202,9 @@ impl Pool {
         let subscribers: Vec<Arc<StartSubscriber>> =
             self.start_subscribers.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for subscriber in subscribers {
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| subscriber(start)));
+            if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| subscriber(start))) {
+                tracing::error!(panic = panic_text(&panic), "a start subscriber panicked; the job runs on");
+            }
         }
     }
 
@@ -308,7 +315,8 @@ impl Pool {
                     // round trip; the slot runs it at once.
                     let mut next = Some((lease, running));
                     while let Some((lease, running)) = next {
-                        next = pool.clone().run_job(lease, running).await;
+                        let span = job_span(&pool.worker_id, &lease.job);
+                        next = pool.clone().run_job(lease, running).instrument(span).await;
                     }
                     drop(permit);
                 });
@@ -417,6 +425,7 @@ impl Pool {
                             if let Some(left) = left {
                                 request.limits.timeout = request.limits.timeout.min(left);
                             }
+                            tracing::debug!(timeout_ms = request.limits.timeout.as_millis() as u64, "started");
                             self.notify_start(&JobStarted { id, attempt: job.attempt });
                             let progress = Arc::new(ProgressWatch::default());
                             let run = self.sandbox.run(&plugin, request, &stop, progress.clone());
@@ -438,15 +447,23 @@ impl Pool {
 
         let user_cancel = cancelled.load(Ordering::SeqCst) || watch.cancel_requested.load(Ordering::SeqCst);
         let mut next = None;
+        if let Ok(o) = &outcome {
+            self.forward_guest_logs(o);
+        }
         if watch.lost.load(Ordering::SeqCst) {
             self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
             self.metrics.leases_lost.inc();
+            tracing::warn!("lease lost: the attempt's result is dropped");
         } else if self.shutting_down.load(Ordering::SeqCst)
             && !user_cancel
             && outcome.as_ref().is_ok_and(|o| o.error_kind() == Some(ErrorKind::Cancelled))
         {
             let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, now: self.clock.now() };
-            let _ = self.store.job_release(params).await;
+            match self.store.job_release(params).await {
+                Ok(true) => tracing::info!("released to the queue at shutdown"),
+                Ok(false) => tracing::warn!("not released at shutdown: the lease was lost"),
+                Err(e) => tracing::warn!(error = %e, "not released at shutdown; the sweeper will reclaim it"),
+            }
         } else if may_retry
             && !user_cancel
             && let Some(retry) = retry_for(&outcome)
@@ -470,8 +487,10 @@ impl Pool {
                 logs,
                 now,
             };
+            let run_after = params.run_after;
             if self.store.job_retry(params).await.unwrap_or(false) {
                 self.metrics.retries.inc();
+                tracing::info!(%run_after, "failed retryably; queued again after its backoff");
             } else {
                 // The lease was lost: the sweeper has the job.
                 self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
@@ -496,6 +515,10 @@ impl Pool {
             (recorded, next) = self.finish_with_retry(params, claim_next).await;
             self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
             if recorded {
+                match error_kind {
+                    None => tracing::info!(status = %status, fuel_used, "finished"),
+                    Some(kind) => tracing::info!(status = %status, error_kind = %kind, fuel_used, "finished"),
+                }
                 self.metrics.job_finished(status, error_kind, fuel_used);
                 let counter = match status {
                     JobStatus::Succeeded => &self.stats.processed,
@@ -507,6 +530,7 @@ impl Pool {
             } else {
                 self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
                 self.metrics.leases_lost.inc();
+                tracing::warn!("lease lost before the outcome was recorded: the result is dropped");
             }
         }
 
@@ -526,6 +550,34 @@ impl Pool {
             self.idle.notify_waiters();
         }
         next
+    }
+
+    /// Forward the attempt's guest log records at or above the configured
+    /// level to the host log, in the job's span (target `leash::guest`).
+    fn forward_guest_logs(&self, outcome: &Outcome) {
+        let Some(threshold) = self.config.guest_log_level else { return };
+        for record in &outcome.logs {
+            let level = match record.level {
+                LogLevel::Trace => tracing::Level::TRACE,
+                LogLevel::Debug => tracing::Level::DEBUG,
+                LogLevel::Info => tracing::Level::INFO,
+                LogLevel::Warn => tracing::Level::WARN,
+                LogLevel::Error => tracing::Level::ERROR,
+            };
+            if level > threshold {
+                continue;
+            }
+            let fields: String = record.fields.iter().map(|(k, v)| format!(" {k}={v:?}")).collect();
+            let message = record.message.as_str();
+            let elapsed_ms = record.elapsed_ms;
+            match level {
+                tracing::Level::ERROR => tracing::error!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
+                tracing::Level::WARN => tracing::warn!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
+                tracing::Level::INFO => tracing::info!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
+                tracing::Level::DEBUG => tracing::debug!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
+                _ => tracing::trace!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
+            }
+        }
     }
 
     /// Write a running guest's progress reports to the store, at most one per
@@ -602,7 +654,9 @@ impl Pool {
         let subscribers: Vec<Arc<Subscriber>> = self.subscribers.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for subscriber in subscribers {
             // A panicking subscriber must not stop the others or the pool.
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| subscriber(&completion)));
+            if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| subscriber(&completion))) {
+                tracing::error!(panic = panic_text(&panic), "a completion subscriber panicked; the others still ran");
+            }
         }
         let _ = self.completions.send(completion);
     }
@@ -615,6 +669,7 @@ impl Pool {
             return;
         }
         self.state.send_replace(PoolState::Stopping);
+        tracing::info!(worker_id = %self.worker_id, running = self.running_count(), "draining");
         let budget = self.config.shutdown_budget;
         let grace = self.config.cancel_grace.min(budget / 2);
         let deadline = tokio::time::Instant::now() + budget;
@@ -632,6 +687,7 @@ impl Pool {
         tokio::select! {
             _ = &mut idle => {}
             _ = tokio::time::sleep(grace) => {
+                tracing::warn!(running = self.running_count(), "stopping the guests still running by force");
                 self.for_each_running(|job| job.stop.force());
                 let _ = tokio::time::timeout_at(deadline, &mut idle).await;
             }
@@ -734,6 +790,20 @@ fn finish_for(outcome: Result<Outcome, HostFailure>) -> (Finish, u64, u64, Optio
         Err(failure) => Finish::Failed { kind: failure.kind, message: failure.message, backtrace: failure.backtrace },
     };
     (finish, fuel, peak, progress, logs)
+}
+
+/// The span every event of one attempt carries.
+fn job_span(worker_id: &str, job: &crate::store::Job) -> tracing::Span {
+    tracing::info_span!("job", job_id = %job.id, attempt = job.attempt, worker_id = %worker_id, plugin = %job.plugin)
+}
+
+/// A caught panic's message.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(not a string)".to_owned())
 }
 
 /// This machine's host name (empty if it cannot be read).

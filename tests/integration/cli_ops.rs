@@ -200,3 +200,89 @@ fn server_side_defaults_apply_to_jobs_that_set_none_and_jobs_can_be_delayed() {
     assert_eq!(worker.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&worker.stderr).contains("--retry-backoff"));
 }
+
+/// `leash serve --log-format json`: every stderr line is one JSON object;
+/// job events carry the job id, attempt, worker and plugin; guest records
+/// are forwarded at the chosen level (quoted); `LEASH_LOG` filters.
+#[tokio::test]
+async fn serve_logs_one_json_object_per_line_with_job_ids() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let token_file = dir.path().join("s.token");
+    let mut child = leash_bin()
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--guest-logs", "info", "--db"])
+        .arg(&db)
+        .arg("--token-file")
+        .arg(&token_file)
+        .env("LEASH_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let first: Value = loop {
+        let line = rx.recv_timeout(GENEROUS).expect("serve logs its start");
+        let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if event["message"].as_str().unwrap_or_default().contains("serving ") {
+            break event;
+        }
+    };
+    let message = first["message"].as_str().unwrap();
+    let url = message.split("serving ").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    let token = std::fs::read_to_string(&token_file).unwrap().trim().to_owned();
+    let http = reqwest::Client::new();
+    let upload = http
+        .post(format!("{url}/v1/plugins?name=hello"))
+        .bearer_auth(&token)
+        .body(leash_tests::plugin_bytes("hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.status().as_u16(), 201);
+    let answer: Value = http
+        .post(format!("{url}/v1/jobs"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({ "plugin": "hello", "input": { "name": "Log" } }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = answer["job"]["id"].as_str().unwrap().to_owned();
+    std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    let events: Vec<Value> = rx
+        .try_iter()
+        .map(|line| serde_json::from_str(&line).unwrap_or_else(|e| panic!("not one JSON object ({e}): {line}")))
+        .collect();
+    let of_job: Vec<&Value> = events.iter().filter(|e| e["span"]["job_id"] == id.as_str()).collect();
+    let finished = of_job.iter().find(|e| e["message"] == "finished").expect("a finished event for the job");
+    assert_eq!(finished["status"], "succeeded");
+    assert_eq!(finished["span"]["attempt"], 1);
+    assert!(finished["span"]["worker_id"].as_str().unwrap().starts_with("worker-"));
+    assert!(finished["span"]["plugin"].as_str().unwrap().starts_with("sha256:"));
+    let guest = of_job.iter().find(|e| e["target"] == "leash::guest").expect("the guest's record, forwarded");
+    assert_eq!(guest["message"], "\"greeting Log\"", "{guest}");
+    assert!(events.iter().any(|e| e["message"] == "stopped"), "the shutdown is logged");
+}
+
+#[test]
+fn a_bad_log_filter_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = leash_bin()
+        .args(["worker", "--db"])
+        .arg(dir.path().join("w.db"))
+        .env("LEASH_LOG", "leash=notalevel")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("LEASH_LOG"));
+}

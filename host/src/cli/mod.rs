@@ -245,6 +245,17 @@ struct WorkerArgs {
     /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
     #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    /// Operational log format on stderr: `text` (one line per event) or
+    /// `json` (one JSON object per line, with the job's id, attempt, worker
+    /// and plugin on job events). `LEASH_LOG` filters it like `RUST_LOG`
+    /// (default `info`).
+    #[arg(long, env = "LEASH_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    /// Forward guest log records at or above this level to the host log
+    /// (target `leash::guest`) when each attempt ends.
+    #[arg(long, env = "LEASH_GUEST_LOGS", default_value = "off",
+          value_parser = ["off", "error", "warn", "info", "debug", "trace"])]
+    guest_logs: String,
     /// Append one line per guest start to FILE (`<job id> <attempt> <pid>`),
     /// written before the guest runs: an audit trail of what ran where.
     /// Several processes may share one file.
@@ -386,6 +397,7 @@ async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime, CliError> {
         .shutdown_budget(args.shutdown_budget)
         .queue_ttl(args.queue_ttl)
         .max_queued(args.max_queued)
+        .guest_log_level(args.guest_logs.parse().ok())
         .default_timeout(args.job_timeout)
         .max_timeout(args.max_timeout)
         .default_max_attempts(args.max_attempts)
@@ -425,24 +437,55 @@ impl StartLog {
     fn record(&self, start: &JobStarted) {
         let line = format!("{} {} {}\n", start.id, start.attempt, self.pid);
         if let Err(e) = (&self.file).write_all(line.as_bytes()) {
-            say!("leash: cannot append to the start log: {e}");
+            tracing::warn!(error = %e, "cannot append to the start log");
         }
     }
 }
 
+/// Send the operational log (`tracing` events of `serve`, `worker` and the
+/// runtime) to stderr as text or JSON lines, filtered by `LEASH_LOG`.
+fn init_logging(format: &str) -> Result<(), CliError> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("LEASH_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives).map_err(|e| {
+            CliError::usage(format!("LEASH_LOG: {directives:?} is not a filter like `info,leash::guest=debug`: {e}"))
+        })?,
+        _ => EnvFilter::new("info"),
+    };
+    // A closed stderr (a log pipe whose reader went away) must not stop the
+    // process: events are dropped, as `say!` drops its lines.
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).log_internal_errors(false);
+    let installed = if format == "json" {
+        builder.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init()
+    } else {
+        builder.with_target(false).with_ansi(std::io::stderr().is_terminal()).try_init()
+    };
+    // Already installed (a second command in one process): keep it.
+    let _ = installed;
+    Ok(())
+}
+
 async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
+    init_logging(&args.log_format)?;
     let runtime = worker_runtime(&args).await?;
     let mut interrupt = interrupt_signal()?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| CliError::internal(format!("cannot listen for SIGTERM: {e}")))?;
-    say!("leash: {} running {} slots on {}", runtime.worker_id(), args.max_workers, args.store.db.display());
+    tracing::info!(
+        worker_id = runtime.worker_id(),
+        "{} running {} slots on {}",
+        runtime.worker_id(),
+        args.max_workers,
+        args.store.db.display()
+    );
     tokio::select! {
         _ = interrupt.recv() => {}
         _ = terminate.recv() => {}
     }
-    say!("leash: shutting down (budget {:?})", args.shutdown_budget);
+    tracing::info!(budget = ?args.shutdown_budget, "shutting down");
     runtime.shutdown().await;
-    say!("leash: stopped");
+    tracing::info!("stopped");
     Ok(ExitStatus::Success)
 }
 

@@ -240,13 +240,14 @@ impl From<ClientError> for CliError {
 // ---- serve ----
 
 pub(super) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
+    super::init_logging(&args.worker.log_format)?;
     let token_file = args.token_file.clone().unwrap_or_else(|| default_token_file(&args.worker.store.db));
     let token = match std::env::var("LEASH_API_TOKEN") {
         Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
         _ => {
             let (token, created) = ensure_token_file(&token_file).map_err(CliError::usage)?;
             if created {
-                say!("leash: wrote a new API token to {}", token_file.display());
+                tracing::info!("wrote a new API token to {}", token_file.display());
             }
             token
         }
@@ -266,8 +267,9 @@ pub(super) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
     let mut interrupt = super::interrupt_signal()?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| CliError::internal(format!("cannot listen for SIGTERM: {e}")))?;
-    say!(
-        "leash: {} serving http://{address} with {} slots on {}",
+    tracing::info!(
+        worker_id = runtime.worker_id(),
+        "{} serving http://{address} with {} slots on {}",
         runtime.worker_id(),
         args.worker.max_workers,
         args.worker.store.db.display()
@@ -285,10 +287,10 @@ pub(super) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
         _ = terminate.recv() => {}
     }
     let _ = stop_tx.send(());
-    say!("leash: shutting down (budget {:?})", args.worker.shutdown_budget);
+    tracing::info!(budget = ?args.worker.shutdown_budget, "shutting down");
     runtime.shutdown().await;
     server.abort();
-    say!("leash: stopped");
+    tracing::info!("stopped");
     Ok(ExitStatus::Success)
 }
 
