@@ -41,6 +41,7 @@ pub const FILE_KEYS: &[&str] = &[
     "retry_backoff_cap",
     "log_format",
     "guest_logs",
+    "guest_nice",
     "start_log",
     "listen",
     "token_file",

@@ -60,6 +60,8 @@ pub struct Metrics {
     pub leases_lost: Counter,
     /// Failed attempts queued again for a retry.
     pub retries: Counter,
+    /// Waiters that gave up before their job ended (the job goes on).
+    pub waits_abandoned: Counter,
     /// Fuel used by finished jobs.
     pub fuel_used: Counter,
     /// How late a 100 ms timer fires on the async runtime.
@@ -103,6 +105,12 @@ impl Metrics {
         registry.register("lease_renewals", "Lease renewals that held", lease_renewals.clone());
         let leases_lost = Counter::default();
         registry.register("leases_lost", "Leases this process lost", leases_lost.clone());
+        let waits_abandoned = Counter::default();
+        registry.register(
+            "waits_abandoned",
+            "Waiters that gave up before their job ended: a sync HTTP client that disconnected, a wait that timed out (the job goes on)",
+            waits_abandoned.clone(),
+        );
         let retries = Counter::default();
         registry.register("job_retries", "Failed attempts this process queued again for a retry", retries.clone());
         let fuel_used = Counter::default();
@@ -125,6 +133,7 @@ impl Metrics {
             lease_renewals,
             leases_lost,
             retries,
+            waits_abandoned,
             fuel_used,
             event_loop_lag_seconds,
         }

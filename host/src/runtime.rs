@@ -223,6 +223,9 @@ pub struct Health {
     pub cancelled: u64,
     /// Results dropped here because a lease was lost.
     pub leases_lost: u64,
+    /// Waiters here that gave up before their job ended (a sync HTTP client
+    /// that disconnected, a wait that timed out); the jobs went on.
+    pub waits_abandoned: u64,
     /// Last claim, renewal or completion here (UTC).
     pub last_heartbeat: Option<Timestamp>,
     /// Queue depth by state, read with `workers`.
@@ -418,6 +421,22 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Run guests on threads of their own (the default), or beside the
+    /// caller's tasks (`false`: one runtime for everything, as a benchmark
+    /// baseline).
+    pub fn isolate_guests(mut self, isolate: bool) -> Self {
+        self.worker.isolate_guests = isolate;
+        self
+    }
+
+    /// Lower the guest threads' CPU priority by this `nice` increment
+    /// (0–19, default 0). It favours the control plane over guests, and
+    /// every other process on the machine over guests too.
+    pub fn guest_nice(mut self, nice: i32) -> Self {
+        self.worker.guest_nice = nice.clamp(0, 19);
+        self
+    }
+
     /// Forward guest log records at or above `level` to the host's
     /// `tracing` log (target `leash::guest`, in the job's span) when each
     /// attempt ends; `None` (the default) forwards none. They are kept with
@@ -596,6 +615,8 @@ impl Runtime {
                 max_timeout: DEFAULT_MAX_TIMEOUT,
                 max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
                 guest_log_level: None,
+                isolate_guests: true,
+                guest_nice: 0,
             },
             job_ttl: DEFAULT_JOB_TTL,
             sweep_interval: None,
@@ -887,7 +908,7 @@ impl Runtime {
     /// its worker gave it. [`RuntimeError::WaitTimeout`] only when even
     /// that passes: its worker stopped without a word.
     pub async fn wait_past_deadline(&self, id: JobId, deadline: Duration) -> Result<Job, RuntimeError> {
-        match self.wait(id, deadline).await {
+        match self.wait_uncounted(id, deadline).await {
             Err(RuntimeError::WaitTimeout(_)) => {}
             other => return other,
         }
@@ -897,9 +918,24 @@ impl Runtime {
     }
 
     /// Wait until the job ends, up to `timeout`. Timing out does not cancel
-    /// the job. Woken at once by completions in this process; jobs run by
-    /// other processes are polled every `poll_interval`.
+    /// the job; it is counted as an abandoned wait
+    /// (`leash_waits_abandoned_total`, `waits_abandoned` in health). Woken
+    /// at once by completions in this process; jobs run by other processes
+    /// are polled every `poll_interval`.
     pub async fn wait(&self, id: JobId, timeout: Duration) -> Result<Job, RuntimeError> {
+        let waited = self.wait_uncounted(id, timeout).await;
+        if matches!(waited, Err(RuntimeError::WaitTimeout(_))) {
+            self.count_abandoned_wait();
+        }
+        waited
+    }
+
+    /// A waiter gave up on a job that goes on.
+    pub(crate) fn count_abandoned_wait(&self) {
+        self.inner.metrics.waits_abandoned.inc();
+    }
+
+    async fn wait_uncounted(&self, id: JobId, timeout: Duration) -> Result<Job, RuntimeError> {
         let mut completions = self.inner.pool.completions.subscribe();
         let poll = self.inner.settings.worker.poll_interval;
         let waiting = async {
@@ -1003,6 +1039,7 @@ impl Runtime {
             failed: pool.stats.failed.load(Ordering::Relaxed),
             cancelled: pool.stats.cancelled.load(Ordering::Relaxed),
             leases_lost: pool.stats.leases_lost.load(Ordering::Relaxed),
+            waits_abandoned: self.inner.metrics.waits_abandoned.get(),
             last_heartbeat: crate::worker::last_heartbeat(&pool.stats),
             counts,
             summary,

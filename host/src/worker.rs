@@ -58,6 +58,13 @@ pub struct WorkerConfig {
     pub max_timeout: Duration,
     /// Ceiling on a job's output limit, applied at claim the same way.
     pub max_output_bytes: u64,
+    /// Run guests on their own threads (a tokio runtime of their own)
+    /// rather than beside the HTTP server, lease renewals and sweeps: a
+    /// busy pool cannot starve the control plane.
+    pub isolate_guests: bool,
+    /// With isolation, how much lower the guest threads' CPU priority is
+    /// (a `nice` increment, 0–19; 0 keeps the process's own).
+    pub guest_nice: i32,
     /// Forward guest log records at or above this level to the host log
     /// (target `leash::guest`, in the job's span) when each attempt ends;
     /// `None` forwards none.
@@ -153,6 +160,7 @@ pub(crate) struct Pool {
     shutting_down: AtomicBool,
     idle: Notify,
     started_at: Timestamp,
+    guests: Option<GuestRuntime>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -173,7 +181,6 @@ impl Pool {
             store,
             sandbox,
             clock: clock.clone(),
-            config,
             worker_id: new_worker_id(),
             wake: Notify::new(),
             stats: PoolStats::default(),
@@ -187,6 +194,12 @@ impl Pool {
             shutting_down: AtomicBool::new(false),
             idle: Notify::new(),
             started_at: clock.now(),
+            guests: if config.isolate_guests {
+                GuestRuntime::start(config.max_workers, config.guest_nice)
+            } else {
+                None
+            },
+            config,
         })
     }
 
@@ -428,7 +441,7 @@ impl Pool {
                             tracing::debug!(timeout_ms = request.limits.timeout.as_millis() as u64, "started");
                             self.notify_start(&JobStarted { id, attempt: job.attempt });
                             let progress = Arc::new(ProgressWatch::default());
-                            let run = self.sandbox.run(&plugin, request, &stop, progress.clone());
+                            let run = self.run_guest(plugin, request, stop.clone(), progress.clone());
                             tokio::select! {
                                 outcome = run => Ok(outcome),
                                 _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
@@ -550,6 +563,28 @@ impl Pool {
             self.idle.notify_waiters();
         }
         next
+    }
+
+    /// Run the guest: on the guest runtime when there is one, else here.
+    async fn run_guest(
+        &self,
+        plugin: Plugin,
+        request: RunRequest,
+        stop: StopHandle,
+        observer: Arc<ProgressWatch>,
+    ) -> Outcome {
+        let Some(guests) = &self.guests else {
+            return self.sandbox.run(&plugin, request, &stop, observer).await;
+        };
+        let sandbox = self.sandbox.clone();
+        let task = guests.handle().spawn(async move { sandbox.run(&plugin, request, &stop, observer).await });
+        match task.await {
+            Ok(outcome) => outcome,
+            // A panic in the sandbox stays a panic of this job's task, as
+            // it was when the guest ran here.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("the guest runtime stopped under a running job: {e}"),
+        }
     }
 
     /// Forward the attempt's guest log records at or above the configured
@@ -790,6 +825,61 @@ fn finish_for(outcome: Result<Outcome, HostFailure>) -> (Finish, u64, u64, Optio
         Err(failure) => Finish::Failed { kind: failure.kind, message: failure.message, backtrace: failure.backtrace },
     };
     (finish, fuel, peak, progress, logs)
+}
+
+/// The threads guests run on: a multi-threaded tokio runtime of its own,
+/// one thread per core (at most one per slot), optionally at a lower CPU
+/// priority than the process's other threads. The HTTP server, lease
+/// renewals, progress writes and sweeps stay on the caller's runtime, so a
+/// pool full of computing guests delays them by an OS time slice at most,
+/// not by a guest's turn on a shared worker thread.
+#[derive(Debug)]
+struct GuestRuntime(Option<tokio::runtime::Runtime>);
+
+impl GuestRuntime {
+    /// `None` when the threads cannot be started: guests then run on the
+    /// caller's runtime, as without isolation.
+    fn start(slots: usize, nice: i32) -> Option<GuestRuntime> {
+        let nice = nice.clamp(0, 19);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cores.min(slots).max(1))
+            .thread_name("leash-guest")
+            .enable_all()
+            .on_thread_start(move || {
+                if nice == 0 {
+                    return;
+                }
+                // SAFETY: plain syscalls on this thread's own id; a failure
+                // only leaves the thread at its inherited priority.
+                unsafe {
+                    let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                    let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+                    libc::setpriority(libc::PRIO_PROCESS, tid, now.saturating_add(nice));
+                }
+            })
+            .build();
+        match runtime {
+            Ok(runtime) => Some(GuestRuntime(Some(runtime))),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the guest threads; guests share the control plane's");
+                None
+            }
+        }
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("present until dropped").handle()
+    }
+}
+
+impl Drop for GuestRuntime {
+    fn drop(&mut self) {
+        // Dropped from async code: never block on the guest threads.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// The span every event of one attempt carries.

@@ -1,19 +1,22 @@
 //! The chaos run: thousands of jobs of mixed plugins through one `leash
 //! serve` and two `leash worker` processes sharing one SQLite file, while
-//! the processes are SIGKILLed and restarted at random moments and one is
-//! paused (SIGSTOP, then SIGCONT) past its lease. Then a checker reads the
-//! store and the processes' shared start log (`--start-log`) and proves:
-//! every submitted job exists once and is terminal, with an ending its
-//! plugin can have; no job with `max_attempts = 1` started twice; every
-//! re-run is counted in `lost_leases`; no attempt started twice; no process
-//! died on its own or panicked (SQLITE_BUSY between the processes is
-//! transient, never a crash).
+//! the processes are SIGKILLed and restarted at random moments, stopped
+//! with SIGTERM and restarted, and one is paused (SIGSTOP, then SIGCONT)
+//! past its lease. Then a checker reads the store and the processes'
+//! shared start log (`--start-log`) and proves: every submitted job exists
+//! once and is terminal, with an ending its plugin can have; no job with
+//! `max_attempts = 1` started more often than once plus its shutdown
+//! releases; every re-run is counted in `lost_leases` or `releases`; no
+//! attempt started twice; every SIGTERM ended its process with exit 0 in
+//! its budget; no process died on its own or panicked (SQLITE_BUSY between
+//! the processes is transient, never a crash). It reports how many
+//! `max_attempts = 1` jobs a SIGTERM release ran twice.
 //!
 //! An outside writer also holds the write lock past the busy timeout, so
 //! every process sees SQLITE_BUSY.
 //!
-//! `chaos::ten_thousand_jobs` (10,000 jobs, 24 kills, 2 pauses, 1 lock
-//! hold) is part of `cargo test`. The long run (100,000 jobs, 200 kills):
+//! `chaos::ten_thousand_jobs` (10,000 jobs, 24 kills, 8 SIGTERMs, 2
+//! pauses, 1 lock hold) is part of `cargo test`. The long run (100,000 jobs, 200 kills):
 //!
 //! ```sh
 //! cargo test -p leash --test integration chaos::long -- --ignored --nocapture
@@ -46,6 +49,8 @@ const SLOTS_PER_PROCESS: &str = "4";
 struct Plan {
     jobs: u64,
     kills: u32,
+    /// SIGTERMs (a clean stop, then a restart), spread over the kills.
+    terms: u32,
     pauses: u32,
     /// Times an outside writer holds the write lock past the busy timeout.
     lock_holds: u32,
@@ -68,7 +73,15 @@ fn seed() -> u64 {
 
 #[test]
 fn ten_thousand_jobs() {
-    run(Plan { jobs: 10_000, kills: 24, pauses: 2, lock_holds: 1, seed: seed(), deadline: Duration::from_secs(600) });
+    run(Plan {
+        jobs: 10_000,
+        kills: 24,
+        terms: 8,
+        pauses: 2,
+        lock_holds: 1,
+        seed: seed(),
+        deadline: Duration::from_secs(600),
+    });
 }
 
 #[test]
@@ -77,6 +90,7 @@ fn long() {
     run(Plan {
         jobs: env_u64("LEASH_CHAOS_JOBS").unwrap_or(100_000),
         kills: env_u64("LEASH_CHAOS_KILLS").map_or(200, |k| k as u32),
+        terms: env_u64("LEASH_CHAOS_TERMS").map_or(60, |k| k as u32),
         pauses: 10,
         lock_holds: 3,
         seed: seed(),
@@ -359,6 +373,9 @@ struct Seen {
 struct Chaos {
     kills: u32,
     kills_by_process: BTreeMap<String, u32>,
+    terms: u32,
+    /// The longest a SIGTERMed process took to exit.
+    slowest_term: Duration,
     pauses: u32,
     lock_holds: u32,
     /// Processes that ended without being told to, with their status.
@@ -445,6 +462,7 @@ fn run(plan: Plan) {
     let mut rng = Rng(plan.seed);
     let mut chaos = Chaos::default();
     let pause_at: Vec<u32> = (1..=plan.pauses).map(|i| plan.kills * i / (plan.pauses + 1)).collect();
+    let term_at: Vec<u32> = (1..=plan.terms).map(|i| (plan.kills * i / (plan.terms + 1)).max(1)).collect();
     // The first lock hold comes early, while jobs are still being submitted.
     let hold_at: Vec<u32> = (0..plan.lock_holds).map(|i| 2 + plan.kills * i / plan.lock_holds).collect();
     while chaos.kills < plan.kills || submitted_at_ms.load(Ordering::SeqCst) == 0 {
@@ -464,6 +482,22 @@ fn run(plan: Plan) {
         procs[victim].spawn();
         chaos.kills += 1;
         *chaos.kills_by_process.entry(procs[victim].name.clone()).or_default() += 1;
+        for _ in term_at.iter().filter(|&&at| at == chaos.kills) {
+            // A clean stop while jobs run: stop claiming, stop the guests,
+            // release their jobs (or keep what returned in the grace), exit 0.
+            let victim = rng.below(procs.len() as u64) as usize;
+            procs[victim].wait_ready(Instant::now() + Duration::from_secs(60));
+            procs[victim].signal("-TERM");
+            let asked = Instant::now();
+            let status = procs[victim].child.take().expect("running").wait().expect("wait");
+            chaos.slowest_term = chaos.slowest_term.max(asked.elapsed());
+            if !status.success() {
+                chaos.crashes.push(format!("{} exited {status} after a SIGTERM", procs[victim].name));
+            }
+            std::thread::sleep(rng.millis(0, 300));
+            procs[victim].spawn();
+            chaos.terms += 1;
+        }
         if pause_at.contains(&chaos.kills) {
             let paused = 1 + rng.below(2) as usize;
             procs[paused].signal("-STOP");
@@ -542,8 +576,13 @@ fn run(plan: Plan) {
         "processes": procs.len(),
         "kills": chaos.kills,
         "kills_by_process": chaos.kills_by_process,
+        "sigterms": chaos.terms,
+        "slowest_sigterm_exit_seconds": chaos.slowest_term.as_secs_f64(),
         "pauses": chaos.pauses,
         "lock_holds": chaos.lock_holds,
+        "releases": report.releases,
+        "jobs_released": report.jobs_released,
+        "max_attempts_1_jobs_run_twice_after_a_release": report.max1_rerun_after_release,
         "submits_unreachable": seen.unreachable.load(Ordering::Relaxed),
         "submits_refused_busy_or_full": seen.refused.load(Ordering::Relaxed),
         "submits_settled_by_lookup": seen.ambiguous.load(Ordering::Relaxed),
@@ -570,6 +609,7 @@ fn run(plan: Plan) {
         problems.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
     );
     assert_eq!(chaos.kills, plan.kills);
+    assert_eq!(chaos.terms, plan.terms);
     assert_eq!(chaos.pauses, plan.pauses);
     assert_eq!(chaos.lock_holds, plan.lock_holds);
     if plan.lock_holds > 0 {
@@ -651,6 +691,13 @@ struct Report {
     reruns: u64,
     lost: u64,
     duplicate_starts: u64,
+    /// Shutdown releases, summed over the jobs.
+    releases: u64,
+    /// Jobs released at least once.
+    jobs_released: u64,
+    /// `max_attempts = 1` jobs that started twice because of a release:
+    /// the documented cost of a clean shutdown.
+    max1_rerun_after_release: u64,
     violations: Vec<String>,
 }
 
@@ -707,8 +754,9 @@ fn check(
         if job.max_attempts != s.max_attempts {
             bad(format!("max_attempts {} but {} was asked", job.max_attempts, s.max_attempts));
         }
-        if job.attempt > job.max_attempts {
-            bad(format!("attempt {} over the maximum", job.attempt));
+        // Releases start the job again without spending an attempt.
+        if job.attempt > job.max_attempts + job.releases {
+            bad(format!("attempt {} over the maximum and {} releases", job.attempt, job.releases));
         }
 
         let job_starts = starts_by_job.get(&s.id).map(Vec::as_slice).unwrap_or_default();
@@ -717,16 +765,25 @@ fn check(
             report.duplicate_starts += (job_starts.len() - distinct.len()) as u64;
             bad(format!("one attempt started twice: {job_starts:?}"));
         }
-        if s.max_attempts == 1 && job_starts.len() > 1 {
-            report.duplicate_starts += job_starts.len() as u64 - 1;
-            bad(format!("max_attempts 1 but started {} times", job_starts.len()));
+        if s.max_attempts == 1 && job_starts.len() > 1 + job.releases as usize {
+            report.duplicate_starts += job_starts.len() as u64 - 1 - u64::from(job.releases);
+            bad(format!("max_attempts 1 but started {} times with {} releases", job_starts.len(), job.releases));
+        } else if s.max_attempts == 1 && job_starts.len() > 1 {
+            report.max1_rerun_after_release += 1;
+        }
+        report.releases += u64::from(job.releases);
+        if job.releases > 0 {
+            report.jobs_released += 1;
         }
         if job_starts.iter().any(|a| *a > job.attempt || *a == 0) {
             bad(format!("started as attempts {job_starts:?} but the store counts {}", job.attempt));
         }
         let reruns = job_starts.len().saturating_sub(1) as u32;
-        if reruns > job.lost_leases {
-            bad(format!("{} re-runs but {} lost leases", reruns, job.lost_leases));
+        if reruns > job.lost_leases + job.releases + job.retries {
+            bad(format!(
+                "{reruns} re-runs but {} lost leases, {} releases, {} retries",
+                job.lost_leases, job.releases, job.retries
+            ));
         }
         report.reruns += u64::from(reruns);
         if job.lost_leases > 0 {

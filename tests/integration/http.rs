@@ -787,3 +787,38 @@ async fn leash_submit_retries_a_lost_answer_without_queueing_twice() {
     assert_eq!(jobs.len(), 1, "queued once: {list}");
     assert_eq!(jobs[0]["id"], id);
 }
+
+/// Seed 003: a waiter that gives up never cancels the job. A sync client
+/// that disconnects leaves its job running, and the wait is counted as
+/// abandoned in health and metrics.
+#[tokio::test]
+async fn a_sync_client_that_disconnects_leaves_its_job_running_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("coop").await;
+    let impatient = reqwest::Client::builder().timeout(std::time::Duration::from_millis(700)).build().unwrap();
+    let gave_up = impatient
+        .post(format!("{}/v1/jobs", server.url))
+        .bearer_auth(&server.token)
+        .json(&json!({ "plugin": "coop", "timeout_ms": 30_000 }))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the client timed out before the job ended");
+    let start = std::time::Instant::now();
+    let health = loop {
+        let (_, report) = server.call(Method::GET, "/v1/health", None).await;
+        if report["health"]["waits_abandoned"] == 1 {
+            break report;
+        }
+        assert!(start.elapsed() < GENEROUS, "the abandoned wait was never counted: {report}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(health["health"]["counts"]["running"], 1, "the job goes on: {health}");
+    let (_, page) = server.call(Method::GET, "/v1/jobs?status=running", None).await;
+    let id = page["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let metrics = server.request(Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("leash_waits_abandoned_total 1"), "{metrics}");
+    server.call(Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await;
+    let job = server.poll_job(&id, is_terminal).await;
+    assert_eq!(job["status"], "cancelled", "it ran until cancelled, not until its client left");
+}

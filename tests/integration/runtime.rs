@@ -403,3 +403,19 @@ async fn workers_register_and_silent_ones_show_stale() {
     assert_eq!((me.worker.state, me.stale), (leash::store::WorkerState::Stopped, false));
     assert_eq!(listed.summary, "Async workers: disabled (no live worker)");
 }
+
+/// A `wait` that times out never cancels the job and is counted as an
+/// abandoned wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_times_out_leaves_the_job_running_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).build().await.unwrap();
+    let id = runtime.submit(job("coop", "{}")).await.unwrap();
+    wait_for_status(&runtime, id, JobStatus::Running).await;
+    assert!(matches!(runtime.wait(id, Duration::from_millis(50)).await, Err(RuntimeError::WaitTimeout(_))));
+    let health = runtime.health().await.unwrap();
+    assert_eq!((health.waits_abandoned, health.counts.running), (1, 1));
+    assert_eq!(runtime.get(id).await.unwrap().status, JobStatus::Running, "the job goes on");
+    runtime.cancel(id).await.unwrap();
+    runtime.shutdown().await;
+}

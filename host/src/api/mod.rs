@@ -144,6 +144,13 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::IdempotencyConflict { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", message)
             }
+            // The process is stopping (its store closed under a request
+            // still open): nothing was done; another server or a restart
+            // answers the retry.
+            RuntimeError::Store(crate::store::StoreError::Closed) => ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message)
+            },
             RuntimeError::Store(ref s) if s.is_transient() => {
                 ApiError { retry_after: Some(1), ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message) }
             }
@@ -599,7 +606,12 @@ async fn job_submit(
     let Some(timeout) = sync_timeout else {
         return Ok(mark((StatusCode::ACCEPTED, Json(Accepted { status: "accepted", job_id: id })).into_response()));
     };
-    let mut job = state.runtime.wait_past_deadline(id, timeout).await.map_err(|e| match e {
+    // A client that disconnects drops this future: the job goes on, and the
+    // wait is counted as abandoned.
+    let abandoned = AbandonedWait { runtime: &state.runtime, armed: true };
+    let waited = state.runtime.wait_past_deadline(id, timeout).await;
+    abandoned.disarm();
+    let mut job = waited.map_err(|e| match e {
         RuntimeError::WaitTimeout(_) => ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
             "sync_deadline",
@@ -612,6 +624,26 @@ async fn job_submit(
     })?;
     let output = job.output.take();
     Ok(mark(Json(Finished::new(JobView::from(job), output.as_deref())).into_response()))
+}
+
+/// Counts a sync wait whose client went away before the answer.
+struct AbandonedWait<'a> {
+    runtime: &'a Runtime,
+    armed: bool,
+}
+
+impl AbandonedWait<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbandonedWait<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.runtime.count_abandoned_wait();
+        }
+    }
 }
 
 /// One job.

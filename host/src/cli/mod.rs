@@ -251,6 +251,12 @@ struct WorkerArgs {
     /// (default `info`).
     #[arg(long, env = "LEASH_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// Run guests at a lower CPU priority than the HTTP server, lease
+    /// renewals and sweeps: a `nice` increment, 0 (default) to 19. It also
+    /// yields the guests' CPU to every other process on the machine.
+    #[arg(long, env = "LEASH_GUEST_NICE", default_value_t = 0,
+          value_parser = clap::value_parser!(i32).range(0..=19))]
+    guest_nice: i32,
     /// Forward guest log records at or above this level to the host log
     /// (target `leash::guest`) when each attempt ends.
     #[arg(long, env = "LEASH_GUEST_LOGS", default_value = "off",
@@ -398,6 +404,7 @@ async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime, CliError> {
         .queue_ttl(args.queue_ttl)
         .max_queued(args.max_queued)
         .guest_log_level(args.guest_logs.parse().ok())
+        .guest_nice(args.guest_nice)
         .default_timeout(args.job_timeout)
         .max_timeout(args.max_timeout)
         .default_max_attempts(args.max_attempts)

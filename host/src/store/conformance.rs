@@ -515,6 +515,7 @@ async fn release_requeues_without_spending_an_attempt(store: Arc<dyn JobStore>) 
     let got = get(&*store, lease.job.id).await;
     assert_eq!(got.status, JobStatus::Queued);
     assert_eq!(got.lost_leases, 0, "a clean release costs no attempt");
+    assert_eq!(got.releases, 1, "but it is counted: the job will run again");
     assert!(got.lease_token.is_none());
     assert_eq!(got.expires_at, at(2).plus(QUEUE_TTL));
     assert!(!store.job_finish(succeed(&lease, at(3))).await.unwrap(), "the releaser no longer owns it");

@@ -198,13 +198,18 @@ CREATE TABLE workers (
 );
 CREATE INDEX jobs_running_worker ON jobs (worker_id) WHERE status = 'running';
 "#,
+    r#"
+-- Times a job was given back to the queue at a shutdown: each is a run
+-- that may have had effects and will start again.
+ALTER TABLE jobs ADD COLUMN releases INTEGER NOT NULL DEFAULT 0 CHECK (releases >= 0);
+"#,
 ];
 
 const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
     schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, \
     lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, \
     error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, \
-    run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error";
+    run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases";
 
 fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
@@ -280,6 +285,7 @@ fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
             cap_ms: row.get::<_, i64>(35).map_err(&read)?.max(0) as u64,
         },
         last_error: row.get(36).map_err(&read)?,
+        releases: row.get(37).map_err(&read)?,
     })
 }
 
@@ -874,6 +880,7 @@ impl JobStore for SqliteStore {
             let changed = conn
                 .prepare_cached(
                     "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, \
+                     releases = releases + 1, \
                      expires_at = MIN(MAX(expires_at, ?1), COALESCE(deadline_at, MAX(expires_at, ?1))) \
                      WHERE job_id = ?2 AND status = 'running' AND lease_token = ?3",
                 )
