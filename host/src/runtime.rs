@@ -930,6 +930,30 @@ impl Runtime {
         waited
     }
 
+    /// Submit a job with an operation deadline and wait for it (seed 003's
+    /// waiter): the job must start within `deadline` — its queue TTL is cut
+    /// to it, so if the deadline passes first it never starts and ends
+    /// `expired` — and the wait ends at the deadline too. A job that
+    /// started in time runs on to its own limits when the wait ends: the
+    /// caller gets [`RuntimeError::WaitTimeout`], counted as an abandoned
+    /// wait, and reads the outcome later.
+    pub async fn call(&self, mut job: Submit, deadline: Duration) -> Result<Job, RuntimeError> {
+        job.queue_ttl = Some(job.queue_ttl.map_or(deadline, |ttl| ttl.min(deadline)));
+        let id = self.submit(job).await?;
+        match self.wait_uncounted(id, deadline).await {
+            Err(RuntimeError::WaitTimeout(_)) => {}
+            other => return other,
+        }
+        // Still queued at the deadline: expire it now, not at the next sweep.
+        self.inner.store.jobs_expire_queued(JobsExpireParams { now: self.now() }).await?;
+        let job = self.get(id).await?;
+        if job.status.is_terminal() {
+            return Ok(job);
+        }
+        self.count_abandoned_wait();
+        Err(RuntimeError::WaitTimeout(id))
+    }
+
     /// A waiter gave up on a job that goes on.
     pub(crate) fn count_abandoned_wait(&self) {
         self.inner.metrics.waits_abandoned.inc();
