@@ -823,3 +823,19 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiErro
     );
     Ok((headers, text).into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store closed under a request (the server is stopping) is a 503 the
+    /// client retries, not a 500: nothing was stored.
+    #[test]
+    fn a_closed_store_answers_503_shutting_down_with_retry_after() {
+        let response = ApiError::from(RuntimeError::Store(crate::store::StoreError::Closed)).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers().get(header::RETRY_AFTER).unwrap(), "1");
+        let error = ApiError::from(RuntimeError::Store(crate::store::StoreError::Closed));
+        assert_eq!(error.kind, "shutting_down");
+    }
+}
