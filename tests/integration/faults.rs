@@ -127,10 +127,12 @@ async fn failing_renewals_do_not_lose_a_lease_that_later_renewals_hold() {
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!((done.status, done.lost_leases), (JobStatus::Succeeded, 0), "{:?}", done.error_message);
     assert!(faults.injected() >= 2, "renewals were failed: {}", faults.injected());
+    let before = faults.injected();
     faults.inject_every(Op::Extend, Fault::FailAfter, 2);
     let id = runtime.submit(job("sleep", r#"{"ms":1200}"#, 1)).await.unwrap();
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!((done.status, done.lost_leases), (JobStatus::Succeeded, 0), "{:?}", done.error_message);
+    assert!(faults.injected() >= before + 2, "renewals were failed after their write: {}", faults.injected() - before);
     runtime.shutdown().await;
 }
 

@@ -209,15 +209,21 @@ async fn a_worker_that_lost_its_lease_stops_the_guest_and_drops_the_result() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(Timestamp::now());
     let ttl = Duration::from_millis(300);
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
     let runtime = builder(&dir)
         .clock(Arc::new(clock.clone()))
         .lease_ttl(ttl)
         .sweep_interval(Duration::from_secs(3600))
+        .on_start(move |s| {
+            let _ = started.send(s.id);
+        })
         .build()
         .await
         .unwrap();
     let id = runtime.submit(job("sleep", r#"{"ms": 600000}"#)).await.unwrap();
-    wait_for_status(&runtime, id, JobStatus::Running).await;
+    // The guest runs (not merely claimed) before its lease is taken away.
+    let heard = tokio::time::timeout(GENEROUS, starts.recv()).await.expect("the guest started");
+    assert_eq!(heard, Some(id));
     // The lease runs out (as if this worker had stalled) and a sweeper reclaims it.
     clock.advance(ttl * 10);
     let store = runtime.store().clone();
@@ -232,7 +238,11 @@ async fn a_worker_that_lost_its_lease_stops_the_guest_and_drops_the_result() {
     }
     let job = runtime.get(id).await.unwrap();
     assert_eq!((job.status, job.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)), "the reclaim stands");
-    assert_eq!(runtime.health().await.unwrap().running_here, 0, "the guest was stopped");
+    // The slot is freed just after the loss is counted.
+    while runtime.health().await.unwrap().running_here != 0 {
+        assert!(start.elapsed() < GENEROUS, "the guest was never stopped");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     runtime.shutdown().await;
 }
 
@@ -245,9 +255,16 @@ async fn start_subscribers_hear_each_job_before_it_completes() {
     runtime.on_start(|_| panic!("a panicking start subscriber is isolated"));
     runtime.on_start(move |s| starts.lock().unwrap().push(("start", s.id)));
     let ends = events.clone();
-    runtime.on_complete(move |c| ends.lock().unwrap().push(("end", c.id)));
+    let (ended, mut completions) = tokio::sync::mpsc::unbounded_channel();
+    runtime.on_complete(move |c| {
+        ends.lock().unwrap().push(("end", c.id));
+        let _ = ended.send(c.status);
+    });
     let id = runtime.submit(job("hello", "{}")).await.unwrap();
-    assert_eq!(runtime.wait(id, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
+    // Waited on the completion itself: the row turns terminal a moment
+    // before subscribers hear it.
+    let status = tokio::time::timeout(GENEROUS, completions.recv()).await.expect("the job completed");
+    assert_eq!(status, Some(JobStatus::Succeeded));
     assert_eq!(*events.lock().unwrap(), vec![("start", id), ("end", id)]);
     runtime.shutdown().await;
 }
