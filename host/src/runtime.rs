@@ -908,13 +908,22 @@ impl Runtime {
     /// its worker gave it. [`RuntimeError::WaitTimeout`] only when even
     /// that passes: its worker stopped without a word.
     pub async fn wait_past_deadline(&self, id: JobId, deadline: Duration) -> Result<Job, RuntimeError> {
+        match self.wait_then_expire(id, deadline).await? {
+            Some(job) => Ok(job),
+            None => self.wait(id, self.inner.settings.worker.cancel_grace + DEADLINE_SETTLE).await,
+        }
+    }
+
+    /// Wait up to `deadline` (not counted as abandoned); at the deadline,
+    /// expire what is still queued past its expiry at once rather than at
+    /// the next sweep, and answer `None`.
+    async fn wait_then_expire(&self, id: JobId, deadline: Duration) -> Result<Option<Job>, RuntimeError> {
         match self.wait_uncounted(id, deadline).await {
             Err(RuntimeError::WaitTimeout(_)) => {}
-            other => return other,
+            other => return other.map(Some),
         }
-        let now = self.now();
-        self.inner.store.jobs_expire_queued(JobsExpireParams { now }).await?;
-        self.wait(id, self.inner.settings.worker.cancel_grace + DEADLINE_SETTLE).await
+        self.inner.store.jobs_expire_queued(JobsExpireParams { now: self.now() }).await?;
+        Ok(None)
     }
 
     /// Wait until the job ends, up to `timeout`. Timing out does not cancel
@@ -940,12 +949,9 @@ impl Runtime {
     pub async fn call(&self, mut job: Submit, deadline: Duration) -> Result<Job, RuntimeError> {
         job.queue_ttl = Some(job.queue_ttl.map_or(deadline, |ttl| ttl.min(deadline)));
         let id = self.submit(job).await?;
-        match self.wait_uncounted(id, deadline).await {
-            Err(RuntimeError::WaitTimeout(_)) => {}
-            other => return other,
+        if let Some(job) = self.wait_then_expire(id, deadline).await? {
+            return Ok(job);
         }
-        // Still queued at the deadline: expire it now, not at the next sweep.
-        self.inner.store.jobs_expire_queued(JobsExpireParams { now: self.now() }).await?;
         let job = self.get(id).await?;
         if job.status.is_terminal() {
             return Ok(job);
