@@ -317,7 +317,7 @@ fn raw_job(plugin: leash::job::Digest) -> NewJob {
         plan_id: None,
         queue_ttl: Duration::from_secs(86_400),
         idempotency: None,
-        delay: Duration::ZERO,
+        run_at: None,
         deadline: None,
         backoff: leash::store::Backoff::default(),
     }

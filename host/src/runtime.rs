@@ -855,7 +855,7 @@ impl Runtime {
             plan_id: job.plan_id,
             queue_ttl,
             idempotency: job.idempotency,
-            delay,
+            run_at: job.run_at,
             deadline: job.deadline,
             backoff,
         })

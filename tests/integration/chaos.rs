@@ -597,10 +597,14 @@ fn run(plan: Plan) {
         "chaos_seconds": chaos_over.as_secs_f64(),
         "total_seconds": drained.as_secs_f64(),
     });
-    eprintln!("chaos: {}", serde_json::to_string_pretty(&summary).unwrap());
 
     let mut problems = report.violations;
     problems.extend(chaos.crashes.iter().cloned());
+    // Printed before the summary: a long log may be cut at its end.
+    for problem in problems.iter().take(20) {
+        eprintln!("chaos problem: {problem}");
+    }
+    eprintln!("chaos: {}", serde_json::to_string_pretty(&summary).unwrap());
     assert!(
         problems.is_empty(),
         "{} problems (seed {}), first ones:\n{}",

@@ -271,7 +271,7 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
         plan_id: None,
         queue_ttl: Duration::from_secs(86_400),
         idempotency: None,
-        delay: Duration::ZERO,
+        run_at: None,
         deadline: None,
         // Requeued jobs are due by the next step.
         backoff: leash::store::Backoff { base_ms: 1, cap_ms: 1 },

@@ -116,7 +116,7 @@ pub fn new_job(input: &str) -> NewJob {
         plan_id: None,
         queue_ttl: QUEUE_TTL,
         idempotency: None,
-        delay: Duration::ZERO,
+        run_at: None,
         deadline: None,
         backoff: super::Backoff::default(),
     }
@@ -767,21 +767,29 @@ async fn queued_count_matches_the_snapshot(store: Arc<dyn JobStore>) {
 
 async fn a_delayed_job_is_not_claimed_before_its_time(store: Arc<dyn JobStore>) {
     let mut delayed = new_job("later");
-    delayed.delay = Duration::from_secs(60);
+    delayed.run_at = Some(at(60));
     let delayed = insert_one(&*store, delayed, T0).await;
     assert_eq!(delayed.run_after, at(60));
     assert_eq!(delayed.expires_at, at(60).plus(QUEUE_TTL), "the queue TTL counts from when it is due");
     assert_eq!(store.queued_count().await.unwrap(), 1, "a delayed job holds its place in the queue");
     let now_job = insert_one(&*store, new_job("now"), at(1)).await;
     assert_eq!(now_job.run_after, at(1));
-    assert_eq!(claim(&*store, "w", 10, at(59)).await.iter().map(|l| l.job.id).collect::<Vec<_>>(), [now_job.id]);
+    let mut overdue = new_job("overdue");
+    overdue.run_at = Some(T0);
+    let overdue = insert_one(&*store, overdue, at(1)).await;
+    assert_eq!(overdue.run_after, at(1), "a time already past means now");
+    let mut due: Vec<JobId> = claim(&*store, "w", 10, at(59)).await.iter().map(|l| l.job.id).collect();
+    due.sort();
+    let mut expected = [now_job.id, overdue.id];
+    expected.sort();
+    assert_eq!(due, expected);
     assert!(claim(&*store, "w", 10, at(59)).await.is_empty(), "not before its time");
     assert_eq!(claim_one(&*store, at(60)).await.job.id, delayed.id);
 }
 
 async fn claims_take_the_earliest_due_first(store: Arc<dyn JobStore>) {
     let mut older = new_job("older, due later");
-    older.delay = Duration::from_secs(10);
+    older.run_at = Some(at(10));
     let older = insert_one(&*store, older, T0).await;
     let newer = insert_one(&*store, new_job("newer, due sooner"), at(5)).await;
     let order: Vec<JobId> = claim(&*store, "w", 2, at(20)).await.iter().map(|l| l.job.id).collect();

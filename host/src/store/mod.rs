@@ -194,9 +194,9 @@ pub struct NewJob {
     pub queue_ttl: Duration,
     /// The client's idempotency key for the request that created it, if any.
     pub idempotency: Option<IdempotencyKey>,
-    /// How long after submission it may first be claimed (zero: at once).
-    /// Its queue TTL counts from then.
-    pub delay: Duration,
+    /// Not claimed before this instant (none, or one already past: at
+    /// once). Its queue TTL counts from then.
+    pub run_at: Option<Timestamp>,
     /// A sync job's deadline, from submission: its queue wait and its run
     /// must both fit (it expires if still queued then, and a worker cuts
     /// its timeout to what is left).

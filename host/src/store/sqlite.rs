@@ -528,7 +528,7 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
             Target::Action(name) => ("action", Some(name.as_str())),
         };
         let limits = serde_json::to_string(&job.limits).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let run_after = now.plus(job.delay);
+        let run_after = job.run_at.map_or(now, |at| at.max(now));
         let deadline = job.deadline.map(|d| now.plus(d));
         let expires_at = run_after.plus(job.queue_ttl).min(deadline.unwrap_or(Timestamp::from_unix_ms(i64::MAX)));
         values.extend([
