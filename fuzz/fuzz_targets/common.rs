@@ -25,7 +25,7 @@ pub fn harness() -> &'static Harness {
         let hello =
             std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/target/wasm32-wasip2/release/hello.wasm"));
         if let Ok(bytes) = hello {
-            let name = leash::store::PluginName::new("hello", "1.0.0").unwrap();
+            let name = leash::job::PluginName::new("hello", "1.0.0").unwrap();
             tokio.block_on(runtime.plugin_register(bytes, name)).unwrap();
         }
         // Sync submits answer 202 at once: nothing runs here.

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use leash::api::listen::{ListenLimits, serve};
 use leash::api::{ApiConfig, router};
-use leash::job::Target;
+use leash::job::{JobStatus, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
-use leash::store::{JobListParams, JobStatus};
+use leash::store::JobListParams;
 
 #[path = "support/mod.rs"]
 mod support;

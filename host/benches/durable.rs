@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use leash::job::Target;
+use leash::job::{JobLimits, NewJob, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
 use leash::sandbox::{NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
+use leash::store::JobInsertParams;
 use leash::store::sqlite::Durability;
-use leash::store::{JobInsertParams, JobLimits, NewJob};
 use tokio::sync::Notify;
 
 const SLOTS: usize = 64;
@@ -78,7 +78,7 @@ async fn start(dir: &tempfile::TempDir, durability: Durability) -> (Runtime, Arc
     let done = Arc::new(Done { count: AtomicUsize::new(0), target: AtomicUsize::new(usize::MAX), all: Notify::new() });
     let seen = done.clone();
     runtime.on_complete(move |c| {
-        assert_eq!(c.status, leash::store::JobStatus::Succeeded, "{c:?}");
+        assert_eq!(c.status, leash::job::JobStatus::Succeeded, "{c:?}");
         if seen.count.fetch_add(1, Ordering::SeqCst) + 1 == seen.target.load(Ordering::SeqCst) {
             seen.all.notify_one();
         }
@@ -319,6 +319,6 @@ fn raw_job(plugin: leash::job::Digest) -> NewJob {
         idempotency: None,
         run_at: None,
         deadline: None,
-        backoff: leash::store::Backoff::default(),
+        backoff: leash::job::Backoff::default(),
     }
 }

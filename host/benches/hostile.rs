@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use leash::job::{ErrorKind, Target};
+use leash::job::{ErrorKind, Job, JobStatus, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
-use leash::store::{Job, JobStatus};
 
 #[path = "support/mod.rs"]
 mod support;

@@ -15,10 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leash::api::{ApiConfig, router};
-use leash::job::Target;
+use leash::job::{PluginName, PluginRef, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
 use leash::sandbox::{NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
-use leash::store::{PluginName, PluginRef};
 
 const TOKEN: &str = "bench-token";
 

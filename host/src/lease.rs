@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::clock::{Clock, Timestamp};
+use crate::job::JobId;
 use crate::metrics::Metrics;
 use crate::sandbox::StopHandle;
-use crate::store::{JobId, JobStore, LeaseExtendParams, LeaseState};
+use crate::store::{JobStore, LeaseExtendParams, LeaseState};
 
 /// What the keeper saw; read after the guest has ended.
 #[derive(Debug, Default)]

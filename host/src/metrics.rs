@@ -16,8 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::job::ErrorKind;
-use crate::store::{Counts, JobStatus};
+use crate::job::{Counts, ErrorKind, JobStatus};
 
 /// Labels of a finished job.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -24,14 +24,16 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::job::{Digest, Target};
+use crate::job::{
+    Backoff, Counts, Digest, IdempotencyKey, Job, JobId, JobLimits, JobLogs, JobStatus, MAX_ATTEMPTS_CEILING, NewJob,
+    PluginInfo, PluginName, PluginRef, Target,
+};
 use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
 use crate::store::sqlite::{Durability, SqliteStore};
 use crate::store::{
-    Backoff, CancelResult, Counts, IdempotencyKey, Job, JobId, JobInsertParams, JobLimits, JobListParams, JobLogs,
-    JobStatus, JobStore, JobsExpireParams, NewJob, PluginInfo, PluginName, PluginNameParams, PluginPutParams,
-    PluginRef, StoreError,
+    CancelResult, JobInsertParams, JobListParams, JobStore, JobsExpireParams, PluginNameParams, PluginPutParams,
+    StoreError,
 };
 use crate::store::{WorkerRecord, WorkerState};
 use crate::sweep::{SweepConfig, Sweeper};
@@ -57,10 +59,6 @@ pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64 << 20;
 /// Default ceiling on how long a job may wait in the queue.
 pub const DEFAULT_MAX_QUEUE_TTL: Duration = Duration::from_secs(30 * 86_400);
-/// Most attempts a job may ask for.
-pub const MAX_ATTEMPTS_CEILING: u32 = 100;
-/// Longest concurrency key or plan id, in bytes.
-pub const MAX_KEY_BYTES: usize = 256;
 /// Longest shutdown waits for the registry's last report.
 const REGISTRY_FAREWELL: Duration = Duration::from_secs(1);
 /// How long past a job's deadline (and its cancel grace) a sync waiter
@@ -776,17 +774,7 @@ impl Runtime {
                 "memory_bytes {memory_bytes} is over the ceiling of {ceiling}"
             )));
         }
-        if let Some(n) = job.max_attempts
-            && !(1..=MAX_ATTEMPTS_CEILING).contains(&n)
-        {
-            return Err(RuntimeError::InvalidJob(format!(
-                "max_attempts {n} is out of range: use 1 to {MAX_ATTEMPTS_CEILING}"
-            )));
-        }
         let timeout = job.timeout.unwrap_or(settings.default_timeout);
-        if timeout.is_zero() {
-            return Err(RuntimeError::InvalidJob("timeout must be positive".into()));
-        }
         if timeout > settings.worker.max_timeout {
             return Err(RuntimeError::InvalidJob(format!(
                 "timeout {} is over the ceiling of {}",
@@ -800,19 +788,6 @@ impl Runtime {
                 "output_bytes {output_bytes} is over the ceiling of {}",
                 settings.worker.max_output_bytes
             )));
-        }
-        if job.concurrency_key.as_deref().is_some_and(str::is_empty) {
-            return Err(RuntimeError::InvalidJob("concurrency_key must not be empty".into()));
-        }
-        for (field, value) in [("concurrency_key", &job.concurrency_key), ("plan_id", &job.plan_id)] {
-            if let Some(value) = value
-                && value.len() > MAX_KEY_BYTES
-            {
-                return Err(RuntimeError::InvalidJob(format!(
-                    "{field} is {} bytes, over the ceiling of {MAX_KEY_BYTES}",
-                    value.len()
-                )));
-            }
         }
         let queue_ttl = job.queue_ttl.unwrap_or(settings.worker.queue_ttl);
         if queue_ttl.is_zero() || queue_ttl > settings.max_queue_ttl {
@@ -844,7 +819,7 @@ impl Runtime {
         }
         let backoff = job.backoff.unwrap_or(settings.default_backoff);
         check_backoff(backoff).map_err(RuntimeError::InvalidJob)?;
-        Ok(NewJob {
+        let new = NewJob {
             plugin,
             plugin_name,
             target: job.target,
@@ -858,7 +833,9 @@ impl Runtime {
             run_at: job.run_at,
             deadline: job.deadline,
             backoff,
-        })
+        };
+        new.check().map_err(RuntimeError::InvalidJob)?;
+        Ok(new)
     }
 
     /// One job.

@@ -24,13 +24,13 @@ use tokio::sync::{Notify, Semaphore, broadcast, watch};
 use tracing::Instrument as _;
 
 use crate::clock::{Clock, Timestamp};
-use crate::job::{Digest, ErrorKind};
+use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine};
 use crate::lease::{LeaseKeeper, LeaseWatch};
 use crate::metrics::Metrics;
 use crate::sandbox::{LogLevel, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, StopHandle};
 use crate::store::{
-    Finish, JobClaimParams, JobFinishParams, JobId, JobLogs, JobProgress, JobProgressParams, JobReleaseParams,
-    JobRetryParams, JobStatus, JobStore, Lease, LogLine, WorkerRecord, WorkerState,
+    Finish, JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, Lease,
+    WorkerRecord, WorkerState,
 };
 
 /// Longest a busy pool waits to gather free slots into one claim.
@@ -883,7 +883,7 @@ impl Drop for GuestRuntime {
 }
 
 /// The span every event of one attempt carries.
-fn job_span(worker_id: &str, job: &crate::store::Job) -> tracing::Span {
+fn job_span(worker_id: &str, job: &crate::job::Job) -> tracing::Span {
     tracing::info_span!("job", job_id = %job.id, attempt = job.attempt, worker_id = %worker_id, plugin = %job.plugin)
 }
 

@@ -33,9 +33,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leash::job::ErrorKind;
+use leash::job::{ErrorKind, Job, JobId, JobStatus};
 use leash::store::sqlite::{Durability, SqliteStore};
-use leash::store::{Job, JobId, JobListParams, JobStatus, JobStore};
+use leash::store::{JobListParams, JobStore};
 use serde_json::{Value, json};
 
 use crate::server::leash_bin;

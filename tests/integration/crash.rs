@@ -6,9 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use leash::job::{ErrorKind, Target};
+use leash::job::{ErrorKind, JobId, JobStatus, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
-use leash::store::{JobId, JobStatus};
 
 use crate::support::{GENEROUS, cache_dir};
 

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leash::job::{ErrorKind, Target};
+use leash::job::{ErrorKind, JobStatus, Target};
 use leash::runtime::{PluginSource, Runtime, RuntimeError, Submit};
 use leash::sandbox::SandboxConfig;
+use leash::store::JobStore;
 use leash::store::faults::{Fault, FaultyStore, Op};
 use leash::store::sqlite::{Durability, SqliteStore};
-use leash::store::{JobStatus, JobStore};
 
 use crate::support::{GENEROUS, cache_dir};
 
@@ -244,7 +244,7 @@ async fn a_transient_host_error_is_retried_while_attempts_remain() {
         let (runtime, faults) = runtime(&dir).await;
         faults.inject(Op::PluginGet, Fault::FailBefore);
         let mut submit = job("hello", "{}", max_attempts);
-        submit.backoff = Some(leash::store::Backoff { base_ms: 10, cap_ms: 10 });
+        submit.backoff = Some(leash::job::Backoff { base_ms: 10, cap_ms: 10 });
         let id = runtime.submit(submit).await.unwrap();
         let done = runtime.wait(id, GENEROUS).await.unwrap();
         assert_eq!(faults.injected(), 1);

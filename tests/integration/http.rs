@@ -5,7 +5,7 @@ use base64::Engine as _;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use leash::store::JobStatus;
+use leash::job::JobStatus;
 
 use crate::server::{Server, is_terminal};
 use crate::support::GENEROUS;

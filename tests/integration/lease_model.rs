@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::clock::Timestamp;
-use leash::job::{Digest, Target};
+use leash::job::{Digest, JobId, JobLimits, JobStatus, NewJob, Target};
 use leash::store::sqlite::{Durability, SqliteStore};
 use leash::store::{
-    CancelResult, Finish, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobLimits, JobReleaseParams,
-    JobStatus, JobStore, LeaseExtendParams, LeaseReclaimParams, LeaseState, NewJob,
+    CancelResult, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobReleaseParams, JobStore,
+    LeaseExtendParams, LeaseReclaimParams, LeaseState,
 };
 
 const WORKERS: usize = 2;
@@ -274,7 +274,7 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
         run_at: None,
         deadline: None,
         // Requeued jobs are due by the next step.
-        backoff: leash::store::Backoff { base_ms: 1, cap_ms: 1 },
+        backoff: leash::job::Backoff { base_ms: 1, cap_ms: 1 },
     };
     let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
     let mut model = initial(max_attempts);

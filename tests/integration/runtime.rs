@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leash::clock::{Clock, ManualClock, Timestamp};
-use leash::job::{ErrorKind, Target};
+use leash::job::{ErrorKind, JobId, JobStatus, Target};
 use leash::runtime::{Cancelled, PluginSource, Runtime, RuntimeBuilder, RuntimeError, Submit};
 use leash::sandbox::SandboxConfig;
-use leash::store::{JobId, JobStatus, LeaseReclaimParams};
+use leash::store::LeaseReclaimParams;
 
 use crate::support::{GENEROUS, cache_dir};
 
@@ -344,7 +344,7 @@ async fn retryable_failures_run_again_after_the_backoff_and_others_never_do() {
     let submit = |kind: &str| {
         let mut j = job("fail", &format!(r#"{{"kind":"{kind}","message":"try {kind}"}}"#));
         j.max_attempts = Some(3);
-        j.backoff = Some(leash::store::Backoff { base_ms: 200, cap_ms: 300 });
+        j.backoff = Some(leash::job::Backoff { base_ms: 200, cap_ms: 300 });
         runtime.submit(j)
     };
     let retried = submit("retryable").await.unwrap();

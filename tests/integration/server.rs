@@ -145,5 +145,5 @@ impl Drop for Server {
 
 /// A job's terminal check.
 pub fn is_terminal(job: &Value) -> bool {
-    job["status"].as_str().and_then(|s| s.parse::<leash::store::JobStatus>().ok()).is_some_and(|s| s.is_terminal())
+    job["status"].as_str().and_then(|s| s.parse::<leash::job::JobStatus>().ok()).is_some_and(|s| s.is_terminal())
 }

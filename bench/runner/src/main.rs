@@ -16,10 +16,9 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leash::job::Target;
+use leash::job::{JobId, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
 use leash::sandbox::{Allocator, NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
-use leash::store::JobId;
 use leash::store::sqlite::Durability;
 use serde_json::{Value, json};
 

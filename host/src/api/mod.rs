@@ -25,9 +25,9 @@ use serde_json::Value;
 use subtle::ConstantTimeEq;
 
 use crate::clock::Timestamp;
-use crate::job::{Digest, Target};
+use crate::job::{Backoff, Digest, IdempotencyKey, Job, JobId, JobStatus, PluginName, PluginRef, Target};
 use crate::runtime::{Cancelled, Ceilings, PluginSource, Runtime, RuntimeError, Submit};
-use crate::store::{Backoff, IdempotencyKey, Job, JobId, JobListParams, JobStatus, PluginName, PluginRef};
+use crate::store::JobListParams;
 
 /// Most jobs one list page returns.
 pub const MAX_PAGE: u32 = 500;
@@ -249,7 +249,7 @@ struct UploadQuery {
     params(UploadQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The component's bytes"),
     responses(
-        (status = 201, description = "Stored (and registered)", body = crate::store::PluginInfo),
+        (status = 201, description = "Stored (and registered)", body = crate::job::PluginInfo),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 413, description = "Body over the size cap", body = ErrorBody),
@@ -271,7 +271,7 @@ async fn plugin_upload(
     }
     let info = match (query.name, query.version) {
         (Some(name), version) => {
-            let version = version.as_deref().unwrap_or(crate::store::DEFAULT_PLUGIN_VERSION);
+            let version = version.as_deref().unwrap_or(crate::job::DEFAULT_PLUGIN_VERSION);
             let name = PluginName::new(&name, version).map_err(ApiError::bad_request)?;
             state.runtime.plugin_register(bytes, name).await?
         }
@@ -300,7 +300,7 @@ async fn plugin_list(State(state): State<Arc<AppState>>) -> Result<Response, Api
     params(("reference" = String, Path, description = "`name`, `name@version` or a digest",
         pattern = "^((sha256:)?[0-9a-f]{64}|[a-z0-9][a-z0-9_-]{0,63}(@[A-Za-z0-9._+-]{1,64})?)$")),
     responses(
-        (status = 200, body = crate::store::PluginInfo),
+        (status = 200, body = crate::job::PluginInfo),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such plugin", body = ErrorBody),
@@ -499,7 +499,7 @@ struct Accepted {
 /// `GET /v1/plugins`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 struct PluginList {
-    plugins: Vec<crate::store::PluginInfo>,
+    plugins: Vec<crate::job::PluginInfo>,
 }
 
 /// `GET /v1/jobs`: a page, newest first.
@@ -717,7 +717,7 @@ async fn job_list(
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs",
     params(("id" = JobId, Path)),
     responses(
-        (status = 200, body = crate::store::JobLogs),
+        (status = 200, body = crate::job::JobLogs),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),

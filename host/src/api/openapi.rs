@@ -11,8 +11,7 @@ use utoipa::openapi::{KnownFormat, RefOr};
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use crate::clock::Timestamp;
-use crate::job::{Digest, Target};
-use crate::store::{JobId, PluginInfo};
+use crate::job::{Digest, JobId, PluginInfo, Target};
 
 fn text(description: &str, pattern: Option<&str>, format: Option<SchemaFormat>) -> RefOr<Schema> {
     ObjectBuilder::new().schema_type(Type::String).description(Some(description)).pattern(pattern).format(format).into()
@@ -134,8 +133,8 @@ mod tests {
     /// code's ceilings: this keeps the two in step.
     #[test]
     fn the_documented_bounds_are_the_codes_defaults() {
+        use crate::job::{MAX_ATTEMPTS_CEILING, MAX_KEY_BYTES};
         use crate::runtime::{DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE_TTL, DEFAULT_MAX_TIMEOUT};
-        use crate::runtime::{MAX_ATTEMPTS_CEILING, MAX_KEY_BYTES};
         use crate::sandbox::DEFAULT_MEMORY_CEILING_BYTES;
         let doc: serde_json::Value = serde_json::from_str(&document_json()).unwrap();
         let body = &doc["components"]["schemas"]["SubmitBody"]["properties"];

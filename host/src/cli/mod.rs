@@ -13,13 +13,12 @@ use base64::Engine as _;
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
-use crate::job::{ErrorKind, Target};
+use crate::job::{Backoff, ErrorKind, Target};
 use crate::runtime::Runtime;
 use crate::sandbox::{
     self, Allocator, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
     StopHandle,
 };
-use crate::store::Backoff;
 use crate::store::sqlite::Durability;
 use crate::worker::JobStarted;
 
@@ -233,7 +232,7 @@ struct WorkerArgs {
     /// Attempts of a job that sets none: a lost lease or a `retryable`
     /// failure with attempts left runs it again after its backoff.
     #[arg(long, env = "LEASH_MAX_ATTEMPTS", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::runtime::MAX_ATTEMPTS_CEILING)))]
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::job::MAX_ATTEMPTS_CEILING)))]
     max_attempts: u32,
     /// The pause before a job's first retry (it doubles after each failure,
     /// with jitter), for jobs that set none.

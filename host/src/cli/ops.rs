@@ -17,10 +17,9 @@ use super::{CliError, ExitStatus, JobArgs, StoreArgs, WorkerArgs, parse_duration
 use crate::api::listen::ListenLimits;
 use crate::api::{ApiConfig, router};
 use crate::client::{Client, ClientError, default_token_file, ensure_token_file, read_token_file};
-use crate::job::ErrorKind;
+use crate::job::{ErrorKind, JobStatus};
 use crate::runtime::Runtime;
 use crate::sandbox::{Allocator, SandboxConfig};
-use crate::store::JobStatus;
 
 /// Where a command sends its requests.
 #[derive(Debug, Args)]
@@ -329,20 +328,18 @@ fn local_job_defaults(mut builder: crate::runtime::RuntimeBuilder) -> Result<cra
     }
     if let Some(n) = var("LEASH_MAX_ATTEMPTS") {
         let n: u32 =
-            n.trim().parse().ok().filter(|n| (1..=crate::runtime::MAX_ATTEMPTS_CEILING).contains(n)).ok_or_else(
-                || {
-                    CliError::usage(format!(
-                        "LEASH_MAX_ATTEMPTS: {n:?} is not a number from 1 to {}",
-                        crate::runtime::MAX_ATTEMPTS_CEILING
-                    ))
-                },
-            )?;
+            n.trim().parse().ok().filter(|n| (1..=crate::job::MAX_ATTEMPTS_CEILING).contains(n)).ok_or_else(|| {
+                CliError::usage(format!(
+                    "LEASH_MAX_ATTEMPTS: {n:?} is not a number from 1 to {}",
+                    crate::job::MAX_ATTEMPTS_CEILING
+                ))
+            })?;
         builder = builder.default_max_attempts(n);
     }
-    let default = crate::store::Backoff::default();
+    let default = crate::job::Backoff::default();
     let base = duration("LEASH_RETRY_BACKOFF")?.map_or(default.base_ms, |d| d.as_millis() as u64);
     let cap = duration("LEASH_RETRY_BACKOFF_CAP")?.map_or(default.cap_ms, |d| d.as_millis() as u64);
-    Ok(builder.default_backoff(crate::store::Backoff { base_ms: base, cap_ms: cap }))
+    Ok(builder.default_backoff(crate::job::Backoff { base_ms: base, cap_ms: cap }))
 }
 
 async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliError> {

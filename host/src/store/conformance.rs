@@ -17,13 +17,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    CancelResult, Finish, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobLimits, JobListParams,
-    JobLogs, JobProgress, JobProgressParams, JobReleaseParams, JobRetryParams, JobStatus, JobStore, JobsDeleteParams,
-    JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, LogLine, NewJob, PluginName,
-    PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
+    CancelResult, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
+    JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams,
+    LeaseReclaimParams, LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
 use crate::clock::Timestamp;
-use crate::job::{Digest, ErrorKind, Target};
+use crate::job::{
+    Digest, ErrorKind, Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob, PluginName, Target,
+};
 
 /// The future a case returns.
 pub type CaseFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -118,7 +119,7 @@ pub fn new_job(input: &str) -> NewJob {
         idempotency: None,
         run_at: None,
         deadline: None,
-        backoff: super::Backoff::default(),
+        backoff: crate::job::Backoff::default(),
     }
 }
 
@@ -188,7 +189,7 @@ async fn insert_then_get_round_trips_every_field(store: Arc<dyn JobStore>) {
     assert_eq!(got.plan_id.as_deref(), Some("01PLAN"));
     assert_eq!(got.created_at, T0);
     assert_eq!(got.expires_at, T0.plus(QUEUE_TTL));
-    assert_eq!(got.schema_version, super::SCHEMA_VERSION);
+    assert_eq!(got.schema_version, crate::job::SCHEMA_VERSION);
     assert!(got.started_at.is_none() && got.finished_at.is_none() && got.lease_token.is_none());
     assert!(got.error_kind.is_none() && got.output.is_none());
 }
@@ -272,7 +273,7 @@ async fn a_claim_never_starts_a_job_younger_than_itself(store: Arc<dyn JobStore>
 
 async fn an_idempotency_key_belongs_to_one_job_while_it_is_kept(store: Arc<dyn JobStore>) {
     let keyed = |digest: &str| NewJob {
-        idempotency: Some(super::IdempotencyKey::new("order-42", digest.to_owned()).unwrap()),
+        idempotency: Some(crate::job::IdempotencyKey::new("order-42", digest.to_owned()).unwrap()),
         ..new_job("keyed")
     };
     let first = insert_one(&*store, keyed("d1"), at(1)).await;
@@ -621,7 +622,7 @@ async fn put_named(store: &dyn JobStore, bytes: &[u8], name: &str, version: &str
     digest
 }
 
-async fn resolve(store: &dyn JobStore, reference: &str) -> Option<super::PluginInfo> {
+async fn resolve(store: &dyn JobStore, reference: &str) -> Option<crate::job::PluginInfo> {
     store.plugin_resolve(reference.parse().unwrap()).await.unwrap()
 }
 
@@ -846,7 +847,7 @@ async fn a_retry_with_a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
 async fn reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget(store: Arc<dyn JobStore>) {
     let mut job = new_job("x");
     job.max_attempts = 3;
-    job.backoff = super::Backoff { base_ms: 10_000, cap_ms: 10_000 };
+    job.backoff = crate::job::Backoff { base_ms: 10_000, cap_ms: 10_000 };
     insert_one(&*store, job, T0).await;
     // Attempt 1 fails retryably; attempt 2's worker dies.
     let lease = claim_one(&*store, at(1)).await;

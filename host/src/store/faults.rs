@@ -14,14 +14,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{
-    CancelResult, Counts, Job, JobClaimParams, JobFinishParams, JobId, JobInsertParams, JobListParams, JobLogs,
-    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
-    LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginInfo, PluginNameParams, PluginPutParams, PluginRef,
-    ReclaimReport, StoreError,
+    CancelResult, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams,
+    JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams,
+    LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
 use super::{WorkerRecord, WorkersSnapshot};
 use crate::clock::Timestamp;
-use crate::job::Digest;
+use crate::job::{Counts, Digest, Job, JobId, JobLogs, PluginInfo, PluginRef};
 
 /// Operations a fault can target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -28,15 +28,16 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 use tokio::sync::oneshot;
 
 use super::{
-    Backoff, CancelResult, Counts, Finish, IdempotencyKey, Job, JobClaimParams, JobFinishParams, JobId,
-    JobInsertParams, JobListParams, JobLogs, JobProgressParams, JobReleaseParams, JobRetryParams, JobStatus, JobStore,
-    JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState,
-    NewJob, PluginInfo, PluginName, PluginNameParams, PluginPutParams, PluginRef, ReclaimReport, SCHEMA_VERSION,
-    StoreError,
+    CancelResult, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
+    JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease,
+    LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
 use super::{WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
-use crate::job::{Digest, ErrorKind, Target};
+use crate::job::{
+    Backoff, Counts, Digest, ErrorKind, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, PluginInfo, PluginName,
+    PluginRef, SCHEMA_VERSION, Target,
+};
 
 /// How long a connection waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -785,21 +786,11 @@ fn query_jobs(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Re
     Ok(jobs)
 }
 
-fn validate(job: &super::NewJob) -> Result<(), StoreError> {
-    if job.max_attempts == 0 {
-        return Err(StoreError::Invalid("max_attempts must be at least 1".into()));
-    }
-    if job.concurrency_key.as_deref().is_some_and(str::is_empty) {
-        return Err(StoreError::Invalid("concurrency_key must not be empty".into()));
-    }
-    Ok(())
-}
-
 #[async_trait::async_trait]
 impl JobStore for SqliteStore {
     async fn job_insert(&self, params: JobInsertParams) -> Result<Vec<Job>, StoreError> {
         for job in &params.jobs {
-            validate(job)?;
+            job.check().map_err(StoreError::Invalid)?;
         }
         let now = params.now;
         self.write_all_or_nothing(move |conn| {

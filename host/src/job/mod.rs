@@ -1,14 +1,26 @@
-//! Words shared by every part of leash: what a job targets, how it can fail,
-//! and how plugins are named by content.
+//! The job model, shared by every part of leash: what a job targets, how it
+//! can fail, how plugins are named, and a job as submitted ([`NewJob`],
+//! checked in one place by [`NewJob::check`]) and as stored ([`Job`]).
 //!
-//! This module depends on nothing else inside the crate, so the store, the
-//! sandbox and the faces can all speak it.
+//! This module depends only on [`crate::clock`], so the store, the sandbox,
+//! the runtime and the faces can all speak it; no backend is named here.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
+
+mod id;
+mod plugin;
+mod record;
+
+pub use id::JobId;
+pub use plugin::{DEFAULT_PLUGIN_VERSION, PluginInfo, PluginName, PluginRef};
+pub use record::{
+    Backoff, Counts, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, IdempotencyKey, Job, JobLimits, JobLogs, JobProgress,
+    JobStatus, LogLine, MAX_ATTEMPTS_CEILING, MAX_IDEMPOTENCY_KEY_BYTES, MAX_KEY_BYTES, NewJob, SCHEMA_VERSION,
+};
 
 /// Serialize a type as its `Display` text and deserialize it with its
 /// `FromStr`, so the JSON form is the same text people and the store see.

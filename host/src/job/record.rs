@@ -1,0 +1,371 @@
+//! A job as submitted and as stored: its status, limits, retry pause,
+//! idempotency key, progress and logs, and the counts by status.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Digest, ErrorKind, JobId, PluginName, Target};
+use crate::clock::Timestamp;
+
+/// Version of the stored job payload format.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Where a job is in its life. Terminal states have no way out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting for a worker.
+    Queued,
+    /// Owned by a worker under a lease.
+    Running,
+    /// Finished with output.
+    Succeeded,
+    /// Finished with an error kind and message.
+    Failed,
+    /// Cancelled before or while running.
+    Cancelled,
+}
+
+impl JobStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [JobStatus; 5] =
+        [JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// True for succeeded, failed and cancelled.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled)
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobStatus::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| format!("unknown job status {s:?}"))
+    }
+}
+
+/// Resource limits stored with a job (the sandbox's run limits, by value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobLimits {
+    /// Wall-clock limit, milliseconds.
+    pub timeout_ms: u64,
+    /// Fuel budget; `None` for unlimited.
+    pub fuel: Option<u64>,
+    /// Memory limit, bytes.
+    pub memory_bytes: u64,
+    /// Output limit, bytes.
+    pub output_bytes: u64,
+}
+
+/// What a submitter provides.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// The plugin, by content digest.
+    pub plugin: Digest,
+    /// The registry name (and version) the plugin was submitted under, if
+    /// any: kept for listing; the digest alone decides what runs.
+    pub plugin_name: Option<PluginName>,
+    /// Phase or action.
+    pub target: Target,
+    /// Input bytes.
+    pub input: Vec<u8>,
+    /// Limits for each attempt.
+    pub limits: JobLimits,
+    /// Attempts the job may use: a lost lease or a retryable failure with
+    /// attempts left queues it again. At least 1.
+    pub max_attempts: u32,
+    /// At most one running job per key, across every process on the store.
+    pub concurrency_key: Option<String>,
+    /// A logical plan this job belongs to (no foreign key).
+    pub plan_id: Option<String>,
+    /// How long the job may wait in the queue before it expires.
+    pub queue_ttl: Duration,
+    /// The client's idempotency key for the request that created it, if any.
+    pub idempotency: Option<IdempotencyKey>,
+    /// Not claimed before this instant (none, or one already past: at
+    /// once). Its queue TTL counts from then.
+    pub run_at: Option<Timestamp>,
+    /// A sync job's deadline, from submission: its queue wait and its run
+    /// must both fit (it expires if still queued then, and a worker cuts
+    /// its timeout to what is left).
+    pub deadline: Option<Duration>,
+    /// The pause before each retry.
+    pub backoff: Backoff,
+}
+
+/// Most attempts a job may ask for.
+pub const MAX_ATTEMPTS_CEILING: u32 = 100;
+/// Longest concurrency key or plan id, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+
+impl NewJob {
+    /// The rules a new job keeps whatever ceilings a runtime sets: attempts
+    /// from 1 to [`MAX_ATTEMPTS_CEILING`], a positive timeout, and a
+    /// concurrency key and plan id of at most [`MAX_KEY_BYTES`] (a key not
+    /// empty). The runtime checks them before it queues; every store again
+    /// before it inserts.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_ATTEMPTS_CEILING).contains(&self.max_attempts) {
+            return Err(format!("max_attempts {} is out of range: use 1 to {MAX_ATTEMPTS_CEILING}", self.max_attempts));
+        }
+        if self.limits.timeout_ms == 0 {
+            return Err("timeout must be positive".into());
+        }
+        if self.concurrency_key.as_deref().is_some_and(str::is_empty) {
+            return Err("concurrency_key must not be empty".into());
+        }
+        for (field, value) in [("concurrency_key", &self.concurrency_key), ("plan_id", &self.plan_id)] {
+            if let Some(value) = value
+                && value.len() > MAX_KEY_BYTES
+            {
+                return Err(format!("{field} is {} bytes, over the ceiling of {MAX_KEY_BYTES}", value.len()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The pause before a failed attempt runs again: exponential from `base_ms`
+/// (doubling with each failure so far), capped at `cap_ms`, with jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Backoff {
+    /// The first retry's pause, milliseconds.
+    pub base_ms: u64,
+    /// The longest pause, milliseconds.
+    pub cap_ms: u64,
+}
+
+/// Default first pause before a retry.
+pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// Default longest pause before a retry.
+pub const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(300);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { base_ms: DEFAULT_BACKOFF_BASE.as_millis() as u64, cap_ms: DEFAULT_BACKOFF_CAP.as_millis() as u64 }
+    }
+}
+
+impl Backoff {
+    /// The pause before the retry that follows the `failures`-th failed
+    /// attempt (1 for the first): `min(cap, base × 2^(failures-1))`, of
+    /// which the second half is random ("equal jitter": never less than
+    /// half the exponential step, so retries of many jobs that failed
+    /// together spread out without ever firing at once).
+    pub fn delay(&self, failures: u32) -> Duration {
+        let step = self.base_ms.saturating_mul(1u64 << failures.saturating_sub(1).min(40)).min(self.cap_ms);
+        let half = step / 2;
+        let mut bytes = [0u8; 8];
+        getrandom::fill(&mut bytes).expect("the OS random source is available");
+        let jitter = u64::from_le_bytes(bytes) % (step - half + 1);
+        Duration::from_millis(half + jitter)
+    }
+}
+
+/// A client's key for one create request, and a digest of the request: the
+/// same key may only ever stand for the same request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    /// The key (1–255 printable ASCII characters).
+    pub key: String,
+    /// A digest of the request it came with.
+    pub request_digest: String,
+}
+
+/// Longest idempotency key, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+impl IdempotencyKey {
+    /// A checked key for a request with `request_digest`.
+    pub fn new(key: &str, request_digest: String) -> Result<Self, String> {
+        let printable = key.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+        if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES || !printable {
+            return Err(format!(
+                "invalid idempotency key: use 1 to {MAX_IDEMPOTENCY_KEY_BYTES} printable ASCII characters"
+            ));
+        }
+        Ok(IdempotencyKey { key: key.to_owned(), request_digest })
+    }
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Job {
+    /// Id.
+    pub id: JobId,
+    /// Status.
+    pub status: JobStatus,
+    /// The plugin's digest.
+    pub plugin: Digest,
+    /// The registry name it was submitted under.
+    pub plugin_name: Option<PluginName>,
+    /// Phase or action.
+    pub target: Target,
+    /// Logical plan.
+    pub plan_id: Option<String>,
+    /// Concurrency key.
+    pub concurrency_key: Option<String>,
+    /// Input bytes.
+    #[serde(skip)]
+    pub input: Vec<u8>,
+    /// Limits.
+    pub limits: JobLimits,
+    /// Payload format version.
+    pub schema_version: u32,
+    /// When it was submitted.
+    pub created_at: Timestamp,
+    /// When the current or last attempt started.
+    pub started_at: Option<Timestamp>,
+    /// When it reached a terminal state.
+    pub finished_at: Option<Timestamp>,
+    /// The last lease renewal.
+    pub last_heartbeat: Option<Timestamp>,
+    /// When it expires if still queued.
+    pub expires_at: Timestamp,
+    /// The owning (or last owning) worker.
+    pub worker_id: Option<String>,
+    /// The current lease's token (running jobs only).
+    #[serde(skip)]
+    pub lease_token: Option<String>,
+    /// When the current lease runs out (running jobs only).
+    pub lease_expires_at: Option<Timestamp>,
+    /// Not claimed before this: its submit's `run_at`, or a retry's backoff.
+    pub run_after: Timestamp,
+    /// A sync job's deadline: it expires if still queued then, and its run
+    /// is cut to end by then.
+    pub deadline_at: Option<Timestamp>,
+    /// Claims so far: 1 during the first attempt.
+    pub attempt: u32,
+    /// Attempts that lost their lease.
+    pub lost_leases: u32,
+    /// Attempts that failed retryably and were queued again.
+    pub retries: u32,
+    /// The pause before each retry.
+    pub backoff: Backoff,
+    /// The last retried attempt's error, `kind: message`.
+    pub last_error: Option<String>,
+    /// Times it was released to the queue at a worker's shutdown (its
+    /// guest was stopped before it returned, so it runs again; no attempt
+    /// is spent).
+    pub releases: u32,
+    /// The attempt limit.
+    pub max_attempts: u32,
+    /// A cancel was asked for while it ran.
+    pub cancel_requested: bool,
+    /// Why it failed or was cancelled.
+    pub error_kind: Option<ErrorKind>,
+    /// `"Type: message"`.
+    pub error_message: Option<String>,
+    /// The guest backtrace of a trap.
+    pub backtrace: Option<String>,
+    /// Output bytes of a succeeded job.
+    #[serde(skip)]
+    pub output: Option<Vec<u8>>,
+    /// Fuel the last attempt used.
+    pub fuel_used: Option<u64>,
+    /// Peak memory of the last attempt.
+    pub peak_memory_bytes: Option<u64>,
+    /// The guest's latest progress report.
+    pub progress: Option<JobProgress>,
+}
+
+/// A guest's latest progress report, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobProgress {
+    /// Units done.
+    pub done: u64,
+    /// Units in all (0 when unknown).
+    pub total: u64,
+    /// A short note from the guest.
+    pub note: String,
+}
+
+/// What a job's last attempt logged, kept when it ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobLogs {
+    /// Structured records, in order.
+    pub records: Vec<LogLine>,
+    /// Records dropped past the caps.
+    pub records_dropped: u64,
+    /// Guest stdout, lossily decoded.
+    pub stdout: String,
+    /// Stdout bytes dropped past the cap.
+    pub stdout_dropped: u64,
+    /// Guest stderr, lossily decoded.
+    pub stderr: String,
+    /// Stderr bytes dropped past the cap.
+    pub stderr_dropped: u64,
+}
+
+/// One structured log record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LogLine {
+    /// `trace`, `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    /// The message.
+    pub message: String,
+    /// Key/value fields.
+    pub fields: Vec<(String, String)>,
+    /// Milliseconds since the attempt started.
+    pub elapsed_ms: u64,
+}
+
+/// Job counts by state, from one consistent snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Counts {
+    /// Queued.
+    pub queued: u64,
+    /// Running.
+    pub running: u64,
+    /// Succeeded.
+    pub succeeded: u64,
+    /// Failed.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
+impl Counts {
+    /// All jobs in the store.
+    pub fn total(&self) -> u64 {
+        self.queued + self.running + self.succeeded + self.failed + self.cancelled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_its_cap() {
+        let backoff = Backoff { base_ms: 1000, cap_ms: 10_000 };
+        for (failures, step) in [(1, 1000), (2, 2000), (3, 4000), (4, 8000), (5, 10_000), (60, 10_000)] {
+            let seen: Vec<u64> = (0..200).map(|_| backoff.delay(failures).as_millis() as u64).collect();
+            assert!(seen.iter().all(|&d| (step / 2..=step).contains(&d)), "failure {failures}: {seen:?}");
+            let distinct: std::collections::HashSet<_> = seen.iter().collect();
+            assert!(distinct.len() > 10, "failure {failures}: jittered, not one value: {distinct:?}");
+        }
+        assert!(Backoff { base_ms: 1, cap_ms: 1 }.delay(3) <= Duration::from_millis(1));
+    }
+}
