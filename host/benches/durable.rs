@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use leash::job::{JobLimits, NewJob, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
 use leash::sandbox::{NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
+use leash::store::Durability;
 use leash::store::JobInsertParams;
-use leash::store::sqlite::Durability;
 use tokio::sync::Notify;
 
 const SLOTS: usize = 64;

@@ -3,7 +3,7 @@
 //! Both go through [`crate::api::router`], so a command behaves the same
 //! against `leash serve` and against a database file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -243,13 +243,6 @@ pub fn random_token() -> String {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).expect("the OS random source is available");
     hex::encode(bytes)
-}
-
-/// The token file that goes with a database: `<db>.token`.
-pub fn default_token_file(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push(".token");
-    PathBuf::from(name)
 }
 
 /// Read a token file, refusing one that others can read.

@@ -15,7 +15,6 @@
 //! # Ok(()) }
 //! ```
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -30,12 +29,10 @@ use crate::job::{
 };
 use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
-use crate::store::sqlite::{Durability, SqliteStore};
 use crate::store::{
-    CancelResult, JobInsertParams, JobListParams, JobStore, JobsExpireParams, PluginNameParams, PluginPutParams,
-    StoreError,
+    CancelResult, Database, Durability, JobInsertParams, JobListParams, JobStore, JobsExpireParams, PluginNameParams,
+    PluginPutParams, StoreError, WorkerRecord, WorkerState,
 };
-use crate::store::{WorkerRecord, WorkerState};
 use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};
 
@@ -283,7 +280,7 @@ pub struct Ceilings {
 
 /// Builds a [`Runtime`].
 pub struct RuntimeBuilder {
-    db_path: PathBuf,
+    database: Database,
     store: Option<Arc<dyn JobStore>>,
     durability: Durability,
     sandbox: SandboxConfig,
@@ -306,7 +303,7 @@ pub struct RuntimeBuilder {
 impl std::fmt::Debug for RuntimeBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RuntimeBuilder")
-            .field("db_path", &self.db_path)
+            .field("database", &self.database)
             .field("worker", &self.worker)
             .field("sandbox", &self.sandbox)
             .finish_non_exhaustive()
@@ -329,14 +326,14 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Use this store instead of opening the SQLite file (another backend,
+    /// Use this store instead of opening the database (a store built by hand,
     /// or a wrapper such as [`crate::store::faults::FaultyStore`]).
     pub fn store(mut self, store: Arc<dyn JobStore>) -> Self {
         self.store = Some(store);
         self
     }
 
-    /// SQLite durability (default `normal`).
+    /// What each commit survives (default `normal`).
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
         self
@@ -487,14 +484,7 @@ impl RuntimeBuilder {
         check_backoff(self.default_backoff).map_err(|e| RuntimeError::InvalidJob(format!("default {e}")))?;
         let store: Arc<dyn JobStore> = match &self.store {
             Some(store) => store.clone(),
-            None => {
-                let path = self.db_path.clone();
-                let durability = self.durability;
-                let store = tokio::task::spawn_blocking(move || SqliteStore::open(path, durability))
-                    .await
-                    .map_err(|e| StoreError::Invalid(format!("opening the store panicked: {e}")))??;
-                Arc::new(store)
-            }
+            None => crate::store::open(&self.database, self.durability).await?,
         };
         let sandbox = Arc::new(Sandbox::new(self.sandbox.clone()).map_err(RuntimeError::Sandbox)?);
         let metrics = Arc::new(Metrics::new());
@@ -596,10 +586,11 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// A builder for a runtime on the SQLite database at `db_path`.
-    pub fn builder(db_path: impl Into<PathBuf>) -> RuntimeBuilder {
+    /// A builder for a runtime on the store `database` names: a path or
+    /// `sqlite:PATH` (SQLite), or `postgres://…` (see [`Database::parse`]).
+    pub fn builder(database: impl Into<Database>) -> RuntimeBuilder {
         RuntimeBuilder {
-            db_path: db_path.into(),
+            database: database.into(),
             store: None,
             durability: Durability::Normal,
             sandbox: SandboxConfig::default(),

@@ -34,7 +34,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leash::job::{ErrorKind, Job, JobId, JobStatus};
-use leash::store::sqlite::{Durability, SqliteStore};
+use leash::store::Durability;
+use leash::store::sqlite::SqliteStore;
 use leash::store::{JobListParams, JobStore};
 use serde_json::{Value, json};
 

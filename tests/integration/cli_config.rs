@@ -5,11 +5,16 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 fn worker(dir: &tempfile::TempDir, config: &str, env: &[(&str, &str)], flags: &[&str]) -> (Option<i32>, String) {
+    let db = dir.path().join("jobs.db");
+    worker_on(dir, config, env, &[&["--db", db.to_str().unwrap()], flags].concat())
+}
+
+fn worker_on(dir: &tempfile::TempDir, config: &str, env: &[(&str, &str)], flags: &[&str]) -> (Option<i32>, String) {
     let file = dir.path().join("leash.toml");
     std::fs::write(&file, config).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leash"));
-    cmd.arg("worker").arg("--config").arg(&file).arg("--db").arg(dir.path().join("jobs.db")).args(flags);
-    for var in ["LEASH_MAX_WORKERS", "LEASH_CONFIG", "LEASH_LEASE_TTL"] {
+    cmd.current_dir(dir.path()).arg("worker").arg("--config").arg(&file).args(flags);
+    for var in ["LEASH_MAX_WORKERS", "LEASH_CONFIG", "LEASH_LEASE_TTL", "LEASH_DATABASE_URL", "LEASH_DATABASE_PATH"] {
         cmd.env_remove(var);
     }
     cmd.envs(env.iter().copied());
@@ -48,4 +53,23 @@ fn bad_settings_are_refused_naming_the_key() {
     let (code, line) = worker(&dir, "", &[("LEASH_LEASE_TTL", "forever")], &[]);
     assert_eq!(code, Some(2));
     assert!(line.contains("LEASH_LEASE_TTL"), "{line}");
+}
+
+/// The database: `--db` > `LEASH_DATABASE_URL` > `LEASH_DATABASE_PATH` (the
+/// older name) > the file's `db` > `leash.db`; `sqlite:PATH` and a bare path
+/// name the same kind of store.
+#[test]
+fn the_database_comes_from_the_flag_the_variables_or_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let on = |config: &str, env: &[(&str, &str)], flags: &[&str]| worker_on(&dir, config, env, flags).1;
+    assert!(on("", &[], &[]).contains("on sqlite:leash.db"), "the default");
+    assert!(on("db = \"file.db\"\n", &[], &[]).contains("on sqlite:file.db"), "the file");
+    let path = [("LEASH_DATABASE_PATH", "path.db")];
+    assert!(on("db = \"file.db\"\n", &path, &[]).contains("on sqlite:path.db"), "the older variable over the file");
+    let url = [("LEASH_DATABASE_PATH", "path.db"), ("LEASH_DATABASE_URL", "sqlite:url.db")];
+    assert!(on("db = \"file.db\"\n", &url, &[]).contains("on sqlite:url.db"), "the URL variable over the path");
+    assert!(on("", &url, &["--db", "flag.db"]).contains("on sqlite:flag.db"), "the flag over both");
+    for name in ["leash.db", "file.db", "path.db", "url.db", "flag.db"] {
+        assert!(dir.path().join(name).exists(), "{name} was opened");
+    }
 }

@@ -9,9 +9,10 @@ use std::time::Duration;
 use leash::job::{ErrorKind, JobStatus, Target};
 use leash::runtime::{PluginSource, Runtime, RuntimeError, Submit};
 use leash::sandbox::SandboxConfig;
+use leash::store::Durability;
 use leash::store::JobStore;
 use leash::store::faults::{Fault, FaultyStore, Op};
-use leash::store::sqlite::{Durability, SqliteStore};
+use leash::store::sqlite::SqliteStore;
 
 use crate::support::{GENEROUS, cache_dir};
 

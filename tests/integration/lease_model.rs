@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use leash::clock::Timestamp;
 use leash::job::{Digest, JobId, JobLimits, JobStatus, NewJob, Target};
-use leash::store::sqlite::{Durability, SqliteStore};
+use leash::store::Durability;
+use leash::store::sqlite::SqliteStore;
 use leash::store::{
     CancelResult, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobReleaseParams, JobStore,
     LeaseExtendParams, LeaseReclaimParams, LeaseState,

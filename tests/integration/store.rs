@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::clock::Timestamp;
-use leash::store::sqlite::{Durability, SqliteStore};
+use leash::store::Durability;
+use leash::store::sqlite::SqliteStore;
 use leash::store::{JobInsertParams, JobStore, conformance};
 
 fn fresh(durability: Durability) -> (tempfile::TempDir, Arc<dyn JobStore>) {
@@ -88,4 +89,31 @@ async fn a_write_lock_held_elsewhere_is_transient_and_opening_waits_for_it() {
         .job_insert(JobInsertParams { jobs: vec![conformance::new_job("after")], now })
         .await
         .expect("writes work again");
+}
+
+/// Only `store/` knows the backends: the runtime, the pool, the faces and
+/// the metrics reach a store through `store::open` and the `JobStore` trait.
+#[test]
+fn nothing_outside_the_store_names_a_backend() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if !path.ends_with("store") {
+                    walk(&path, out);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    assert!(files.iter().any(|f| f.ends_with("runtime.rs")), "walked {files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for word in ["store::sqlite", "SqliteStore", "rusqlite", "store::postgres", "PostgresStore", "tokio_postgres"] {
+            assert!(!text.contains(word), "{} names the backend ({word})", file.display());
+        }
+    }
 }

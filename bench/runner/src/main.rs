@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use leash::job::{JobId, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
 use leash::sandbox::{Allocator, NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
-use leash::store::sqlite::Durability;
+use leash::store::Durability;
 use serde_json::{Value, json};
 
 const WORKERS: usize = 16;

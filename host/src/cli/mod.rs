@@ -19,7 +19,7 @@ use crate::sandbox::{
     self, Allocator, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
     StopHandle,
 };
-use crate::store::sqlite::Durability;
+use crate::store::{Database, Durability};
 use crate::worker::JobStarted;
 
 /// Like `eprintln!`, but a closed stderr (a log pipe whose reader went
@@ -108,7 +108,7 @@ impl Cli {
         let Some(path) = matches.get_one::<PathBuf>("config").cloned() else {
             return Cli::from_arg_matches(&matches);
         };
-        let pairs = crate::config::read_file(&path).map_err(usage)?;
+        let mut pairs = crate::config::read_file(&path).map_err(usage)?;
         let mut args = args;
         // The settings of the innermost subcommand (`jobs list`, `serve`).
         let (mut current, mut current_matches) = (&command, &matches);
@@ -116,6 +116,11 @@ impl Cli {
             && let Some(sub) = current.find_subcommand(name)
         {
             (current, current_matches) = (sub, sub_matches);
+        }
+        // The older variable for the database still beats the file.
+        let takes_db = current.get_arguments().any(|a| a.get_id() == "db");
+        if takes_db && current_matches.value_source("db").is_none() && legacy_database_path().is_some() {
+            pairs.retain(|(key, _)| key != "db");
         }
         if !std::ptr::eq(current, &command) {
             args.extend(crate::config::fill_defaults(current, current_matches, &path, &pairs).map_err(usage)?);
@@ -185,9 +190,11 @@ impl JobArgs {
 
 #[derive(Debug, Args)]
 struct StoreArgs {
-    /// The job database (SQLite; created if missing).
-    #[arg(long, env = "LEASH_DATABASE_PATH", default_value = "leash.db")]
-    db: PathBuf,
+    /// The job store: an SQLite file (a path or `sqlite:PATH`, created if
+    /// missing) or `postgres://…`. Without it: `LEASH_DATABASE_PATH`, else
+    /// `leash.db`.
+    #[arg(long, env = "LEASH_DATABASE_URL", value_name = "PATH|URL")]
+    db: Option<String>,
     /// `normal` survives a killed process; `full` also survives power loss.
     #[arg(long, env = "LEASH_DURABILITY", default_value = "normal", value_parser = ["normal", "full"])]
     durability: String,
@@ -381,11 +388,26 @@ fn durability(args: &StoreArgs) -> Result<Durability, CliError> {
     args.durability.parse().map_err(CliError::usage)
 }
 
+impl StoreArgs {
+    /// `--db` / `LEASH_DATABASE_URL`, else `LEASH_DATABASE_PATH`, else `leash.db`.
+    fn database(&self) -> Database {
+        match &self.db {
+            Some(db) => Database::parse(db),
+            None => Database::Sqlite(legacy_database_path().unwrap_or_else(|| "leash.db".into())),
+        }
+    }
+}
+
+/// `LEASH_DATABASE_PATH`, the older name for an SQLite file's path.
+fn legacy_database_path() -> Option<PathBuf> {
+    std::env::var_os("LEASH_DATABASE_PATH").filter(|p| !p.is_empty()).map(PathBuf::from)
+}
+
 /// A runtime with a worker pool and sweeps, as `worker` and `serve` run.
 async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime, CliError> {
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
     let slots = u32::try_from(args.max_workers).unwrap_or(u32::MAX).max(1);
-    let mut builder = Runtime::builder(&args.store.db);
+    let mut builder = Runtime::builder(args.store.database());
     if let Some(path) = &args.start_log {
         // On the builder, so the first claims after a restart are logged too.
         let log = StartLog::open(path)?;
@@ -483,7 +505,7 @@ async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
         "{} running {} slots on {}",
         runtime.worker_id(),
         args.max_workers,
-        args.store.db.display()
+        args.store.database()
     );
     tokio::select! {
         _ = interrupt.recv() => {}

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::{CliError, ExitStatus, JobArgs, StoreArgs, WorkerArgs, parse_duration, parse_size, read_input};
 use crate::api::listen::ListenLimits;
 use crate::api::{ApiConfig, router};
-use crate::client::{Client, ClientError, default_token_file, ensure_token_file, read_token_file};
+use crate::client::{Client, ClientError, ensure_token_file, read_token_file};
 use crate::job::{ErrorKind, JobStatus};
 use crate::runtime::Runtime;
 use crate::sandbox::{Allocator, SandboxConfig};
@@ -240,7 +240,7 @@ impl From<ClientError> for CliError {
 
 pub(super) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
     super::init_logging(&args.worker.log_format)?;
-    let token_file = args.token_file.clone().unwrap_or_else(|| default_token_file(&args.worker.store.db));
+    let token_file = args.token_file.clone().unwrap_or_else(|| args.worker.store.database().default_token_file());
     let token = match std::env::var("LEASH_API_TOKEN") {
         Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
         _ => {
@@ -271,7 +271,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
         "{} serving http://{address} with {} slots on {}",
         runtime.worker_id(),
         args.worker.max_workers,
-        args.worker.store.db.display()
+        args.worker.store.database()
     );
     // On a signal: stop accepting connections, shut the runtime down within
     // its budget, and drop requests still open (a sync wait must not hold
@@ -347,7 +347,7 @@ async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliError> {
         let token = match std::env::var("LEASH_API_TOKEN") {
             Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
             _ => {
-                let file = conn.token_file.clone().unwrap_or_else(|| default_token_file(&conn.store.db));
+                let file = conn.token_file.clone().unwrap_or_else(|| conn.store.database().default_token_file());
                 read_token_file(&file).map_err(|e| {
                     CliError::usage(format!("no API token: set LEASH_API_TOKEN or pass --token-file ({e})"))
                 })?
@@ -355,7 +355,7 @@ async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliError> {
         };
         return Ok(Client::remote(server, token)?);
     }
-    let mut builder = Runtime::builder(&conn.store.db).durability(super::durability(&conn.store)?);
+    let mut builder = Runtime::builder(conn.store.database()).durability(super::durability(&conn.store)?);
     builder = local_job_defaults(builder)?;
     builder = if work {
         builder.sandbox(SandboxConfig {

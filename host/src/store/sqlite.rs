@@ -20,7 +20,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Arc, LazyLock, Mutex, mpsc};
 use std::time::Duration;
 
@@ -32,7 +31,7 @@ use super::{
     JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease,
     LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
-use super::{WorkerRecord, WorkerState, WorkersSnapshot};
+use super::{Durability, WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
 use crate::job::{
     Backoff, Counts, Digest, ErrorKind, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, PluginInfo, PluginName,
@@ -45,28 +44,6 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const OPEN_PATIENCE: Duration = Duration::from_secs(30);
 /// Most calls the writer commits in one transaction.
 const MAX_WRITE_BATCH: usize = 512;
-
-/// What a commit guarantees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// Survives a killed process; may lose the last commits on power loss.
-    #[default]
-    Normal,
-    /// Survives power loss; one fsync per commit.
-    Full,
-}
-
-impl FromStr for Durability {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "normal" => Ok(Durability::Normal),
-            "full" => Ok(Durability::Full),
-            _ => Err(format!("unknown durability {s:?}: expected \"normal\" or \"full\"")),
-        }
-    }
-}
 
 /// The schema, one migration per entry; applied in order, each once.
 const MIGRATIONS: &[&str] = &[
