@@ -6,6 +6,7 @@ mod chaos;
 mod cli_config;
 mod cli_ops;
 mod cli_run;
+mod conformance;
 mod crash;
 mod faults;
 mod hostile;

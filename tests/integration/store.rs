@@ -1,6 +1,6 @@
-//! The store conformance suite against the SQLite backend, plus what only
-//! a real file shows: batching under concurrent callers, and another
-//! process holding the write lock.
+//! What only a real SQLite file shows, beside the conformance suite
+//! (`conformance/`): full durability, another process holding the write
+//! lock, and the layout rule that only `store/` names a backend.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,30 +8,14 @@ use std::time::Duration;
 use leash::clock::Timestamp;
 use leash::store::Durability;
 use leash::store::sqlite::SqliteStore;
-use leash::store::{JobInsertParams, JobStore, conformance};
+use leash::store::{JobInsertParams, JobStore};
 
-fn fresh(durability: Durability) -> (tempfile::TempDir, Arc<dyn JobStore>) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("jobs.db"), durability).unwrap();
-    (dir, Arc::new(store))
-}
-
-#[tokio::test]
-async fn sqlite_passes_every_conformance_case() {
-    for case in conformance::CASES {
-        let (_dir, store) = fresh(Durability::Normal);
-        let run = tokio::spawn((case.run)(store));
-        if let Err(e) = run.await {
-            panic!("conformance case {} failed: {e}", case.name);
-        }
-    }
-}
+use crate::conformance::cases;
 
 #[tokio::test]
 async fn sqlite_with_full_durability_passes_a_lifecycle_case() {
-    let case = conformance::CASES.iter().find(|c| c.name == "a_stale_token_changes_nothing").unwrap();
-    let (_dir, store) = fresh(Durability::Full);
-    (case.run)(store).await;
+    let fresh = crate::conformance::sqlite_with(Durability::Full);
+    cases::a_stale_token_changes_nothing(fresh.store.clone()).await;
 }
 
 /// Another process holding the write lock past the busy timeout: queued
@@ -64,7 +48,7 @@ async fn a_write_lock_held_elsewhere_is_transient_and_opening_waits_for_it() {
             let store = store.clone();
             let now = Timestamp::now();
             tokio::spawn(async move {
-                store.job_insert(JobInsertParams { jobs: vec![conformance::new_job(&i.to_string())], now }).await
+                store.job_insert(JobInsertParams { jobs: vec![cases::new_job(&i.to_string())], now }).await
             })
         })
         .collect();
@@ -81,14 +65,8 @@ async fn a_write_lock_held_elsewhere_is_transient_and_opening_waits_for_it() {
     let reopened = opening.join().unwrap().expect("opening waits for the lock");
 
     let now = Timestamp::now();
-    reopened
-        .job_insert(JobInsertParams { jobs: vec![conformance::new_job("after")], now })
-        .await
-        .expect("writes work again");
-    store
-        .job_insert(JobInsertParams { jobs: vec![conformance::new_job("after")], now })
-        .await
-        .expect("writes work again");
+    reopened.job_insert(JobInsertParams { jobs: vec![cases::new_job("after")], now }).await.expect("writes work again");
+    store.job_insert(JobInsertParams { jobs: vec![cases::new_job("after")], now }).await.expect("writes work again");
 }
 
 /// Only `store/` knows the backends: the runtime, the pool, the faces and

@@ -6,11 +6,11 @@
 //! that only a lease holder may make takes the lease token and reports
 //! whether it took effect: `false` means the lease was lost (the job was
 //! reclaimed, released or finished elsewhere) and the caller must drop its
-//! result. [`conformance`] holds the cases every backend must pass.
+//! result. The integration tests' conformance suite holds the cases every
+//! backend must pass, each one a test per backend.
 //!
 //! This module knows nothing of wasm: it stores plugin digests and bytes.
 
-pub mod conformance;
 pub mod faults;
 pub mod sqlite;
 

@@ -1,99 +1,21 @@
-//! The cases every [`JobStore`] backend must pass, unchanged.
-//!
-//! Each case gets a fresh, empty store and drives time by passing `now`
-//! explicitly. A backend's test runs every case in [`CASES`]:
-//!
-//! ```ignore
-//! for case in leash::store::conformance::CASES {
-//!     (case.run)(Arc::new(open_fresh_store())).await;
-//! }
-//! ```
+//! The cases every `JobStore` backend must pass, unchanged: each gets a
+//! fresh, empty store and drives time by passing `now` explicitly. The
+//! list in `mod.rs` runs each one as its own test on every backend.
 //!
 //! A behaviour change to the store is a new case here.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{
+use leash::clock::Timestamp;
+use leash::job::{
+    Digest, ErrorKind, Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob, PluginName, Target,
+};
+use leash::store::{
     CancelResult, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
     JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams,
     LeaseReclaimParams, LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
-use crate::clock::Timestamp;
-use crate::job::{
-    Digest, ErrorKind, Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob, PluginName, Target,
-};
-
-/// The future a case returns.
-pub type CaseFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// One named conformance case.
-pub struct Case {
-    /// What it checks, as a sentence in snake case.
-    pub name: &'static str,
-    /// The check; panics on failure.
-    pub run: fn(Arc<dyn JobStore>) -> CaseFuture,
-}
-
-impl std::fmt::Debug for Case {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name)
-    }
-}
-
-macro_rules! cases {
-    ($($name:ident),* $(,)?) => {
-        /// Every case, in a stable order.
-        pub const CASES: &[Case] = &[$(Case { name: stringify!($name), run: |s| Box::pin($name(s)) }),*];
-    };
-}
-
-cases!(
-    insert_then_get_round_trips_every_field,
-    insert_refuses_zero_attempts_and_writes_nothing,
-    a_large_insert_returns_every_job_in_order,
-    claim_takes_the_oldest_jobs_first_up_to_the_limit,
-    claim_sets_owner_token_and_lease,
-    claim_skips_running_and_expired_jobs,
-    a_claim_never_starts_a_job_younger_than_itself,
-    an_idempotency_key_belongs_to_one_job_while_it_is_kept,
-    every_claim_gets_a_fresh_token,
-    finish_records_success_output_and_usage,
-    finish_records_failure_kind_message_and_backtrace,
-    a_stale_token_changes_nothing,
-    finish_and_claim_ends_one_job_and_claims_the_next,
-    terminal_jobs_have_no_way_out,
-    extend_renews_the_lease_and_reads_cancel_requested,
-    cancel_has_three_windows,
-    cancel_of_an_unknown_job_is_not_found,
-    reclaim_requeues_while_attempts_remain,
-    reclaim_fails_with_lease_lost_when_no_attempts_remain,
-    reclaim_leaves_live_leases_alone,
-    reclaim_of_a_job_being_cancelled_cancels_it,
-    release_requeues_without_spending_an_attempt,
-    a_released_job_is_claimable_again,
-    queued_jobs_expire_as_expired,
-    a_requeued_job_gets_a_fresh_expiry,
-    retention_deletes_only_old_terminal_jobs,
-    concurrency_key_allows_one_running_job_per_key,
-    counts_snapshot_matches_the_states,
-    queued_count_matches_the_snapshot,
-    plugins_are_stored_by_digest_once,
-    plugin_names_resolve_to_the_newest_registration,
-    replacing_a_plugin_name_does_not_change_queued_jobs,
-    list_filters_pages_newest_first_without_payloads,
-    progress_is_fenced_by_the_token_and_reset_by_a_claim,
-    finish_keeps_logs_and_last_progress,
-    a_delayed_job_is_not_claimed_before_its_time,
-    claims_take_the_earliest_due_first,
-    a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt,
-    a_retry_with_a_stale_token_changes_nothing,
-    reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget,
-    a_deadline_caps_the_queue_expiry_through_every_requeue,
-    workers_register_refresh_and_are_deleted_at_retention,
-);
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
 const TTL: Duration = Duration::from_secs(30);
@@ -105,7 +27,7 @@ fn at(seconds: u64) -> Timestamp {
 
 /// A queued job of a made-up plugin with small limits and one attempt, for
 /// store tests.
-pub fn new_job(input: &str) -> NewJob {
+pub(crate) fn new_job(input: &str) -> NewJob {
     NewJob {
         plugin: Digest::of(b"plugin"),
         plugin_name: None,
@@ -119,7 +41,7 @@ pub fn new_job(input: &str) -> NewJob {
         idempotency: None,
         run_at: None,
         deadline: None,
-        backoff: crate::job::Backoff::default(),
+        backoff: leash::job::Backoff::default(),
     }
 }
 
@@ -171,7 +93,7 @@ async fn reclaim(store: &dyn JobStore, now: Timestamp) -> ReclaimReport {
     store.lease_reclaim_expired(LeaseReclaimParams { now, queue_ttl: QUEUE_TTL }).await.expect("reclaim")
 }
 
-async fn insert_then_get_round_trips_every_field(store: Arc<dyn JobStore>) {
+pub(crate) async fn insert_then_get_round_trips_every_field(store: Arc<dyn JobStore>) {
     let mut job = new_job("in");
     job.target = Target::action("export").unwrap();
     job.max_attempts = 3;
@@ -189,12 +111,12 @@ async fn insert_then_get_round_trips_every_field(store: Arc<dyn JobStore>) {
     assert_eq!(got.plan_id.as_deref(), Some("01PLAN"));
     assert_eq!(got.created_at, T0);
     assert_eq!(got.expires_at, T0.plus(QUEUE_TTL));
-    assert_eq!(got.schema_version, crate::job::SCHEMA_VERSION);
+    assert_eq!(got.schema_version, leash::job::SCHEMA_VERSION);
     assert!(got.started_at.is_none() && got.finished_at.is_none() && got.lease_token.is_none());
     assert!(got.error_kind.is_none() && got.output.is_none());
 }
 
-async fn insert_refuses_zero_attempts_and_writes_nothing(store: Arc<dyn JobStore>) {
+pub(crate) async fn insert_refuses_zero_attempts_and_writes_nothing(store: Arc<dyn JobStore>) {
     let mut bad = new_job("bad");
     bad.max_attempts = 0;
     let err = store.job_insert(JobInsertParams { jobs: vec![new_job("ok"), bad], now: T0 }).await.unwrap_err();
@@ -202,7 +124,7 @@ async fn insert_refuses_zero_attempts_and_writes_nothing(store: Arc<dyn JobStore
     assert_eq!(store.counts_snapshot().await.unwrap().total(), 0, "all or nothing");
 }
 
-async fn claim_takes_the_oldest_jobs_first_up_to_the_limit(store: Arc<dyn JobStore>) {
+pub(crate) async fn claim_takes_the_oldest_jobs_first_up_to_the_limit(store: Arc<dyn JobStore>) {
     let first = insert_one(&*store, new_job("1"), at(0)).await;
     let second = insert_one(&*store, new_job("2"), at(1)).await;
     let third = insert_one(&*store, new_job("3"), at(2)).await;
@@ -214,7 +136,7 @@ async fn claim_takes_the_oldest_jobs_first_up_to_the_limit(store: Arc<dyn JobSto
     assert!(claim(&*store, "worker-bbbbbbbb", 10, at(5)).await.is_empty());
 }
 
-async fn a_large_insert_returns_every_job_in_order(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_large_insert_returns_every_job_in_order(store: Arc<dyn JobStore>) {
     // Large enough for a store to split it (SQLite: chunks of 256 rows).
     let jobs: Vec<NewJob> = (0..600).map(|i| new_job(&i.to_string())).collect();
     let inserted = insert(&*store, jobs, T0).await;
@@ -227,7 +149,7 @@ async fn a_large_insert_returns_every_job_in_order(store: Arc<dyn JobStore>) {
     assert_eq!(ids.len(), 600, "600 distinct jobs");
 }
 
-async fn claim_sets_owner_token_and_lease(store: Arc<dyn JobStore>) {
+pub(crate) async fn claim_sets_owner_token_and_lease(store: Arc<dyn JobStore>) {
     let job = insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
     assert_eq!(lease.job.id, job.id);
@@ -242,7 +164,7 @@ async fn claim_sets_owner_token_and_lease(store: Arc<dyn JobStore>) {
     assert_eq!((got.attempt, got.lost_leases), (1, 0), "a claim is not a lost lease");
 }
 
-async fn claim_skips_running_and_expired_jobs(store: Arc<dyn JobStore>) {
+pub(crate) async fn claim_skips_running_and_expired_jobs(store: Arc<dyn JobStore>) {
     let mut short = new_job("short-lived");
     short.queue_ttl = Duration::from_secs(10);
     insert_one(&*store, short, T0).await;
@@ -255,7 +177,7 @@ async fn claim_skips_running_and_expired_jobs(store: Arc<dyn JobStore>) {
 /// A claim's `now` can be read before its write waits behind a submit: the
 /// job submitted meanwhile is left for the next claim, so every job's
 /// timestamps stay ordered (created ≤ started ≤ finished).
-async fn a_claim_never_starts_a_job_younger_than_itself(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_claim_never_starts_a_job_younger_than_itself(store: Arc<dyn JobStore>) {
     let older = insert_one(&*store, new_job("older"), at(1)).await;
     let younger = insert_one(&*store, new_job("younger"), at(3)).await;
     let leases = claim(&*store, "worker-aaaaaaaa", 10, at(2)).await;
@@ -271,9 +193,9 @@ async fn a_claim_never_starts_a_job_younger_than_itself(store: Arc<dyn JobStore>
     }
 }
 
-async fn an_idempotency_key_belongs_to_one_job_while_it_is_kept(store: Arc<dyn JobStore>) {
+pub(crate) async fn an_idempotency_key_belongs_to_one_job_while_it_is_kept(store: Arc<dyn JobStore>) {
     let keyed = |digest: &str| NewJob {
-        idempotency: Some(crate::job::IdempotencyKey::new("order-42", digest.to_owned()).unwrap()),
+        idempotency: Some(leash::job::IdempotencyKey::new("order-42", digest.to_owned()).unwrap()),
         ..new_job("keyed")
     };
     let first = insert_one(&*store, keyed("d1"), at(1)).await;
@@ -296,7 +218,7 @@ async fn an_idempotency_key_belongs_to_one_job_while_it_is_kept(store: Arc<dyn J
     assert_ne!(again.id, first.id);
 }
 
-async fn every_claim_gets_a_fresh_token(store: Arc<dyn JobStore>) {
+pub(crate) async fn every_claim_gets_a_fresh_token(store: Arc<dyn JobStore>) {
     let mut job = new_job("x");
     job.max_attempts = 3;
     insert_one(&*store, job, T0).await;
@@ -308,7 +230,7 @@ async fn every_claim_gets_a_fresh_token(store: Arc<dyn JobStore>) {
     assert_eq!(second.job.attempt, 2);
 }
 
-async fn finish_records_success_output_and_usage(store: Arc<dyn JobStore>) {
+pub(crate) async fn finish_records_success_output_and_usage(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
     assert!(store.job_finish(succeed(&lease, at(2))).await.unwrap());
@@ -321,7 +243,7 @@ async fn finish_records_success_output_and_usage(store: Arc<dyn JobStore>) {
     assert!(got.error_kind.is_none() && got.error_message.is_none());
 }
 
-async fn finish_records_failure_kind_message_and_backtrace(store: Arc<dyn JobStore>) {
+pub(crate) async fn finish_records_failure_kind_message_and_backtrace(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("fails"), at(3)).await;
     let lease = claim_one(&*store, at(4)).await;
     let finish = Finish::Failed { kind: ErrorKind::Trap, message: "Trap: boom".into(), backtrace: Some("0: f".into()) };
@@ -341,7 +263,7 @@ async fn finish_records_failure_kind_message_and_backtrace(store: Arc<dyn JobSto
     assert_eq!((got.status, got.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
 }
 
-async fn a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
     let mut job = new_job("x");
     job.max_attempts = 2;
     insert_one(&*store, job, T0).await;
@@ -362,7 +284,7 @@ async fn a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
     assert!(store.job_finish(succeed(&new, at(103))).await.unwrap(), "the new owner still owns it");
 }
 
-async fn finish_and_claim_ends_one_job_and_claims_the_next(store: Arc<dyn JobStore>) {
+pub(crate) async fn finish_and_claim_ends_one_job_and_claims_the_next(store: Arc<dyn JobStore>) {
     let first = insert_one(&*store, new_job("1"), T0).await;
     let second = insert_one(&*store, new_job("2"), at(1)).await;
     let lease = claim_one(&*store, at(2)).await;
@@ -392,7 +314,7 @@ async fn finish_and_claim_ends_one_job_and_claims_the_next(store: Arc<dyn JobSto
     assert_eq!(get(&*store, second.id).await.status, JobStatus::Succeeded);
 }
 
-async fn terminal_jobs_have_no_way_out(store: Arc<dyn JobStore>) {
+pub(crate) async fn terminal_jobs_have_no_way_out(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
     assert!(store.job_finish(succeed(&lease, at(2))).await.unwrap());
@@ -419,7 +341,7 @@ async fn terminal_jobs_have_no_way_out(store: Arc<dyn JobStore>) {
     assert_eq!(get(&*store, queued.id).await.status, JobStatus::Queued);
 }
 
-async fn extend_renews_the_lease_and_reads_cancel_requested(store: Arc<dyn JobStore>) {
+pub(crate) async fn extend_renews_the_lease_and_reads_cancel_requested(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
     let extend = |now| LeaseExtendParams { id: lease.job.id, token: lease.token.clone(), lease_ttl: TTL, now };
@@ -433,7 +355,7 @@ async fn extend_renews_the_lease_and_reads_cancel_requested(store: Arc<dyn JobSt
     assert_eq!(store.lease_extend(extend(at(12))).await.unwrap(), LeaseState::Held { cancel_requested: true });
 }
 
-async fn cancel_has_three_windows(store: Arc<dyn JobStore>) {
+pub(crate) async fn cancel_has_three_windows(store: Arc<dyn JobStore>) {
     let queued = insert_one(&*store, new_job("q"), T0).await;
     assert_eq!(store.job_cancel(queued.id, at(1)).await.unwrap(), CancelResult::Cancelled);
     let got = get(&*store, queued.id).await;
@@ -457,12 +379,12 @@ async fn cancel_has_three_windows(store: Arc<dyn JobStore>) {
     assert_eq!(store.job_cancel(queued.id, at(7)).await.unwrap(), CancelResult::AlreadyTerminal(JobStatus::Cancelled));
 }
 
-async fn cancel_of_an_unknown_job_is_not_found(store: Arc<dyn JobStore>) {
+pub(crate) async fn cancel_of_an_unknown_job_is_not_found(store: Arc<dyn JobStore>) {
     assert_eq!(store.job_cancel(JobId::new(T0), at(1)).await.unwrap(), CancelResult::NotFound);
     assert!(store.job_get(JobId::new(T0)).await.unwrap().is_none());
 }
 
-async fn reclaim_requeues_while_attempts_remain(store: Arc<dyn JobStore>) {
+pub(crate) async fn reclaim_requeues_while_attempts_remain(store: Arc<dyn JobStore>) {
     let mut job = new_job("x");
     job.max_attempts = 2;
     insert_one(&*store, job, T0).await;
@@ -475,7 +397,7 @@ async fn reclaim_requeues_while_attempts_remain(store: Arc<dyn JobStore>) {
     assert!(got.error_kind.is_none());
 }
 
-async fn reclaim_fails_with_lease_lost_when_no_attempts_remain(store: Arc<dyn JobStore>) {
+pub(crate) async fn reclaim_fails_with_lease_lost_when_no_attempts_remain(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
     assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1 });
@@ -488,7 +410,7 @@ async fn reclaim_fails_with_lease_lost_when_no_attempts_remain(store: Arc<dyn Jo
     assert!(claim(&*store, "w", 10, at(100)).await.is_empty(), "never silently re-run");
 }
 
-async fn reclaim_leaves_live_leases_alone(store: Arc<dyn JobStore>) {
+pub(crate) async fn reclaim_leaves_live_leases_alone(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
     let just_before = at(1).plus(TTL).minus(Duration::from_millis(1));
@@ -496,7 +418,7 @@ async fn reclaim_leaves_live_leases_alone(store: Arc<dyn JobStore>) {
     assert_eq!(get(&*store, lease.job.id).await.status, JobStatus::Running);
 }
 
-async fn reclaim_of_a_job_being_cancelled_cancels_it(store: Arc<dyn JobStore>) {
+pub(crate) async fn reclaim_of_a_job_being_cancelled_cancels_it(store: Arc<dyn JobStore>) {
     let mut job = new_job("x");
     job.max_attempts = 5;
     insert_one(&*store, job, T0).await;
@@ -508,7 +430,7 @@ async fn reclaim_of_a_job_being_cancelled_cancels_it(store: Arc<dyn JobStore>) {
     assert_eq!(got.lost_leases, 1);
 }
 
-async fn release_requeues_without_spending_an_attempt(store: Arc<dyn JobStore>) {
+pub(crate) async fn release_requeues_without_spending_an_attempt(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
     let release = JobReleaseParams { id: lease.job.id, token: lease.token.clone(), queue_ttl: QUEUE_TTL, now: at(2) };
@@ -522,7 +444,7 @@ async fn release_requeues_without_spending_an_attempt(store: Arc<dyn JobStore>) 
     assert!(!store.job_finish(succeed(&lease, at(3))).await.unwrap(), "the releaser no longer owns it");
 }
 
-async fn a_released_job_is_claimable_again(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_released_job_is_claimable_again(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
     let release = JobReleaseParams { id: lease.job.id, token: lease.token.clone(), queue_ttl: QUEUE_TTL, now: at(2) };
@@ -532,7 +454,7 @@ async fn a_released_job_is_claimable_again(store: Arc<dyn JobStore>) {
     assert!(store.job_finish(succeed(&again, at(4))).await.unwrap());
 }
 
-async fn queued_jobs_expire_as_expired(store: Arc<dyn JobStore>) {
+pub(crate) async fn queued_jobs_expire_as_expired(store: Arc<dyn JobStore>) {
     let mut short = new_job("short");
     short.queue_ttl = Duration::from_secs(10);
     let short = insert_one(&*store, short, T0).await;
@@ -545,7 +467,7 @@ async fn queued_jobs_expire_as_expired(store: Arc<dyn JobStore>) {
     assert_eq!(get(&*store, long.id).await.status, JobStatus::Queued);
 }
 
-async fn a_requeued_job_gets_a_fresh_expiry(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_requeued_job_gets_a_fresh_expiry(store: Arc<dyn JobStore>) {
     let mut job = new_job("x");
     job.queue_ttl = Duration::from_secs(60);
     job.max_attempts = 2;
@@ -559,7 +481,7 @@ async fn a_requeued_job_gets_a_fresh_expiry(store: Arc<dyn JobStore>) {
     assert_eq!(claim_one(&*store, now).await.job.id, job.id);
 }
 
-async fn retention_deletes_only_old_terminal_jobs(store: Arc<dyn JobStore>) {
+pub(crate) async fn retention_deletes_only_old_terminal_jobs(store: Arc<dyn JobStore>) {
     insert(&*store, vec![new_job("a"), new_job("b")], T0).await;
     let old = claim_one(&*store, at(1)).await;
     assert!(store.job_finish(succeed(&old, at(2))).await.unwrap());
@@ -576,7 +498,7 @@ async fn retention_deletes_only_old_terminal_jobs(store: Arc<dyn JobStore>) {
     }
 }
 
-async fn concurrency_key_allows_one_running_job_per_key(store: Arc<dyn JobStore>) {
+pub(crate) async fn concurrency_key_allows_one_running_job_per_key(store: Arc<dyn JobStore>) {
     let keyed = |input: &str, key: &str| NewJob { concurrency_key: Some(key.into()), ..new_job(input) };
     let a1 = insert_one(&*store, keyed("a1", "plan-a"), at(0)).await;
     let a2 = insert_one(&*store, keyed("a2", "plan-a"), at(1)).await;
@@ -593,7 +515,7 @@ async fn concurrency_key_allows_one_running_job_per_key(store: Arc<dyn JobStore>
     assert_eq!(next, vec![a2.id]);
 }
 
-async fn counts_snapshot_matches_the_states(store: Arc<dyn JobStore>) {
+pub(crate) async fn counts_snapshot_matches_the_states(store: Arc<dyn JobStore>) {
     insert(&*store, (0..6).map(|i| new_job(&i.to_string())).collect(), T0).await;
     let leases = claim(&*store, "w", 4, at(1)).await;
     assert!(store.job_finish(succeed(&leases[0], at(2))).await.unwrap());
@@ -604,7 +526,7 @@ async fn counts_snapshot_matches_the_states(store: Arc<dyn JobStore>) {
     assert_eq!(counts.total(), 6);
 }
 
-async fn plugins_are_stored_by_digest_once(store: Arc<dyn JobStore>) {
+pub(crate) async fn plugins_are_stored_by_digest_once(store: Arc<dyn JobStore>) {
     let bytes = b"\0asm component bytes".to_vec();
     let digest = store.plugin_put(PluginPutParams { bytes: bytes.clone(), now: T0 }).await.unwrap();
     assert_eq!(digest, Digest::of(&bytes));
@@ -622,11 +544,11 @@ async fn put_named(store: &dyn JobStore, bytes: &[u8], name: &str, version: &str
     digest
 }
 
-async fn resolve(store: &dyn JobStore, reference: &str) -> Option<crate::job::PluginInfo> {
+async fn resolve(store: &dyn JobStore, reference: &str) -> Option<leash::job::PluginInfo> {
     store.plugin_resolve(reference.parse().unwrap()).await.unwrap()
 }
 
-async fn plugin_names_resolve_to_the_newest_registration(store: Arc<dyn JobStore>) {
+pub(crate) async fn plugin_names_resolve_to_the_newest_registration(store: Arc<dyn JobStore>) {
     let v1 = put_named(&*store, b"one", "hello", "1.0.0", T0).await;
     let v2 = put_named(&*store, b"two", "hello", "2.0.0", at(1)).await;
     let unnamed = store.plugin_put(PluginPutParams { bytes: b"three".to_vec(), now: at(2) }).await.unwrap();
@@ -650,7 +572,7 @@ async fn plugin_names_resolve_to_the_newest_registration(store: Arc<dyn JobStore
     assert!(resolve(&*store, "ghost").await.is_none(), "a refused name leaves nothing behind");
 }
 
-async fn replacing_a_plugin_name_does_not_change_queued_jobs(store: Arc<dyn JobStore>) {
+pub(crate) async fn replacing_a_plugin_name_does_not_change_queued_jobs(store: Arc<dyn JobStore>) {
     let old = put_named(&*store, b"old", "tool", "1", T0).await;
     let job = NewJob { plugin: old, plugin_name: Some(PluginName::new("tool", "1").unwrap()), ..new_job("x") };
     let queued = insert_one(&*store, job, T0).await;
@@ -663,7 +585,7 @@ async fn replacing_a_plugin_name_does_not_change_queued_jobs(store: Arc<dyn JobS
     assert_eq!(claim_one(&*store, at(2)).await.job.plugin, old);
 }
 
-async fn list_filters_pages_newest_first_without_payloads(store: Arc<dyn JobStore>) {
+pub(crate) async fn list_filters_pages_newest_first_without_payloads(store: Arc<dyn JobStore>) {
     let named = |input: &str, name: &str, version: &str| NewJob {
         plugin_name: Some(PluginName::new(name, version).unwrap()),
         plan_id: Some(format!("plan-{name}")),
@@ -710,7 +632,7 @@ fn progress_at(done: u64) -> JobProgress {
     JobProgress { done, total: 10, note: format!("step {done}") }
 }
 
-async fn progress_is_fenced_by_the_token_and_reset_by_a_claim(store: Arc<dyn JobStore>) {
+pub(crate) async fn progress_is_fenced_by_the_token_and_reset_by_a_claim(store: Arc<dyn JobStore>) {
     let job = insert_one(&*store, NewJob { max_attempts: 2, ..new_job("p") }, T0).await;
     let lease = claim_one(&*store, at(1)).await;
     let report = |token: &str, done: u64| JobProgressParams {
@@ -729,7 +651,7 @@ async fn progress_is_fenced_by_the_token_and_reset_by_a_claim(store: Arc<dyn Job
     assert_eq!(again.job.progress, None, "a new attempt starts without the old progress");
 }
 
-async fn finish_keeps_logs_and_last_progress(store: Arc<dyn JobStore>) {
+pub(crate) async fn finish_keeps_logs_and_last_progress(store: Arc<dyn JobStore>) {
     let job = insert_one(&*store, new_job("l"), T0).await;
     assert_eq!(store.job_logs(job.id).await.unwrap(), None);
     let lease = claim_one(&*store, at(1)).await;
@@ -756,7 +678,7 @@ async fn finish_keeps_logs_and_last_progress(store: Arc<dyn JobStore>) {
     assert_eq!(store.job_logs(unknown).await.unwrap(), None);
 }
 
-async fn queued_count_matches_the_snapshot(store: Arc<dyn JobStore>) {
+pub(crate) async fn queued_count_matches_the_snapshot(store: Arc<dyn JobStore>) {
     assert_eq!(store.queued_count().await.unwrap(), 0);
     insert(&*store, vec![new_job("a"), new_job("b"), new_job("c")], T0).await;
     let lease = claim_one(&*store, at(1)).await;
@@ -766,7 +688,7 @@ async fn queued_count_matches_the_snapshot(store: Arc<dyn JobStore>) {
     assert_eq!(store.counts_snapshot().await.unwrap().queued, 1);
 }
 
-async fn a_delayed_job_is_not_claimed_before_its_time(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_delayed_job_is_not_claimed_before_its_time(store: Arc<dyn JobStore>) {
     let mut delayed = new_job("later");
     delayed.run_at = Some(at(60));
     let delayed = insert_one(&*store, delayed, T0).await;
@@ -788,7 +710,7 @@ async fn a_delayed_job_is_not_claimed_before_its_time(store: Arc<dyn JobStore>) 
     assert_eq!(claim_one(&*store, at(60)).await.job.id, delayed.id);
 }
 
-async fn claims_take_the_earliest_due_first(store: Arc<dyn JobStore>) {
+pub(crate) async fn claims_take_the_earliest_due_first(store: Arc<dyn JobStore>) {
     let mut older = new_job("older, due later");
     older.run_at = Some(at(10));
     let older = insert_one(&*store, older, T0).await;
@@ -812,7 +734,7 @@ fn retry_params(lease: &Lease, run_after: Timestamp, now: Timestamp) -> JobRetry
     }
 }
 
-async fn a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt(store: Arc<dyn JobStore>) {
     let mut job = new_job("x");
     job.max_attempts = 2;
     insert_one(&*store, job, T0).await;
@@ -832,7 +754,7 @@ async fn a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt(store: A
     assert_eq!(get(&*store, lease.job.id).await.status, JobStatus::Running, "a refused retry changes nothing");
 }
 
-async fn a_retry_with_a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_retry_with_a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
     let mut job = new_job("x");
     job.max_attempts = 5;
     insert_one(&*store, job, T0).await;
@@ -844,10 +766,10 @@ async fn a_retry_with_a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
     assert_eq!((got.status, got.retries), (JobStatus::Running, 0));
 }
 
-async fn reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget(store: Arc<dyn JobStore>) {
+pub(crate) async fn reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget(store: Arc<dyn JobStore>) {
     let mut job = new_job("x");
     job.max_attempts = 3;
-    job.backoff = crate::job::Backoff { base_ms: 10_000, cap_ms: 10_000 };
+    job.backoff = leash::job::Backoff { base_ms: 10_000, cap_ms: 10_000 };
     insert_one(&*store, job, T0).await;
     // Attempt 1 fails retryably; attempt 2's worker dies.
     let lease = claim_one(&*store, at(1)).await;
@@ -870,7 +792,7 @@ async fn reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget(store:
     assert_eq!((got.status, got.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)));
 }
 
-async fn a_deadline_caps_the_queue_expiry_through_every_requeue(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_deadline_caps_the_queue_expiry_through_every_requeue(store: Arc<dyn JobStore>) {
     let mut job = new_job("sync");
     job.deadline = Some(Duration::from_secs(5));
     job.max_attempts = 3;
@@ -890,15 +812,15 @@ async fn a_deadline_caps_the_queue_expiry_through_every_requeue(store: Arc<dyn J
     assert!(got.error_message.as_deref().unwrap().contains("deadline"), "{:?}", got.error_message);
 }
 
-fn worker_record(id: &str, now: Timestamp) -> super::WorkerRecord {
-    super::WorkerRecord {
+fn worker_record(id: &str, now: Timestamp) -> leash::store::WorkerRecord {
+    leash::store::WorkerRecord {
         worker_id: id.into(),
         host: "host-a".into(),
         pid: 42,
         version: "0.1.0".into(),
         slots: 4,
         running: 0,
-        state: super::WorkerState::Running,
+        state: leash::store::WorkerState::Running,
         poll_interval_ms: 1000,
         processed: 0,
         failed: 0,
@@ -908,7 +830,7 @@ fn worker_record(id: &str, now: Timestamp) -> super::WorkerRecord {
     }
 }
 
-async fn workers_register_refresh_and_are_deleted_at_retention(store: Arc<dyn JobStore>) {
+pub(crate) async fn workers_register_refresh_and_are_deleted_at_retention(store: Arc<dyn JobStore>) {
     store.worker_beat(worker_record("worker-0000000a", at(0))).await.unwrap();
     store.worker_beat(worker_record("worker-0000000b", at(1))).await.unwrap();
     insert_one(&*store, new_job("x"), at(1)).await;
@@ -917,14 +839,14 @@ async fn workers_register_refresh_and_are_deleted_at_retention(store: Arc<dyn Jo
     let mut beat = worker_record("worker-0000000a", at(9));
     beat.running = 1;
     beat.processed = 5;
-    beat.state = super::WorkerState::Draining;
+    beat.state = leash::store::WorkerState::Draining;
     store.worker_beat(beat).await.unwrap();
     let snapshot = store.workers_snapshot().await.unwrap();
     let ids: Vec<&str> = snapshot.workers.iter().map(|w| w.worker_id.as_str()).collect();
     assert_eq!(ids, ["worker-0000000a", "worker-0000000b"], "oldest first");
     let a = &snapshot.workers[0];
     assert_eq!((a.started_at, a.last_heartbeat, a.running, a.processed), (at(0), at(9), 1, 5));
-    assert_eq!(a.state, super::WorkerState::Draining);
+    assert_eq!(a.state, leash::store::WorkerState::Draining);
     assert_eq!(snapshot.running_jobs, [(lease.job.id, "worker-0000000a".to_owned())]);
     assert_eq!((snapshot.counts.running, snapshot.counts.total()), (1, 1));
     // Retention deletes the rows not refreshed since the cutoff.

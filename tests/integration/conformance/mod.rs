@@ -1,0 +1,120 @@
+//! One conformance suite for every store backend: each case in `cases` runs
+//! as its own test against each backend, named
+//! `conformance::<backend>::<topic>::<case>` (grouped by topic, as River's
+//! driver tests are), so a failure names the backend and the case.
+
+pub(crate) mod cases;
+
+use std::sync::Arc;
+
+use leash::store::sqlite::SqliteStore;
+use leash::store::{Durability, JobStore};
+
+/// Every case, by topic: the one list each backend instantiates.
+macro_rules! with_cases {
+    ($callback:ident ! ($($args:tt)*)) => {
+        $callback!($($args)*
+            insert {
+                insert_then_get_round_trips_every_field,
+                insert_refuses_zero_attempts_and_writes_nothing,
+                a_large_insert_returns_every_job_in_order,
+                an_idempotency_key_belongs_to_one_job_while_it_is_kept,
+            }
+            claim {
+                claim_takes_the_oldest_jobs_first_up_to_the_limit,
+                claim_sets_owner_token_and_lease,
+                claim_skips_running_and_expired_jobs,
+                a_claim_never_starts_a_job_younger_than_itself,
+                every_claim_gets_a_fresh_token,
+                concurrency_key_allows_one_running_job_per_key,
+                a_delayed_job_is_not_claimed_before_its_time,
+                claims_take_the_earliest_due_first,
+            }
+            finish {
+                finish_records_success_output_and_usage,
+                finish_records_failure_kind_message_and_backtrace,
+                a_stale_token_changes_nothing,
+                finish_and_claim_ends_one_job_and_claims_the_next,
+                terminal_jobs_have_no_way_out,
+                finish_keeps_logs_and_last_progress,
+                progress_is_fenced_by_the_token_and_reset_by_a_claim,
+            }
+            lease {
+                extend_renews_the_lease_and_reads_cancel_requested,
+                reclaim_requeues_while_attempts_remain,
+                reclaim_fails_with_lease_lost_when_no_attempts_remain,
+                reclaim_leaves_live_leases_alone,
+                reclaim_of_a_job_being_cancelled_cancels_it,
+                release_requeues_without_spending_an_attempt,
+                a_released_job_is_claimable_again,
+            }
+            cancel {
+                cancel_has_three_windows,
+                cancel_of_an_unknown_job_is_not_found,
+            }
+            retry {
+                a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt,
+                a_retry_with_a_stale_token_changes_nothing,
+                reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget,
+                a_deadline_caps_the_queue_expiry_through_every_requeue,
+            }
+            sweep {
+                queued_jobs_expire_as_expired,
+                a_requeued_job_gets_a_fresh_expiry,
+                retention_deletes_only_old_terminal_jobs,
+            }
+            read {
+                counts_snapshot_matches_the_states,
+                queued_count_matches_the_snapshot,
+                list_filters_pages_newest_first_without_payloads,
+            }
+            plugin {
+                plugins_are_stored_by_digest_once,
+                plugin_names_resolve_to_the_newest_registration,
+                replacing_a_plugin_name_does_not_change_queued_jobs,
+            }
+            worker {
+                workers_register_refresh_and_are_deleted_at_retention,
+            }
+        );
+    };
+}
+
+/// One test per case for the backend `$open` opens (`None`: skipped, and
+/// the opener has said why).
+macro_rules! backend_tests {
+    ($open:path; $($topic:ident { $($case:ident),* $(,)? })*) => {
+        $(
+            mod $topic {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $case() {
+                        let Some(fresh) = $open().await else { return };
+                        crate::conformance::cases::$case(fresh.store.clone()).await;
+                    }
+                )*
+            }
+        )*
+    };
+}
+
+/// A fresh, empty store and what keeps it alive.
+pub(crate) struct Fresh {
+    pub(crate) store: Arc<dyn JobStore>,
+    _dir: tempfile::TempDir,
+}
+
+/// A new SQLite file in a temporary folder.
+pub(crate) async fn sqlite() -> Option<Fresh> {
+    Some(sqlite_with(Durability::Normal))
+}
+
+pub(crate) fn sqlite_with(durability: Durability) -> Fresh {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("jobs.db"), durability).unwrap();
+    Fresh { store: Arc::new(store), _dir: dir }
+}
+
+mod sqlite {
+    with_cases!(backend_tests!(crate::conformance::sqlite;));
+}
