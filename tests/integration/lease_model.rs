@@ -18,8 +18,6 @@ use std::time::Duration;
 
 use leash::clock::Timestamp;
 use leash::job::{Digest, JobId, JobLimits, JobStatus, NewJob, Target};
-use leash::store::Durability;
-use leash::store::sqlite::SqliteStore;
 use leash::store::{
     CancelResult, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobReleaseParams, JobStore,
     LeaseExtendParams, LeaseReclaimParams, LeaseState,
@@ -336,20 +334,27 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sqlite_store_follows_the_model_on_every_explored_trace() {
-    let dir = tempfile::tempdir().unwrap();
+/// Replay every explored trace on the stores `open` gives (a fresh one per
+/// trace, so the sweeper and claims see every job); `None`: skipped.
+async fn replay_every_trace<F, Fut>(backend: &str, open: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<crate::conformance::Fresh>>,
+{
     let mut replayed = 0;
     for max_attempts in [1, 2] {
         let (_, traces) = explore(max_attempts, 12, false).unwrap_or_else(|(e, t)| panic!("{e}: {t:?}"));
         for trace in &traces {
-            // A fresh store per trace: the sweeper and claims see every job.
-            let path = dir.path().join(format!("model-{replayed}.db"));
-            let store: Arc<dyn JobStore> = Arc::new(SqliteStore::open(path, Durability::Normal).unwrap());
-            replay(store, max_attempts, trace).await;
+            let Some(fresh) = open().await else { return };
+            replay(fresh.store.clone(), max_attempts, trace).await;
             replayed += 1;
         }
     }
     assert!(replayed > 400, "replayed {replayed} traces");
-    println!("{replayed} traces replayed on SQLite");
+    println!("{replayed} traces replayed on {backend}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_store_follows_the_model_on_every_explored_trace() {
+    replay_every_trace("SQLite", crate::conformance::sqlite).await;
 }
