@@ -1,0 +1,165 @@
+//! Reading rows back into the job model, and the small conversions the
+//! SQL needs.
+
+use super::*;
+
+pub(super) const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
+    schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, \
+    lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, \
+    error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, \
+    run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases";
+
+pub(super) fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |e| {
+        let transient = matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        StoreError::Database { operation, source: Box::new(e), transient }
+    }
+}
+
+pub(super) fn corrupt(id: &str, detail: impl Into<String>) -> StoreError {
+    StoreError::Corrupt { id: id.to_owned(), detail: detail.into() }
+}
+
+fn ts(ms: Option<i64>) -> Option<Timestamp> {
+    ms.map(Timestamp::from_unix_ms)
+}
+
+pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
+    let read = db_err("reading a job row");
+    let id_text: String = row.get(0).map_err(&read)?;
+    let phase: String = row.get(2).map_err(&read)?;
+    let action: Option<String> = row.get(3).map_err(&read)?;
+    let target = match (phase.as_str(), action) {
+        ("execute", None) => Target::Execute,
+        ("apply", None) => Target::Apply,
+        ("action", Some(name)) => Target::Action(name),
+        (phase, _) => return Err(corrupt(&id_text, format!("bad phase {phase:?}"))),
+    };
+    let digest: String = row.get(4).map_err(&read)?;
+    let status: String = row.get(5).map_err(&read)?;
+    let limits: String = row.get(7).map_err(&read)?;
+    let error_kind: Option<String> = row.get(22).map_err(&read)?;
+    Ok(Job {
+        id: id_text.parse().map_err(|e: String| corrupt(&id_text, e))?,
+        plan_id: row.get(1).map_err(&read)?,
+        target,
+        plugin: digest.parse().map_err(|e: String| corrupt(&id_text, e))?,
+        status: status.parse().map_err(|e: String| corrupt(&id_text, e))?,
+        input: row.get(6).map_err(&read)?,
+        limits: serde_json::from_str(&limits).map_err(|e| corrupt(&id_text, format!("limits: {e}")))?,
+        schema_version: row.get(8).map_err(&read)?,
+        created_at: Timestamp::from_unix_ms(row.get(9).map_err(&read)?),
+        started_at: ts(row.get(10).map_err(&read)?),
+        finished_at: ts(row.get(11).map_err(&read)?),
+        last_heartbeat: ts(row.get(12).map_err(&read)?),
+        expires_at: Timestamp::from_unix_ms(row.get(13).map_err(&read)?),
+        worker_id: row.get(14).map_err(&read)?,
+        lease_token: row.get(15).map_err(&read)?,
+        lease_expires_at: ts(row.get(16).map_err(&read)?),
+        attempt: row.get(17).map_err(&read)?,
+        lost_leases: row.get(18).map_err(&read)?,
+        max_attempts: row.get(19).map_err(&read)?,
+        cancel_requested: row.get(20).map_err(&read)?,
+        concurrency_key: row.get(21).map_err(&read)?,
+        error_kind: error_kind.map(|k| k.parse().map_err(|e: String| corrupt(&id_text, e))).transpose()?,
+        error_message: row.get(23).map_err(&read)?,
+        backtrace: row.get(24).map_err(&read)?,
+        output: row.get(25).map_err(&read)?,
+        fuel_used: row.get::<_, Option<i64>>(26).map_err(&read)?.map(|v| v as u64),
+        peak_memory_bytes: row.get::<_, Option<i64>>(27).map_err(&read)?.map(|v| v as u64),
+        plugin_name: match (row.get::<_, Option<String>>(28).map_err(&read)?, row.get(29).map_err(&read)?) {
+            (Some(name), Some(version)) => Some(PluginName { name, version }),
+            _ => None,
+        },
+        progress: json_column(&id_text, "progress", row.get(30).map_err(&read)?)?,
+        run_after: Timestamp::from_unix_ms(row.get(31).map_err(&read)?),
+        deadline_at: ts(row.get(32).map_err(&read)?),
+        retries: row.get(33).map_err(&read)?,
+        backoff: Backoff {
+            base_ms: row.get::<_, i64>(34).map_err(&read)?.max(0) as u64,
+            cap_ms: row.get::<_, i64>(35).map_err(&read)?.max(0) as u64,
+        },
+        last_error: row.get(36).map_err(&read)?,
+        releases: row.get(37).map_err(&read)?,
+    })
+}
+
+pub(super) fn json_column<T: serde::de::DeserializeOwned>(
+    id: &str,
+    what: &str,
+    text: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(id, format!("{what}: {e}")))).transpose()
+}
+
+pub(super) fn to_json(value: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+/// A plugin row as read: name, version, digest, size, created.
+type PluginRow = (Option<String>, Option<String>, String, i64, i64);
+
+fn row_to_plugin(row: &Row<'_>) -> rusqlite::Result<PluginRow> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+}
+
+fn plugin_info((name, version, digest, size, created): PluginRow) -> Result<PluginInfo, StoreError> {
+    Ok(PluginInfo {
+        name: match (name, version) {
+            (Some(name), Some(version)) => Some(PluginName { name, version }),
+            _ => None,
+        },
+        digest: digest.parse().map_err(|e: String| corrupt(&digest, e))?,
+        size_bytes: size as u64,
+        created_at: Timestamp::from_unix_ms(created),
+    })
+}
+
+pub(super) fn query_plugins(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<PluginInfo>, StoreError> {
+    let err = db_err("querying plugins");
+    let mut stmt = conn.prepare_cached(sql).map_err(&err)?;
+    let rows: Vec<_> = stmt.query_map(params, row_to_plugin).and_then(|r| r.collect()).map_err(&err)?;
+    rows.into_iter().map(plugin_info).collect()
+}
+
+pub(super) fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(super) fn query_jobs(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<Job>, StoreError> {
+    let err = db_err("querying jobs");
+    let mut stmt = conn.prepare_cached(sql).map_err(&err)?;
+    let mut rows = stmt.query(params).map_err(&err)?;
+    let mut jobs = Vec::new();
+    while let Some(row) = rows.next().map_err(&err)? {
+        jobs.push(row_to_job(row)?);
+    }
+    Ok(jobs)
+}
+
+/// Job counts by state.
+pub(super) fn count_jobs(conn: &Connection) -> Result<Counts, StoreError> {
+    let err = db_err("counting jobs");
+    let mut stmt = conn.prepare_cached("SELECT status, COUNT(*) FROM jobs GROUP BY status").map_err(&err)?;
+    let rows: Vec<(String, i64)> =
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).and_then(|r| r.collect()).map_err(&err)?;
+    let mut counts = Counts::default();
+    for (status, n) in rows {
+        let slot = match status.parse().map_err(|e: String| corrupt("(counts)", e))? {
+            JobStatus::Queued => &mut counts.queued,
+            JobStatus::Running => &mut counts.running,
+            JobStatus::Succeeded => &mut counts.succeeded,
+            JobStatus::Failed => &mut counts.failed,
+            JobStatus::Cancelled => &mut counts.cancelled,
+        };
+        *slot = n as u64;
+    }
+    Ok(counts)
+}

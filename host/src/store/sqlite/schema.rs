@@ -1,0 +1,236 @@
+//! Opening a database file (private, WAL, waiting out another process
+//! that holds the write lock) and bringing its schema up to date.
+
+use super::*;
+
+/// How long a connection waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long opening waits out a database another process keeps busy.
+const OPEN_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The schema, one migration per entry; applied in order, each once.
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE jobs (
+    job_id            TEXT PRIMARY KEY,
+    plan_id           TEXT,
+    phase             TEXT NOT NULL CHECK (phase IN ('execute', 'apply', 'action')),
+    action            TEXT,
+    plugin_digest     TEXT NOT NULL,
+    status            TEXT NOT NULL CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
+    payload           BLOB NOT NULL,
+    limits_json       TEXT NOT NULL,
+    schema_version    INTEGER NOT NULL,
+    created_at        INTEGER NOT NULL,
+    started_at        INTEGER,
+    finished_at       INTEGER,
+    last_heartbeat    INTEGER,
+    expires_at        INTEGER NOT NULL,
+    worker_id         TEXT,
+    lease_token       TEXT,
+    lease_expires_at  INTEGER,
+    attempt           INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    lost_leases       INTEGER NOT NULL DEFAULT 0 CHECK (lost_leases >= 0),
+    max_attempts      INTEGER NOT NULL CHECK (max_attempts >= 1),
+    cancel_requested  INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
+    concurrency_key   TEXT,
+    error_kind        TEXT,
+    error_message     TEXT,
+    backtrace         TEXT,
+    output            BLOB,
+    fuel_used         INTEGER,
+    peak_memory_bytes INTEGER,
+    CHECK ((phase = 'action') = (action IS NOT NULL)),
+    CHECK ((status = 'running') = (lease_token IS NOT NULL)),
+    CHECK (status <> 'running' OR (worker_id IS NOT NULL AND lease_expires_at IS NOT NULL AND started_at IS NOT NULL)),
+    CHECK ((status IN ('succeeded', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
+    CHECK ((status IN ('failed', 'cancelled')) = (error_kind IS NOT NULL)),
+    CHECK (status = 'succeeded' OR output IS NULL)
+);
+-- Claiming: queued jobs in id (= creation) order.
+CREATE INDEX jobs_claim ON jobs (job_id) WHERE status = 'queued';
+-- Claiming with keys: the oldest queued job of each key, and whether one runs.
+CREATE INDEX jobs_queued_key ON jobs (concurrency_key, job_id) WHERE status = 'queued' AND concurrency_key IS NOT NULL;
+-- At most one running job per concurrency key, whoever claims it.
+CREATE UNIQUE INDEX jobs_running_key ON jobs (concurrency_key) WHERE status = 'running' AND concurrency_key IS NOT NULL;
+-- Reclaim sweep.
+CREATE INDEX jobs_lease_expiry ON jobs (lease_expires_at) WHERE status = 'running';
+-- Queue-expiry sweep.
+CREATE INDEX jobs_queue_expiry ON jobs (expires_at) WHERE status = 'queued';
+-- Retention sweep.
+CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+-- Plan lookups and worker queries. Age ordering needs no index of its own:
+-- job ids are ULIDs, so the primary key is in creation order.
+CREATE INDEX jobs_plan ON jobs (plan_id) WHERE plan_id IS NOT NULL;
+CREATE INDEX jobs_worker ON jobs (worker_id) WHERE worker_id IS NOT NULL;
+"#,
+    r#"
+CREATE TABLE plugins (
+    digest      TEXT PRIMARY KEY,
+    bytes       BLOB NOT NULL,
+    size_bytes  INTEGER NOT NULL CHECK (size_bytes = length(bytes)),
+    created_at  INTEGER NOT NULL
+);
+"#,
+    r#"
+-- The registry: names and versions pointing at stored digests. The newest
+-- registration of a name has the highest rowid (a replacement is a delete
+-- and an insert).
+CREATE TABLE plugin_names (
+    name        TEXT NOT NULL,
+    version     TEXT NOT NULL,
+    digest      TEXT NOT NULL REFERENCES plugins (digest),
+    created_at  INTEGER NOT NULL,
+    PRIMARY KEY (name, version)
+);
+CREATE INDEX plugin_names_digest ON plugin_names (digest);
+-- The name a job was submitted under (the digest alone decides what runs),
+-- the guest's last progress report, and the last attempt's logs.
+ALTER TABLE jobs ADD COLUMN plugin_name TEXT;
+ALTER TABLE jobs ADD COLUMN plugin_version TEXT;
+ALTER TABLE jobs ADD COLUMN progress_json TEXT;
+ALTER TABLE jobs ADD COLUMN logs_json TEXT;
+CREATE INDEX jobs_plugin_name ON jobs (plugin_name, job_id) WHERE plugin_name IS NOT NULL;
+"#,
+    r#"
+-- No query reads jobs by worker, and every claim paid for this index.
+DROP INDEX IF EXISTS jobs_worker;
+"#,
+    r#"
+-- A client's idempotency key for the request that created the job, kept
+-- with the job (and deleted with it), and a digest of that request.
+ALTER TABLE jobs ADD COLUMN idempotency_key TEXT;
+ALTER TABLE jobs ADD COLUMN request_digest TEXT;
+CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+"#,
+    r#"
+-- Delayed jobs and retries: a queued job is not claimed before run_after
+-- (its submit's run_at, or a retry's backoff); claims take the earliest due.
+ALTER TABLE jobs ADD COLUMN run_after INTEGER NOT NULL DEFAULT 0;
+UPDATE jobs SET run_after = created_at;
+DROP INDEX IF EXISTS jobs_claim;
+CREATE INDEX jobs_claim_due ON jobs (run_after, job_id) WHERE status = 'queued';
+-- A sync job's deadline: its queue wait and its run both end by then.
+ALTER TABLE jobs ADD COLUMN deadline_at INTEGER;
+-- Retryable failures queued again, the backoff between them, and the last
+-- retried error.
+ALTER TABLE jobs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0 CHECK (retries >= 0);
+ALTER TABLE jobs ADD COLUMN backoff_base_ms INTEGER NOT NULL DEFAULT 1000;
+ALTER TABLE jobs ADD COLUMN backoff_cap_ms INTEGER NOT NULL DEFAULT 300000;
+ALTER TABLE jobs ADD COLUMN last_error TEXT;
+"#,
+    r#"
+-- The worker registry: every pool sharing the database, refreshed every
+-- poll interval; stopped and silent ones are deleted at retention.
+CREATE TABLE workers (
+    worker_id         TEXT PRIMARY KEY,
+    host              TEXT NOT NULL,
+    pid               INTEGER NOT NULL,
+    version           TEXT NOT NULL,
+    slots             INTEGER NOT NULL CHECK (slots >= 0),
+    running           INTEGER NOT NULL CHECK (running >= 0),
+    state             TEXT NOT NULL CHECK (state IN ('running', 'draining', 'stopped')),
+    poll_interval_ms  INTEGER NOT NULL,
+    processed         INTEGER NOT NULL,
+    failed            INTEGER NOT NULL,
+    cancelled         INTEGER NOT NULL,
+    started_at        INTEGER NOT NULL,
+    last_heartbeat    INTEGER NOT NULL
+);
+CREATE INDEX jobs_running_worker ON jobs (worker_id) WHERE status = 'running';
+"#,
+    r#"
+-- Times a job was given back to the queue at a shutdown: each is a run
+-- that may have had effects and will start again.
+ALTER TABLE jobs ADD COLUMN releases INTEGER NOT NULL DEFAULT 0 CHECK (releases >= 0);
+"#,
+];
+
+/// Create a missing database file readable by its owner only; SQLite gives
+/// the WAL and shared-memory files the same mode. An existing file keeps
+/// its mode.
+pub(super) fn create_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => {
+            Err(StoreError::Database { operation: "creating the database file", source: Box::new(e), transient: false })
+        }
+    }
+}
+
+fn open_connection(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(db_err("opening the database"))?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(db_err("setting the busy timeout"))?;
+    // Plan each statement once. Otherwise every new `now` bound to the claim
+    // query makes SQLite re-prepare it (it was ~8% of the writer's time).
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .map_err(db_err("configuring the query planner"))?;
+    let synchronous = match durability {
+        Durability::Normal => "NORMAL",
+        Durability::Full => "FULL",
+    };
+    // Checkpoint every 10,000 WAL pages (~40 MiB) instead of 1,000: each
+    // checkpoint fsyncs, and at the default they cost ~40% of the store's
+    // throughput (see BENCHMARKS.md).
+    //
+    // Statement and savepoint journals in memory: on disk (SQLite's
+    // default) they spilled into a temporary file on most claims and
+    // finishes, ~10 writes a job that outnumbered the WAL's own (see
+    // BENCHMARKS.md). They only hold the pages one statement changes.
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA wal_autocheckpoint = 10000; \
+         PRAGMA temp_store = MEMORY;"
+    ))
+    .map_err(db_err("setting journal mode"))?;
+    Ok(conn)
+}
+
+/// Open the writer (migrating the schema) and the reader. A process
+/// starting while another holds the write lock waits for it (up to
+/// [`OPEN_PATIENCE`]) rather than failing at the first busy timeout.
+pub(super) fn open_when_free(path: &Path, durability: Durability) -> Result<(Connection, Connection), StoreError> {
+    let started = std::time::Instant::now();
+    loop {
+        let opened = open_connection(path, durability).and_then(|mut writer| {
+            migrate(&mut writer)?;
+            Ok((writer, open_connection(path, durability)?))
+        });
+        match opened {
+            Err(e) if e.is_transient() && started.elapsed() < OPEN_PATIENCE => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let err = db_err("migrating the schema");
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+    )
+    .map_err(&err)?;
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(&err)?;
+    let applied: i64 = tx.query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0)).map_err(&err)?;
+    if applied as usize > MIGRATIONS.len() {
+        return Err(StoreError::Invalid(format!(
+            "the database has schema version {applied}, newer than this leash understands ({})",
+            MIGRATIONS.len()
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
+        tx.execute_batch(sql).map_err(&err)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+            params![i as i64 + 1, Timestamp::now().unix_ms()],
+        )
+        .map_err(&err)?;
+    }
+    tx.commit().map_err(&err)
+}
