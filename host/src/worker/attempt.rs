@@ -1,0 +1,424 @@
+//! One attempt of a claimed job: load its plugin, confirm the lease, run the
+//! guest while the lease is renewed and progress is written, and record the
+//! outcome (a finish, a retry or a release), fenced by the lease token.
+
+use super::*;
+
+impl Pool {
+    async fn plugin(&self, digest: Digest) -> Result<Plugin, HostFailure> {
+        if let Some(plugin) = self.plugins.lock().unwrap_or_else(|e| e.into_inner()).get(&digest) {
+            return Ok(plugin.clone());
+        }
+        let bytes = self
+            .store
+            .plugin_get(digest)
+            .await
+            .map_err(|e| HostFailure {
+                retryable: e.is_transient(),
+                ..HostFailure::new(ErrorKind::HostError, format!("HostError: cannot read plugin {digest}: {e}"))
+            })?
+            .ok_or_else(|| {
+                HostFailure::new(ErrorKind::HostError, format!("HostError: plugin {digest} is not in the store"))
+            })?;
+        let plugin = self
+            .sandbox
+            .compile(Arc::new(bytes))
+            .await
+            .map_err(|e| HostFailure::new(ErrorKind::HostError, format!("HostError: plugin {digest}: {e}")))?;
+        self.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, plugin.clone());
+        Ok(plugin)
+    }
+
+    /// Run one claimed job to its recorded end. Returns the slot's next
+    /// job when the finish claimed one (registered already).
+    pub(super) async fn run_job(self: Arc<Self>, lease: Lease, running: RunningJob) -> Option<(Lease, RunningJob)> {
+        let Lease { job, token } = lease;
+        let id = job.id;
+        let RunningJob { stop, cancelled } = running;
+
+        let keeper = LeaseKeeper {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            id,
+            token: token.clone(),
+            lease_ttl: self.config.lease_ttl,
+            metrics: self.metrics.clone(),
+        };
+        let watch = LeaseWatch::default();
+        let spent = job.lost_leases + job.retries + 1;
+        let (may_retry, backoff, deadline) = (spent < job.max_attempts, job.backoff, job.deadline_at);
+        let outcome = match self.plugin(job.plugin).await {
+            Err(failure) => Err(failure),
+            Ok(plugin) => {
+                let mut request = RunRequest {
+                    job_id: id.to_string(),
+                    target: job.target.clone(),
+                    attempt: job.attempt,
+                    input: job.input,
+                    // Clamped again: the ceilings in force now, not at submit.
+                    limits: RunLimits {
+                        timeout: Duration::from_millis(job.limits.timeout_ms).min(self.config.max_timeout),
+                        fuel: job.limits.fuel,
+                        memory_bytes: job.limits.memory_bytes,
+                        output_bytes: job.limits.output_bytes.min(self.config.max_output_bytes),
+                        cancel_grace: self.config.cancel_grace,
+                        ..RunLimits::default()
+                    },
+                };
+                if keeper.confirm_before_start(job.lease_expires_at, &stop, &watch).await {
+                    // A sync job's run ends by its deadline; the time spent
+                    // queued and loading the plugin counts.
+                    let left = deadline.map(|at| {
+                        Duration::from_millis(u64::try_from(at.unix_ms() - self.clock.now().unix_ms()).unwrap_or(0))
+                    });
+                    match left {
+                        Some(left) if left.is_zero() => Err(HostFailure::new(
+                            ErrorKind::Expired,
+                            "Expired: the job's deadline passed before it could start",
+                        )),
+                        _ => {
+                            if let Some(left) = left {
+                                request.limits.timeout = request.limits.timeout.min(left);
+                            }
+                            tracing::debug!(timeout_ms = request.limits.timeout.as_millis() as u64, "started");
+                            self.notify_start(&JobStarted { id, attempt: job.attempt });
+                            let progress = Arc::new(ProgressWatch::default());
+                            let run = self.run_guest(plugin, request, stop.clone(), progress.clone());
+                            tokio::select! {
+                                outcome = run => Ok(outcome),
+                                _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
+                                _ = self.write_progress(&progress, id, &token) => unreachable!("never returns"),
+                            }
+                        }
+                    }
+                } else {
+                    // Never started: the sweeper ends or re-queues the job.
+                    watch.lost.store(true, Ordering::SeqCst);
+                    Err(HostFailure::new(ErrorKind::HostError, "the lease ran out before the guest started"))
+                }
+            }
+        };
+        self.stats.last_heartbeat_ms.store(self.clock.now().unix_ms() as u64, Ordering::Relaxed);
+
+        let user_cancel = cancelled.load(Ordering::SeqCst) || watch.cancel_requested.load(Ordering::SeqCst);
+        let mut next = None;
+        if let Ok(o) = &outcome {
+            self.forward_guest_logs(o);
+        }
+        if watch.lost.load(Ordering::SeqCst) {
+            self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+            self.metrics.leases_lost.inc();
+            tracing::warn!("lease lost: the attempt's result is dropped");
+        } else if self.shutting_down.load(Ordering::SeqCst)
+            && !user_cancel
+            && outcome.as_ref().is_ok_and(|o| o.error_kind() == Some(ErrorKind::Cancelled))
+        {
+            let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, now: self.clock.now() };
+            match self.store.job_release(params).await {
+                Ok(true) => tracing::info!("released to the queue at shutdown"),
+                Ok(false) => tracing::warn!("not released at shutdown: the lease was lost"),
+                Err(e) => tracing::warn!(error = %e, "not released at shutdown; the sweeper will reclaim it"),
+            }
+        } else if may_retry
+            && !user_cancel
+            && let Some(retry) = retry_for(&outcome)
+        {
+            // A retryable failure with attempts left: queued again after
+            // the job's backoff.
+            let (fuel_used, peak_memory_bytes, logs) = match outcome {
+                Ok(mut o) => (o.usage.fuel_used, o.usage.peak_memory_bytes, logs_for(&mut o)),
+                Err(_) => (0, 0, None),
+            };
+            let now = self.clock.now();
+            let params = JobRetryParams {
+                id,
+                token,
+                kind: retry.0,
+                message: retry.1,
+                run_after: now.plus(backoff.delay(spent)),
+                queue_ttl: self.config.queue_ttl,
+                fuel_used,
+                peak_memory_bytes,
+                logs,
+                now,
+            };
+            let run_after = params.run_after;
+            if self.store.job_retry(params).await.unwrap_or(false) {
+                self.metrics.retries.inc();
+                tracing::info!(%run_after, "failed retryably; queued again after its backoff");
+            } else {
+                // The lease was lost: the sweeper has the job.
+                self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+                self.metrics.leases_lost.inc();
+            }
+        } else {
+            let (finish, fuel_used, peak, progress, logs) = finish_for(outcome);
+            let (status, error_kind) = (finish.status(), finish.error_kind());
+            let params = JobFinishParams {
+                id,
+                token,
+                finish,
+                fuel_used,
+                peak_memory_bytes: peak,
+                progress,
+                logs,
+                now: self.clock.now(),
+            };
+            let finish_started = std::time::Instant::now();
+            let claim_next = !self.shutting_down.load(Ordering::SeqCst);
+            let recorded;
+            (recorded, next) = self.finish_with_retry(params, claim_next).await;
+            self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
+            if recorded {
+                match error_kind {
+                    None => tracing::info!(status = %status, fuel_used, "finished"),
+                    Some(kind) => tracing::info!(status = %status, error_kind = %kind, fuel_used, "finished"),
+                }
+                self.metrics.job_finished(status, error_kind, fuel_used);
+                let counter = match status {
+                    JobStatus::Succeeded => &self.stats.processed,
+                    JobStatus::Cancelled => &self.stats.cancelled,
+                    _ => &self.stats.failed,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                self.notify(Completion { id, status, error_kind, fuel_used });
+            } else {
+                self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+                self.metrics.leases_lost.inc();
+                tracing::warn!("lease lost before the outcome was recorded: the result is dropped");
+            }
+        }
+
+        // The next job is registered before this one leaves, so shutdown
+        // never sees an idle pool in between.
+        let next = next.map(|lease| {
+            self.stats.claimed.fetch_add(1, Ordering::Relaxed);
+            let running = self.register(lease.job.id);
+            (lease, running)
+        });
+        let now_empty = {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            running.remove(&id);
+            running.is_empty()
+        };
+        if now_empty {
+            self.idle.notify_waiters();
+        }
+        next
+    }
+
+    /// Run the guest: on the guest runtime when there is one, else here.
+    async fn run_guest(
+        &self,
+        plugin: Plugin,
+        request: RunRequest,
+        stop: StopHandle,
+        observer: Arc<ProgressWatch>,
+    ) -> Outcome {
+        let Some(guests) = &self.guests else {
+            return self.sandbox.run(&plugin, request, &stop, observer).await;
+        };
+        let sandbox = self.sandbox.clone();
+        let task = guests.handle().spawn(async move { sandbox.run(&plugin, request, &stop, observer).await });
+        match task.await {
+            Ok(outcome) => outcome,
+            // A panic in the sandbox stays a panic of this job's task, as
+            // it was when the guest ran here.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("the guest runtime stopped under a running job: {e}"),
+        }
+    }
+
+    /// Forward the attempt's guest log records at or above the configured
+    /// level to the host log, in the job's span (target `leash::guest`).
+    fn forward_guest_logs(&self, outcome: &Outcome) {
+        let Some(threshold) = self.config.guest_log_level else { return };
+        for record in &outcome.logs {
+            let level = match record.level {
+                LogLevel::Trace => tracing::Level::TRACE,
+                LogLevel::Debug => tracing::Level::DEBUG,
+                LogLevel::Info => tracing::Level::INFO,
+                LogLevel::Warn => tracing::Level::WARN,
+                LogLevel::Error => tracing::Level::ERROR,
+            };
+            if level > threshold {
+                continue;
+            }
+            let fields: String = record.fields.iter().map(|(k, v)| format!(" {k}={v:?}")).collect();
+            let message = record.message.as_str();
+            let elapsed_ms = record.elapsed_ms;
+            match level {
+                tracing::Level::ERROR => tracing::error!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
+                tracing::Level::WARN => tracing::warn!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
+                tracing::Level::INFO => tracing::info!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
+                tracing::Level::DEBUG => tracing::debug!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
+                _ => tracing::trace!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
+            }
+        }
+    }
+
+    /// Write a running guest's progress reports to the store, at most one per
+    /// [`PROGRESS_WRITE_INTERVAL`]; the last one also lands with the finish.
+    async fn write_progress(&self, progress: &ProgressWatch, id: JobId, token: &str) {
+        loop {
+            progress.changed.notified().await;
+            let latest = progress.latest.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(p) = latest {
+                let params = JobProgressParams {
+                    id,
+                    token: token.to_owned(),
+                    progress: stored_progress(p),
+                    now: self.clock.now(),
+                };
+                // A lost lease shows at the next renewal; a failed write is
+                // superseded by the next report.
+                let _ = self.store.job_progress_set(params).await;
+            }
+            tokio::time::sleep(PROGRESS_WRITE_INTERVAL).await;
+        }
+    }
+
+    /// Record the outcome, retrying transient store errors while the lease
+    /// could still be ours. `false`: the lease was lost.
+    ///
+    /// A failed call may still have committed (the reply was lost): then the
+    /// retry matches no running row, and the row is checked for this very
+    /// finish before the lease is called lost.
+    ///
+    /// With `claim_next`, the first try also claims the slot's next job
+    /// (returned with the answer); retries only finish.
+    async fn finish_with_retry(&self, mut params: JobFinishParams, claim_next: bool) -> (bool, Option<Lease>) {
+        let mut delay = Duration::from_millis(5);
+        let give_up = self.clock.now().plus(self.config.lease_ttl);
+        let mut tried_at = Vec::new();
+        loop {
+            tried_at.push(params.now);
+            let answer = if claim_next && tried_at.len() == 1 {
+                let next = self.claim_params(1);
+                self.store
+                    .job_finish_and_claim(params.clone(), next)
+                    .await
+                    .map(|(done, leases)| (done, leases.into_iter().next()))
+            } else {
+                self.store.job_finish(params.clone()).await.map(|done| (done, None))
+            };
+            match answer {
+                Ok((true, next)) => return (true, next),
+                Ok((false, _)) if tried_at.len() > 1 => return (self.finish_landed(&params, &tried_at).await, None),
+                Ok((false, _)) => return (false, None),
+                Err(e) if e.is_transient() && self.clock.now() < give_up => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_millis(500));
+                    params.now = self.clock.now();
+                }
+                Err(_) => return (self.finish_landed(&params, &tried_at).await, None),
+            }
+        }
+    }
+
+    /// Whether the row shows this finish: written by one of our attempts
+    /// (its `finished_at`), with our ending and usage.
+    async fn finish_landed(&self, params: &JobFinishParams, tried_at: &[Timestamp]) -> bool {
+        let Ok(Some(job)) = self.store.job_get(params.id).await else { return false };
+        job.status == params.finish.status()
+            && job.error_kind == params.finish.error_kind()
+            && job.worker_id.as_deref() == Some(self.worker_id.as_str())
+            && job.fuel_used == Some(params.fuel_used)
+            && job.finished_at.is_some_and(|at| tried_at.contains(&at))
+    }
+}
+
+/// The latest progress report of a running guest, for the store.
+#[derive(Debug, Default)]
+struct ProgressWatch {
+    latest: Mutex<Option<Progress>>,
+    changed: Notify,
+}
+
+impl RunObserver for ProgressWatch {
+    fn on_progress(&self, progress: &Progress) {
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(progress.clone());
+        self.changed.notify_one();
+    }
+}
+
+/// A guest's progress report as the store keeps it.
+fn stored_progress(p: Progress) -> JobProgress {
+    JobProgress { done: p.done, total: p.total, note: p.note }
+}
+
+/// A job that ended before its guest could run, or whose plugin could not
+/// be loaded.
+#[derive(Debug)]
+struct HostFailure {
+    kind: ErrorKind,
+    message: String,
+    /// Trying again later may work (a transient store error).
+    retryable: bool,
+}
+
+impl HostFailure {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        HostFailure { kind, message: message.into(), retryable: false }
+    }
+}
+
+/// The kind and message of a failure that may be retried: the guest's own
+/// `retryable` error, or a transient host error. `failed`, `invalid-input`,
+/// traps and limits never are.
+fn retry_for(outcome: &Result<Outcome, HostFailure>) -> Option<(ErrorKind, String)> {
+    match outcome {
+        Ok(o) => o.result.as_ref().err().filter(|f| f.retryable).map(|f| (f.kind, f.message.clone())),
+        Err(h) => h.retryable.then(|| (h.kind, h.message.clone())),
+    }
+}
+
+/// What an attempt logged, as the store keeps it (`None` when it was
+/// quiet), taken out of the outcome.
+fn logs_for(outcome: &mut Outcome) -> Option<JobLogs> {
+    let quiet = outcome.logs.is_empty()
+        && outcome.logs_dropped == 0
+        && outcome.stdout.bytes.is_empty()
+        && outcome.stderr.bytes.is_empty();
+    (!quiet).then(|| JobLogs {
+        records: std::mem::take(&mut outcome.logs)
+            .into_iter()
+            .map(|r| LogLine {
+                level: r.level.as_str().to_owned(),
+                message: r.message,
+                fields: r.fields,
+                elapsed_ms: r.elapsed_ms,
+            })
+            .collect(),
+        records_dropped: outcome.logs_dropped,
+        stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+        stdout_dropped: outcome.stdout.dropped,
+        stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+        stderr_dropped: outcome.stderr.dropped,
+    })
+}
+
+/// The store's record of a sandbox outcome: the ending, fuel, peak memory,
+/// last progress and logs.
+fn finish_for(outcome: Result<Outcome, HostFailure>) -> (Finish, u64, u64, Option<JobProgress>, Option<JobLogs>) {
+    let mut outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(HostFailure { kind, message, .. }) => {
+            return (Finish::Failed { kind, message, backtrace: None }, 0, 0, None, None);
+        }
+    };
+    let (fuel, peak) = (outcome.usage.fuel_used, outcome.usage.peak_memory_bytes);
+    let logs = logs_for(&mut outcome);
+    let progress = outcome.last_progress.map(stored_progress);
+    let finish = match outcome.result {
+        Ok(output) => Finish::Succeeded { output },
+        Err(failure) if failure.kind == ErrorKind::Cancelled => Finish::Cancelled { message: failure.message },
+        Err(failure) => Finish::Failed { kind: failure.kind, message: failure.message, backtrace: failure.backtrace },
+    };
+    (finish, fuel, peak, progress, logs)
+}
+
+/// The span every event of one attempt carries.
+pub(super) fn job_span(worker_id: &str, job: &crate::job::Job) -> tracing::Span {
+    tracing::info_span!("job", job_id = %job.id, attempt = job.attempt, worker_id = %worker_id, plugin = %job.plugin)
+}
