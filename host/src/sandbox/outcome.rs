@@ -1,0 +1,347 @@
+//! What a run ends as: an [`Outcome`] with its usage, captured output and,
+//! on failure, an error kind, a message and a guest backtrace; and the
+//! classification of wasmtime's errors and traps into those kinds.
+
+use super::*;
+
+/// Frames kept in a trap's backtrace.
+pub(super) const MAX_BACKTRACE_FRAMES: usize = 48;
+/// Longest function name kept per backtrace frame, in bytes.
+pub(super) const MAX_FRAME_NAME_BYTES: usize = 256;
+
+/// How a cancelled guest ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopMode {
+    /// The guest returned after seeing the stop request.
+    Cooperative,
+    /// The host stopped it (grace expired, or the stop was forced).
+    Forced,
+}
+
+/// Why a run did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// Machine-readable reason.
+    pub kind: ErrorKind,
+    /// `"Type: message"` for people.
+    pub message: String,
+    /// The guest's wasm backtrace, for traps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backtrace: Option<String>,
+    /// The guest said running again may succeed.
+    pub retryable: bool,
+    /// For cancellations: whether the guest stopped itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<StopMode>,
+}
+
+impl Failure {
+    pub(super) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Failure { kind, message: message.into(), backtrace: None, retryable: false, stopped: None }
+    }
+
+    pub(super) fn cancelled(mode: StopMode) -> Self {
+        let message = match mode {
+            StopMode::Cooperative => "Cancelled: the plugin stopped when asked",
+            StopMode::Forced => "Cancelled: the plugin was stopped by force",
+        };
+        Failure { stopped: Some(mode), ..Failure::new(ErrorKind::Cancelled, message) }
+    }
+}
+
+/// Resources a run used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Fuel consumed (roughly, wasm instructions executed). When the host
+    /// interrupts a guest (timeout, forced stop) this counts fuel up to the
+    /// guest's last call: compiled code does not write its fuel counter back
+    /// before an epoch interruption.
+    pub fuel_used: u64,
+    /// Highest total linear memory, in bytes.
+    pub peak_memory_bytes: u64,
+    /// Wall time from store creation to the end.
+    #[serde(serialize_with = "serialize_duration_ms", rename = "duration_ms")]
+    pub duration: Duration,
+}
+
+pub(super) fn serialize_duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// Bounded stdout or stderr of a guest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// The first bytes written.
+    pub bytes: Vec<u8>,
+    /// Bytes written past the cap.
+    pub dropped: u64,
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Output bytes, or why there are none.
+    pub result: Result<Vec<u8>, Failure>,
+    /// Fuel, memory and time used.
+    pub usage: Usage,
+    /// Kept log records.
+    pub logs: Vec<LogRecord>,
+    /// Log records dropped past the caps.
+    pub logs_dropped: u64,
+    /// The guest's last progress report.
+    pub last_progress: Option<Progress>,
+    /// Guest stdout.
+    pub stdout: Captured,
+    /// Guest stderr.
+    pub stderr: Captured,
+}
+
+impl Outcome {
+    /// The failure kind, or `None` for success.
+    pub fn error_kind(&self) -> Option<ErrorKind> {
+        self.result.as_ref().err().map(|f| f.kind)
+    }
+}
+
+/// Why the host ended a call early. Returned from the epoch callback as the
+/// trap's cause, and from the watcher racing a blocked call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Interrupted {
+    #[error("the job ran past its timeout")]
+    Timeout,
+    #[error("the job was stopped by force")]
+    Forced,
+}
+
+pub(super) type CallResult = wasmtime::Result<Result<Vec<u8>, bindings::leash::plugin::types::JobError>>;
+
+pub(super) enum Ended {
+    Returned(CallResult),
+    Interrupted(Interrupted),
+}
+
+pub(super) fn interrupted_failure(why: Interrupted, limits: &RunLimits) -> Failure {
+    match why {
+        Interrupted::Timeout => {
+            Failure::new(ErrorKind::Timeout, format!("Timeout: the job ran past its timeout of {:?}", limits.timeout))
+        }
+        Interrupted::Forced => Failure::cancelled(StopMode::Forced),
+    }
+}
+
+pub(super) fn classify(
+    ended: Ended,
+    state: &HostState,
+    limits: &RunLimits,
+    stop_requested: bool,
+    stderr: &CapturedOutput,
+) -> Result<Vec<u8>, Failure> {
+    use bindings::leash::plugin::types::JobError;
+    let returned = match ended {
+        Ended::Interrupted(why) => return Err(interrupted_failure(why, limits)),
+        Ended::Returned(returned) => returned,
+    };
+    let guest_error = |kind, label: &str, message: String| {
+        Failure::new(kind, format!("{label}: {}", cut_text(message, MAX_ERROR_MESSAGE_BYTES)))
+    };
+    match returned {
+        // A guest that stops short when asked returns an error: that is a
+        // cooperative stop. One that returns its output has finished its
+        // work, stop or no stop, and the output is kept (below).
+        Ok(Err(_)) if stop_requested => Err(Failure::cancelled(StopMode::Cooperative)),
+        Ok(Ok(output)) if output.len() as u64 > limits.output_bytes => Err(Failure::new(
+            ErrorKind::OutputLimit,
+            format!("OutputLimit: the job returned {} bytes, over its limit of {}", output.len(), limits.output_bytes),
+        )),
+        Ok(Ok(output)) => Ok(output),
+        Ok(Err(JobError::Failed(message))) => Err(guest_error(ErrorKind::GuestError, "Failed", message)),
+        Ok(Err(JobError::Retryable(message))) => {
+            Err(Failure { retryable: true, ..guest_error(ErrorKind::GuestError, "Retryable", message) })
+        }
+        Ok(Err(JobError::InvalidInput(message))) => Err(guest_error(ErrorKind::InvalidInput, "InvalidInput", message)),
+        Err(error) => Err(classify_error(&error, state, limits, stderr)),
+    }
+}
+
+/// Why a call that did not return ended. Everything that happens while
+/// the guest runs is the guest's doing — a trap, a limit, a misuse of an
+/// interface — except the few failures that are leash's own (a full
+/// instance pool), which alone are `host_error`.
+pub(super) fn classify_error(
+    error: &wasmtime::Error,
+    state: &HostState,
+    limits: &RunLimits,
+    stderr: &CapturedOutput,
+) -> Failure {
+    if let Some(why) = error.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
+        return interrupted_failure(*why, limits);
+    }
+    let trap = error.downcast_ref::<Trap>().copied();
+    if trap == Some(Trap::OutOfFuel) {
+        return Failure::new(
+            ErrorKind::OutOfFuel,
+            format!("OutOfFuel: the job used its whole fuel budget of {}", limits.fuel.unwrap_or(u64::MAX)),
+        );
+    }
+    let backtrace = error.downcast_ref::<WasmBacktrace>().map(format_backtrace);
+    let failure = |kind, message: String| Failure {
+        backtrace: backtrace.clone(),
+        ..Failure::new(kind, cut_text(message, MAX_ERROR_MESSAGE_BYTES))
+    };
+    if let Some(exit) = error.chain().find_map(|cause| cause.downcast_ref::<wasmtime_wasi::I32Exit>()) {
+        return failure(
+            ErrorKind::Trap,
+            format!("Trap: the guest called exit({}) instead of returning a result", exit.0),
+        );
+    }
+    if error.chain().any(|c| matches!(c.downcast_ref::<ResourceTableError>(), Some(ResourceTableError::Full))) {
+        return failure(
+            ErrorKind::ResourceLimit,
+            format!("ResourceLimit: the guest held more than {MAX_RESOURCE_HANDLES} resource handles at once"),
+        );
+    }
+    let detail = root_line(error);
+    if let Some((kind, message)) = limit_hit(&detail, limits) {
+        return failure(kind, message);
+    }
+    match trap {
+        Some(trap) => {
+            let refused = state.limiter.refused_memory;
+            // Only a panic printed after the last refusal explains this trap.
+            let since = refused.map_or(0, |r| r.stderr_offset);
+            let panic = panic_message(&stderr.lossy_text_from(since));
+            match (refused, panic) {
+                // A Rust guest whose allocation fails aborts with `unreachable`
+                // and no panic: that is the refused growth, not a bug.
+                (Some(r), None) if trap == Trap::UnreachableCodeReached => failure(
+                    ErrorKind::MemoryLimit,
+                    format!(
+                        "MemoryLimit: the job asked for {} bytes of memory, over its limit of {}",
+                        r.wanted_bytes, limits.memory_bytes
+                    ),
+                ),
+                (refused, panic) => {
+                    let mut message = format!("Trap: {trap}");
+                    if let Some(panic) = panic {
+                        message.push_str(&format!(" ({panic})"));
+                    }
+                    if let Some(r) = refused {
+                        message.push_str(&format!(
+                            "; earlier, a memory growth to {} bytes was refused (limit {})",
+                            r.wanted_bytes, limits.memory_bytes
+                        ));
+                    }
+                    failure(ErrorKind::Trap, message)
+                }
+            }
+        }
+        None if detail.contains("maximum concurrent limit") => {
+            failure(ErrorKind::HostError, format!("HostError: the instance pool is full: {detail}"))
+        }
+        None => failure(ErrorKind::Trap, format!("Trap: {}", misuse(&detail))),
+    }
+}
+
+/// A limit named in wasmtime's wording of a refused instantiation or copy.
+pub(super) fn limit_hit(detail: &str, limits: &RunLimits) -> Option<(ErrorKind, String)> {
+    if detail.contains("fuel allocated for hostcalls has been exhausted") {
+        return Some((
+            ErrorKind::OutputLimit,
+            format!(
+                "OutputLimit: the guest handed the host more than {} bytes in one call (its output limit is {} \
+                 bytes, and one call may carry {HOSTCALL_SLACK_BYTES} bytes more)",
+                hostcall_fuel(limits),
+                limits.output_bytes
+            ),
+        ));
+    }
+    if detail.contains("exceeds memory limits") || detail.contains("memory has a minimum byte size") {
+        return Some((ErrorKind::MemoryLimit, format!("MemoryLimit: {detail} (limit {} bytes)", limits.memory_bytes)));
+    }
+    let resource = [
+        "exceeds table limits",
+        "minimum element size",
+        "core module instances",
+        "memories, which exceeds",
+        "tables, which exceeds",
+        "resource limit exceeded",
+        "exceeds the configured maximum",
+    ];
+    resource
+        .iter()
+        .any(|needle| detail.contains(needle))
+        .then(|| (ErrorKind::ResourceLimit, format!("ResourceLimit: {detail}")))
+}
+
+/// A guest's misuse of an interface, said plainly, with wasmtime's words
+/// after it.
+pub(super) fn misuse(detail: &str) -> String {
+    let lower = detail.to_ascii_lowercase();
+    let what = [
+        ("utf-8", "the guest passed a string that is not valid UTF-8"),
+        ("discriminant", "the guest passed an invalid variant, enum or option value"),
+        ("realloc", "the guest's allocator (cabi_realloc) returned an unusable pointer"),
+        ("unaligned", "the guest passed a misaligned pointer"),
+        ("not aligned", "the guest passed a misaligned pointer"),
+        ("out of bounds", "the guest passed a pointer or length outside its memory"),
+        ("beyond end of memory", "the guest passed a pointer or length outside its memory"),
+        ("empty poll list", "the guest polled an empty list of pollables"),
+        ("requested len", "the guest asked for more random bytes than one call gives"),
+        ("blocking-write-and-flush", "the guest wrote more than a stream permits at once"),
+        ("check-write", "the guest wrote more than a stream permits at once"),
+        ("unknown handle", "the guest used a resource handle it does not own"),
+        ("resource", "the guest misused a resource handle"),
+    ];
+    match what.iter().find(|(needle, _)| lower.contains(needle)) {
+        Some((_, plain)) => format!("{plain} ({detail})"),
+        None => format!("the guest broke the component contract ({detail})"),
+    }
+}
+
+/// The root cause's first line: the wasmtime message without the
+/// backtrace header that `Display` puts first.
+pub(super) fn root_line(error: &wasmtime::Error) -> String {
+    let root = error.root_cause().to_string();
+    let line = root.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default();
+    cut_text(line.to_owned(), MAX_ERROR_MESSAGE_BYTES)
+}
+
+/// The panic line a Rust guest prints to stderr before it aborts.
+pub(super) fn panic_message(stderr: &str) -> Option<String> {
+    let mut lines = stderr.lines().skip_while(|l| !l.contains("panicked at"));
+    let header = lines.next()?.trim();
+    let detail = lines.next().map(str::trim).unwrap_or_default();
+    Some(if detail.is_empty() { header.to_owned() } else { format!("{header} {detail}") })
+}
+
+/// The guest's frames, innermost first, demangled; deep stacks are cut to
+/// the first [`MAX_BACKTRACE_FRAMES`].
+pub(super) fn format_backtrace(backtrace: &WasmBacktrace) -> String {
+    let frames = backtrace.frames();
+    let mut lines: Vec<String> = frames
+        .iter()
+        .take(MAX_BACKTRACE_FRAMES)
+        .enumerate()
+        .map(|(i, frame)| {
+            let module = frame.module().name().unwrap_or("<module>");
+            match frame.func_name() {
+                Some(name) => {
+                    let name = cut_text(format!("{:#}", rustc_demangle::demangle(name)), MAX_FRAME_NAME_BYTES);
+                    format!("{i:>3}: {}!{name}", cut_text(module.to_owned(), MAX_FRAME_NAME_BYTES))
+                }
+                None => {
+                    format!(
+                        "{i:>3}: {}!<func {}>",
+                        cut_text(module.to_owned(), MAX_FRAME_NAME_BYTES),
+                        frame.func_index()
+                    )
+                }
+            }
+        })
+        .collect();
+    if frames.len() > MAX_BACKTRACE_FRAMES {
+        lines.push(format!("     ... {} more frames", frames.len() - MAX_BACKTRACE_FRAMES));
+    }
+    lines.join("\n")
+}

@@ -1,0 +1,183 @@
+//! One run: a fresh store with the job's limits, WASI with nothing
+//! granted, the call raced against its timeout and stop requests.
+
+use super::*;
+
+impl Sandbox {
+    /// Run `plugin` once in a fresh store. Never fails: every ending,
+    /// including host-side trouble, is an [`Outcome`].
+    pub async fn run(
+        &self,
+        plugin: &Plugin,
+        request: RunRequest,
+        stop: &StopHandle,
+        observer: Arc<dyn RunObserver>,
+    ) -> Outcome {
+        let started = Instant::now();
+        let limits = &request.limits;
+        let deadline = started + limits.timeout;
+        let stdout = CapturedOutput::new(limits.capture_bytes);
+        let stderr = CapturedOutput::new(limits.capture_bytes);
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .max_random_size(MAX_RANDOM_BYTES)
+            .build();
+        let memory_limit =
+            usize::try_from(limits.memory_bytes.min(self.config.memory_ceiling_bytes)).unwrap_or(usize::MAX);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCE_HANDLES);
+        let state = HostState {
+            wasi,
+            table,
+            limiter: JobLimiter::new(memory_limit, MAX_TABLE_ELEMENTS, &self.config.components, stderr.clone()),
+            logs: LogBook::new(limits.log_records, limits.log_bytes),
+            last_progress: None,
+            stop: stop.clone(),
+            observer,
+            started,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        // Bounds what wasmtime copies out of the guest for one call (a log
+        // record, the output) before leash can look at it.
+        store.set_hostcall_fuel(hostcall_fuel(limits));
+        let fuel_budget = limits.fuel.unwrap_or(u64::MAX);
+        if self.config.fuel {
+            // Fuel is on for this engine, so setting it cannot fail.
+            let _ = store.set_fuel(fuel_budget);
+        }
+        let forced = stop.clone();
+        let interrupt = Arc::new(AtomicBool::new(false));
+        let interrupt_requested = interrupt.clone();
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                return Err(Interrupted::Timeout.into());
+            }
+            if forced.is_forced() || interrupt_requested.load(Ordering::Relaxed) {
+                return Err(Interrupted::Forced.into());
+            }
+            // Yield every tick so a computing guest never holds its thread.
+            Ok(UpdateDeadline::Yield(1))
+        });
+        store.set_epoch_deadline(1);
+
+        let ctx = bindings::leash::plugin::types::JobContext {
+            job_id: request.job_id.clone(),
+            target: match &request.target {
+                Target::Execute => bindings::leash::plugin::types::Target::Execute,
+                Target::Apply => bindings::leash::plugin::types::Target::Apply,
+                Target::Action(name) => bindings::leash::plugin::types::Target::Action(name.clone()),
+            },
+            attempt: request.attempt,
+            deadline_unix_ms: unix_ms(SystemTime::now() + limits.timeout),
+        };
+
+        let ended = {
+            let call = async {
+                let instance = plugin.pre.instantiate_async(&mut store).await?;
+                instance.call_run(&mut store, &ctx, &request.input).await
+            };
+            tokio::pin!(call);
+            tokio::select! {
+                biased;
+                result = &mut call => Ended::Returned(result),
+                why = watch_stop(deadline, stop, limits.cancel_grace) => {
+                    // Let the epoch callback trap a computing guest first, so it
+                    // ends the way every other trap does. A guest blocked in a
+                    // host call or a WASI sleep never reaches the callback: drop
+                    // its call after a few ticks.
+                    interrupt.store(true, Ordering::Relaxed);
+                    tokio::select! {
+                        biased;
+                        result = &mut call => Ended::Returned(result),
+                        _ = tokio::time::sleep(self.config.epoch_tick * 3) => Ended::Interrupted(why),
+                    }
+                }
+            }
+        };
+
+        let fuel_used = if self.config.fuel { fuel_budget - store.get_fuel().unwrap_or(0) } else { 0 };
+        let state = store.into_data();
+        let result = classify(ended, &state, limits, stop.is_requested(), &stderr);
+        let (stdout_bytes, stdout_dropped) = stdout.take();
+        let (stderr_bytes, stderr_dropped) = stderr.take();
+        Outcome {
+            result,
+            usage: Usage {
+                fuel_used,
+                peak_memory_bytes: state.limiter.peak_memory_bytes as u64,
+                duration: started.elapsed(),
+            },
+            logs: state.logs.records,
+            logs_dropped: state.logs.dropped,
+            last_progress: state.last_progress,
+            stdout: Captured { bytes: stdout_bytes, dropped: stdout_dropped },
+            stderr: Captured { bytes: stderr_bytes, dropped: stderr_dropped },
+        }
+    }
+}
+
+/// Limits of one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunLimits {
+    /// Wall-clock limit, including instantiation.
+    pub timeout: Duration,
+    /// Fuel budget; `None` means unlimited (fuel is still counted).
+    pub fuel: Option<u64>,
+    /// Linear memory, summed over the component's memories.
+    pub memory_bytes: u64,
+    /// Largest output accepted.
+    pub output_bytes: u64,
+    /// Log records kept.
+    pub log_records: usize,
+    /// Log bytes kept.
+    pub log_bytes: usize,
+    /// Captured stdout and stderr, each.
+    pub capture_bytes: usize,
+    /// Time between a cooperative stop request and a forced stop.
+    pub cancel_grace: Duration,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits {
+            timeout: DEFAULT_TIMEOUT,
+            fuel: None,
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            output_bytes: DEFAULT_OUTPUT_BYTES,
+            log_records: DEFAULT_LOG_RECORDS,
+            log_bytes: DEFAULT_LOG_BYTES,
+            capture_bytes: DEFAULT_CAPTURE_BYTES,
+            cancel_grace: DEFAULT_CANCEL_GRACE,
+        }
+    }
+}
+
+/// One run of a plugin.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// The job id shown to the guest (empty for one-shot runs).
+    pub job_id: String,
+    /// Phase or action.
+    pub target: Target,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// Input bytes.
+    pub input: Vec<u8>,
+    /// Limits.
+    pub limits: RunLimits,
+}
+
+pub(super) fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Data the guest may hand over in one call: its output (with room for
+/// the result's framing) or, for host calls, [`HOSTCALL_SLACK_BYTES`].
+pub(super) fn hostcall_fuel(limits: &RunLimits) -> usize {
+    usize::try_from(limits.output_bytes).unwrap_or(usize::MAX).saturating_add(HOSTCALL_SLACK_BYTES)
+}
