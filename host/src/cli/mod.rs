@@ -31,7 +31,7 @@ macro_rules! say {
     }};
 }
 
-mod ops;
+mod commands;
 
 /// Guest text made safe for a terminal: control characters (escape
 /// sequences, carriage returns, bells, newlines) and the Unicode controls
@@ -148,21 +148,21 @@ enum Command {
     /// Every route but GET /healthz needs `Authorization: Bearer <token>`;
     /// the token is LEASH_API_TOKEN, or is generated on first start into
     /// the token file (mode 0600).
-    Serve(ops::ServeArgs),
+    Serve(commands::ServeArgs),
     /// Queue a job and print its id; `--wait` shows its progress, prints its
     /// output and exits with its outcome's exit code.
     #[command(after_help = EXIT_CODES_HELP)]
-    Submit(ops::SubmitArgs),
+    Submit(commands::SubmitArgs),
     /// List, show, cancel, wait for and read the logs of jobs.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
-    Jobs(ops::JobsCommand),
+    Jobs(commands::JobsCommand),
     /// Register, list and show plugins.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
-    Plugins(ops::PluginsCommand),
+    Plugins(commands::PluginsCommand),
     /// Health of the server (or local database): worker, queue depth,
     /// ceilings.
     #[command(after_help = EXIT_CODES_HELP)]
-    Diagnostics(ops::DiagnosticsArgs),
+    Diagnostics(commands::DiagnosticsArgs),
 }
 
 /// What to run: a phase or an action, on some input.
@@ -376,11 +376,11 @@ pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {
         Command::Run(args) => run_once(args).await,
         Command::Worker(args) => run_worker(args).await,
-        Command::Serve(args) => ops::serve(args).await,
-        Command::Submit(args) => ops::submit(args).await,
-        Command::Jobs(command) => ops::jobs(command).await,
-        Command::Plugins(command) => ops::plugins(command).await,
-        Command::Diagnostics(args) => ops::diagnostics(args).await,
+        Command::Serve(args) => commands::serve(args).await,
+        Command::Submit(args) => commands::submit(args).await,
+        Command::Jobs(command) => commands::jobs(command).await,
+        Command::Plugins(command) => commands::plugins(command).await,
+        Command::Diagnostics(args) => commands::diagnostics(args).await,
     }
 }
 

@@ -41,8 +41,8 @@ use wasmtime_wasi::WasiCtxBuilder;
 
 use self::cache::CompileCache;
 use self::capture::CapturedOutput;
-pub use self::engine::{Allocator, SandboxConfig};
 use self::engine::EpochTicker;
+pub use self::engine::{Allocator, SandboxConfig};
 use self::limiter::JobLimiter;
 pub use self::outcome::{Captured, Failure, Outcome, StopMode, Usage};
 use self::outcome::{Ended, Interrupted, classify};

@@ -1,0 +1,112 @@
+//! Reaching jobs: a server (`--server`, with its token) or the local
+//! database, and the table and JSON printing the commands share.
+
+use super::*;
+
+/// The server-side job defaults for a command that queues on the local
+/// database itself: the variables `leash worker` and `leash serve` read
+/// (`LEASH_JOB_TIMEOUT`, `LEASH_MAX_TIMEOUT`, `LEASH_MAX_ATTEMPTS`,
+/// `LEASH_RETRY_BACKOFF`, `LEASH_RETRY_BACKOFF_CAP`), so a job queued
+/// either way gets the same defaults.
+pub(super) fn local_job_defaults(
+    mut builder: crate::runtime::RuntimeBuilder,
+) -> Result<crate::runtime::RuntimeBuilder, CliError> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let duration = |name: &str| {
+        var(name).map(|v| parse_duration(&v).map_err(|e| CliError::usage(format!("{name}: {e}")))).transpose()
+    };
+    if let Some(d) = duration("LEASH_JOB_TIMEOUT")? {
+        builder = builder.default_timeout(d);
+    }
+    if let Some(d) = duration("LEASH_MAX_TIMEOUT")? {
+        builder = builder.max_timeout(d);
+    }
+    if let Some(n) = var("LEASH_MAX_ATTEMPTS") {
+        let n: u32 =
+            n.trim().parse().ok().filter(|n| (1..=crate::job::MAX_ATTEMPTS_CEILING).contains(n)).ok_or_else(|| {
+                CliError::usage(format!(
+                    "LEASH_MAX_ATTEMPTS: {n:?} is not a number from 1 to {}",
+                    crate::job::MAX_ATTEMPTS_CEILING
+                ))
+            })?;
+        builder = builder.default_max_attempts(n);
+    }
+    let default = crate::job::Backoff::default();
+    let base = duration("LEASH_RETRY_BACKOFF")?.map_or(default.base_ms, |d| d.as_millis() as u64);
+    let cap = duration("LEASH_RETRY_BACKOFF_CAP")?.map_or(default.cap_ms, |d| d.as_millis() as u64);
+    Ok(builder.default_backoff(crate::job::Backoff { base_ms: base, cap_ms: cap }))
+}
+
+pub(super) async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliError> {
+    if let Some(server) = &conn.server {
+        let token = match std::env::var("LEASH_API_TOKEN") {
+            Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
+            _ => {
+                let file = conn.token_file.clone().unwrap_or_else(|| conn.store.database().default_token_file());
+                read_token_file(&file).map_err(|e| {
+                    CliError::usage(format!("no API token: set LEASH_API_TOKEN or pass --token-file ({e})"))
+                })?
+            }
+        };
+        return Ok(Client::remote(server, token)?);
+    }
+    let mut builder = Runtime::builder(conn.store.database()).durability(crate::cli::durability(&conn.store)?);
+    builder = local_job_defaults(builder)?;
+    builder = if work {
+        builder.sandbox(SandboxConfig {
+            allocator: Allocator::Pooling { slots: crate::runtime::DEFAULT_MAX_WORKERS as u32 },
+            cache_dir: crate::cli::default_cache_dir(),
+            ..SandboxConfig::default()
+        })
+    } else {
+        builder.without_workers()
+    };
+    let runtime = builder.build().await.map_err(|e| match e {
+        crate::runtime::RuntimeError::InvalidJob(message) => {
+            CliError::usage(format!("LEASH_RETRY_BACKOFF/LEASH_RETRY_BACKOFF_CAP: {message}"))
+        }
+        other => CliError::internal(other.to_string()),
+    })?;
+    Ok(Client::local(runtime))
+}
+
+/// Run `f` on a connection and close it (shutting down a local runtime)
+/// whatever `f` returns.
+pub(super) async fn with_client(
+    conn: &ConnArgs,
+    work: bool,
+    f: impl AsyncFnOnce(&Client) -> Result<ExitStatus, CliError>,
+) -> Result<ExitStatus, CliError> {
+    let client = connect(conn, work).await?;
+    let result = f(&client).await;
+    client.close().await;
+    result
+}
+
+pub(super) fn print_json(value: &Value) -> Result<(), CliError> {
+    let mut stdout = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut stdout, value)
+        .map_err(|e| CliError::internal(e.to_string()))
+        .and_then(|()| writeln!(stdout).map_err(|e| CliError::internal(e.to_string())))
+}
+
+pub(super) fn print_table(table: Table) {
+    let _ = writeln!(std::io::stdout(), "{table}");
+}
+
+pub(super) fn new_table(header: &[&str]) -> Table {
+    let mut table = Table::new();
+    table.load_style(presets::NOTHING).set_header(header.iter().copied());
+    table
+}
+
+/// A JSON value as one line for a table cell or a message. Strings may
+/// come from a guest, so they are made safe for a terminal; other values
+/// print as JSON, which escapes control characters already.
+pub(super) fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".into(),
+        Value::String(s) => crate::cli::terminal_text(s),
+        other => other.to_string(),
+    }
+}

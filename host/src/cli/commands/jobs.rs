@@ -1,0 +1,145 @@
+//! `leash jobs`: list, show, cancel, wait for and read the logs of jobs.
+
+use super::*;
+
+pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, CliError> {
+    match command {
+        JobsCommand::List { conn, status, plugin, plan, concurrency_key, limit, before } => {
+            let mut query = vec![format!("limit={limit}")];
+            for (key, value) in [
+                ("status", status),
+                ("plugin", plugin),
+                ("plan", plan),
+                ("concurrency_key", concurrency_key),
+                ("before", before),
+            ] {
+                if let Some(value) = value {
+                    query.push(format!("{key}={}", url_encode(&value)));
+                }
+            }
+            let path = format!("/v1/jobs?{}", query.join("&"));
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let page = client.json(Method::GET, &path, None).await?;
+                if json_out {
+                    return print_json(&page).map(|()| ExitStatus::Success);
+                }
+                let mut table = new_table(&["ID", "STATUS", "PLUGIN", "TARGET", "ATTEMPT", "CREATED", "ERROR"]);
+                for job in page["jobs"].as_array().into_iter().flatten() {
+                    let named = &job["plugin_name"];
+                    let plugin = match (named["name"].as_str(), named["version"].as_str()) {
+                        (Some(n), Some(v)) => format!("{n}@{v}"),
+                        _ => short_digest(&text(&job["plugin"])),
+                    };
+                    table.add_row(vec![
+                        text(&job["id"]),
+                        text(&job["status"]),
+                        plugin,
+                        text(&job["target"]),
+                        format!("{}/{}", text(&job["attempt"]), text(&job["max_attempts"])),
+                        text(&job["created_at"]),
+                        text(&job["error_kind"]),
+                    ]);
+                }
+                print_table(table);
+                if let Some(next) = page["next_before"].as_str() {
+                    say!("leash: more jobs: --before {next}");
+                }
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        JobsCommand::Show { conn, id } => {
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let job = client.json(Method::GET, &format!("/v1/jobs/{id}"), None).await?;
+                if json_out {
+                    return print_json(&job).map(|()| ExitStatus::Success);
+                }
+                let mut table = new_table(&["FIELD", "VALUE"]);
+                if let Some(fields) = job.as_object() {
+                    for (key, value) in fields {
+                        table.add_row(vec![key.clone(), text(value)]);
+                    }
+                }
+                print_table(table);
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        JobsCommand::Cancel { conn, id } => {
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let answer = client.json(Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await?;
+                if json_out {
+                    print_json(&answer)?;
+                } else {
+                    let _ = writeln!(std::io::stdout(), "{id} {}", text(&answer["status"]).replace('_', " "));
+                }
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        JobsCommand::Logs { conn, id } => {
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let logs = client.json(Method::GET, &format!("/v1/jobs/{id}/logs"), None).await?;
+                if json_out {
+                    return print_json(&logs).map(|()| ExitStatus::Success);
+                }
+                let mut out = std::io::stdout().lock();
+                for record in logs["records"].as_array().into_iter().flatten() {
+                    let fields: String = record["fields"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|pair| format!(" {}={}", text(&pair[0]), text(&pair[1])))
+                        .collect();
+                    let _ = writeln!(
+                        out,
+                        "{:>6}ms [{}] {}{fields}",
+                        text(&record["elapsed_ms"]),
+                        text(&record["level"]),
+                        text(&record["message"])
+                    );
+                }
+                for stream in ["stdout", "stderr"] {
+                    for line in crate::cli::terminal_lines(logs[stream].as_str().unwrap_or_default()) {
+                        let _ = writeln!(out, "[guest {stream}] {line}");
+                    }
+                }
+                for (what, key) in [
+                    ("log records", "records_dropped"),
+                    ("stdout bytes", "stdout_dropped"),
+                    ("stderr bytes", "stderr_dropped"),
+                ] {
+                    if logs[key].as_u64().unwrap_or(0) > 0 {
+                        let _ = writeln!(out, "({} {what} dropped past the caps)", text(&logs[key]));
+                    }
+                }
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        JobsCommand::Wait { conn, id, timeout } => {
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| wait_for(client, &id, timeout, json_out).await).await
+        }
+    }
+}
+
+pub(super) fn short_digest(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    format!("sha256:{}", &hex[..hex.len().min(12)])
+}
+
+/// Percent-encode a query value.
+pub(super) fn url_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,253 @@
+//! The operator commands: `serve`, `submit`, `jobs`, `plugins` and
+//! `diagnostics`. Each speaks the HTTP API, to a server (`--server`) or to
+//! an in-process router on a local database, so both behave alike.
+
+mod connect;
+mod diagnostics;
+mod jobs;
+mod plugins;
+mod serve;
+mod submit;
+
+use connect::{new_table, print_json, print_table, text, with_client};
+pub(super) use diagnostics::diagnostics;
+pub(super) use jobs::jobs;
+use jobs::{short_digest, url_encode};
+pub(super) use plugins::plugins;
+pub(super) use serve::serve;
+pub(super) use submit::submit;
+use submit::wait_for;
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use base64::Engine as _;
+use clap::{Args, Subcommand};
+use comfy_table::{Table, presets};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::{Value, json};
+
+use super::{CliError, ExitStatus, JobArgs, StoreArgs, WorkerArgs, parse_duration, parse_size, read_input};
+use crate::api::listen::ListenLimits;
+use crate::api::{ApiConfig, router};
+use crate::client::{Client, ClientError, ensure_token_file, read_token_file};
+use crate::job::{ErrorKind, JobStatus};
+use crate::runtime::Runtime;
+use crate::sandbox::{Allocator, SandboxConfig};
+
+/// Where a command sends its requests.
+#[derive(Debug, Args)]
+pub(super) struct ConnArgs {
+    /// A `leash serve` to talk to, e.g. http://127.0.0.1:7070. Without it,
+    /// commands work on the local database (`--db`). The token comes from
+    /// LEASH_API_TOKEN or `--token-file`.
+    #[arg(long, env = "LEASH_SERVER", value_name = "URL")]
+    server: Option<String>,
+    /// The server's token file (default: `<db>.token`, as `leash serve`
+    /// writes it).
+    #[arg(long, env = "LEASH_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print JSON instead of tables and text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ServeArgs {
+    #[command(flatten)]
+    worker: WorkerArgs,
+    /// Address to listen on. Loopback unless told otherwise.
+    #[arg(long, env = "LEASH_LISTEN", default_value = "127.0.0.1:7070")]
+    listen: String,
+    /// Where the API token is kept (created, mode 0600, on first start)
+    /// when LEASH_API_TOKEN is not set. Default: `<db>.token`.
+    #[arg(long, env = "LEASH_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// The sync ceiling: the longest timeout an `"execution": "sync"`
+    /// request may ask for (refused with 400 `sync_ceiling` above it), and
+    /// the timeout of one that sets none when below `--job-timeout`. A sync
+    /// job's timeout covers its queue wait and its run.
+    #[arg(long, env = "LEASH_SYNC_TIMEOUT", value_parser = parse_duration, default_value = "60s")]
+    sync_timeout: Duration,
+    /// Largest request body (plugin uploads included); 413 above it.
+    #[arg(long, env = "LEASH_MAX_BODY", value_parser = parse_size, default_value = "32MiB")]
+    max_body: u64,
+    /// Time a connection has to send a request's headers; an idle
+    /// keep-alive connection is closed after the same time.
+    #[arg(long, env = "LEASH_HEADER_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
+    header_timeout: Duration,
+    /// Connections open at once; more are answered 503 and closed.
+    #[arg(long, env = "LEASH_MAX_CONNECTIONS", default_value_t = crate::api::listen::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct SubmitArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// A component file (.wasm), or a registered plugin: `name`,
+    /// `name@version` or a digest.
+    plugin: String,
+    #[command(flatten)]
+    job: JobArgs,
+    /// Wall-clock limit per attempt (default: the server's `--job-timeout`,
+    /// 3600 s).
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Fuel budget per attempt.
+    #[arg(long)]
+    fuel: Option<u64>,
+    /// Memory limit per attempt, e.g. `64MiB`.
+    #[arg(long, value_parser = parse_size)]
+    memory: Option<u64>,
+    /// Attempts the job may use: a lost lease or a `retryable` failure with
+    /// attempts left runs it again after its backoff (default: the
+    /// server's `--max-attempts`, 1).
+    #[arg(long)]
+    max_attempts: Option<u32>,
+    /// The pause before the first retry, doubling after each failure, with
+    /// jitter (default: the server's `--retry-backoff`, 1 s).
+    #[arg(long, value_parser = parse_duration)]
+    retry_backoff: Option<Duration>,
+    /// The longest pause before a retry (default: the server's, 300 s).
+    #[arg(long, value_parser = parse_duration)]
+    retry_backoff_cap: Option<Duration>,
+    /// Do not start the job before this time (RFC 3339 UTC, e.g.
+    /// 2026-12-01T09:00:00Z); its queue TTL counts from then.
+    #[arg(long, value_name = "TIME", conflicts_with = "delay")]
+    run_after: Option<String>,
+    /// Do not start the job before this long from now, e.g. `10m`.
+    #[arg(long, value_parser = parse_duration)]
+    delay: Option<Duration>,
+    /// How long the job may wait in the queue before it fails as `expired`.
+    #[arg(long, env = "LEASH_QUEUE_TTL", value_parser = parse_duration)]
+    queue_ttl: Option<Duration>,
+    /// At most one running job per key.
+    #[arg(long)]
+    concurrency_key: Option<String>,
+    /// A plan id to group jobs by.
+    #[arg(long)]
+    plan: Option<String>,
+    /// Wait for the job to end (up to this long), showing its progress, and
+    /// print its output. Ctrl-C asks whether to cancel it or stop waiting.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    wait: Option<Duration>,
+    /// Local database only: also run a worker pool in this process while
+    /// waiting (no separate `leash worker` needed). It may run other queued
+    /// jobs too, and releases them when the wait ends.
+    #[arg(long, requires = "wait", conflicts_with = "server")]
+    work: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum JobsCommand {
+    /// List jobs, newest first.
+    List {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// Only jobs in this state (queued, running, succeeded, failed, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only jobs of this plugin: name, name@version or digest.
+        #[arg(long)]
+        plugin: Option<String>,
+        /// Only jobs of this plan.
+        #[arg(long)]
+        plan: Option<String>,
+        /// Only jobs with this concurrency key.
+        #[arg(long)]
+        concurrency_key: Option<String>,
+        /// Jobs per page (1-500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Jobs older than this id (the previous page's last).
+        #[arg(long, value_name = "JOB_ID")]
+        before: Option<String>,
+    },
+    /// Show one job.
+    Show {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
+    /// Cancel a job: queued jobs at once, running jobs by asking their worker.
+    Cancel {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
+    /// Print what a finished job logged (records, stdout, stderr).
+    Logs {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
+    /// Wait for a job to end, showing its progress, and print its output.
+    Wait {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+        /// Longest wait.
+        #[arg(long, value_parser = parse_duration, default_value = "1h")]
+        timeout: Duration,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum PluginsCommand {
+    /// Validate, precompile and register a component.
+    Add {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The component file (.wasm).
+        file: PathBuf,
+        /// Registry name (default: the file name without `.wasm`).
+        #[arg(long)]
+        name: Option<String>,
+        /// Version (default 0.0.0). Adding a name@version again replaces it;
+        /// jobs already queued keep the bytes they were given.
+        #[arg(long)]
+        version: Option<String>,
+    },
+    /// List registered plugins.
+    List {
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+    /// Show one plugin: name, name@version or digest.
+    Show {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The reference.
+        reference: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(super) struct DiagnosticsArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+impl From<ClientError> for CliError {
+    fn from(e: ClientError) -> Self {
+        let status = match &e {
+            ClientError::Api { status, .. } => match *status {
+                StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => ExitStatus::Usage,
+                StatusCode::UNAUTHORIZED | StatusCode::CONFLICT | StatusCode::TOO_MANY_REQUESTS => ExitStatus::Refused,
+                _ => ExitStatus::Internal,
+            },
+            ClientError::Unreachable { .. } => ExitStatus::Unreachable,
+            ClientError::Protocol(_) => ExitStatus::Internal,
+        };
+        CliError { message: e.to_string(), status }
+    }
+}

@@ -1,0 +1,73 @@
+//! `leash serve`: the HTTP API, a worker pool and the sweeps in one process.
+
+use super::*;
+
+pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
+    crate::cli::init_logging(&args.worker.log_format)?;
+    let token_file = args.token_file.clone().unwrap_or_else(|| args.worker.store.database().default_token_file());
+    let token = match std::env::var("LEASH_API_TOKEN") {
+        Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
+        _ => {
+            let (token, created) = ensure_token_file(&token_file).map_err(CliError::usage)?;
+            if created {
+                tracing::info!("wrote a new API token to {}", token_file.display());
+            }
+            token
+        }
+    };
+    raise_open_files_limit();
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| CliError::usage(format!("cannot listen on {}: {e}", args.listen)))?;
+    let address = listener.local_addr().map_err(|e| CliError::internal(e.to_string()))?;
+    let runtime = crate::cli::worker_runtime(&args.worker).await?;
+    let config = ApiConfig {
+        token,
+        sync_ceiling: args.sync_timeout,
+        max_body_bytes: usize::try_from(args.max_body).unwrap_or(usize::MAX),
+    };
+    let app = router(runtime.clone(), config);
+    let mut interrupt = crate::cli::interrupt_signal()?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| CliError::internal(format!("cannot listen for SIGTERM: {e}")))?;
+    tracing::info!(
+        worker_id = runtime.worker_id(),
+        "{} serving http://{address} with {} slots on {}",
+        runtime.worker_id(),
+        args.worker.max_workers,
+        args.worker.store.database()
+    );
+    // On a signal: stop accepting connections, shut the runtime down within
+    // its budget, and drop requests still open (a sync wait must not hold
+    // the process past the budget).
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let limits = ListenLimits { header_timeout: args.header_timeout, max_connections: args.max_connections };
+    let server = tokio::spawn(crate::api::listen::serve(listener, app, limits, async move {
+        let _ = stop_rx.await;
+    }));
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    let _ = stop_tx.send(());
+    tracing::info!(budget = ?args.worker.shutdown_budget, "shutting down");
+    runtime.shutdown().await;
+    server.abort();
+    tracing::info!("stopped");
+    Ok(ExitStatus::Success)
+}
+
+/// Raise the soft open-files limit to the hard one: each connection is a
+/// descriptor, and the common soft default of 1024 is below the
+/// connection cap. Best effort: a limit that cannot be raised stays.
+pub(super) fn raise_open_files_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write `limit`, a live
+    // local of the type they expect.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}

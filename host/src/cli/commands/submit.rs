@@ -1,0 +1,173 @@
+//! `leash submit`: queue a job, and with `--wait` follow it to its end.
+
+use super::*;
+
+pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
+    let target = args.job.target()?;
+    let input = read_input(args.job.input.as_deref())?;
+    let file = Path::new(&args.plugin);
+    let bytes = if file.is_file() || args.plugin.ends_with(".wasm") {
+        Some(std::fs::read(file).map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?)
+    } else {
+        None
+    };
+    let json_out = args.conn.json;
+    let wait = args.wait;
+    with_client(&args.conn, args.work, async move |client| {
+        let plugin = match bytes {
+            Some(bytes) => {
+                let info = client.upload("/v1/plugins", bytes).await?;
+                text(&info["digest"])
+            }
+            None => args.plugin.clone(),
+        };
+        let mut body = json!({
+            "plugin": plugin,
+            "input_base64": base64::engine::general_purpose::STANDARD.encode(&input),
+            "execution": "async",
+        });
+        match &target {
+            crate::job::Target::Action(name) => body["action"] = json!(name),
+            other => body["phase"] = json!(other.to_string()),
+        }
+        let optional = [
+            ("timeout_ms", args.timeout.map(|d| json!(d.as_millis() as u64))),
+            ("fuel", args.fuel.map(|f| json!(f))),
+            ("memory_bytes", args.memory.map(|m| json!(m))),
+            ("max_attempts", args.max_attempts.map(|n| json!(n))),
+            ("queue_ttl_ms", args.queue_ttl.map(|d| json!(d.as_millis() as u64))),
+            ("concurrency_key", args.concurrency_key.clone().map(|k| json!(k))),
+            ("plan_id", args.plan.clone().map(|p| json!(p))),
+            ("backoff_ms", args.retry_backoff.map(|d| json!(d.as_millis() as u64))),
+            ("backoff_cap_ms", args.retry_backoff_cap.map(|d| json!(d.as_millis() as u64))),
+            ("run_at", args.run_after.clone().map(|t| json!(t))),
+            ("delay_ms", args.delay.map(|d| json!(d.as_millis() as u64))),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                body[key] = value;
+            }
+        }
+        let accepted = client.create("/v1/jobs", body).await?;
+        let id = text(&accepted["job_id"]);
+        let Some(wait) = wait else {
+            if json_out {
+                print_json(&json!({ "job_id": id, "status": "queued" }))?;
+            } else {
+                let _ = writeln!(std::io::stdout(), "{id}");
+            }
+            return Ok(ExitStatus::Success);
+        };
+        wait_for(client, &id, wait, json_out).await
+    })
+    .await
+}
+
+/// What a Ctrl-C during a wait decided.
+pub(super) enum Interrupted {
+    CancelJob,
+    StopWaiting,
+}
+
+/// Ask on the terminal; without one, stop waiting and leave the job alone.
+pub(super) async fn ask_on_interrupt(id: &str) -> Interrupted {
+    if !std::io::stdin().is_terminal() {
+        return Interrupted::StopWaiting;
+    }
+    let prompt = format!("\nleash: cancel job {id}? [y = cancel it, anything else = stop waiting] ");
+    let answer = tokio::task::spawn_blocking(move || {
+        let _ = write!(std::io::stderr(), "{prompt}");
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        line
+    })
+    .await
+    .unwrap_or_default();
+    if answer.trim().eq_ignore_ascii_case("y") { Interrupted::CancelJob } else { Interrupted::StopWaiting }
+}
+
+pub(super) fn progress_bar(json_out: bool) -> ProgressBar {
+    if json_out || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// Poll a job until it ends, feeding a progress bar from the guest's
+/// progress reports; then print its output (or error) and return the exit
+/// status its outcome earns.
+pub(super) async fn wait_for(
+    client: &Client,
+    id: &str,
+    wait: Duration,
+    json_out: bool,
+) -> Result<ExitStatus, CliError> {
+    let poll = if client.runtime().is_some() { Duration::from_millis(50) } else { Duration::from_millis(200) };
+    let bar = progress_bar(json_out);
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut interrupt = crate::cli::interrupt_signal()?;
+    let path = format!("/v1/jobs/{id}");
+    let job = loop {
+        let job = client.json(Method::GET, &path, None).await?;
+        let status = text(&job["status"]);
+        if status.parse::<JobStatus>().is_ok_and(JobStatus::is_terminal) {
+            break job;
+        }
+        let progress = &job["progress"];
+        if let (Some(done), Some(total)) = (progress["done"].as_u64(), progress["total"].as_u64()) {
+            if total > 0 {
+                bar.set_length(total);
+            }
+            bar.set_position(done);
+            bar.set_message(text(&progress["note"]));
+        } else {
+            bar.set_message(status);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => {
+                bar.finish_and_clear();
+                say!("leash: job {id} is still running after {wait:?}; `leash jobs wait {id}` waits again");
+                return Ok(ExitStatus::Timeout);
+            }
+            _ = tokio::time::sleep(poll) => {}
+            _ = interrupt.recv() => {
+                bar.suspend(|| ());
+                match ask_on_interrupt(id).await {
+                    Interrupted::CancelJob => {
+                        let answer = client.json(Method::POST, &format!("{path}/cancel"), None).await?;
+                        say!("leash: {}", text(&answer["status"]).replace('_', " "));
+                    }
+                    Interrupted::StopWaiting => {
+                        bar.finish_and_clear();
+                        say!("leash: stopped waiting; job {id} goes on (`leash jobs cancel {id}` cancels it)");
+                        return Ok(ExitStatus::Timeout);
+                    }
+                }
+            }
+        }
+    };
+    bar.finish_and_clear();
+    let error_kind: Option<ErrorKind> = job["error_kind"].as_str().and_then(|k| k.parse().ok());
+    let output = if job["status"] == "succeeded" {
+        let answer = client.send(Method::GET, &format!("{path}/output"), None).await?;
+        if !answer.status.is_success() {
+            crate::client::answer_json(&answer)?;
+        }
+        Some(answer.body)
+    } else {
+        None
+    };
+    if json_out {
+        print_json(&crate::api::finished_json(&job, output.as_deref()))?;
+    } else if let Some(output) = output {
+        crate::cli::write_output(&output).map_err(|e| CliError::internal(format!("cannot write to stdout: {e}")))?;
+    } else {
+        say!("leash: job {id} {}: {}", text(&job["status"]), text(&job["error_message"]));
+    }
+    Ok(error_kind.map_or(ExitStatus::Success, ExitStatus::for_kind))
+}
