@@ -310,7 +310,8 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
             }
             Action::Release(w) => {
                 let token = tokens[w].take().unwrap();
-                let params = JobReleaseParams { id, token, queue_ttl: Duration::from_secs(86_400), now };
+                let params =
+                    JobReleaseParams { id, token, queue_ttl: Duration::from_secs(86_400), run_after: now, now };
                 store.job_release(params).await.unwrap();
             }
             Action::Expire => now = now.plus(TTL),

@@ -265,9 +265,10 @@ pub struct Job {
     pub backoff: Backoff,
     /// The last retried attempt's error, `kind: message`.
     pub last_error: Option<String>,
-    /// Times it was released to the queue at a worker's shutdown (its
-    /// guest was stopped before it returned, so it runs again; no attempt
-    /// is spent).
+    /// Times it was released to the queue without spending an attempt: at
+    /// a worker's shutdown (its guest was stopped before it returned, so it
+    /// runs again), or after a transient host error before its guest
+    /// started.
     pub releases: u32,
     /// The attempt limit.
     pub max_attempts: u32,

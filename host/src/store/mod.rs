@@ -357,8 +357,11 @@ pub struct JobReleaseParams {
     pub id: JobId,
     /// The lease token from the claim.
     pub token: String,
-    /// How long the requeued job may wait again.
+    /// How long the requeued job may wait again (from `run_after`).
     pub queue_ttl: Duration,
+    /// Not claimed again before this: `now`, or later for a pause before
+    /// the next try.
+    pub run_after: Timestamp,
     /// Now.
     pub now: Timestamp,
 }

@@ -113,11 +113,27 @@ impl Pool {
             && !user_cancel
             && outcome.as_ref().is_ok_and(|o| o.error_kind() == Some(ErrorKind::Cancelled))
         {
-            let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, now: self.clock.now() };
+            let now = self.clock.now();
+            let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, run_after: now, now };
             match self.store.job_release(params).await {
                 Ok(true) => tracing::info!("released to the queue at shutdown"),
                 Ok(false) => tracing::warn!("not released at shutdown: the lease was lost"),
                 Err(e) => tracing::warn!(error = %e, "not released at shutdown; the sweeper will reclaim it"),
+            }
+        } else if !user_cancel
+            && let Err(failure) = &outcome
+            && failure.retryable
+        {
+            // A transient host fault before the guest started (its plugin
+            // could not be read): nothing ran, so the job goes back to the
+            // queue after a backoff pause without spending an attempt.
+            let now = self.clock.now();
+            let run_after = now.plus(backoff.delay(1));
+            let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, run_after, now };
+            match self.store.job_release(params).await {
+                Ok(true) => tracing::warn!(error = %failure.message, %run_after, "the guest could not start; released"),
+                Ok(false) => tracing::warn!("not released: the lease was lost"),
+                Err(e) => tracing::warn!(error = %e, "not released; the sweeper will reclaim it"),
             }
         } else if may_retry
             && !user_cancel
@@ -353,7 +369,8 @@ fn stored_progress(p: Progress) -> JobProgress {
 struct HostFailure {
     kind: ErrorKind,
     message: String,
-    /// Trying again later may work (a transient store error).
+    /// Trying again later may work (a transient store error): the job is
+    /// released after a pause, spending no attempt, since nothing ran.
     retryable: bool,
 }
 
@@ -363,13 +380,13 @@ impl HostFailure {
     }
 }
 
-/// The kind and message of a failure that may be retried: the guest's own
-/// `retryable` error, or a transient host error. `failed`, `invalid-input`,
-/// traps and limits never are.
+/// The kind and message of a guest failure that may be retried: its own
+/// `retryable` error. `failed`, `invalid-input`, traps and limits never
+/// are; a transient host error before the start is released instead.
 fn retry_for(outcome: &Result<Outcome, HostFailure>) -> Option<(ErrorKind, String)> {
     match outcome {
         Ok(o) => o.result.as_ref().err().filter(|f| f.retryable).map(|f| (f.kind, f.message.clone())),
-        Err(h) => h.retryable.then(|| (h.kind, h.message.clone())),
+        Err(_) => None,
     }
 }
 

@@ -413,16 +413,18 @@ impl JobStore for SqliteStore {
     }
 
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
-        let now = params.now.unix_ms();
+        let run_after = params.run_after.max(params.now).unix_ms();
         self.write(move |conn| {
             let changed = conn
                 .prepare_cached(
                     "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, \
-                     releases = releases + 1, \
+                     releases = releases + 1, run_after = MAX(run_after, ?4), \
                      expires_at = MIN(MAX(expires_at, ?1), COALESCE(deadline_at, MAX(expires_at, ?1))) \
                      WHERE job_id = ?2 AND status = 'running' AND lease_token = ?3",
                 )
-                .and_then(|mut s| s.execute(params![now + ms(params.queue_ttl), params.id.to_string(), params.token]))
+                .and_then(|mut s| {
+                    s.execute(params![run_after + ms(params.queue_ttl), params.id.to_string(), params.token, run_after])
+                })
                 .map_err(db_err("releasing a job"))?;
             Ok(changed == 1)
         })

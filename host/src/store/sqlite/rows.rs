@@ -13,7 +13,12 @@ pub(super) fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> Sto
     move |e| {
         let transient = matches!(
             e.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            Some(
+                rusqlite::ErrorCode::DatabaseBusy
+                    | rusqlite::ErrorCode::DatabaseLocked
+                    // A WAL locking race (SQLITE_PROTOCOL): SQLite says to retry.
+                    | rusqlite::ErrorCode::FileLockingProtocolFailed
+            )
         );
         StoreError::Database { operation, source: Box::new(e), transient }
     }
