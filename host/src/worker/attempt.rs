@@ -105,33 +105,31 @@ impl Pool {
         if let Ok(o) = &outcome {
             self.forward_guest_logs(o);
         }
+        // Released without spending an attempt: a guest stopped for
+        // shutdown, at once; or, after a backoff pause, a job whose guest
+        // never started because of a transient host fault (its plugin could
+        // not be read), since nothing ran.
+        let release_pause = match &outcome {
+            _ if user_cancel => None,
+            Ok(o) if self.shutting_down.load(Ordering::SeqCst) && o.error_kind() == Some(ErrorKind::Cancelled) => {
+                Some(Duration::ZERO)
+            }
+            Err(failure) if failure.retryable => {
+                tracing::warn!(error = %failure.message, "the guest could not start");
+                Some(backoff.delay(1))
+            }
+            _ => None,
+        };
         if watch.lost.load(Ordering::SeqCst) {
             self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
             self.metrics.leases_lost.inc();
             tracing::warn!("lease lost: the attempt's result is dropped");
-        } else if self.shutting_down.load(Ordering::SeqCst)
-            && !user_cancel
-            && outcome.as_ref().is_ok_and(|o| o.error_kind() == Some(ErrorKind::Cancelled))
-        {
+        } else if let Some(pause) = release_pause {
             let now = self.clock.now();
-            let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, run_after: now, now };
-            match self.store.job_release(params).await {
-                Ok(true) => tracing::info!("released to the queue at shutdown"),
-                Ok(false) => tracing::warn!("not released at shutdown: the lease was lost"),
-                Err(e) => tracing::warn!(error = %e, "not released at shutdown; the sweeper will reclaim it"),
-            }
-        } else if !user_cancel
-            && let Err(failure) = &outcome
-            && failure.retryable
-        {
-            // A transient host fault before the guest started (its plugin
-            // could not be read): nothing ran, so the job goes back to the
-            // queue after a backoff pause without spending an attempt.
-            let now = self.clock.now();
-            let run_after = now.plus(backoff.delay(1));
+            let run_after = now.plus(pause);
             let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, run_after, now };
             match self.store.job_release(params).await {
-                Ok(true) => tracing::warn!(error = %failure.message, %run_after, "the guest could not start; released"),
+                Ok(true) => tracing::info!(%run_after, "released to the queue; no attempt spent"),
                 Ok(false) => tracing::warn!("not released: the lease was lost"),
                 Err(e) => tracing::warn!(error = %e, "not released; the sweeper will reclaim it"),
             }

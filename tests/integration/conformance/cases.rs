@@ -275,13 +275,7 @@ pub(crate) async fn a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
     assert!(!store.job_finish(succeed(&old, at(102))).await.unwrap(), "stale finish");
     let extend = LeaseExtendParams { id: old.job.id, token: old.token.clone(), lease_ttl: TTL, now: at(102) };
     assert_eq!(store.lease_extend(extend).await.unwrap(), LeaseState::Lost, "stale renewal");
-    let release = JobReleaseParams {
-        id: old.job.id,
-        token: old.token.clone(),
-        queue_ttl: QUEUE_TTL,
-        run_after: at(102),
-        now: at(102),
-    };
+    let release = release_params(&old, at(102), at(102));
     assert!(!store.job_release(release).await.unwrap(), "stale release");
     let forged = Lease { job: old.job.clone(), token: "not-a-token".into() };
     assert!(!store.job_finish(succeed(&forged, at(102))).await.unwrap(), "forged token");
@@ -329,13 +323,7 @@ pub(crate) async fn terminal_jobs_have_no_way_out(store: Arc<dyn JobStore>) {
     let again =
         finish_params(&lease, Finish::Failed { kind: ErrorKind::Trap, message: "late".into(), backtrace: None }, at(3));
     assert!(!store.job_finish(again).await.unwrap(), "finish twice");
-    let release = JobReleaseParams {
-        id: lease.job.id,
-        token: lease.token.clone(),
-        queue_ttl: QUEUE_TTL,
-        run_after: at(3),
-        now: at(3),
-    };
+    let release = release_params(&lease, at(3), at(3));
     assert!(!store.job_release(release).await.unwrap(), "release a finished job");
     assert_eq!(
         store.job_cancel(lease.job.id, at(3)).await.unwrap(),
@@ -445,13 +433,7 @@ pub(crate) async fn reclaim_of_a_job_being_cancelled_cancels_it(store: Arc<dyn J
 pub(crate) async fn release_requeues_without_spending_an_attempt(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
-    let release = JobReleaseParams {
-        id: lease.job.id,
-        token: lease.token.clone(),
-        queue_ttl: QUEUE_TTL,
-        run_after: at(2),
-        now: at(2),
-    };
+    let release = release_params(&lease, at(2), at(2));
     assert!(store.job_release(release).await.unwrap());
     let got = get(&*store, lease.job.id).await;
     assert_eq!(got.status, JobStatus::Queued);
@@ -465,13 +447,7 @@ pub(crate) async fn release_requeues_without_spending_an_attempt(store: Arc<dyn 
 pub(crate) async fn a_released_job_is_claimable_again(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
-    let release = JobReleaseParams {
-        id: lease.job.id,
-        token: lease.token.clone(),
-        queue_ttl: QUEUE_TTL,
-        run_after: at(5),
-        now: at(2),
-    };
+    let release = release_params(&lease, at(5), at(2));
     assert!(store.job_release(release).await.unwrap());
     let got = get(&*store, lease.job.id).await;
     assert_eq!((got.run_after, got.expires_at), (at(5), at(5).plus(QUEUE_TTL)), "due after its pause");
@@ -746,6 +722,10 @@ pub(crate) async fn claims_take_the_earliest_due_first(store: Arc<dyn JobStore>)
     assert_eq!(order, [newer.id, older.id]);
 }
 
+fn release_params(lease: &Lease, run_after: Timestamp, now: Timestamp) -> JobReleaseParams {
+    JobReleaseParams { id: lease.job.id, token: lease.token.clone(), queue_ttl: QUEUE_TTL, run_after, now }
+}
+
 fn retry_params(lease: &Lease, run_after: Timestamp, now: Timestamp) -> JobRetryParams {
     JobRetryParams {
         id: lease.job.id,
@@ -827,9 +807,7 @@ pub(crate) async fn a_deadline_caps_the_queue_expiry_through_every_requeue(store
     assert_eq!((job.deadline_at, job.expires_at), (Some(at(5)), at(5)), "still queued at its deadline, it expires");
     // A release, a retry and a reclaim never push its expiry past the deadline.
     let lease = claim_one(&*store, at(1)).await;
-    let release =
-        JobReleaseParams { id: job.id, token: lease.token.clone(), queue_ttl: QUEUE_TTL, run_after: at(1), now: at(1) };
-    assert!(store.job_release(release).await.unwrap());
+    assert!(store.job_release(release_params(&lease, at(1), at(1))).await.unwrap());
     assert_eq!(get(&*store, job.id).await.expires_at, at(5));
     let lease = claim_one(&*store, at(2)).await;
     assert!(store.job_retry(retry_params(&lease, at(3), at(2))).await.unwrap());
