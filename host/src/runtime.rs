@@ -938,9 +938,13 @@ impl Runtime {
         let poll = self.inner.settings.worker.poll_interval;
         let waiting = async {
             loop {
-                let job = self.get(id).await?;
-                if job.status.is_terminal() {
-                    return Ok(job);
+                match self.get(id).await {
+                    Ok(job) if job.status.is_terminal() => return Ok(job),
+                    Ok(_) => {}
+                    // A store that is briefly unreachable: ask again at the
+                    // next poll, within the caller's timeout.
+                    Err(RuntimeError::Store(e)) if e.is_transient() => {}
+                    Err(e) => return Err(e),
                 }
                 let sleep = tokio::time::sleep(poll);
                 tokio::pin!(sleep);

@@ -15,8 +15,15 @@
 //! An outside writer also holds the write lock past the busy timeout, so
 //! every process sees SQLITE_BUSY.
 //!
+//! The same run on PostgreSQL (`chaos::postgres_five_thousand_jobs`) uses
+//! a private cluster of its own, two `leash serve` replicas and one
+//! `leash worker`; instead of the lock hold it terminates every leash
+//! connection at once (twice) and crashes and restarts the cluster once.
+//!
 //! `chaos::ten_thousand_jobs` (10,000 jobs, 24 kills, 8 SIGTERMs, 2
-//! pauses, 1 lock hold) is part of `cargo test`. The long run (100,000 jobs, 200 kills):
+//! pauses, 1 lock hold) and `chaos::postgres_five_thousand_jobs` (5,000
+//! jobs, 20 kills, 4 SIGTERMs, 1 pause, 2 connection storms, 1 restart)
+//! are part of `cargo test`. The long run (100,000 jobs, 200 kills):
 //!
 //! ```sh
 //! cargo test -p leash --test integration chaos::long -- --ignored --nocapture
@@ -34,9 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leash::job::{ErrorKind, Job, JobId, JobStatus};
-use leash::store::Durability;
-use leash::store::sqlite::SqliteStore;
-use leash::store::{JobListParams, JobStore};
+use leash::store::{Database, Durability, JobListParams, JobStore};
 use serde_json::{Value, json};
 
 use crate::server::leash_bin;
@@ -45,16 +50,31 @@ const TOKEN: &str = "chaos-token-0123456789abcdef";
 const LEASE_TTL: Duration = Duration::from_secs(1);
 const SLOTS_PER_PROCESS: &str = "4";
 
+/// Which store the processes share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    /// One SQLite file: one `serve`, two `worker`s.
+    Sqlite,
+    /// A private PostgreSQL cluster: two `serve` replicas, one `worker`.
+    Postgres,
+}
+
 /// How big a run is.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
+    backend: Backend,
     jobs: u64,
     kills: u32,
     /// SIGTERMs (a clean stop, then a restart), spread over the kills.
     terms: u32,
     pauses: u32,
-    /// Times an outside writer holds the write lock past the busy timeout.
+    /// Times an outside writer holds the write lock past the busy timeout
+    /// (SQLite).
     lock_holds: u32,
+    /// Times every leash connection is terminated at once (PostgreSQL).
+    storms: u32,
+    /// Times the cluster is crashed and restarted (PostgreSQL).
+    restarts: u32,
     seed: u64,
     /// The whole run, drain included, must end within this.
     deadline: Duration,
@@ -75,11 +95,30 @@ fn seed() -> u64 {
 #[test]
 fn ten_thousand_jobs() {
     run(Plan {
+        backend: Backend::Sqlite,
         jobs: 10_000,
         kills: 24,
         terms: 8,
         pauses: 2,
         lock_holds: 1,
+        storms: 0,
+        restarts: 0,
+        seed: seed(),
+        deadline: Duration::from_secs(600),
+    });
+}
+
+#[test]
+fn postgres_five_thousand_jobs() {
+    run(Plan {
+        backend: Backend::Postgres,
+        jobs: 5_000,
+        kills: 20,
+        terms: 4,
+        pauses: 1,
+        lock_holds: 0,
+        storms: 2,
+        restarts: 1,
         seed: seed(),
         deadline: Duration::from_secs(600),
     });
@@ -89,11 +128,14 @@ fn ten_thousand_jobs() {
 #[ignore = "the long chaos run takes several minutes; see the module docs"]
 fn long() {
     run(Plan {
+        backend: Backend::Sqlite,
         jobs: env_u64("LEASH_CHAOS_JOBS").unwrap_or(100_000),
         kills: env_u64("LEASH_CHAOS_KILLS").map_or(200, |k| k as u32),
         terms: env_u64("LEASH_CHAOS_TERMS").map_or(60, |k| k as u32),
         pauses: 10,
         lock_holds: 3,
+        storms: 0,
+        restarts: 0,
         seed: seed(),
         deadline: Duration::from_secs(3_600),
     });
@@ -225,24 +267,57 @@ impl Proc {
 
 struct Harness {
     dir: tempfile::TempDir,
-    db: PathBuf,
+    /// The store: an SQLite path or a PostgreSQL URL.
+    db: String,
+    /// The PostgreSQL cluster, when the run uses one.
+    cluster: Option<crate::pg::Cluster>,
     start_log: PathBuf,
-    url: String,
+    /// One base URL per `serve` process.
+    urls: Vec<String>,
     http: reqwest::Client,
 }
 
 impl Harness {
-    fn new() -> Harness {
+    /// `None`: the backend is not available here (and the test said so).
+    fn new(backend: Backend) -> Option<Harness> {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("chaos.db");
+        let (db, cluster, serves) = match backend {
+            Backend::Sqlite => (dir.path().join("chaos.db").display().to_string(), None, 1),
+            Backend::Postgres => {
+                let cluster = crate::pg::Cluster::start()?;
+                (cluster.url(), Some(cluster), 2)
+            }
+        };
         let start_log = dir.path().join("starts.log");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let urls = (0..serves)
+            .map(|_| {
+                let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+                format!("http://127.0.0.1:{port}")
+            })
+            .collect();
         let http = reqwest::Client::builder().timeout(Duration::from_secs(15)).build().unwrap();
-        Harness { dir, db, start_log, url: format!("http://127.0.0.1:{port}"), http }
+        Some(Harness { dir, db, cluster, start_log, urls, http })
+    }
+
+    /// The processes under test: `serve` processes first (one per URL),
+    /// then workers.
+    fn processes(&self) -> Vec<Proc> {
+        let mut procs: Vec<Proc> = self
+            .urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| {
+                let name = if self.urls.len() == 1 { "serve".to_owned() } else { format!("serve-{}", i + 1) };
+                self.process(&name, "serve", &["--listen", url.trim_start_matches("http://")])
+            })
+            .collect();
+        let workers: &[&str] = if self.urls.len() == 1 { &["worker-a", "worker-b"] } else { &["worker"] };
+        procs.extend(workers.iter().map(|name| self.process(name, "worker", &[])));
+        procs
     }
 
     fn process(&self, name: &str, command: &str, extra: &[&str]) -> Proc {
-        let mut args: Vec<String> = vec![command.into(), "--db".into(), self.db.display().to_string()];
+        let mut args: Vec<String> = vec![command.into(), "--db".into(), self.db.clone()];
         let lease = format!("{}ms", LEASE_TTL.as_millis());
         let common = [
             "--max-workers",
@@ -264,15 +339,23 @@ impl Harness {
         Proc { name: name.into(), args, stderr, child: None, ready_line, ready_before: 0 }
     }
 
+    /// A request to the `serve` process `n` picks (any of them will do).
+    fn request_to(&self, n: u64, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let url = &self.urls[(n % self.urls.len() as u64) as usize];
+        self.http.request(method, format!("{url}{path}")).bearer_auth(TOKEN)
+    }
+
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.http.request(method, format!("{}{path}", self.url)).bearer_auth(TOKEN)
+        self.request_to(0, method, path)
     }
 
     async fn wait_up(&self) {
         let start = Instant::now();
-        while !self.http.get(format!("{}/healthz", self.url)).send().await.is_ok_and(|r| r.status().is_success()) {
-            assert!(start.elapsed() < Duration::from_secs(60), "leash serve never came up");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        for url in &self.urls {
+            while !self.http.get(format!("{url}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
+                assert!(start.elapsed() < Duration::from_secs(60), "leash serve never came up at {url}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
     }
 
@@ -291,8 +374,9 @@ impl Harness {
     /// looking its plan id up before it is sent again.
     async fn submit(&self, n: u64, body: &Value, seen: &Seen) -> JobId {
         let plan = format!("chaos-{n}");
-        loop {
-            match self.request(reqwest::Method::POST, "/v1/jobs").json(body).send().await {
+        // Each try goes to the next replica: one that is down is skipped.
+        for attempt in n.. {
+            match self.request_to(attempt, reqwest::Method::POST, "/v1/jobs").json(body).send().await {
                 Ok(response) => {
                     let status = response.status().as_u16();
                     let answer = response.json::<Value>().await;
@@ -324,12 +408,13 @@ impl Harness {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        unreachable!("the attempts never run out")
     }
 
-    /// The job submitted under `plan`, once the server answers.
+    /// The job submitted under `plan`, once a server answers.
     async fn find_plan(&self, plan: &str) -> Option<JobId> {
-        loop {
-            let answer = self.request(reqwest::Method::GET, &format!("/v1/jobs?plan={plan}")).send().await;
+        for attempt in 0.. {
+            let answer = self.request_to(attempt, reqwest::Method::GET, &format!("/v1/jobs?plan={plan}")).send().await;
             if let Ok(response) = answer
                 && response.status().is_success()
                 && let Ok(list) = response.json::<Value>().await
@@ -340,12 +425,13 @@ impl Harness {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        unreachable!("the attempts never run out")
     }
 
     /// Ask for a cancel until some process answers it.
     async fn cancel(&self, id: JobId) {
-        loop {
-            let answer = self.request(reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await;
+        for attempt in 0.. {
+            let answer = self.request_to(attempt, reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await;
             if let Ok(response) = answer {
                 match response.status().as_u16() {
                     200 | 202 | 409 => return,
@@ -379,6 +465,10 @@ struct Chaos {
     slowest_term: Duration,
     pauses: u32,
     lock_holds: u32,
+    storms: u32,
+    /// Connections the storms terminated.
+    terminated: u64,
+    restarts: u32,
     /// Processes that ended without being told to, with their status.
     crashes: Vec<String>,
 }
@@ -386,23 +476,22 @@ struct Chaos {
 fn run(plan: Plan) {
     eprintln!("chaos: {plan:?} (LEASH_CHAOS_SEED={} replays the same random choices)", plan.seed);
     let started = Instant::now();
-    let harness = Arc::new(Harness::new());
-    let listen = harness.url.trim_start_matches("http://").to_owned();
-    let mut procs = vec![
-        harness.process("serve", "serve", &["--listen", &listen]),
-        harness.process("worker-a", "worker", &[]),
-        harness.process("worker-b", "worker", &[]),
-    ];
+    let Some(harness) = Harness::new(plan.backend) else { return };
+    let harness = Arc::new(harness);
+    let mut procs = harness.processes();
+    let serves = harness.urls.len();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
 
-    procs[0].spawn();
+    for p in &mut procs[..serves] {
+        p.spawn();
+    }
     rt.block_on(async {
         harness.wait_up().await;
         for plugin in ["hello", "coop", "sleep", "fail"] {
             harness.add_plugin(plugin).await;
         }
     });
-    for p in &mut procs[1..] {
+    for p in &mut procs[serves..] {
         p.spawn();
     }
 
@@ -466,6 +555,8 @@ fn run(plan: Plan) {
     let term_at: Vec<u32> = (1..=plan.terms).map(|i| (plan.kills * i / (plan.terms + 1)).max(1)).collect();
     // The first lock hold comes early, while jobs are still being submitted.
     let hold_at: Vec<u32> = (0..plan.lock_holds).map(|i| 2 + plan.kills * i / plan.lock_holds).collect();
+    let storm_at: Vec<u32> = (1..=plan.storms).map(|i| plan.kills * i / (plan.storms + 1) + 1).collect();
+    let restart_at: Vec<u32> = (1..=plan.restarts).map(|i| plan.kills * i / (plan.restarts + 1) + 2).collect();
     while chaos.kills < plan.kills || submitted_at_ms.load(Ordering::SeqCst) == 0 {
         assert!(started.elapsed() < plan.deadline, "chaos did not finish in {:?}: {chaos:?}", plan.deadline);
         std::thread::sleep(rng.millis(150, 700));
@@ -512,14 +603,28 @@ fn run(plan: Plan) {
             // for two busy timeouts: a submit queued behind a write already
             // waiting for the lock fails in the second.)
             procs[0].wait_ready(Instant::now() + Duration::from_secs(60));
-            hold_write_lock(&harness.db, Duration::from_secs(11));
+            hold_write_lock(Path::new(&harness.db), Duration::from_secs(11));
             chaos.lock_holds += 1;
+        }
+        if let Some(cluster) = &harness.cluster {
+            if storm_at.contains(&chaos.kills) {
+                // Every connection of every process at once, as a failover
+                // or an operator's pg_terminate_backend would.
+                chaos.terminated += rt.block_on(cluster.terminate_leash_backends());
+                chaos.storms += 1;
+            }
+            if restart_at.contains(&chaos.kills) {
+                cluster.crash_and_restart();
+                chaos.restarts += 1;
+            }
         }
     }
     let chaos_over = started.elapsed();
 
     // Drain: every job must end.
-    let store = rt.block_on(async { SqliteStore::open(&harness.db, Durability::Normal).expect("open the store") });
+    let store = rt.block_on(async {
+        leash::store::open(&Database::parse(&harness.db), Durability::Normal).await.expect("open the store")
+    });
     let submitted: Vec<Submitted> = submitted.lock().unwrap().values().cloned().collect();
     assert_eq!(submitted.len() as u64, plan.jobs, "every submission got a job id");
     rt.block_on(async {
@@ -550,7 +655,7 @@ fn run(plan: Plan) {
         }
     }
 
-    let jobs = rt.block_on(all_jobs(&store));
+    let jobs = rt.block_on(all_jobs(&*store));
     let starts = read_start_log(&harness.start_log);
     let cancel_asked = cancel_asked.lock().unwrap().clone();
     let mut report = check(&submitted, &jobs, &starts, &cancel_asked);
@@ -573,6 +678,7 @@ fn run(plan: Plan) {
 
     let summary = json!({
         "seed": plan.seed,
+        "backend": format!("{:?}", plan.backend),
         "jobs": plan.jobs,
         "processes": procs.len(),
         "kills": chaos.kills,
@@ -581,6 +687,9 @@ fn run(plan: Plan) {
         "slowest_sigterm_exit_seconds": chaos.slowest_term.as_secs_f64(),
         "pauses": chaos.pauses,
         "lock_holds": chaos.lock_holds,
+        "connection_storms": chaos.storms,
+        "connections_terminated": chaos.terminated,
+        "database_restarts": chaos.restarts,
         "releases": report.releases,
         "jobs_released": report.jobs_released,
         "max_attempts_1_jobs_run_twice_after_a_release": report.max1_rerun_after_release,
@@ -617,6 +726,10 @@ fn run(plan: Plan) {
     assert_eq!(chaos.terms, plan.terms);
     assert_eq!(chaos.pauses, plan.pauses);
     assert_eq!(chaos.lock_holds, plan.lock_holds);
+    assert_eq!((chaos.storms, chaos.restarts), (plan.storms, plan.restarts));
+    if plan.storms > 0 {
+        assert!(chaos.terminated > 0, "the storms terminated no connection");
+    }
     if plan.lock_holds > 0 {
         assert!(seen.refused.load(Ordering::Relaxed) > 0, "the held lock never reached a submit as a 503");
     }
@@ -649,7 +762,7 @@ fn check_alive(procs: &mut [Proc], chaos: &mut Chaos) {
     }
 }
 
-async fn all_jobs(store: &SqliteStore) -> HashMap<JobId, Job> {
+async fn all_jobs(store: &dyn JobStore) -> HashMap<JobId, Job> {
     let mut jobs = HashMap::new();
     let mut before = None;
     loop {
@@ -802,7 +915,7 @@ fn check(
             (JobStatus::Failed, Some(ErrorKind::GuestError)) if s.kind == Kind::Failing => true,
             (JobStatus::Cancelled, _) if s.kind == Kind::Coop && cancel_asked.contains(&s.id) => false,
             _ => {
-                bad("an ending this plugin cannot have".into());
+                bad(format!("an ending this plugin cannot have: {:?}", job.error_message));
                 false
             }
         };

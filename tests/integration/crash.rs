@@ -17,13 +17,13 @@ fn start_worker(db: &Path, max_workers: u32) -> Child {
     start_worker_with(db, max_workers, &[])
 }
 
-fn start_worker_with(db: &Path, max_workers: u32, extra: &[&str]) -> Child {
+/// `leash worker --db DB` (a path or a URL) once it reports it is running.
+pub(crate) fn start_worker_with(db: impl AsRef<std::ffi::OsStr>, max_workers: u32, extra: &[&str]) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_leash"))
         .args(["worker", "--db"])
         .arg(db)
-        .args(["--lease-ttl", LEASE_TTL, "--poll-interval", "50ms", "--shutdown-budget", "3s"])
         .args(["--max-workers", &max_workers.to_string()])
-        .args(extra)
+        .args(with_worker_defaults(extra))
         .env("LEASH_CACHE_DIR", cache_dir())
         .stderr(Stdio::piped())
         .spawn()
@@ -39,7 +39,15 @@ fn start_worker_with(db: &Path, max_workers: u32, extra: &[&str]) -> Child {
     child
 }
 
-fn sigterm(child: &Child) {
+/// Fast timings for tests, unless `extra` sets the flag itself.
+fn with_worker_defaults(extra: &[&str]) -> Vec<String> {
+    crate::server::flags_with_defaults(
+        extra,
+        &[("--lease-ttl", LEASE_TTL), ("--poll-interval", "50ms"), ("--shutdown-budget", "3s")],
+    )
+}
+
+pub(crate) fn sigterm(child: &Child) {
     assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
 }
 

@@ -359,3 +359,21 @@ where
 async fn the_sqlite_store_follows_the_model_on_every_explored_trace() {
     replay_every_trace("SQLite", crate::conformance::sqlite).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_store_follows_the_model_on_every_explored_trace() {
+    let Some(url) = crate::pg::url() else { return };
+    // One schema, emptied between traces: a schema and a pool per trace
+    // would cost more than the traces.
+    let schema = std::sync::Arc::new(crate::pg::Schema::create(&url).await);
+    let store: std::sync::Arc<dyn leash::store::JobStore> =
+        std::sync::Arc::new(leash::store::postgres::PostgresStore::open(&schema.url).await.unwrap());
+    replay_every_trace("PostgreSQL", || {
+        let (schema, store) = (schema.clone(), store.clone());
+        async move {
+            schema.execute("DELETE FROM jobs").await;
+            Some(crate::conformance::Fresh::new(store, ()))
+        }
+    })
+    .await;
+}

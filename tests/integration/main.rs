@@ -12,6 +12,8 @@ mod faults;
 mod hostile;
 mod http;
 mod lease_model;
+mod pg;
+mod postgres;
 mod runtime;
 mod sandbox;
 mod server;

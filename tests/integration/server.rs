@@ -30,17 +30,24 @@ pub fn leash_bin() -> Command {
 
 /// Fast timings for tests, unless `extra` sets the flag itself.
 fn with_defaults(extra: &[&str]) -> Vec<String> {
-    let defaults = [
-        ("--listen", "127.0.0.1:0"),
-        ("--poll-interval", "50ms"),
-        ("--lease-ttl", "3s"),
-        ("--cancel-grace", "1s"),
-        ("--shutdown-budget", "3s"),
-    ];
+    flags_with_defaults(
+        extra,
+        &[
+            ("--listen", "127.0.0.1:0"),
+            ("--poll-interval", "50ms"),
+            ("--lease-ttl", "3s"),
+            ("--cancel-grace", "1s"),
+            ("--shutdown-budget", "3s"),
+        ],
+    )
+}
+
+/// `extra`, then each default flag `extra` does not set.
+pub fn flags_with_defaults(extra: &[&str], defaults: &[(&str, &str)]) -> Vec<String> {
     let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     for (flag, value) in defaults {
-        if !extra.contains(&flag) {
-            args.extend([flag.to_owned(), value.to_owned()]);
+        if !extra.contains(flag) {
+            args.extend([flag.to_string(), value.to_string()]);
         }
     }
     args
@@ -54,7 +61,17 @@ impl Server {
 
     /// Like [`Server::start`], with `configure` applied to the command.
     pub fn start_with(db: &Path, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
-        let token_file = db.with_extension("token");
+        Server::start_on(db.as_os_str(), &db.with_extension("token"), extra, configure)
+    }
+
+    /// `leash serve --db DB` (a path or a URL) with its token in `token_file`.
+    pub fn start_on(
+        db: &std::ffi::OsStr,
+        token_file: &Path,
+        extra: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Server {
+        let token_file = token_file.to_owned();
         let mut command = leash_bin();
         command
             .arg("serve")

@@ -352,6 +352,17 @@ impl Counts {
     pub fn total(&self) -> u64 {
         self.queued + self.running + self.succeeded + self.failed + self.cancelled
     }
+
+    /// The count of one state, to set or add to.
+    pub fn of_mut(&mut self, status: JobStatus) -> &mut u64 {
+        match status {
+            JobStatus::Queued => &mut self.queued,
+            JobStatus::Running => &mut self.running,
+            JobStatus::Succeeded => &mut self.succeeded,
+            JobStatus::Failed => &mut self.failed,
+            JobStatus::Cancelled => &mut self.cancelled,
+        }
+    }
 }
 
 #[cfg(test)]

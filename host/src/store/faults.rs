@@ -249,4 +249,8 @@ impl JobStore for FaultyStore {
     async fn workers_delete_stale(&self, last_heartbeat_before: Timestamp) -> Result<u64, StoreError> {
         self.inner.workers_delete_stale(last_heartbeat_before).await
     }
+
+    fn enqueued(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.enqueued()
+    }
 }

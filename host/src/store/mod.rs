@@ -11,7 +11,9 @@
 //!
 //! This module knows nothing of wasm: it stores plugin digests and bytes.
 
+mod codec;
 pub mod faults;
+pub mod postgres;
 pub mod sqlite;
 
 use std::fmt;
@@ -154,9 +156,8 @@ pub async fn open(db: &Database, durability: Durability) -> Result<Arc<dyn JobSt
                 .map_err(|e| StoreError::Invalid(format!("opening the store panicked: {e}")))??;
             Ok(Arc::new(store))
         }
-        Database::Postgres(_) => Err(StoreError::Unsupported(format!(
-            "{db}: this build of leash has no PostgreSQL backend yet; use an SQLite file (sqlite:PATH)"
-        ))),
+        // Every commit on PostgreSQL is as durable as the server makes it.
+        Database::Postgres(url) => Ok(Arc::new(postgres::PostgresStore::open(url).await?)),
     }
 }
 
@@ -291,6 +292,15 @@ impl Finish {
             Finish::Succeeded { .. } => JobStatus::Succeeded,
             Finish::Failed { .. } => JobStatus::Failed,
             Finish::Cancelled { .. } => JobStatus::Cancelled,
+        }
+    }
+
+    /// What it stores: the output, the error message and the backtrace.
+    pub fn into_columns(self) -> (Option<Vec<u8>>, Option<String>, Option<String>) {
+        match self {
+            Finish::Succeeded { output } => (Some(output), None, None),
+            Finish::Failed { message, backtrace, .. } => (None, Some(message), backtrace),
+            Finish::Cancelled { message } => (None, Some(message), None),
         }
     }
 
@@ -523,9 +533,9 @@ pub enum StoreError {
     /// The input was refused before touching the database.
     #[error("invalid job: {0}")]
     Invalid(String),
-    /// The database named is of a kind this build cannot open.
+    /// The database's location or one of its settings is invalid.
     #[error("{0}")]
-    Unsupported(String),
+    Config(String),
     /// The store's writer has stopped.
     #[error("the job store is closed")]
     Closed,
@@ -663,6 +673,14 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// Delete workers whose last report is older than the cutoff (stopped
     /// or silent ones, at retention).
     async fn workers_delete_stale(&self, last_heartbeat_before: Timestamp) -> Result<u64, StoreError>;
+
+    /// A signal that changes when jobs may have become claimable through
+    /// another process sharing the store (PostgreSQL's `NOTIFY`), so a
+    /// pool wakes before its poll interval. `None`: the store cannot tell,
+    /// and pools poll.
+    fn enqueued(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -293,6 +293,8 @@ impl Pool {
     pub(crate) async fn claim_loop(self: Arc<Self>) {
         let slots = Arc::new(Semaphore::new(self.config.max_workers));
         let mut state = self.state.subscribe();
+        // Jobs enqueued through another process sharing the store.
+        let mut elsewhere = self.store.enqueued();
         loop {
             let first = tokio::select! {
                 permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
@@ -344,6 +346,7 @@ impl Pool {
             if got < wanted {
                 tokio::select! {
                     _ = self.wake.notified() => {}
+                    _ = enqueued_elsewhere(&mut elsewhere) => {}
                     _ = tokio::time::sleep(self.config.poll_interval) => {}
                     _ = state.wait_for(|s| *s != PoolState::Running) => return,
                 }
@@ -449,4 +452,16 @@ pub(crate) fn last_heartbeat(stats: &PoolStats) -> Option<Timestamp> {
         0 => None,
         ms => Some(Timestamp::from_unix_ms(ms as i64)),
     }
+}
+
+/// Wait for the store's signal that jobs were enqueued elsewhere; never,
+/// for a store that gives none (or has stopped giving it).
+async fn enqueued_elsewhere(signal: &mut Option<watch::Receiver<u64>>) {
+    if let Some(rx) = signal {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+        *signal = None;
+    }
+    std::future::pending::<()>().await
 }

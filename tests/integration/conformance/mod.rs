@@ -7,6 +7,7 @@ pub(crate) mod cases;
 
 use std::sync::Arc;
 
+use leash::store::postgres::PostgresStore;
 use leash::store::sqlite::SqliteStore;
 use leash::store::{Durability, JobStore};
 
@@ -101,7 +102,7 @@ macro_rules! backend_tests {
 /// A fresh, empty store and what keeps it alive.
 pub(crate) struct Fresh {
     pub(crate) store: Arc<dyn JobStore>,
-    _dir: tempfile::TempDir,
+    _keep: Box<dyn std::any::Any + Send>,
 }
 
 /// A new SQLite file in a temporary folder.
@@ -112,9 +113,27 @@ pub(crate) async fn sqlite() -> Option<Fresh> {
 pub(crate) fn sqlite_with(durability: Durability) -> Fresh {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("jobs.db"), durability).unwrap();
-    Fresh { store: Arc::new(store), _dir: dir }
+    Fresh::new(Arc::new(store), dir)
+}
+
+/// A new schema in the test PostgreSQL (`None`: skipped, and said why).
+pub(crate) async fn postgres() -> Option<Fresh> {
+    let schema = crate::pg::Schema::create(&crate::pg::url()?).await;
+    let store = PostgresStore::open(&schema.url).await.unwrap();
+    Some(Fresh::new(Arc::new(store), schema))
+}
+
+impl Fresh {
+    /// A store that stays alive with whatever `keep` holds.
+    pub(crate) fn new(store: Arc<dyn JobStore>, keep: impl std::any::Any + Send) -> Fresh {
+        Fresh { store, _keep: Box::new(keep) }
+    }
 }
 
 mod sqlite {
     with_cases!(backend_tests!(crate::conformance::sqlite;));
+}
+
+mod postgres {
+    with_cases!(backend_tests!(crate::conformance::postgres;));
 }

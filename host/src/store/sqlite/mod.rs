@@ -22,7 +22,7 @@ mod rows;
 mod schema;
 mod writer;
 
-use rows::{JOB_COLUMNS, corrupt, count_jobs, db_err, json_column, ms, query_jobs, query_plugins, row_to_job, to_json};
+use rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs, query_plugins, row_to_job};
 use schema::{create_private, open_when_free};
 use writer::{WriteOp, in_savepoint, writer_loop};
 
@@ -34,16 +34,17 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 use tokio::sync::oneshot;
 
+use super::codec::{corrupt, i64_of, json_column, list_filters, ms, target_columns, target_of, to_json};
 use super::{
-    CancelResult, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
-    JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease,
-    LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
+    CancelResult, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams,
+    JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams,
+    LeaseReclaimParams, LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
 use super::{Durability, WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
 use crate::job::{
     Backoff, Counts, Digest, ErrorKind, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, PluginInfo, PluginName,
-    PluginRef, SCHEMA_VERSION, Target,
+    PluginRef, SCHEMA_VERSION,
 };
 
 /// The SQLite [`JobStore`].
@@ -93,11 +94,7 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
             check_idempotency_key(conn, idempotency)?;
         }
         let id = JobId::new(now);
-        let (phase, action) = match &job.target {
-            Target::Execute => ("execute", None),
-            Target::Apply => ("apply", None),
-            Target::Action(name) => ("action", Some(name.as_str())),
-        };
+        let (phase, action) = target_columns(&job.target);
         let limits = serde_json::to_string(&job.limits).map_err(|e| StoreError::Invalid(e.to_string()))?;
         let run_after = job.run_at.map_or(now, |at| at.max(now));
         let deadline = job.deadline.map(|d| now.plus(d));
@@ -121,8 +118,8 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
             text(job.idempotency.as_ref().map(|i| i.request_digest.as_str())),
             Value::Integer(run_after.unix_ms()),
             deadline.map_or(Value::Null, |d| Value::Integer(d.unix_ms())),
-            Value::Integer(i64::try_from(job.backoff.base_ms).unwrap_or(i64::MAX)),
-            Value::Integer(i64::try_from(job.backoff.cap_ms).unwrap_or(i64::MAX)),
+            Value::Integer(i64_of(job.backoff.base_ms)),
+            Value::Integer(i64_of(job.backoff.cap_ms)),
         ]);
         ids.push(id);
     }
@@ -221,11 +218,7 @@ fn lease_token() -> String {
 fn finish(conn: &Connection, params: JobFinishParams) -> Result<bool, StoreError> {
     let now = params.now.unix_ms();
     let (status, kind) = (params.finish.status(), params.finish.error_kind());
-    let (output, message, backtrace) = match params.finish {
-        Finish::Succeeded { output } => (Some(output), None, None),
-        Finish::Failed { message, backtrace, .. } => (None, Some(message), backtrace),
-        Finish::Cancelled { message } => (None, Some(message), None),
-    };
+    let (output, message, backtrace) = params.finish.into_columns();
     let progress = params.progress.as_ref().map(to_json).transpose()?;
     let logs = params.logs.as_ref().map(to_json).transpose()?;
     let changed = conn
@@ -691,32 +684,10 @@ impl JobStore for SqliteStore {
             // List rows leave the payload and output behind.
             let columns = JOB_COLUMNS.replacen("payload", "X''", 1).replacen(" output,", " NULL,", 1);
             let mut sql = format!("SELECT {columns} FROM jobs WHERE 1 = 1");
-            let mut args: Vec<Box<dyn rusqlite::ToSql>> = Vec::new();
-            let mut filter = |clause: &str, value: String| {
-                args.push(Box::new(value));
-                sql.push_str(&format!(" AND {clause} = ?{}", args.len()));
-            };
-            if let Some(status) = params.status {
-                filter("status", status.as_str().to_owned());
-            }
-            match params.plugin {
-                Some(PluginRef::Digest(digest)) => filter("plugin_digest", digest.to_string()),
-                Some(PluginRef::Name(name)) => filter("plugin_name", name),
-                Some(PluginRef::Version(v)) => {
-                    filter("plugin_name", v.name);
-                    filter("plugin_version", v.version);
-                }
-                None => {}
-            }
-            if let Some(plan) = params.plan_id {
-                filter("plan_id", plan);
-            }
-            if let Some(key) = params.concurrency_key {
-                filter("concurrency_key", key);
-            }
-            if let Some(before) = params.before {
-                args.push(Box::new(before.to_string()));
-                sql.push_str(&format!(" AND job_id < ?{}", args.len()));
+            let mut args: Vec<String> = Vec::new();
+            for (condition, value) in list_filters(&params) {
+                args.push(value);
+                sql.push_str(&format!(" AND {condition} ?{}", args.len()));
             }
             sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {}", params.limit.max(1)));
             query_jobs(conn, &sql, rusqlite::params_from_iter(args.iter()))
@@ -788,7 +759,7 @@ impl JobStore for SqliteStore {
                     worker.slots,
                     worker.running,
                     worker.state.as_str(),
-                    i64::try_from(worker.poll_interval_ms).unwrap_or(i64::MAX),
+                    i64_of(worker.poll_interval_ms),
                     worker.processed as i64,
                     worker.failed as i64,
                     worker.cancelled as i64,

@@ -24,10 +24,6 @@ pub(super) fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> Sto
     }
 }
 
-pub(super) fn corrupt(id: &str, detail: impl Into<String>) -> StoreError {
-    StoreError::Corrupt { id: id.to_owned(), detail: detail.into() }
-}
-
 fn ts(ms: Option<i64>) -> Option<Timestamp> {
     ms.map(Timestamp::from_unix_ms)
 }
@@ -37,12 +33,7 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
     let id_text: String = row.get(0).map_err(&read)?;
     let phase: String = row.get(2).map_err(&read)?;
     let action: Option<String> = row.get(3).map_err(&read)?;
-    let target = match (phase.as_str(), action) {
-        ("execute", None) => Target::Execute,
-        ("apply", None) => Target::Apply,
-        ("action", Some(name)) => Target::Action(name),
-        (phase, _) => return Err(corrupt(&id_text, format!("bad phase {phase:?}"))),
-    };
+    let target = target_of(&id_text, &phase, action)?;
     let digest: String = row.get(4).map_err(&read)?;
     let status: String = row.get(5).map_err(&read)?;
     let limits: String = row.get(7).map_err(&read)?;
@@ -92,18 +83,6 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
     })
 }
 
-pub(super) fn json_column<T: serde::de::DeserializeOwned>(
-    id: &str,
-    what: &str,
-    text: Option<String>,
-) -> Result<Option<T>, StoreError> {
-    text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(id, format!("{what}: {e}")))).transpose()
-}
-
-pub(super) fn to_json(value: &impl serde::Serialize) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Invalid(e.to_string()))
-}
-
 /// A plugin row as read: name, version, digest, size, created.
 type PluginRow = (Option<String>, Option<String>, String, i64, i64);
 
@@ -134,10 +113,6 @@ pub(super) fn query_plugins(
     rows.into_iter().map(plugin_info).collect()
 }
 
-pub(super) fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 pub(super) fn query_jobs(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<Job>, StoreError> {
     let err = db_err("querying jobs");
     let mut stmt = conn.prepare_cached(sql).map_err(&err)?;
@@ -157,14 +132,8 @@ pub(super) fn count_jobs(conn: &Connection) -> Result<Counts, StoreError> {
         stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).and_then(|r| r.collect()).map_err(&err)?;
     let mut counts = Counts::default();
     for (status, n) in rows {
-        let slot = match status.parse().map_err(|e: String| corrupt("(counts)", e))? {
-            JobStatus::Queued => &mut counts.queued,
-            JobStatus::Running => &mut counts.running,
-            JobStatus::Succeeded => &mut counts.succeeded,
-            JobStatus::Failed => &mut counts.failed,
-            JobStatus::Cancelled => &mut counts.cancelled,
-        };
-        *slot = n as u64;
+        let status: JobStatus = status.parse().map_err(|e: String| corrupt("(counts)", e))?;
+        *counts.of_mut(status) = n.max(0) as u64;
     }
     Ok(counts)
 }

@@ -1,0 +1,83 @@
+//! Small conversions every backend's SQL needs: JSON columns, durations
+//! as milliseconds, and the error for a row that cannot be read back.
+
+use std::time::Duration;
+
+use super::{JobListParams, StoreError};
+use crate::job::{PluginRef, Target};
+
+/// A row that could not be read back into the job model.
+pub(crate) fn corrupt(id: &str, detail: impl Into<String>) -> StoreError {
+    StoreError::Corrupt { id: id.to_owned(), detail: detail.into() }
+}
+
+/// A nullable JSON text column, parsed.
+pub(crate) fn json_column<T: serde::de::DeserializeOwned>(
+    id: &str,
+    what: &str,
+    text: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(id, format!("{what}: {e}")))).transpose()
+}
+
+/// A value as a JSON text column.
+pub(crate) fn to_json(value: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A `u64` counter or limit as a signed 64-bit column, saturating.
+pub(crate) fn i64_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A list's filters as `(condition, value)` pairs, the condition a column
+/// and an operator to which each backend appends its own placeholder.
+pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)> {
+    let mut filters = Vec::new();
+    if let Some(status) = params.status {
+        filters.push(("status =", status.as_str().to_owned()));
+    }
+    match &params.plugin {
+        Some(PluginRef::Digest(digest)) => filters.push(("plugin_digest =", digest.to_string())),
+        Some(PluginRef::Name(name)) => filters.push(("plugin_name =", name.clone())),
+        Some(PluginRef::Version(v)) => {
+            filters.push(("plugin_name =", v.name.clone()));
+            filters.push(("plugin_version =", v.version.clone()));
+        }
+        None => {}
+    }
+    if let Some(plan) = &params.plan_id {
+        filters.push(("plan_id =", plan.clone()));
+    }
+    if let Some(key) = &params.concurrency_key {
+        filters.push(("concurrency_key =", key.clone()));
+    }
+    if let Some(before) = params.before {
+        filters.push(("job_id <", before.to_string()));
+    }
+    filters
+}
+
+/// The stored `phase` and `action` columns of a target.
+pub(crate) fn target_columns(target: &Target) -> (&'static str, Option<&str>) {
+    match target {
+        Target::Execute => ("execute", None),
+        Target::Apply => ("apply", None),
+        Target::Action(name) => ("action", Some(name.as_str())),
+    }
+}
+
+/// A target from its stored `phase` and `action` columns.
+pub(crate) fn target_of(id: &str, phase: &str, action: Option<String>) -> Result<Target, StoreError> {
+    match (phase, action) {
+        ("execute", None) => Ok(Target::Execute),
+        ("apply", None) => Ok(Target::Apply),
+        ("action", Some(name)) => Ok(Target::Action(name)),
+        (phase, _) => Err(corrupt(id, format!("bad phase {phase:?}"))),
+    }
+}

@@ -1,0 +1,1016 @@
+//! The PostgreSQL backend: several `leash serve` and `leash worker`
+//! processes, on several hosts, sharing one database.
+//!
+//! Every call takes a connection from a pool ([`deadpool_postgres`]) and
+//! runs as one statement or one transaction at `READ COMMITTED`. Claims
+//! pick rows with `FOR UPDATE SKIP LOCKED`, so replicas claiming at once
+//! never wait on or take each other's jobs; the unique index on running
+//! concurrency keys is the backstop for keys. Sweeps lock the rows they
+//! change the same way, so replicas sweeping at once never count a lost
+//! lease twice; queue expiry and retention work in bounded batches, so a
+//! large sweep never holds many locks or one long transaction.
+//!
+//! Lease renewals from all of a process's running jobs are gathered into
+//! one statement per round trip. Every insert (and every release) sends
+//! `NOTIFY leash_jobs` in its transaction; each store keeps one extra
+//! connection that `LISTEN`s and wakes the local pool, so a job submitted
+//! through one replica starts on another at once. That connection
+//! reconnects when lost; the poll interval stays the fallback.
+//!
+//! Timestamps are the caller's clock (`now` in every params struct), as
+//! milliseconds, never the server's `now()`. A dropped connection, a
+//! terminated backend or a restarting server surfaces as a transient
+//! [`StoreError`]: callers retry.
+//!
+//! The URL is a libpq-style `postgres://` URL; two query parameters are
+//! leash's own: `pool_size` (connections per process, default
+//! [`DEFAULT_POOL_SIZE`]) and `connect_patience_ms` (how long opening
+//! waits for a server that is not up, default 30 s).
+
+mod renew;
+mod rows;
+mod schema;
+
+use rows::{
+    count_jobs, db_err, describe, is_transient, job_columns, list_columns, pool_err, row_to_job, row_to_plugin,
+    rows_to_jobs,
+};
+use schema::{connect_when_up, migrate};
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use tokio::sync::watch;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use super::codec::{corrupt, i64_of, json_column, list_filters, ms, target_columns, target_of, to_json};
+use super::{
+    CancelResult, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams,
+    JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams,
+    LeaseReclaimParams, LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
+};
+use super::{WorkerRecord, WorkerState, WorkersSnapshot};
+use crate::clock::Timestamp;
+use crate::job::{
+    Backoff, Counts, Digest, ErrorKind, Job, JobId, JobLogs, JobStatus, NewJob, PluginInfo, PluginName, PluginRef,
+    SCHEMA_VERSION,
+};
+
+/// Connections per process unless the URL's `pool_size` says otherwise.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+/// How long opening waits for a server that is not accepting connections.
+const DEFAULT_CONNECT_PATIENCE: Duration = Duration::from_secs(30);
+/// How long a call waits for a free pooled connection, or for a new one.
+const POOL_WAIT: Duration = Duration::from_secs(10);
+/// The channel inserts and releases notify.
+const CHANNEL: &str = "leash_jobs";
+/// Rows per statement of a sweep or a large insert.
+const BATCH: i64 = 1000;
+
+/// The PostgreSQL [`JobStore`].
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pool: deadpool_postgres::Pool,
+    /// Bumped by every notification the listener receives.
+    enqueued: watch::Receiver<u64>,
+    listener: tokio::task::JoinHandle<()>,
+    renewals: renew::Renewals,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.listener.abort();
+        self.pool.close();
+    }
+}
+
+/// The URL split into the driver's config and leash's own parameters.
+struct Settings {
+    config: tokio_postgres::Config,
+    pool_size: usize,
+    connect_patience: Duration,
+}
+
+fn settings(url: &str) -> Result<Settings, StoreError> {
+    let invalid =
+        |detail: String| StoreError::Config(format!("database URL {}: {detail}", super::Database::parse(url)));
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut kept = Vec::new();
+    let (mut pool_size, mut connect_patience) = (DEFAULT_POOL_SIZE, DEFAULT_CONNECT_PATIENCE);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "pool_size" => {
+                pool_size = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| invalid(format!("pool_size must be a whole number ≥ 1, not {value:?}")))?;
+            }
+            "connect_patience_ms" => {
+                connect_patience = Duration::from_millis(
+                    value
+                        .parse()
+                        .map_err(|_| invalid(format!("connect_patience_ms must be a number, not {value:?}")))?,
+                );
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let driver_url = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
+    let mut config: tokio_postgres::Config = driver_url.parse().map_err(|e| invalid(format!("{e}")))?;
+    if config.get_application_name().is_none() {
+        config.application_name("leash");
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(5));
+    }
+    Ok(Settings { config, pool_size, connect_patience })
+}
+
+impl PostgresStore {
+    /// Connect to the database `url` names (waiting, bounded, for a server
+    /// that is not up yet), migrate its schema, and start listening for
+    /// enqueues.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let shown = super::Database::parse(url).to_string();
+        let Settings { config, pool_size, connect_patience } = settings(url)?;
+        // A connection cut while migrating (a restart, a terminated
+        // backend) is waited out like a server that is not up yet.
+        let started = std::time::Instant::now();
+        loop {
+            let patience = connect_patience.saturating_sub(started.elapsed());
+            let mut first = connect_when_up(&config, &shown, patience).await?;
+            match migrate(&mut first).await {
+                Err(e) if e.is_transient() && started.elapsed() < connect_patience => {
+                    tracing::warn!(database = %shown, error = %e, "migrating was cut off; trying again");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                migrated => break migrated?,
+            }
+        }
+        let manager = deadpool_postgres::Manager::from_config(
+            config.clone(),
+            NoTls,
+            deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(pool_size)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(POOL_WAIT))
+            .recycle_timeout(Some(POOL_WAIT))
+            .build()
+            .map_err(|e| StoreError::Config(format!("building the connection pool: {e}")))?;
+        let (notify, enqueued) = watch::channel(0u64);
+        let listener = tokio::spawn(listen(config, shown, notify));
+        let renewals = renew::Renewals::start(pool.clone());
+        Ok(PostgresStore { inner: Arc::new(Inner { pool, enqueued, listener, renewals }) })
+    }
+
+    async fn client(&self, operation: &'static str) -> Result<deadpool_postgres::Object, StoreError> {
+        self.inner.pool.get().await.map_err(pool_err(operation))
+    }
+
+    /// Run one read-only statement and return its rows. A pooled
+    /// connection the server closed since its last use (a restart, a
+    /// terminated backend) fails the first try; a read is safe to repeat,
+    /// so it is tried once more on a fresh connection.
+    async fn read(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        args: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        match self.query(operation, sql, args).await {
+            Err(e) if e.is_transient() => self.query(operation, sql, args).await,
+            answer => answer,
+        }
+    }
+
+    /// Run one statement and return its rows.
+    async fn query(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        args: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let client = self.client(operation).await?;
+        let err = db_err(operation);
+        let stmt = client.prepare_cached(sql).await.map_err(&err)?;
+        client.query(&stmt, args).await.map_err(&err)
+    }
+
+    /// Run one statement and return how many rows it changed.
+    async fn execute(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        args: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let client = self.client(operation).await?;
+        let err = db_err(operation);
+        let stmt = client.prepare_cached(sql).await.map_err(&err)?;
+        client.execute(&stmt, args).await.map_err(&err)
+    }
+
+    /// Run a bounded-batch statement (`$1` the cutoff, `$2` the batch
+    /// size) until a batch comes back short; the total changed.
+    async fn in_batches(&self, operation: &'static str, sql: &str, cutoff: i64) -> Result<u64, StoreError> {
+        let mut total = 0;
+        loop {
+            let n = self.execute(operation, sql, &[&cutoff, &BATCH]).await?;
+            total += n;
+            if n < BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+/// Keep one connection listening on [`CHANNEL`], reconnecting with backoff
+/// when it is lost; every notification (and every reconnect, which may
+/// have missed some) bumps `notify`.
+async fn listen(config: tokio_postgres::Config, shown: String, notify: watch::Sender<u64>) {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match config.connect(NoTls).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let driver = tokio::spawn(async move {
+                    while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                        match message {
+                            Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
+                                if tx.send(()).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(_) => {}
+                            Err(_) => return,
+                        }
+                    }
+                });
+                if client.batch_execute(&format!("LISTEN {CHANNEL}")).await.is_ok() {
+                    pause = Duration::from_millis(100);
+                    notify.send_modify(|n| *n = n.wrapping_add(1));
+                    while rx.recv().await.is_some() {
+                        notify.send_modify(|n| *n = n.wrapping_add(1));
+                    }
+                    tracing::warn!(database = %shown, "the LISTEN connection was lost; reconnecting");
+                }
+                driver.abort();
+            }
+            Err(e) => {
+                tracing::debug!(database = %shown, error = %describe(&e), "the LISTEN connection could not connect")
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Claim up to `params.limit` eligible jobs in one statement: queued,
+/// unexpired, due, and either keyless or the oldest queued job of a key
+/// with no running job; earliest due first, then oldest. Rows another
+/// claimer has locked are skipped, not waited for.
+async fn claim(client: &impl GenericClient, params: &JobClaimParams) -> Result<Vec<Lease>, StoreError> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH picked AS ( \
+               SELECT q.job_id FROM jobs q WHERE q.status = 'queued' AND q.run_after <= $1 AND q.expires_at > $1 \
+               AND (q.concurrency_key IS NULL OR ( \
+                 q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
+                 AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
+               ORDER BY q.run_after, q.job_id LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             UPDATE jobs j SET status = 'running', worker_id = $3, \
+               lease_token = replace(gen_random_uuid()::text, '-', ''), lease_expires_at = $4, \
+               started_at = $1, last_heartbeat = $1, attempt = j.attempt + 1, cancel_requested = FALSE, \
+               progress_json = NULL, logs_json = NULL \
+             FROM picked WHERE j.job_id = picked.job_id RETURNING {}",
+            job_columns("j")
+        )
+    });
+    let err = |e: tokio_postgres::Error| {
+        // Two claimers racing for one key's next job: the unique index
+        // refused the second. Nothing changed; the next claim will do.
+        let race = e.code() == Some(&SqlState::UNIQUE_VIOLATION);
+        let mut error = db_err("claiming jobs")(e);
+        if let StoreError::Database { transient, .. } = &mut error {
+            *transient |= race;
+        }
+        error
+    };
+    let now = params.now.unix_ms();
+    let expires = now.saturating_add(ms(params.lease_ttl));
+    let stmt = client.prepare_cached(&SQL).await.map_err(err)?;
+    let rows =
+        client.query(&stmt, &[&now, &i64::from(params.limit), &params.worker_id, &expires]).await.map_err(err)?;
+    let mut leases = rows
+        .iter()
+        .map(|row| {
+            let job = row_to_job(row)?;
+            let token =
+                job.lease_token.clone().ok_or_else(|| corrupt(&job.id.to_string(), "claimed without a token"))?;
+            Ok(Lease { job, token })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    leases.sort_by_key(|l| (l.job.run_after, l.job.id));
+    Ok(leases)
+}
+
+/// Record a running job's ending, fenced by its lease token.
+async fn finish(client: &impl GenericClient, params: JobFinishParams) -> Result<bool, StoreError> {
+    let err = db_err("finishing a job");
+    let (status, kind) = (params.finish.status(), params.finish.error_kind());
+    let (output, message, backtrace) = params.finish.into_columns();
+    let progress = params.progress.as_ref().map(to_json).transpose()?;
+    let logs = params.logs.as_ref().map(to_json).transpose()?;
+    let stmt = client
+        .prepare_cached(
+            "UPDATE jobs SET status = $1, output = $2, error_kind = $3, error_message = $4, backtrace = $5, \
+             fuel_used = $6, peak_memory_bytes = $7, finished_at = $8, last_heartbeat = $8, \
+             lease_token = NULL, lease_expires_at = NULL, \
+             progress_json = COALESCE($11, progress_json), logs_json = $12 \
+             WHERE job_id = $9 AND status = 'running' AND lease_token = $10",
+        )
+        .await
+        .map_err(&err)?;
+    let changed = client
+        .execute(
+            &stmt,
+            &[
+                &status.as_str(),
+                &output,
+                &kind.map(ErrorKind::as_str),
+                &message,
+                &backtrace,
+                &i64_of(params.fuel_used),
+                &i64_of(params.peak_memory_bytes),
+                &params.now.unix_ms(),
+                &params.id.to_string(),
+                &params.token,
+                &progress,
+                &logs,
+            ],
+        )
+        .await
+        .map_err(&err)?;
+    Ok(changed == 1)
+}
+
+/// The columns of a large insert, one array each (`unnest` turns them
+/// back into rows: one statement shape whatever the count).
+#[derive(Default)]
+struct InsertColumns {
+    id: Vec<String>,
+    plan: Vec<Option<String>>,
+    phase: Vec<&'static str>,
+    action: Vec<Option<String>>,
+    digest: Vec<String>,
+    payload: Vec<Vec<u8>>,
+    limits: Vec<String>,
+    expires: Vec<i64>,
+    max_attempts: Vec<i32>,
+    key: Vec<Option<String>>,
+    plugin_name: Vec<Option<String>>,
+    plugin_version: Vec<Option<String>>,
+    idempotency_key: Vec<Option<String>>,
+    request_digest: Vec<Option<String>>,
+    run_after: Vec<i64>,
+    deadline: Vec<Option<i64>>,
+    backoff_base: Vec<i64>,
+    backoff_cap: Vec<i64>,
+}
+
+impl InsertColumns {
+    fn push(&mut self, job: NewJob, id: JobId, now: Timestamp) -> Result<(), StoreError> {
+        let (phase, action) = target_columns(&job.target);
+        let action = action.map(str::to_owned);
+        let run_after = job.run_at.map_or(now, |at| at.max(now));
+        let deadline = job.deadline.map(|d| now.plus(d));
+        let expires_at = run_after.plus(job.queue_ttl).min(deadline.unwrap_or(Timestamp::from_unix_ms(i64::MAX)));
+        self.id.push(id.to_string());
+        self.plan.push(job.plan_id);
+        self.phase.push(phase);
+        self.action.push(action);
+        self.digest.push(job.plugin.to_string());
+        self.payload.push(job.input);
+        self.limits.push(to_json(&job.limits)?);
+        self.expires.push(expires_at.unix_ms());
+        self.max_attempts.push(i32::try_from(job.max_attempts).unwrap_or(i32::MAX));
+        self.key.push(job.concurrency_key);
+        self.plugin_name.push(job.plugin_name.as_ref().map(|n| n.name.clone()));
+        self.plugin_version.push(job.plugin_name.map(|n| n.version));
+        self.idempotency_key.push(job.idempotency.as_ref().map(|i| i.key.clone()));
+        self.request_digest.push(job.idempotency.map(|i| i.request_digest));
+        self.run_after.push(run_after.unix_ms());
+        self.deadline.push(deadline.map(Timestamp::unix_ms));
+        self.backoff_base.push(i64_of(job.backoff.base_ms));
+        self.backoff_cap.push(i64_of(job.backoff.cap_ms));
+        Ok(())
+    }
+}
+
+async fn insert_rows(
+    client: &impl GenericClient,
+    columns: &InsertColumns,
+    now: Timestamp,
+) -> Result<Vec<Job>, StoreError> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
+             schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
+             idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms) \
+             SELECT n.id, n.plan, n.phase, n.action, n.digest, 'queued', n.payload, n.limits, $19, $20, n.expires, \
+             n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap \
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
+               $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
+               $16::int8[], $17::int8[], $18::int8[]) \
+             AS n(id, plan, phase, action, digest, payload, limits, expires, max_attempts, key, pname, pversion, \
+               ikey, rdigest, run_after, deadline, bbase, bcap) \
+             RETURNING {}",
+            job_columns("")
+        )
+    });
+    let err = db_err("inserting jobs");
+    let stmt = client.prepare_cached(&SQL).await.map_err(&err)?;
+    let c = columns;
+    let rows = client
+        .query(
+            &stmt,
+            &[
+                &c.id,
+                &c.plan,
+                &c.phase,
+                &c.action,
+                &c.digest,
+                &c.payload,
+                &c.limits,
+                &c.expires,
+                &c.max_attempts,
+                &c.key,
+                &c.plugin_name,
+                &c.plugin_version,
+                &c.idempotency_key,
+                &c.request_digest,
+                &c.run_after,
+                &c.deadline,
+                &c.backoff_base,
+                &c.backoff_cap,
+                &i32::try_from(SCHEMA_VERSION).unwrap_or(i32::MAX),
+                &now.unix_ms(),
+            ],
+        )
+        .await
+        .map_err(&err)?;
+    rows_to_jobs(&rows)
+}
+
+/// The stored job, if any, that already has one of these idempotency
+/// keys, as the error an insert reports (the first key in submit order).
+async fn idempotency_conflict(client: &impl GenericClient, jobs: &[NewJob]) -> Result<Option<StoreError>, StoreError> {
+    let keys: Vec<&str> = jobs.iter().filter_map(|j| j.idempotency.as_ref().map(|i| i.key.as_str())).collect();
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let err = db_err("checking idempotency keys");
+    let stmt = client
+        .prepare_cached("SELECT idempotency_key, job_id, request_digest FROM jobs WHERE idempotency_key = ANY($1)")
+        .await
+        .map_err(&err)?;
+    let taken = client.query(&stmt, &[&keys]).await.map_err(&err)?;
+    for job in jobs {
+        let Some(idempotency) = &job.idempotency else { continue };
+        let Some(row) = taken.iter().find(|r| r.get::<_, &str>(0) == idempotency.key) else { continue };
+        let holder: String = row.get(1);
+        let digest: Option<String> = row.get(2);
+        return Ok(Some(StoreError::IdempotencyKeyTaken {
+            key: idempotency.key.clone(),
+            job: holder.parse().map_err(|e: String| corrupt(&holder, e))?,
+            same_request: digest.as_deref() == Some(idempotency.request_digest.as_str()),
+        }));
+    }
+    Ok(None)
+}
+
+/// A notification for every listening store, sent when the transaction
+/// that runs it commits.
+const NOTIFY: &str = "SELECT pg_notify('leash_jobs', '')";
+
+#[async_trait::async_trait]
+impl JobStore for PostgresStore {
+    async fn job_insert(&self, params: JobInsertParams) -> Result<Vec<Job>, StoreError> {
+        for job in &params.jobs {
+            job.check().map_err(StoreError::Invalid)?;
+        }
+        let err = db_err("inserting jobs");
+        let mut client = self.client("inserting jobs").await?;
+        if let Some(taken) = idempotency_conflict(&client, &params.jobs).await? {
+            return Err(taken);
+        }
+        let keyed: Vec<NewJob> = params.jobs.iter().filter(|j| j.idempotency.is_some()).cloned().collect();
+        let ids: Vec<JobId> = params.jobs.iter().map(|_| JobId::new(params.now)).collect();
+        let mut chunks = Vec::new();
+        let mut jobs = params.jobs.into_iter().zip(ids.iter().copied()).peekable();
+        while jobs.peek().is_some() {
+            let mut columns = InsertColumns::default();
+            for (job, id) in jobs.by_ref().take(BATCH as usize) {
+                columns.push(job, id, params.now)?;
+            }
+            chunks.push(columns);
+        }
+        let tx = client.transaction().await.map_err(&err)?;
+        let mut by_id = std::collections::HashMap::with_capacity(ids.len());
+        for columns in &chunks {
+            match insert_rows(&tx, columns, params.now).await {
+                Ok(jobs) => by_id.extend(jobs.into_iter().map(|j| (j.id, j))),
+                Err(e) => {
+                    drop(tx);
+                    // A concurrent insert took a key between the check and
+                    // this insert: report it as the check would have.
+                    if let Some(taken) = idempotency_conflict(&client, &keyed).await? {
+                        return Err(taken);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+        tx.commit().await.map_err(&err)?;
+        ids.into_iter()
+            .map(|id| by_id.remove(&id).ok_or_else(|| corrupt(&id.to_string(), "inserted but not returned")))
+            .collect()
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        static SQL: LazyLock<String> =
+            LazyLock::new(|| format!("SELECT {} FROM jobs WHERE job_id = $1", job_columns("")));
+        let rows = self.read("reading a job", &SQL, &[&id.to_string()]).await?;
+        rows.first().map(row_to_job).transpose()
+    }
+
+    async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
+        let client = self.client("claiming jobs").await?;
+        claim(&client, &params).await
+    }
+
+    async fn lease_extend(&self, params: LeaseExtendParams) -> Result<LeaseState, StoreError> {
+        self.inner.renewals.renew(params).await
+    }
+
+    async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError> {
+        let client = self.client("finishing a job").await?;
+        finish(&client, params).await
+    }
+
+    async fn job_finish_and_claim(
+        &self,
+        params: JobFinishParams,
+        next: JobClaimParams,
+    ) -> Result<(bool, Vec<Lease>), StoreError> {
+        let err = db_err("finishing a job");
+        let mut client = self.client("finishing a job").await?;
+        let mut tx = client.transaction().await.map_err(&err)?;
+        if !finish(&tx, params).await? {
+            return Ok((false, Vec::new()));
+        }
+        // The finish stands even if the claim fails: the claim runs in a
+        // savepoint, and the claim loop will claim later.
+        let savepoint = tx.transaction().await.map_err(&err)?;
+        let leases = match claim(&savepoint, &next).await {
+            Ok(leases) => {
+                savepoint.commit().await.map_err(&err)?;
+                leases
+            }
+            Err(_) => {
+                savepoint.rollback().await.map_err(&err)?;
+                Vec::new()
+            }
+        };
+        tx.commit().await.map_err(&err)?;
+        Ok((true, leases))
+    }
+
+    async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
+        let run_after = params.run_after.max(params.now).unix_ms();
+        let requeue_until = run_after.saturating_add(ms(params.queue_ttl));
+        let rows = self
+            .query(
+                "releasing a job",
+                "WITH released AS ( \
+                   UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, \
+                   releases = releases + 1, run_after = GREATEST(run_after, $4), \
+                   expires_at = LEAST(GREATEST(expires_at, $1), COALESCE(deadline_at, GREATEST(expires_at, $1))) \
+                   WHERE job_id = $2 AND status = 'running' AND lease_token = $3 RETURNING 1) \
+                 SELECT COUNT(*), pg_notify('leash_jobs', '') FROM released",
+                &[&requeue_until, &params.id.to_string(), &params.token, &run_after],
+            )
+            .await?;
+        Ok(rows.first().is_some_and(|r| r.get::<_, i64>(0) == 1))
+    }
+
+    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {
+        let err = db_err("cancelling a job");
+        let mut client = self.client("cancelling a job").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let id = id.to_string();
+        let status: Option<String> = tx
+            .query_opt("SELECT status FROM jobs WHERE job_id = $1 FOR UPDATE", &[&id])
+            .await
+            .map_err(&err)?
+            .map(|r| r.get(0));
+        let Some(status) = status else { return Ok(CancelResult::NotFound) };
+        let result = match status.parse().map_err(|e: String| corrupt(&id, e))? {
+            JobStatus::Queued => {
+                tx.execute(
+                    "UPDATE jobs SET status = 'cancelled', finished_at = $1, error_kind = 'cancelled', \
+                     error_message = 'Cancelled: cancelled while queued' WHERE job_id = $2",
+                    &[&now.unix_ms(), &id],
+                )
+                .await
+                .map_err(&err)?;
+                CancelResult::Cancelled
+            }
+            JobStatus::Running => {
+                tx.execute("UPDATE jobs SET cancel_requested = TRUE WHERE job_id = $1", &[&id]).await.map_err(&err)?;
+                CancelResult::Requested
+            }
+            terminal => CancelResult::AlreadyTerminal(terminal),
+        };
+        tx.commit().await.map_err(&err)?;
+        Ok(result)
+    }
+
+    async fn job_retry(&self, params: JobRetryParams) -> Result<bool, StoreError> {
+        let logs = params.logs.as_ref().map(to_json).transpose()?;
+        let run_after = params.run_after.unix_ms();
+        let changed = self
+            .execute(
+                "queueing a job for retry",
+                "UPDATE jobs SET status = 'queued', retries = retries + 1, lease_token = NULL, \
+                 lease_expires_at = NULL, run_after = $1, \
+                 expires_at = LEAST(GREATEST(expires_at, $2), COALESCE(deadline_at, GREATEST(expires_at, $2))), \
+                 last_error = $3, fuel_used = $4, peak_memory_bytes = $5, logs_json = $6, last_heartbeat = $7 \
+                 WHERE job_id = $8 AND status = 'running' AND lease_token = $9 \
+                 AND lost_leases + retries + 1 < max_attempts",
+                &[
+                    &run_after,
+                    &run_after.saturating_add(ms(params.queue_ttl)),
+                    &format!("{}: {}", params.kind, params.message),
+                    &i64_of(params.fuel_used),
+                    &i64_of(params.peak_memory_bytes),
+                    &logs,
+                    &params.now.unix_ms(),
+                    &params.id.to_string(),
+                    &params.token,
+                ],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn lease_reclaim_expired(&self, params: LeaseReclaimParams) -> Result<ReclaimReport, StoreError> {
+        let now = params.now.unix_ms();
+        let err = db_err("reclaiming leases");
+        let mut report = ReclaimReport::default();
+        loop {
+            let mut client = self.client("reclaiming leases").await?;
+            let tx = client.transaction().await.map_err(&err)?;
+            // Rows another replica's sweep holds are its to reclaim: a
+            // lost lease is counted once.
+            let expired = tx
+                .query(
+                    "SELECT job_id, lost_leases, retries, max_attempts, cancel_requested, backoff_base_ms, \
+                     backoff_cap_ms FROM jobs WHERE status = 'running' AND lease_expires_at <= $1 \
+                     ORDER BY job_id LIMIT $2 FOR UPDATE SKIP LOCKED",
+                    &[&now, &BATCH],
+                )
+                .await
+                .map_err(&err)?;
+            for row in &expired {
+                let id: String = row.get(0);
+                let (lost, retries, max_attempts): (i32, i32, i32) = (row.get(1), row.get(2), row.get(3));
+                let cancel_requested: bool = row.get(4);
+                if cancel_requested {
+                    report.failed += 1;
+                    tx.execute(
+                        "UPDATE jobs SET status = 'cancelled', error_kind = 'cancelled', \
+                         error_message = 'Cancelled: its worker stopped while it was being cancelled', \
+                         finished_at = $1, lost_leases = lost_leases + 1, lease_token = NULL, \
+                         lease_expires_at = NULL WHERE job_id = $2",
+                        &[&now, &id],
+                    )
+                    .await
+                } else if lost + retries + 1 < max_attempts {
+                    report.requeued += 1;
+                    let backoff = Backoff {
+                        base_ms: row.get::<_, i64>(5).max(0) as u64,
+                        cap_ms: row.get::<_, i64>(6).max(0) as u64,
+                    };
+                    let run_after = params.now.plus(backoff.delay((lost + retries + 1) as u32)).unix_ms();
+                    let requeue_until = run_after.saturating_add(ms(params.queue_ttl));
+                    tx.execute(
+                        "UPDATE jobs SET status = 'queued', lost_leases = lost_leases + 1, lease_token = NULL, \
+                         lease_expires_at = NULL, run_after = $1, last_error = 'lease_lost: ' || $2, \
+                         expires_at = LEAST(GREATEST(expires_at, $3), COALESCE(deadline_at, GREATEST(expires_at, $3))) \
+                         WHERE job_id = $4",
+                        &[&run_after, &LEASE_LOST_MESSAGE, &requeue_until, &id],
+                    )
+                    .await
+                } else {
+                    report.failed += 1;
+                    tx.execute(
+                        "UPDATE jobs SET status = 'failed', error_kind = 'lease_lost', error_message = $1, \
+                         finished_at = $2, lost_leases = lost_leases + 1, lease_token = NULL, \
+                         lease_expires_at = NULL WHERE job_id = $3",
+                        &[&LEASE_LOST_MESSAGE, &now, &id],
+                    )
+                    .await
+                }
+                .map_err(&err)?;
+            }
+            if report.requeued > 0 {
+                tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+            }
+            tx.commit().await.map_err(&err)?;
+            if (expired.len() as i64) < BATCH {
+                return Ok(report);
+            }
+        }
+    }
+
+    async fn jobs_expire_queued(&self, params: JobsExpireParams) -> Result<u64, StoreError> {
+        self.in_batches(
+            "expiring queued jobs",
+            "WITH due AS (SELECT job_id FROM jobs WHERE status = 'queued' AND expires_at <= $1 \
+               ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             UPDATE jobs j SET status = 'failed', finished_at = $1, error_kind = 'expired', \
+               error_message = CASE WHEN j.deadline_at <= $1 \
+                 THEN 'Expired: the job could not start before its deadline' \
+                 ELSE 'Expired: the job waited in the queue past its expiry' END \
+             FROM due WHERE j.job_id = due.job_id",
+            params.now.unix_ms(),
+        )
+        .await
+    }
+
+    async fn jobs_delete_expired(&self, params: JobsDeleteParams) -> Result<u64, StoreError> {
+        self.in_batches(
+            "deleting old jobs",
+            "DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE finished_at IS NOT NULL \
+               AND finished_at < $1 ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            params.finished_before.unix_ms(),
+        )
+        .await
+    }
+
+    async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
+        let client = self.client("counting jobs").await?;
+        count_jobs(&client).await
+    }
+
+    async fn queued_count(&self) -> Result<u64, StoreError> {
+        let rows = self.read("counting queued jobs", "SELECT COUNT(*) FROM jobs WHERE status = 'queued'", &[]).await?;
+        Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))
+    }
+
+    async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
+        let digest = Digest::of(&params.bytes);
+        self.execute(
+            "storing a plugin",
+            "INSERT INTO plugins (digest, bytes, size_bytes, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (digest) DO NOTHING",
+            &[&digest.to_string(), &params.bytes, &(params.bytes.len() as i64), &params.now.unix_ms()],
+        )
+        .await?;
+        Ok(digest)
+    }
+
+    async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {
+        let rows = self
+            .read("reading a plugin", "SELECT bytes FROM plugins WHERE digest = $1", &[&digest.to_string()])
+            .await?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError> {
+        let err = db_err("naming a plugin");
+        let mut client = self.client("naming a plugin").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let (name, version, digest) = (&params.name.name, &params.name.version, params.digest.to_string());
+        tx.execute("DELETE FROM plugin_names WHERE name = $1 AND version = $2", &[name, version])
+            .await
+            .map_err(&err)?;
+        let size: Option<i64> = tx
+            .query_opt(
+                "INSERT INTO plugin_names (name, version, digest, created_at) \
+                 SELECT $1, $2, digest, $4 FROM plugins WHERE digest = $3 \
+                 RETURNING (SELECT size_bytes FROM plugins WHERE digest = $3)",
+                &[name, version, &digest, &params.now.unix_ms()],
+            )
+            .await
+            .map_err(&err)?
+            .map(|r| r.get(0));
+        let Some(size) = size else {
+            return Err(StoreError::Invalid(format!("plugin {} is not stored", params.digest)));
+        };
+        tx.commit().await.map_err(&err)?;
+        Ok(PluginInfo {
+            name: Some(params.name),
+            digest: params.digest,
+            size_bytes: size as u64,
+            created_at: params.now,
+        })
+    }
+
+    async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {
+        let rows = self
+            .read(
+                "listing plugins",
+                "SELECT name, version, digest, size_bytes, created_at FROM ( \
+                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.seq \
+                   FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
+                   UNION ALL \
+                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, 0 FROM plugins p \
+                   WHERE NOT EXISTS (SELECT 1 FROM plugin_names n WHERE n.digest = p.digest)) listed \
+                 ORDER BY name IS NULL, name, seq DESC, created_at DESC",
+                &[],
+            )
+            .await?;
+        rows.iter().map(row_to_plugin).collect()
+    }
+
+    async fn plugin_resolve(&self, plugin: PluginRef) -> Result<Option<PluginInfo>, StoreError> {
+        let operation = "resolving a plugin";
+        let rows = match plugin {
+            PluginRef::Digest(digest) => {
+                self.read(
+                    operation,
+                    "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at) \
+                     FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
+                     WHERE p.digest = $1 ORDER BY n.seq DESC NULLS LAST LIMIT 1",
+                    &[&digest.to_string()],
+                )
+                .await?
+            }
+            PluginRef::Name(name) => {
+                self.read(
+                    operation,
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at FROM plugin_names n \
+                     JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 ORDER BY n.seq DESC LIMIT 1",
+                    &[&name],
+                )
+                .await?
+            }
+            PluginRef::Version(v) => {
+                self.read(
+                    operation,
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at FROM plugin_names n \
+                     JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 AND n.version = $2",
+                    &[&v.name, &v.version],
+                )
+                .await?
+            }
+        };
+        rows.first().map(row_to_plugin).transpose()
+    }
+
+    async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {
+        let mut sql = format!("SELECT {} FROM jobs WHERE TRUE", list_columns());
+        let mut args: Vec<String> = Vec::new();
+        for (condition, value) in list_filters(&params) {
+            args.push(value);
+            sql.push_str(&format!(" AND {condition} ${}", args.len()));
+        }
+        sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {}", params.limit.max(1)));
+        let args: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
+        let rows = self.read("listing jobs", &sql, &args).await?;
+        rows_to_jobs(&rows)
+    }
+
+    async fn job_progress_set(&self, params: JobProgressParams) -> Result<bool, StoreError> {
+        let progress = to_json(&params.progress)?;
+        let changed = self
+            .execute(
+                "recording progress",
+                "UPDATE jobs SET progress_json = $1, last_heartbeat = $2 \
+                 WHERE job_id = $3 AND status = 'running' AND lease_token = $4",
+                &[&progress, &params.now.unix_ms(), &params.id.to_string(), &params.token],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError> {
+        let rows =
+            self.read("reading logs", "SELECT logs_json FROM jobs WHERE job_id = $1", &[&id.to_string()]).await?;
+        json_column(&id.to_string(), "logs", rows.first().and_then(|r| r.get(0)))
+    }
+
+    async fn worker_beat(&self, worker: WorkerRecord) -> Result<(), StoreError> {
+        self.execute(
+            "registering a worker",
+            "INSERT INTO workers (worker_id, host, pid, version, slots, running, state, poll_interval_ms, \
+             processed, failed, cancelled, started_at, last_heartbeat) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (worker_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
+             version = excluded.version, slots = excluded.slots, running = excluded.running, \
+             state = excluded.state, poll_interval_ms = excluded.poll_interval_ms, \
+             processed = excluded.processed, failed = excluded.failed, cancelled = excluded.cancelled, \
+             last_heartbeat = excluded.last_heartbeat",
+            &[
+                &worker.worker_id,
+                &worker.host,
+                &i64::from(worker.pid),
+                &worker.version,
+                &i64::from(worker.slots),
+                &i64::from(worker.running),
+                &worker.state.as_str(),
+                &i64_of(worker.poll_interval_ms),
+                &i64_of(worker.processed),
+                &i64_of(worker.failed),
+                &i64_of(worker.cancelled),
+                &worker.started_at.unix_ms(),
+                &worker.last_heartbeat.unix_ms(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn workers_snapshot(&self) -> Result<WorkersSnapshot, StoreError> {
+        let err = db_err("reading the workers");
+        let mut client = self.client("reading the workers").await?;
+        // One snapshot for the three reads.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(&err)?;
+        let workers = tx
+            .query(
+                "SELECT worker_id, host, pid, version, slots, running, state, poll_interval_ms, processed, \
+                 failed, cancelled, started_at, last_heartbeat FROM workers ORDER BY started_at, worker_id",
+                &[],
+            )
+            .await
+            .map_err(&err)?
+            .iter()
+            .map(|r| {
+                let worker_id: String = r.get(0);
+                let state: String = r.get(6);
+                Ok(WorkerRecord {
+                    state: state.parse::<WorkerState>().map_err(|e| corrupt(&worker_id, e))?,
+                    worker_id,
+                    host: r.get(1),
+                    pid: r.get::<_, i64>(2).clamp(0, i64::from(u32::MAX)) as u32,
+                    version: r.get(3),
+                    slots: r.get::<_, i64>(4).clamp(0, i64::from(u32::MAX)) as u32,
+                    running: r.get::<_, i64>(5).clamp(0, i64::from(u32::MAX)) as u32,
+                    poll_interval_ms: r.get::<_, i64>(7).max(0) as u64,
+                    processed: r.get::<_, i64>(8).max(0) as u64,
+                    failed: r.get::<_, i64>(9).max(0) as u64,
+                    cancelled: r.get::<_, i64>(10).max(0) as u64,
+                    started_at: Timestamp::from_unix_ms(r.get(11)),
+                    last_heartbeat: Timestamp::from_unix_ms(r.get(12)),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let running_jobs = tx
+            .query("SELECT job_id, worker_id FROM jobs WHERE status = 'running' ORDER BY worker_id, job_id", &[])
+            .await
+            .map_err(&err)?
+            .iter()
+            .map(|r| {
+                let id: String = r.get(0);
+                Ok((id.parse().map_err(|e: String| corrupt(&id, e))?, r.get(1)))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let counts = count_jobs(&tx).await?;
+        tx.commit().await.map_err(&err)?;
+        Ok(WorkersSnapshot { workers, running_jobs, counts })
+    }
+
+    async fn workers_delete_stale(&self, last_heartbeat_before: Timestamp) -> Result<u64, StoreError> {
+        self.execute(
+            "deleting old workers",
+            "DELETE FROM workers WHERE last_heartbeat < $1",
+            &[&last_heartbeat_before.unix_ms()],
+        )
+        .await
+    }
+
+    fn enqueued(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner.enqueued.clone())
+    }
+}

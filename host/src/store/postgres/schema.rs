@@ -1,0 +1,189 @@
+//! Connecting (waiting, bounded, for a PostgreSQL that is not up yet) and
+//! bringing the schema up to date, once, whichever replica starts first.
+
+use super::*;
+
+/// The schema, one migration per entry; applied in order, each once. The
+/// same columns, CHECK constraints and partial indexes as the SQLite
+/// schema, in one step: text that is ordered or compared (ids, keys,
+/// names) uses the `C` collation, so the order is the bytes' order as
+/// SQLite's is, and ULID job ids sort by creation.
+pub(super) const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE jobs (
+    job_id            TEXT COLLATE "C" PRIMARY KEY,
+    plan_id           TEXT COLLATE "C",
+    phase             TEXT NOT NULL CHECK (phase IN ('execute', 'apply', 'action')),
+    action            TEXT,
+    plugin_digest     TEXT NOT NULL,
+    plugin_name       TEXT COLLATE "C",
+    plugin_version    TEXT COLLATE "C",
+    status            TEXT NOT NULL CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
+    payload           BYTEA NOT NULL,
+    limits_json       TEXT NOT NULL,
+    schema_version    INTEGER NOT NULL,
+    created_at        BIGINT NOT NULL,
+    started_at        BIGINT,
+    finished_at       BIGINT,
+    last_heartbeat    BIGINT,
+    expires_at        BIGINT NOT NULL,
+    run_after         BIGINT NOT NULL,
+    deadline_at       BIGINT,
+    worker_id         TEXT COLLATE "C",
+    lease_token       TEXT,
+    lease_expires_at  BIGINT,
+    attempt           INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    lost_leases       INTEGER NOT NULL DEFAULT 0 CHECK (lost_leases >= 0),
+    retries           INTEGER NOT NULL DEFAULT 0 CHECK (retries >= 0),
+    releases          INTEGER NOT NULL DEFAULT 0 CHECK (releases >= 0),
+    max_attempts      INTEGER NOT NULL CHECK (max_attempts >= 1),
+    backoff_base_ms   BIGINT NOT NULL,
+    backoff_cap_ms    BIGINT NOT NULL,
+    cancel_requested  BOOLEAN NOT NULL DEFAULT FALSE,
+    concurrency_key   TEXT COLLATE "C",
+    idempotency_key   TEXT COLLATE "C",
+    request_digest    TEXT,
+    error_kind        TEXT,
+    error_message     TEXT,
+    backtrace         TEXT,
+    last_error        TEXT,
+    output            BYTEA,
+    fuel_used         BIGINT,
+    peak_memory_bytes BIGINT,
+    progress_json     TEXT,
+    logs_json         TEXT,
+    CHECK ((phase = 'action') = (action IS NOT NULL)),
+    CHECK ((status = 'running') = (lease_token IS NOT NULL)),
+    CHECK (status <> 'running' OR (worker_id IS NOT NULL AND lease_expires_at IS NOT NULL AND started_at IS NOT NULL)),
+    CHECK ((status IN ('succeeded', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
+    CHECK ((status IN ('failed', 'cancelled')) = (error_kind IS NOT NULL)),
+    CHECK (status = 'succeeded' OR output IS NULL)
+);
+-- Claiming: queued jobs, earliest due first, then oldest.
+CREATE INDEX jobs_claim_due ON jobs (run_after, job_id) WHERE status = 'queued';
+-- Claiming with keys: the oldest queued job of each key, and whether one runs.
+CREATE INDEX jobs_queued_key ON jobs (concurrency_key, job_id) WHERE status = 'queued' AND concurrency_key IS NOT NULL;
+-- At most one running job per concurrency key, whoever claims it.
+CREATE UNIQUE INDEX jobs_running_key ON jobs (concurrency_key) WHERE status = 'running' AND concurrency_key IS NOT NULL;
+-- Reclaim sweep, and the running jobs of each worker.
+CREATE INDEX jobs_lease_expiry ON jobs (lease_expires_at) WHERE status = 'running';
+CREATE INDEX jobs_running_worker ON jobs (worker_id) WHERE status = 'running';
+-- Queue-expiry sweep.
+CREATE INDEX jobs_queue_expiry ON jobs (expires_at) WHERE status = 'queued';
+-- Retention sweep.
+CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+-- Lookups and list filters.
+CREATE INDEX jobs_plan ON jobs (plan_id) WHERE plan_id IS NOT NULL;
+CREATE INDEX jobs_plugin_name ON jobs (plugin_name, job_id) WHERE plugin_name IS NOT NULL;
+CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+
+CREATE TABLE plugins (
+    digest      TEXT COLLATE "C" PRIMARY KEY,
+    bytes       BYTEA NOT NULL,
+    size_bytes  BIGINT NOT NULL CHECK (size_bytes = octet_length(bytes)),
+    created_at  BIGINT NOT NULL
+);
+
+-- The registry: names and versions pointing at stored digests. The newest
+-- registration of a name has the highest seq (a replacement is a delete
+-- and an insert).
+CREATE TABLE plugin_names (
+    name        TEXT COLLATE "C" NOT NULL,
+    version     TEXT COLLATE "C" NOT NULL,
+    digest      TEXT COLLATE "C" NOT NULL REFERENCES plugins (digest),
+    created_at  BIGINT NOT NULL,
+    seq         BIGINT GENERATED ALWAYS AS IDENTITY,
+    PRIMARY KEY (name, version)
+);
+CREATE INDEX plugin_names_digest ON plugin_names (digest);
+
+-- The worker registry: every pool sharing the database.
+CREATE TABLE workers (
+    worker_id         TEXT COLLATE "C" PRIMARY KEY,
+    host              TEXT NOT NULL,
+    pid               BIGINT NOT NULL,
+    version           TEXT NOT NULL,
+    slots             BIGINT NOT NULL CHECK (slots >= 0),
+    running           BIGINT NOT NULL CHECK (running >= 0),
+    state             TEXT NOT NULL CHECK (state IN ('running', 'draining', 'stopped')),
+    poll_interval_ms  BIGINT NOT NULL,
+    processed         BIGINT NOT NULL,
+    failed            BIGINT NOT NULL,
+    cancelled         BIGINT NOT NULL,
+    started_at        BIGINT NOT NULL,
+    last_heartbeat    BIGINT NOT NULL
+);
+"#];
+
+/// Connect, waiting up to `patience` for a server that refuses
+/// connections (still starting, restarting, or not up yet), and saying so
+/// once in the log.
+pub(super) async fn connect_when_up(
+    config: &tokio_postgres::Config,
+    shown: &str,
+    patience: Duration,
+) -> Result<tokio_postgres::Client, StoreError> {
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        match config.connect(NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(connection);
+                return Ok(client);
+            }
+            Err(e) if is_transient(&e) && started.elapsed() < patience => {
+                if !said {
+                    tracing::warn!(database = %shown, error = %describe(&e), "waiting for PostgreSQL (up to {patience:?})");
+                    said = true;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => {
+                let waited = if said { format!(" (waited {:.0?})", started.elapsed()) } else { String::new() };
+                return Err(StoreError::Database {
+                    operation: "connecting to PostgreSQL",
+                    source: format!("{shown}{waited}: {}", describe(&e)).into(),
+                    transient: is_transient(&e),
+                });
+            }
+        }
+    }
+}
+
+/// Apply the migrations this database lacks, in one transaction, holding
+/// an advisory lock so replicas starting together migrate once.
+pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), StoreError> {
+    let err = db_err("migrating the schema");
+    // `IF NOT EXISTS` on a migrated database is not news for the log.
+    client.batch_execute("SET client_min_messages TO warning").await.map_err(&err)?;
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
+        )
+        .await
+        .or_else(|e| {
+            // Two replicas creating the table at once: one loses the race
+            // on the catalog and finds it there.
+            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) { Ok(()) } else { Err(err(e)) }
+        })?;
+    let tx = client.transaction().await.map_err(&err)?;
+    tx.execute("SELECT pg_advisory_xact_lock(hashtext('leash schema ' || current_schema()))", &[])
+        .await
+        .map_err(&err)?;
+    let applied: i64 = tx.query_one("SELECT COUNT(*) FROM schema_migrations", &[]).await.map_err(&err)?.get(0);
+    if applied as usize > MIGRATIONS.len() {
+        return Err(StoreError::Invalid(format!(
+            "the database has schema version {applied}, newer than this leash understands ({})",
+            MIGRATIONS.len()
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
+        tx.batch_execute(sql).await.map_err(&err)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+            &[&(i as i32 + 1), &Timestamp::now().unix_ms()],
+        )
+        .await
+        .map_err(&err)?;
+    }
+    tx.commit().await.map_err(&err)
+}

@@ -1,0 +1,230 @@
+//! leash on PostgreSQL beyond the store's own cases (those are in the
+//! conformance suite): wake-ups between processes, a lost listener,
+//! terminated connections, and replicas sharing one database.
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use leash::job::{JobStatus, NewJob, Target};
+use leash::runtime::{PluginSource, Runtime, Submit};
+use leash::store::postgres::PostgresStore;
+use leash::store::{JobInsertParams, JobStore};
+use serde_json::{Value, json};
+
+use crate::crash::{sigterm, start_worker_with};
+use crate::pg::Schema;
+use crate::server::Server;
+use crate::support::{GENEROUS, cache_dir};
+use leash::sandbox::SandboxConfig;
+
+async fn insert_one(store: &PostgresStore) {
+    let job: NewJob = crate::conformance::cases::new_job("wake");
+    store.job_insert(JobInsertParams { jobs: vec![job], now: leash::clock::Timestamp::now() }).await.unwrap();
+}
+
+/// The next change of `signal`, or a panic after `GENEROUS`.
+async fn next_signal(signal: &mut tokio::sync::watch::Receiver<u64>, what: &str) {
+    tokio::time::timeout(GENEROUS, signal.changed())
+        .await
+        .unwrap_or_else(|_| panic!("no wake-up: {what}"))
+        .expect("the listener is alive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_through_one_store_wakes_another_even_after_its_listener_is_killed() {
+    let Some(url) = crate::pg::url() else { return };
+    let schema = Schema::create(&url).await;
+    let submitter = PostgresStore::open(&schema.url).await.unwrap();
+    let listener = PostgresStore::open(&schema.url).await.unwrap();
+    let mut signal = listener.enqueued().expect("PostgreSQL stores signal enqueues");
+    next_signal(&mut signal, "the listener connects").await;
+
+    insert_one(&submitter).await;
+    next_signal(&mut signal, "an insert through the other store").await;
+
+    let killed = schema.terminate_backends("query LIKE 'LISTEN%'").await;
+    assert_eq!(killed, 2, "each store has one listening connection");
+    // The reconnect is itself a wake-up: notifications may have been missed.
+    next_signal(&mut signal, "the listener reconnects").await;
+    insert_one(&submitter).await;
+    next_signal(&mut signal, "an insert after the reconnect").await;
+}
+
+fn hello(name: &str) -> Submit {
+    Submit::new(
+        PluginSource::Bytes(leash_tests::plugin_bytes("hello")),
+        Target::Execute,
+        json!({ "name": name }).to_string().into_bytes(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_only_polls_hourly_starts_a_job_submitted_elsewhere_at_once() {
+    let Some(url) = crate::pg::url() else { return };
+    let schema = Schema::create(&url).await;
+    let submitter = Runtime::builder(schema.url.clone())
+        .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
+        .without_workers()
+        .build()
+        .await
+        .unwrap();
+    // Ready means its first claim has found nothing: only a wake-up can
+    // start a job submitted now before an hour has passed.
+    let mut worker = start_worker_with(&schema.url, 2, &["--poll-interval", "1h"]);
+    let id = submitter.submit(hello("notify")).await.unwrap();
+    let done = submitter.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded, "{done:?}");
+    stop(&mut worker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_finish_when_every_connection_is_terminated_under_them() {
+    let Some(url) = crate::pg::url() else { return };
+    let schema = Schema::create(&url).await;
+    let runtime = Runtime::builder(schema.url.clone())
+        .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
+        .lease_ttl(Duration::from_secs(3))
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let mut sleeper = Submit::new(
+        PluginSource::Bytes(leash_tests::plugin_bytes("sleep")),
+        Target::Execute,
+        br#"{"ms": 1500}"#.to_vec(),
+    );
+    sleeper.max_attempts = Some(1);
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(runtime.submit(sleeper.clone()).await.unwrap());
+    }
+    for i in 0..8 {
+        ids.push(runtime.submit(hello(&format!("n{i}"))).await.unwrap());
+    }
+    // Terminate every connection of this store, twice, while the sleeps run
+    // (their leases are renewed every second, so renewals hit it too).
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(schema.terminate_backends("TRUE").await > 0);
+    }
+    for id in ids {
+        let done = runtime.wait(id, GENEROUS).await.unwrap();
+        assert_eq!(done.status, JobStatus::Succeeded, "{done:?}");
+        assert_eq!((done.attempt, done.lost_leases, done.releases), (1, 0, 0), "{done:?}");
+    }
+    runtime.shutdown().await;
+}
+
+/// SIGTERM and wait for exit 0.
+fn stop(child: &mut Child) {
+    sigterm(child);
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            return;
+        }
+        assert!(start.elapsed() < GENEROUS, "did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serve_replicas_and_a_worker_share_jobs_and_pass_cancels_along() {
+    let Some(url) = crate::pg::url() else { return };
+    let schema = Schema::create(&url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    let serve = |extra: &[&str]| Server::start_on(schema.url.as_ref(), &token, extra, |_| {});
+    let a = serve(&["--poll-interval", "1h"]);
+    let b = serve(&["--poll-interval", "1h"]);
+    let mut worker = start_worker_with(&schema.url, 2, &["--poll-interval", "1h", "--lease-ttl", "3s"]);
+    a.add_plugin("hello").await;
+    a.add_plugin("sleep").await;
+
+    // Submitted through one replica, visible and finished through the other.
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        let (status, answer) = b
+            .call(
+                reqwest::Method::POST,
+                "/v1/jobs",
+                Some(json!({ "plugin": "hello", "input": { "name": format!("r{i}") }, "execution": "async" })),
+            )
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        ids.push(answer["job_id"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        let job = a.poll_job(id, |j| j["status"] == "succeeded").await;
+        assert!(job["worker_id"].is_string(), "{job}");
+    }
+
+    // Three pools in one registry, each with its own id.
+    let (_, workers) = a.call(reqwest::Method::GET, "/v1/workers", None).await;
+    let pids: Vec<u64> = workers["workers"].as_array().unwrap().iter().map(|w| w["pid"].as_u64().unwrap()).collect();
+    let mut expected = vec![u64::from(a.child.id()), u64::from(b.child.id()), u64::from(worker.id())];
+    let mut seen = pids.clone();
+    expected.sort();
+    seen.sort();
+    assert_eq!(seen, expected, "{workers}");
+
+    // A cancel through a replica that does not run the job reaches it.
+    let (_, answer) = a
+        .call(
+            reqwest::Method::POST,
+            "/v1/jobs",
+            Some(json!({ "plugin": "sleep", "input": { "ms": 600000 }, "execution": "async" })),
+        )
+        .await;
+    let id = answer["job_id"].as_str().unwrap().to_owned();
+    let running = a.poll_job(&id, |j| j["status"] == "running").await;
+    let owner = owner_pid(&a, &running).await;
+    let other = if owner == u64::from(a.child.id()) { &b } else { &a };
+    let (status, answer) = other.call(reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await;
+    assert_eq!(status, 202, "{answer}");
+    let done = other.poll_job(&id, |j| j["status"] == "cancelled").await;
+    assert_eq!(done["error_kind"], "cancelled", "{done}");
+
+    for mut server in [a, b] {
+        stop(&mut server.child);
+    }
+    stop(&mut worker);
+}
+
+/// The pid of the pool that runs `job`.
+async fn owner_pid(server: &Server, job: &Value) -> u64 {
+    let (_, workers) = server.call(reqwest::Method::GET, "/v1/workers", None).await;
+    let owner = job["worker_id"].as_str().unwrap();
+    workers["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["worker_id"] == owner)
+        .and_then(|w| w["pid"].as_u64())
+        .unwrap_or_else(|| panic!("{owner} is not registered: {workers}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_not_up_is_waited_for_then_named_with_its_error() {
+    // A port nothing listens on: the connection is refused at once, so
+    // only the patience decides when opening gives up.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("postgres://leash:secret@127.0.0.1:{port}/jobs?connect_patience_ms=300");
+    let started = Instant::now();
+    let err = PostgresStore::open(&url).await.unwrap_err();
+    let waited = started.elapsed();
+    let message = err.to_string();
+    assert!(waited >= Duration::from_millis(300), "gave up after {waited:?}: {message}");
+    assert!(message.contains("waited") && message.contains("Connection refused"), "{message}");
+    assert!(message.contains(&format!("127.0.0.1:{port}")) && !message.contains("secret"), "{message}");
+    assert!(err.is_transient(), "a refused connection is worth retrying later: {err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_settings_in_the_url_are_refused_by_name() {
+    for (query, says) in [("pool_size=0", "pool_size"), ("connect_patience_ms=soon", "connect_patience_ms")] {
+        let err = PostgresStore::open(&format!("postgres://leash@127.0.0.1:1/jobs?{query}")).await.unwrap_err();
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
