@@ -55,7 +55,7 @@ pub(super) async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliEr
     builder = if work {
         builder.sandbox(SandboxConfig {
             allocator: Allocator::Pooling { slots: crate::runtime::DEFAULT_MAX_WORKERS as u32 },
-            cache_dir: crate::cli::default_cache_dir(),
+            cache_dir: super::worker::default_cache_dir(),
             ..SandboxConfig::default()
         })
     } else {

@@ -1,22 +1,29 @@
-//! The operator commands: `serve`, `submit`, `jobs`, `plugins` and
-//! `diagnostics`. Each speaks the HTTP API, to a server (`--server`) or to
-//! an in-process router on a local database, so both behave alike.
+//! The commands. `run` runs one component with no store; `worker` and
+//! `serve` run a pool until a signal. The operator commands — `submit`,
+//! `jobs`, `plugins` and `diagnostics` — each speak the HTTP API, to a
+//! server (`--server`) or to an in-process router on a local database, so
+//! both behave alike.
 
 mod connect;
 mod diagnostics;
 mod jobs;
 mod plugins;
+mod run;
 mod serve;
 mod submit;
+mod worker;
 
 use connect::{new_table, print_json, print_table, text, with_client};
 pub(super) use diagnostics::diagnostics;
 pub(super) use jobs::jobs;
 use jobs::{short_digest, url_encode};
 pub(super) use plugins::plugins;
+pub(super) use run::run_once;
 pub(super) use serve::serve;
 pub(super) use submit::submit;
 use submit::wait_for;
+pub(super) use worker::run_worker;
+use worker::{init_logging, stop_signal, worker_runtime};
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};

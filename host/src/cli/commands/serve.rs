@@ -3,7 +3,7 @@
 use super::*;
 
 pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
-    crate::cli::init_logging(&args.worker.log_format)?;
+    init_logging(&args.worker.log_format)?;
     let token_file = args.token_file.clone().unwrap_or_else(|| args.worker.store.database().default_token_file());
     let token = match std::env::var("LEASH_API_TOKEN") {
         Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
@@ -20,16 +20,14 @@ pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliErro
         .await
         .map_err(|e| CliError::usage(format!("cannot listen on {}: {e}", args.listen)))?;
     let address = listener.local_addr().map_err(|e| CliError::internal(e.to_string()))?;
-    let runtime = crate::cli::worker_runtime(&args.worker).await?;
+    let runtime = worker_runtime(&args.worker).await?;
     let config = ApiConfig {
         token,
         sync_ceiling: args.sync_timeout,
         max_body_bytes: usize::try_from(args.max_body).unwrap_or(usize::MAX),
     };
     let app = router(runtime.clone(), config);
-    let mut interrupt = crate::cli::interrupt_signal()?;
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| CliError::internal(format!("cannot listen for SIGTERM: {e}")))?;
+    let stop = stop_signal()?;
     tracing::info!(
         worker_id = runtime.worker_id(),
         "{} serving http://{address} with {} slots on {}",
@@ -45,10 +43,7 @@ pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliErro
     let server = tokio::spawn(crate::api::listen::serve(listener, app, limits, async move {
         let _ = stop_rx.await;
     }));
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
-    }
+    stop.await;
     let _ = stop_tx.send(());
     tracing::info!(budget = ?args.worker.shutdown_budget, "shutting down");
     runtime.shutdown().await;

@@ -1,0 +1,192 @@
+//! `leash run`: one component, once, with no store — the plugin author's
+//! loop — and the report it prints.
+
+use super::worker::default_cache_dir;
+use crate::cli::*;
+
+/// Prints guest logs to stderr as they arrive.
+struct StderrLogs;
+
+impl RunObserver for StderrLogs {
+    fn on_log(&self, record: &LogRecord) {
+        let fields: String =
+            record.fields.iter().map(|(k, v)| format!(" {}={}", terminal_text(k), terminal_text(v))).collect();
+        say!("[{}] {}{fields}", record.level.as_str(), terminal_text(&record.message));
+    }
+
+    fn on_progress(&self, _progress: &Progress) {}
+}
+
+pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliError> {
+    let target = args.job.target()?;
+    if args.memory > sandbox::DEFAULT_MEMORY_CEILING_BYTES {
+        return Err(CliError::usage(format!(
+            "--memory {} is over the ceiling of {} bytes (1GiB)",
+            args.memory,
+            sandbox::DEFAULT_MEMORY_CEILING_BYTES
+        )));
+    }
+    let bytes = std::fs::read(&args.component)
+        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.component.display())))?;
+    let input = read_input(args.job.input.as_deref())?;
+
+    let cache_dir = if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) };
+    let config = SandboxConfig { allocator: Allocator::Pooling { slots: 1 }, cache_dir, ..SandboxConfig::default() };
+    let sandbox = Arc::new(Sandbox::new(config).map_err(|e| CliError::internal(e.to_string()))?);
+    let plugin = match sandbox.compile(Arc::new(bytes)).await {
+        Ok(plugin) => plugin,
+        Err(e) => {
+            let message = format!("{}: {e}", args.component.display());
+            if args.json {
+                let refused = serde_json::json!({ "status": "refused", "error_kind": e.kind(), "message": message });
+                let mut stdout = std::io::stdout().lock();
+                let _ = writeln!(stdout, "{refused}");
+            }
+            return Err(CliError::usage(message));
+        }
+    };
+
+    let stop = StopHandle::new();
+    let interrupts = tokio::spawn(stop_on_interrupt(stop.clone(), interrupt_signal()?));
+    say!("leash: running {} ({})", args.component.display(), plugin.digest());
+    let request = RunRequest {
+        job_id: String::new(),
+        target,
+        attempt: 1,
+        input,
+        limits: RunLimits {
+            timeout: args.timeout,
+            fuel: args.fuel,
+            memory_bytes: args.memory,
+            output_bytes: args.output_limit,
+            cancel_grace: args.cancel_grace,
+            ..RunLimits::default()
+        },
+    };
+    let observer: Arc<dyn RunObserver> = if args.json { Arc::new(sandbox::NoObserver) } else { Arc::new(StderrLogs) };
+    let outcome = sandbox.run(&plugin, request, &stop, observer).await;
+    interrupts.abort();
+    report(&outcome, args.json)?;
+    Ok(outcome.error_kind().map_or(ExitStatus::Success, ExitStatus::for_kind))
+}
+
+/// SIGINT, registered before the plugin starts so an early Ctrl-C is seen.
+pub(in crate::cli) fn interrupt_signal() -> Result<tokio::signal::unix::Signal, CliError> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| CliError::internal(format!("cannot listen for Ctrl-C: {e}")))
+}
+
+/// First Ctrl-C: ask the plugin to stop. Second: stop it now.
+async fn stop_on_interrupt(stop: StopHandle, mut interrupts: tokio::signal::unix::Signal) {
+    if interrupts.recv().await.is_none() {
+        return;
+    }
+    say!("leash: cancelling; press Ctrl-C again to stop the plugin now");
+    stop.request();
+    if interrupts.recv().await.is_some() {
+        say!("leash: stopping the plugin now");
+        stop.force();
+    }
+}
+
+/// `leash run --json` prints one of these.
+#[derive(Debug, Serialize)]
+struct RunReport<'a> {
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_kind: Option<ErrorKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backtrace: Option<&'a str>,
+    retryable: bool,
+    /// Output as text when it is UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a str>,
+    /// Output as base64 when it is not UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_base64: Option<String>,
+    fuel_used: u64,
+    peak_memory_bytes: u64,
+    duration_ms: f64,
+    logs: &'a [LogRecord],
+    logs_dropped: u64,
+    stdout: String,
+    /// Stdout bytes dropped past the capture cap.
+    stdout_dropped: u64,
+    stderr: String,
+    /// Stderr bytes dropped past the capture cap.
+    stderr_dropped: u64,
+}
+
+fn status_name(outcome: &Outcome) -> &'static str {
+    match outcome.error_kind() {
+        None => "succeeded",
+        Some(ErrorKind::Cancelled) => "cancelled",
+        Some(_) => "failed",
+    }
+}
+
+fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
+    let write_err = |e: std::io::Error| CliError::internal(format!("cannot write to stdout: {e}"));
+    let failure = outcome.result.as_ref().err();
+    if json {
+        let output = outcome.result.as_deref().ok();
+        let text = output.and_then(|o| std::str::from_utf8(o).ok());
+        let report = RunReport {
+            status: status_name(outcome),
+            error_kind: failure.map(|f| f.kind),
+            message: failure.map(|f| f.message.as_str()),
+            backtrace: failure.and_then(|f| f.backtrace.as_deref()),
+            retryable: failure.is_some_and(|f| f.retryable),
+            output: text,
+            output_base64: output
+                .filter(|_| text.is_none())
+                .map(|o| base64::engine::general_purpose::STANDARD.encode(o)),
+            fuel_used: outcome.usage.fuel_used,
+            peak_memory_bytes: outcome.usage.peak_memory_bytes,
+            duration_ms: outcome.usage.duration.as_secs_f64() * 1000.0,
+            logs: &outcome.logs,
+            logs_dropped: outcome.logs_dropped,
+            stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+            stdout_dropped: outcome.stdout.dropped,
+            stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+            stderr_dropped: outcome.stderr.dropped,
+        };
+        let mut stdout = std::io::stdout().lock();
+        serde_json::to_writer(&mut stdout, &report).map_err(|e| CliError::internal(e.to_string()))?;
+        writeln!(stdout).map_err(write_err)?;
+        return Ok(());
+    }
+    for (name, captured) in [("stdout", &outcome.stdout), ("stderr", &outcome.stderr)] {
+        for line in terminal_lines(&String::from_utf8_lossy(&captured.bytes)) {
+            say!("[guest {name}] {line}");
+        }
+        if captured.dropped > 0 {
+            say!("[guest {name}] ... {} more bytes dropped", captured.dropped);
+        }
+    }
+    if outcome.logs_dropped > 0 {
+        say!("leash: {} log records dropped past the cap", outcome.logs_dropped);
+    }
+    match &outcome.result {
+        Ok(output) => write_output(output).map_err(write_err)?,
+        Err(failure) => {
+            say!("leash: {} ({}): {}", status_name(outcome), failure.kind, terminal_text(&failure.message));
+            if let Some(backtrace) = &failure.backtrace {
+                say!("guest backtrace:");
+                for line in terminal_lines(backtrace) {
+                    say!("{line}");
+                }
+            }
+        }
+    }
+    say!(
+        "leash: {} in {:.1} ms, fuel used {}, peak memory {} bytes",
+        status_name(outcome),
+        outcome.usage.duration.as_secs_f64() * 1000.0,
+        outcome.usage.fuel_used,
+        outcome.usage.peak_memory_bytes
+    );
+    Ok(())
+}
