@@ -12,6 +12,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use tower::ServiceExt;
 
+use crate::api::types::ErrorBody;
 use crate::api::{ApiConfig, router};
 use crate::runtime::Runtime;
 
@@ -230,12 +231,16 @@ pub fn answer_json(answer: &Answer) -> Result<Value, ClientError> {
     if answer.status.is_success() {
         return Ok(value);
     }
-    let error = &value["error"];
-    Err(ClientError::Api {
-        status: answer.status,
-        kind: error["kind"].as_str().unwrap_or("unknown").to_owned(),
-        message: error["message"].as_str().unwrap_or("no message").to_owned(),
-    })
+    let (kind, message) = match serde_json::from_value::<ErrorBody>(value) {
+        Ok(ErrorBody { error }) => (error.kind, error.message),
+        Err(_) => ("unknown".to_owned(), "no message".to_owned()),
+    };
+    Err(ClientError::Api { status: answer.status, kind, message })
+}
+
+/// A JSON answer read as the API type it promises ([`crate::api::types`]).
+pub fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ClientError> {
+    serde_json::from_value(value).map_err(|e| ClientError::Protocol(format!("the answer does not match the API: {e}")))
 }
 
 /// A fresh API token: 32 random bytes as hex.

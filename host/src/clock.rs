@@ -20,6 +20,13 @@ impl Serialize for Timestamp {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Timestamp::parse_rfc3339(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 impl Timestamp {
     /// The instant `ms` milliseconds after the Unix epoch.
     pub const fn from_unix_ms(ms: i64) -> Self {

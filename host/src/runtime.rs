@@ -189,7 +189,7 @@ pub enum RuntimeError {
 }
 
 /// What `cancel` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub enum Cancelled {
     /// It was queued and is now cancelled.
     #[serde(rename = "cancelled")]
@@ -200,7 +200,7 @@ pub enum Cancelled {
 }
 
 /// The health report: this process's worker and the store's queue depth.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Health {
     /// This process's worker id.
     pub worker_id: String,
@@ -234,7 +234,7 @@ pub struct Health {
 }
 
 /// A registered worker as health and `GET /v1/workers` show it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct WorkerView {
     /// The worker as it last reported itself.
     #[serde(flatten)]
@@ -247,7 +247,7 @@ pub struct WorkerView {
 }
 
 /// Every worker sharing the store, with the queue depth, from one read.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Workers {
     /// `Async workers: enabled, max_workers=N, poll_interval=Xs` over the
     /// live workers (their slots summed, the shortest poll), or
@@ -260,7 +260,7 @@ pub struct Workers {
 }
 
 /// The limits a submit may ask for.
-#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Ceilings {
     /// Longest wall-clock limit, milliseconds.
     pub max_timeout_ms: u64,

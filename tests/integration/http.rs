@@ -829,3 +829,40 @@ async fn a_sync_client_that_disconnects_leaves_its_job_running_and_is_counted() 
     let job = server.poll_job(&id, is_terminal).await;
     assert_eq!(job["status"], "cancelled", "it ran until cancelled, not until its client left");
 }
+
+/// The client reads answers through the API's own types: every answer of
+/// a live server must read back as its type, with nothing lost.
+#[tokio::test]
+async fn every_answer_reads_back_as_its_api_type() {
+    use leash::api::types::{Accepted, CancelAnswer, Finished, HealthReport, JobPage, JobView, PluginList};
+    use leash::client::typed;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+    server.add_plugin("coop").await;
+    let (_, sync) =
+        server.call(Method::POST, "/v1/jobs", Some(json!({ "plugin": "hello", "input": { "name": "typed" } }))).await;
+    let finished: Finished<JobView> = typed(sync.clone()).unwrap();
+    assert_eq!(finished.job.job.status, JobStatus::Succeeded);
+    assert_eq!(serde_json::to_value(&finished).unwrap(), sync, "a field was lost reading the sync answer");
+    let (_, accepted) = server
+        .call(Method::POST, "/v1/jobs", Some(json!({ "plugin": "coop", "input": {}, "execution": "async" })))
+        .await;
+    let accepted: Accepted = typed(accepted).unwrap();
+    let (_, one) = server.call(Method::GET, &format!("/v1/jobs/{}", accepted.job_id), None).await;
+    let view: JobView = typed(one.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&view).unwrap(), one, "a field was lost reading a job");
+    for (path, check) in [
+        ("/v1/jobs", (|v: Value| serde_json::to_value(typed::<JobPage>(v).unwrap()).unwrap()) as fn(Value) -> Value),
+        ("/v1/plugins", |v| serde_json::to_value(typed::<PluginList>(v).unwrap()).unwrap()),
+        ("/v1/health", |v| serde_json::to_value(typed::<HealthReport>(v).unwrap()).unwrap()),
+        ("/v1/workers", |v| serde_json::to_value(typed::<leash::runtime::Workers>(v).unwrap()).unwrap()),
+    ] {
+        let (status, answer) = server.call(Method::GET, path, None).await;
+        assert_eq!(status, 200, "{path}: {answer}");
+        assert_eq!(check(answer.clone()), answer, "{path}: a field was lost reading it back");
+    }
+    let (_, cancel) = server.call(Method::POST, &format!("/v1/jobs/{}/cancel", accepted.job_id), None).await;
+    let cancel: CancelAnswer = typed(cancel).unwrap();
+    assert_eq!(cancel.job_id, accepted.job_id);
+}

@@ -96,7 +96,7 @@ impl fmt::Display for PluginRef {
 }
 
 /// A registered plugin: its digest and, if it has one, its name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginInfo {
     /// Name and version; `None` for bytes submitted without a name.
     #[serde(flatten)]

@@ -210,7 +210,7 @@ impl IdempotencyKey {
 }
 
 /// A stored job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Job {
     /// Id.
     pub id: JobId,
@@ -333,7 +333,7 @@ pub struct LogLine {
 }
 
 /// Job counts by state, from one consistent snapshot.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Counts {
     /// Queued.
     pub queued: u64,

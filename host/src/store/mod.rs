@@ -457,7 +457,7 @@ impl FromStr for WorkerState {
 
 /// A worker pool (a `leash worker`, a `leash serve`, an embedder's runtime)
 /// as it registers itself in the store, refreshed every poll interval.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerRecord {
     /// `worker-<8 hex>`.
     pub worker_id: String,

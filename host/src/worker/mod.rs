@@ -113,7 +113,7 @@ pub struct JobStarted {
 pub type StartSubscriber = Box<dyn Fn(&JobStarted) + Send + Sync>;
 
 /// Lifecycle of the pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolState {
     /// Claiming and running jobs.

@@ -10,31 +10,26 @@ pub(in crate::cli) async fn diagnostics(args: DiagnosticsArgs) -> Result<ExitSta
         if json_out {
             return print_json(&report).map(|()| ExitStatus::Success);
         }
-        let health = &report["health"];
-        let counts = &health["counts"];
-        let _ = writeln!(std::io::stdout(), "{}", text(&health["summary"]));
+        let HealthReport { health, ceilings } = typed(report)?;
+        let _ = writeln!(std::io::stdout(), "{}", terminal_text(&health.summary));
         let mut table = new_table(&["CHECK", "VALUE"]);
+        let c = health.counts;
+        let queue = format!(
+            "queued {}, running {}, succeeded {}, failed {}, cancelled {}, total {}",
+            c.queued,
+            c.running,
+            c.succeeded,
+            c.failed,
+            c.cancelled,
+            c.total()
+        );
         let rows = [
             ("target", client.target()),
             ("client version", env!("CARGO_PKG_VERSION").to_owned()),
-            (
-                "queue",
-                ["queued", "running", "succeeded", "failed", "cancelled"]
-                    .iter()
-                    .map(|k| format!("{k} {}", text(&counts[*k])))
-                    .chain([format!(
-                        "total {}",
-                        ["queued", "running", "succeeded", "failed", "cancelled"]
-                            .iter()
-                            .map(|k| counts[*k].as_u64().unwrap_or(0))
-                            .sum::<u64>()
-                    )])
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            ),
-            ("max timeout", format!("{} ms", text(&report["ceilings"]["max_timeout_ms"]))),
-            ("max memory", format!("{} bytes", text(&report["ceilings"]["max_memory_bytes"]))),
-            ("max output", format!("{} bytes", text(&report["ceilings"]["max_output_bytes"]))),
+            ("queue", queue),
+            ("max timeout", format!("{} ms", ceilings.max_timeout_ms)),
+            ("max memory", format!("{} bytes", ceilings.max_memory_bytes)),
+            ("max output", format!("{} bytes", ceilings.max_output_bytes)),
         ];
         for (check, value) in rows {
             table.add_row(vec![check.to_owned(), value]);
@@ -51,23 +46,19 @@ pub(in crate::cli) async fn diagnostics(args: DiagnosticsArgs) -> Result<ExitSta
             "LAST HEARTBEAT",
             "JOBS",
         ]);
-        for worker in health["workers"].as_array().map(Vec::as_slice).unwrap_or_default() {
-            let state = if worker["stale"] == true {
-                format!("stale ({})", text(&worker["state"]))
-            } else {
-                text(&worker["state"])
-            };
-            let jobs: Vec<String> =
-                worker["running_jobs"].as_array().map(|a| a.iter().map(text).collect()).unwrap_or_default();
+        for view in health.workers {
+            let w = view.worker;
+            let state = if view.stale { format!("stale ({})", w.state.as_str()) } else { w.state.as_str().to_owned() };
+            let jobs: Vec<String> = view.running_jobs.iter().map(ToString::to_string).collect();
             workers.add_row(vec![
-                text(&worker["worker_id"]),
-                text(&worker["host"]),
-                text(&worker["pid"]),
+                terminal_text(&w.worker_id),
+                terminal_text(&w.host),
+                w.pid.to_string(),
                 state,
-                text(&worker["slots"]),
-                text(&worker["running"]),
-                format!("{}/{}/{}", text(&worker["processed"]), text(&worker["failed"]), text(&worker["cancelled"])),
-                text(&worker["last_heartbeat"]),
+                w.slots.to_string(),
+                w.running.to_string(),
+                format!("{}/{}/{}", w.processed, w.failed, w.cancelled),
+                w.last_heartbeat.to_string(),
                 jobs.join(" "),
             ]);
         }

@@ -24,25 +24,25 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                 if json_out {
                     return print_json(&page).map(|()| ExitStatus::Success);
                 }
+                let page: JobPage = typed(page)?;
                 let mut table = new_table(&["ID", "STATUS", "PLUGIN", "TARGET", "ATTEMPT", "CREATED", "ERROR"]);
-                for job in page["jobs"].as_array().into_iter().flatten() {
-                    let named = &job["plugin_name"];
-                    let plugin = match (named["name"].as_str(), named["version"].as_str()) {
-                        (Some(n), Some(v)) => format!("{n}@{v}"),
-                        _ => short_digest(&text(&job["plugin"])),
+                for JobView { job, .. } in page.jobs {
+                    let plugin = match &job.plugin_name {
+                        Some(name) => terminal_text(&name.to_string()),
+                        None => short_digest(&job.plugin.to_string()),
                     };
                     table.add_row(vec![
-                        text(&job["id"]),
-                        text(&job["status"]),
+                        job.id.to_string(),
+                        job.status.to_string(),
                         plugin,
-                        text(&job["target"]),
-                        format!("{}/{}", text(&job["attempt"]), text(&job["max_attempts"])),
-                        text(&job["created_at"]),
-                        text(&job["error_kind"]),
+                        terminal_text(&job.target.to_string()),
+                        format!("{}/{}", job.attempt, job.max_attempts),
+                        job.created_at.to_string(),
+                        job.error_kind.map_or_else(|| "-".to_owned(), |k| k.to_string()),
                     ]);
                 }
                 print_table(table);
-                if let Some(next) = page["next_before"].as_str() {
+                if let Some(next) = page.next_before {
                     say!("leash: more jobs: --before {next}");
                 }
                 Ok(ExitStatus::Success)
@@ -74,7 +74,9 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                 if json_out {
                     print_json(&answer)?;
                 } else {
-                    let _ = writeln!(std::io::stdout(), "{id} {}", text(&answer["status"]).replace('_', " "));
+                    let answer: CancelAnswer = typed(answer)?;
+                    let status = serde_json::to_value(answer.status).map(|s| text(&s)).unwrap_or_default();
+                    let _ = writeln!(std::io::stdout(), "{id} {}", status.replace('_', " "));
                 }
                 Ok(ExitStatus::Success)
             })

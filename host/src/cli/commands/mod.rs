@@ -38,8 +38,11 @@ use serde_json::{Value, json};
 
 use super::{CliError, ExitStatus, JobArgs, StoreArgs, WorkerArgs, parse_duration, parse_size, read_input};
 use crate::api::listen::ListenLimits;
+use crate::api::types::{CancelAnswer, HealthReport, JobPage, JobView, PluginList};
 use crate::api::{ApiConfig, router};
-use crate::client::{Client, ClientError, ensure_token_file, read_token_file};
+use crate::cli::terminal_text;
+use crate::client::{Client, ClientError, ensure_token_file, read_token_file, typed};
+use crate::job::PluginInfo;
 use crate::job::{ErrorKind, JobStatus};
 use crate::runtime::Runtime;
 use crate::sandbox::{Allocator, SandboxConfig};

@@ -21,14 +21,9 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
                 if json_out {
                     print_json(&info)?;
                 } else {
-                    let _ = writeln!(
-                        std::io::stdout(),
-                        "{}@{} {} ({} bytes)",
-                        text(&info["name"]),
-                        text(&info["version"]),
-                        text(&info["digest"]),
-                        text(&info["size_bytes"])
-                    );
+                    let info: PluginInfo = typed(info)?;
+                    let name = info.name.map_or_else(|| "-".to_owned(), |n| terminal_text(&n.to_string()));
+                    let _ = writeln!(std::io::stdout(), "{name} {} ({} bytes)", info.digest, info.size_bytes);
                 }
                 Ok(ExitStatus::Success)
             })
@@ -42,13 +37,18 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
                     return print_json(&list).map(|()| ExitStatus::Success);
                 }
                 let mut table = new_table(&["NAME", "VERSION", "DIGEST", "SIZE", "CREATED"]);
-                for p in list["plugins"].as_array().into_iter().flatten() {
+                let list: PluginList = typed(list)?;
+                for p in list.plugins {
+                    let (name, version) = match p.name {
+                        Some(n) => (terminal_text(&n.name), terminal_text(&n.version)),
+                        None => ("-".to_owned(), "-".to_owned()),
+                    };
                     table.add_row(vec![
-                        text(&p["name"]),
-                        text(&p["version"]),
-                        short_digest(&text(&p["digest"])),
-                        text(&p["size_bytes"]),
-                        text(&p["created_at"]),
+                        name,
+                        version,
+                        short_digest(&p.digest.to_string()),
+                        p.size_bytes.to_string(),
+                        p.created_at.to_string(),
                     ]);
                 }
                 print_table(table);

@@ -1,0 +1,25 @@
+//! `/v1/health` and `/v1/workers`.
+
+use super::*;
+
+/// This process's worker, the queue by state, and the ceilings.
+#[utoipa::path(get, path = "/v1/health", tag = "health",
+    responses(
+        (status = 200, body = HealthReport),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    ))]
+pub(super) async fn health(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let health = state.runtime.health().await?;
+    Ok(Json(HealthReport { health, ceilings: state.runtime.ceilings() }).into_response())
+}
+
+/// Every worker sharing the database (with seed 000's summary line), the
+/// jobs each holds, and the queue depth, from one read.
+#[utoipa::path(get, path = "/v1/workers", tag = "health",
+    responses(
+        (status = 200, body = crate::runtime::Workers),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    ))]
+pub(super) async fn workers(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    Ok(Json(state.runtime.workers().await?).into_response())
+}

@@ -1,0 +1,393 @@
+//! `/v1/jobs`: submit (async or sync, idempotent), list, show, logs,
+//! output, cancel.
+
+use super::*;
+
+/// How `POST /v1/jobs` answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Execution {
+    /// Answer with the outcome: the job's timeout, at most the sync
+    /// ceiling, covers its queue wait and its run.
+    #[default]
+    Sync,
+    /// Answer 202 at once; poll or wait for the outcome.
+    Async,
+}
+
+/// The body of `POST /v1/jobs`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SubmitBody {
+    /// `name`, `name@version` or a digest; pinned to the digest now.
+    #[schema(pattern = "^((sha256:)?[0-9a-f]{64}|[a-z0-9][a-z0-9_-]{0,63}(@[A-Za-z0-9._+-]{1,64})?)$")]
+    plugin: String,
+    /// `execute` (default) or `apply`; not with `action`.
+    #[schema(pattern = "^(execute|apply)$")]
+    phase: Option<String>,
+    /// Run this named action instead of a phase.
+    #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
+    action: Option<String>,
+    /// The input as JSON (not with `input_base64`).
+    input: Option<Value>,
+    /// The input as raw bytes, base64.
+    #[schema(content_encoding = "base64")]
+    input_base64: Option<String>,
+    /// Wall-clock limit per attempt (ceiling: `GET /v1/health`, default 24 h).
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    timeout_ms: Option<u64>,
+    /// Fuel budget per attempt; unlimited when absent.
+    fuel: Option<u64>,
+    /// Memory limit (ceiling: 1 GiB by default).
+    #[schema(maximum = 1_073_741_824)]
+    memory_bytes: Option<u64>,
+    /// Output limit (ceiling: 64 MiB by default).
+    #[schema(maximum = 67_108_864)]
+    output_bytes: Option<u64>,
+    /// Runs the job may use when workers die under it.
+    #[schema(minimum = 1, maximum = 100)]
+    max_attempts: Option<u32>,
+    /// At most one running job per key.
+    #[schema(min_length = 1, max_length = 256)]
+    concurrency_key: Option<String>,
+    /// A plan to group jobs by.
+    #[schema(max_length = 256)]
+    plan_id: Option<String>,
+    /// How long it may wait in the queue (ceiling: 30 days by default).
+    #[schema(minimum = 1, maximum = 2_592_000_000u64)]
+    queue_ttl_ms: Option<u64>,
+    /// Async only: not before this instant (RFC 3339, e.g.
+    /// `2026-12-01T09:00:00Z`); the queue TTL counts from then. A past
+    /// instant means now. Not with `delay_ms`.
+    #[schema(format = DateTime)]
+    run_at: Option<String>,
+    /// Async only: not before this many milliseconds from now.
+    #[schema(maximum = 2_592_000_000u64)]
+    delay_ms: Option<u64>,
+    /// The pause before the first retry (doubling after each failure, with
+    /// jitter), milliseconds; default 1000.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    backoff_ms: Option<u64>,
+    /// The longest pause before a retry, milliseconds; default 300000.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    backoff_cap_ms: Option<u64>,
+    /// `sync` (default): answer with the outcome, within the sync ceiling;
+    /// `async`: answer 202 at once.
+    #[serde(default)]
+    execution: Execution,
+}
+
+impl SubmitBody {
+    fn into_submit(self, now: Timestamp, defaults: &Ceilings) -> Result<(Submit, Execution), ApiError> {
+        let plugin: PluginRef = self.plugin.parse().map_err(|e| ApiError::bad_request(format!("`plugin`: {e}")))?;
+        let target = match (self.phase.as_deref(), self.action) {
+            (None | Some("action"), Some(name)) => {
+                Target::action(&name).map_err(|e| ApiError::bad_request(e.to_string()))?
+            }
+            (Some(_), Some(_)) => return Err(ApiError::bad_request("give `phase` or `action`, not both")),
+            (Some(phase), None) => {
+                phase.parse().map_err(|e: crate::job::ParseTargetError| ApiError::bad_request(e.to_string()))?
+            }
+            (None, None) => Target::Execute,
+        };
+        let input = match (self.input, self.input_base64) {
+            (Some(_), Some(_)) => return Err(ApiError::bad_request("give `input` or `input_base64`, not both")),
+            (Some(value), None) => serde_json::to_vec(&value).map_err(|e| ApiError::bad_request(e.to_string()))?,
+            (None, Some(text)) => base64::engine::general_purpose::STANDARD
+                .decode(text.as_bytes())
+                .map_err(|e| ApiError::bad_request(format!("`input_base64` is not base64: {e}")))?,
+            (None, None) => Vec::new(),
+        };
+        let mut job = Submit::new(PluginSource::Ref(plugin), target, input);
+        job.timeout = self.timeout_ms.map(Duration::from_millis);
+        job.fuel = self.fuel;
+        job.memory_bytes = self.memory_bytes;
+        job.output_bytes = self.output_bytes;
+        job.max_attempts = self.max_attempts;
+        job.concurrency_key = self.concurrency_key;
+        job.plan_id = self.plan_id;
+        job.queue_ttl = self.queue_ttl_ms.map(Duration::from_millis);
+        job.run_at = match (self.run_at, self.delay_ms) {
+            (Some(_), Some(_)) => return Err(ApiError::bad_request("give `run_at` or `delay_ms`, not both")),
+            (Some(text), None) => {
+                Some(Timestamp::parse_rfc3339(&text).map_err(|e| ApiError::bad_request(format!("`run_at`: {e}")))?)
+            }
+            (None, Some(ms)) => Some(now.plus(Duration::from_millis(ms))),
+            (None, None) => None,
+        };
+        if job.run_at.is_some() && self.execution == Execution::Sync {
+            return Err(ApiError::bad_request(
+                "`run_at` and `delay_ms` make a delayed job: send \"execution\": \"async\" with them",
+            ));
+        }
+        if self.backoff_ms.is_some() || self.backoff_cap_ms.is_some() {
+            let default = defaults.backoff;
+            job.backoff = Some(Backoff {
+                base_ms: self.backoff_ms.unwrap_or(default.base_ms),
+                cap_ms: self.backoff_cap_ms.unwrap_or(default.cap_ms.max(self.backoff_ms.unwrap_or(0))),
+            });
+        }
+        Ok((job, self.execution))
+    }
+}
+
+/// The header a client names its create request with, so a retry after a
+/// lost answer returns the first request's job instead of queueing another.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The header marking an answer as a replay of an earlier request's.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// The request's idempotency key, bound to a digest of its JSON body as
+/// parsed (so whitespace and key order do not make two bodies differ).
+fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(key) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
+    let key = key.to_str().map_err(|_| ApiError::bad_request("`Idempotency-Key`: use printable ASCII"))?;
+    let body: Value = parse_body(body, "job request")?;
+    let digest = Digest::of(body.to_string().as_bytes()).to_string();
+    IdempotencyKey::new(key, digest).map(Some).map_err(|e| ApiError::bad_request(format!("`Idempotency-Key`: {e}")))
+}
+
+/// Validate and queue a job; `sync` waits for its outcome.
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry of this request safe")),
+    request_body = SubmitBody,
+    responses(
+        (status = 200, description = "Sync: the finished job and its output", body = Finished<JobView>),
+        (status = 202, description = "Async: queued", body = Accepted),
+        (status = 400, description = "Refused: the message names the field or limit; \
+            `sync_ceiling` for a sync timeout over the ceiling", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such plugin", body = ErrorBody),
+        (status = 409, description = "The idempotency key was used for another request", body = ErrorBody),
+        (status = 413, description = "Body over the size cap", body = ErrorBody),
+        (status = 429, description = "The queue is full; retry after a second", body = ErrorBody),
+        (status = 503, description = "The database is busy", body = ErrorBody),
+        (status = 504, description = "Sync: the job had not ended shortly after its deadline \
+            (its worker stopped); it never starts again", body = ErrorBody),
+    ))]
+pub(super) async fn job_submit(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(body_error)?;
+    let idempotency = idempotency_key(&headers, &body)?;
+    let body: SubmitBody = parse_body(&body, "job request")?;
+    let ceilings = state.runtime.ceilings();
+    let (mut job, execution) = body.into_submit(state.runtime.now(), &ceilings)?;
+    job.idempotency = idempotency;
+    let sync_timeout = if execution == Execution::Sync {
+        let ceiling = state.config.sync_ceiling;
+        let timeout = match job.timeout {
+            Some(asked) if asked > ceiling => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "sync_ceiling",
+                    format!(
+                        "timeout_ms {} is over the sync ceiling of {} ms: a sync call must end within it. \
+                         Send \"execution\": \"async\" to queue a longer job and poll GET /v1/jobs/{{id}}",
+                        asked.as_millis(),
+                        ceiling.as_millis()
+                    ),
+                ));
+            }
+            Some(asked) => asked,
+            None => Duration::from_millis(ceilings.default_timeout_ms).min(ceiling),
+        };
+        // The deadline covers the queue wait and the run: the answer is
+        // always the job's own outcome.
+        job.timeout = Some(timeout);
+        job.deadline = Some(timeout);
+        Some(timeout)
+    } else {
+        None
+    };
+    let (id, replayed) = state.runtime.submit_once(job).await?;
+    let mark = |mut response: Response| {
+        if replayed {
+            response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+        }
+        response
+    };
+    let Some(timeout) = sync_timeout else {
+        return Ok(mark(
+            (StatusCode::ACCEPTED, Json(Accepted { status: "accepted".into(), job_id: id })).into_response(),
+        ));
+    };
+    // A client that disconnects drops this future: the job goes on, and the
+    // wait is counted as abandoned.
+    let abandoned = AbandonedWait { runtime: &state.runtime, armed: true };
+    let waited = state.runtime.wait_past_deadline(id, timeout).await;
+    abandoned.disarm();
+    let mut job = waited.map_err(|e| match e {
+        RuntimeError::WaitTimeout(_) => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "sync_deadline",
+            format!(
+                "job {id} had not ended shortly after its deadline (its worker may have stopped); \
+                 it cannot start again: GET /v1/jobs/{id} shows how it ends"
+            ),
+        ),
+        other => other.into(),
+    })?;
+    let output = job.output.take();
+    Ok(mark(Json(Finished::new(JobView::from(job), output.as_deref())).into_response()))
+}
+
+/// Counts a sync wait whose client went away before the answer.
+struct AbandonedWait<'a> {
+    runtime: &'a Runtime,
+    armed: bool,
+}
+
+impl AbandonedWait<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbandonedWait<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.runtime.count_abandoned_wait();
+        }
+    }
+}
+
+/// One job.
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, body = JobView),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+    ))]
+pub(super) async fn job_show(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
+    let job = state.runtime.get(id).await?;
+    Ok(Json(JobView::from(job)).into_response())
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    /// Only jobs in this state.
+    #[param(value_type = Option<JobStatus>)]
+    status: Option<String>,
+    /// Only jobs of this plugin: a digest, a name or `name@version`.
+    #[param(pattern = "^((sha256:)?[0-9a-f]{64}|[a-z0-9][a-z0-9_-]{0,63}(@[A-Za-z0-9._+-]{1,64})?)$")]
+    plugin: Option<String>,
+    /// Only jobs of this plan.
+    plan: Option<String>,
+    /// Only jobs with this concurrency key.
+    concurrency_key: Option<String>,
+    /// Only jobs older than this one (the previous page's `next_before`).
+    #[param(value_type = Option<JobId>)]
+    before: Option<String>,
+    /// Jobs per page (default 50).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u32>,
+}
+
+/// Jobs, newest first, filtered and paged.
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs",
+    params(ListQuery),
+    responses(
+        (status = 200, body = JobPage),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    ))]
+pub(super) async fn job_list(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(query_error)?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(format!("`limit` must be between 1 and {MAX_PAGE}")));
+    }
+    let params = JobListParams {
+        status: query.status.as_deref().map(str::parse::<JobStatus>).transpose().map_err(ApiError::bad_request)?,
+        plugin: query.plugin.as_deref().map(str::parse).transpose().map_err(ApiError::bad_request)?,
+        plan_id: query.plan,
+        concurrency_key: query.concurrency_key,
+        before: query.before.as_deref().map(parse_id).transpose()?,
+        limit,
+    };
+    let jobs = state.runtime.list(params).await?;
+    let next = (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id)).flatten();
+    let jobs: Vec<JobView> = jobs.into_iter().map(JobView::from).collect();
+    Ok(Json(JobPage { jobs, next_before: next }).into_response())
+}
+
+/// What a job's last attempt logged.
+#[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, body = crate::job::JobLogs),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+    ))]
+pub(super) async fn job_logs(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.runtime.logs(id).await?).into_response())
+}
+
+/// A succeeded job's output bytes.
+#[utoipa::path(get, path = "/v1/jobs/{id}/output", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "The job did not succeed", body = ErrorBody),
+    ))]
+pub(super) async fn job_output(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
+    let job = state.runtime.get(id).await?;
+    match job.output {
+        Some(output) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            Ok((headers, output).into_response())
+        }
+        None => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_output",
+            format!("job {} is {}: only a succeeded job has output", job.id, job.status),
+        )),
+    }
+}
+
+/// Cancel: a queued job at once, a running one by asking its worker.
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, description = "It was queued: cancelled", body = CancelAnswer),
+        (status = 202, description = "It runs: its worker was asked to stop it", body = CancelAnswer),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "It already ended", body = ErrorBody),
+    ))]
+pub(super) async fn job_cancel(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
+    let status = state.runtime.cancel(id).await?;
+    let code = match status {
+        Cancelled::Cancelled => StatusCode::OK,
+        Cancelled::Requested => StatusCode::ACCEPTED,
+    };
+    Ok((code, Json(CancelAnswer { job_id: id, status })).into_response())
+}

@@ -1,0 +1,83 @@
+//! `/v1/plugins`: upload, list, show.
+
+use super::*;
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct UploadQuery {
+    /// Registry name (1–64 lowercase letters, digits, `-`, `_`).
+    #[param(pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")]
+    name: Option<String>,
+    /// Version (default `0.0.0`); needs `name`.
+    #[param(pattern = "^[A-Za-z0-9._+-]{1,64}$")]
+    version: Option<String>,
+}
+
+/// Validate, compile, store and (with `name`) register a component.
+#[utoipa::path(post, path = "/v1/plugins", tag = "plugins",
+    params(UploadQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The component's bytes"),
+    responses(
+        (status = 201, description = "Stored (and registered)", body = crate::job::PluginInfo),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 413, description = "Body over the size cap", body = ErrorBody),
+        (status = 503, description = "The database is busy", body = ErrorBody),
+    ))]
+pub(super) async fn plugin_upload(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<UploadQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(query_error)?;
+    let bytes = body.map_err(body_error)?.to_vec();
+    if bytes.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_plugin",
+            "the body is empty: send the component's bytes",
+        ));
+    }
+    let info = match (query.name, query.version) {
+        (Some(name), version) => {
+            let version = version.as_deref().unwrap_or(crate::job::DEFAULT_PLUGIN_VERSION);
+            let name = PluginName::new(&name, version).map_err(ApiError::bad_request)?;
+            state.runtime.plugin_register(bytes, name).await?
+        }
+        (None, Some(_)) => return Err(ApiError::bad_request("`version` needs a `name`")),
+        (None, None) => {
+            let digest = state.runtime.plugin_add(bytes).await?;
+            state.runtime.plugin(PluginRef::Digest(digest)).await?
+        }
+    };
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+/// Every registered plugin.
+#[utoipa::path(get, path = "/v1/plugins", tag = "plugins",
+    responses(
+        (status = 200, body = PluginList),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    ))]
+pub(super) async fn plugin_list(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let plugins = state.runtime.plugins().await?;
+    Ok(Json(PluginList { plugins }).into_response())
+}
+
+/// One plugin by `name`, `name@version` or digest.
+#[utoipa::path(get, path = "/v1/plugins/{reference}", tag = "plugins",
+    params(("reference" = String, Path, description = "`name`, `name@version` or a digest",
+        pattern = "^((sha256:)?[0-9a-f]{64}|[a-z0-9][a-z0-9_-]{0,63}(@[A-Za-z0-9._+-]{1,64})?)$")),
+    responses(
+        (status = 200, body = crate::job::PluginInfo),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such plugin", body = ErrorBody),
+    ))]
+pub(super) async fn plugin_show(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(reference): ParsedPath<PluginRef>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.runtime.plugin(reference).await?).into_response())
+}

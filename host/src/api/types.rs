@@ -1,0 +1,88 @@
+//! What the API answers, as types: the server serializes them and the
+//! CLI's [`crate::client::Client`] reads them back.
+
+pub use super::error::{ErrorBody, ErrorDetail};
+use super::*;
+
+/// A job as the API shows it.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobView {
+    #[serde(flatten)]
+    pub job: Job,
+    /// Output size of a succeeded job (fetch it from `/output`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_bytes: Option<usize>,
+}
+
+impl From<Job> for JobView {
+    fn from(mut job: Job) -> Self {
+        let output_bytes = job.output.take().map(|o| o.len());
+        JobView { job, output_bytes }
+    }
+}
+
+/// A finished job with its output: parsed JSON when it is JSON (else
+/// `null`), and always base64, so binary outputs round-trip intact. The
+/// sync answer of `POST /v1/jobs`, and what `leash … --wait --json` prints.
+pub fn finished_json(job: impl Serialize, output: Option<&[u8]>) -> Value {
+    serde_json::to_value(Finished::new(job, output)).unwrap_or(Value::Null)
+}
+
+/// A finished job and its output (see [`finished_json`]).
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Finished<J> {
+    /// The job.
+    pub job: J,
+    /// The output parsed as JSON, or `null` when it is not JSON.
+    pub output: Option<Value>,
+    /// The output bytes, base64 (`null` unless the job succeeded).
+    pub output_base64: Option<String>,
+}
+
+impl<J> Finished<J> {
+    pub fn new(job: J, output: Option<&[u8]>) -> Self {
+        Finished {
+            job,
+            output: output.and_then(|o| serde_json::from_slice::<Value>(o).ok()),
+            output_base64: output.map(|o| base64::engine::general_purpose::STANDARD.encode(o)),
+        }
+    }
+}
+
+/// `202` to an async submit: the job is queued.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Accepted {
+    /// Always `accepted`.
+    #[schema(example = "accepted")]
+    pub status: String,
+    pub job_id: JobId,
+}
+
+/// `GET /v1/plugins`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PluginList {
+    pub plugins: Vec<crate::job::PluginInfo>,
+}
+
+/// `GET /v1/jobs`: a page, newest first.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobPage {
+    pub jobs: Vec<JobView>,
+    /// Pass as `before` for the next page; `null` when the page is not full.
+    pub next_before: Option<JobId>,
+}
+
+/// What a cancel did.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CancelAnswer {
+    pub job_id: JobId,
+    /// `cancelled` (it was queued) or `cancel_requested` (it runs).
+    pub status: Cancelled,
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HealthReport {
+    pub health: crate::runtime::Health,
+    pub ceilings: crate::runtime::Ceilings,
+}
