@@ -145,6 +145,16 @@ impl Cluster {
         self.pg_ctl(&["restart", "-m", "immediate"]);
     }
 
+    /// Crash the server and leave it down.
+    pub(crate) fn crash(&self) {
+        self.pg_ctl(&["stop", "-m", "immediate"]);
+    }
+
+    /// Start a stopped server.
+    pub(crate) fn start_again(&self) {
+        self.pg_ctl(&["start"]);
+    }
+
     fn data(&self) -> String {
         self.dir.path().join("data").display().to_string()
     }

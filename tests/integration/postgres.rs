@@ -228,3 +228,61 @@ async fn bad_settings_in_the_url_are_refused_by_name() {
         assert!(err.to_string().contains(says), "{err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_outage_shorter_than_a_lease_kills_no_guest_and_loses_nothing() {
+    let Some(cluster) = crate::pg::Cluster::start() else { return };
+    let runtime = Runtime::builder(cluster.url())
+        .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
+        .lease_ttl(Duration::from_secs(15))
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let mut sleeper = Submit::new(
+        PluginSource::Bytes(leash_tests::plugin_bytes("sleep")),
+        Target::Execute,
+        br#"{"ms": 4000}"#.to_vec(),
+    );
+    sleeper.max_attempts = Some(1);
+    let ids = [runtime.submit(sleeper.clone()).await.unwrap(), runtime.submit(sleeper).await.unwrap()];
+    for id in ids {
+        wait_running(&runtime, id).await;
+    }
+    // Down for a while (renewals, every 5 s, fail meanwhile), then back.
+    cluster.crash();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.start_again();
+    for id in ids {
+        let done = runtime.wait(id, GENEROUS).await.unwrap();
+        assert_eq!(done.status, JobStatus::Succeeded, "{done:?}");
+        assert_eq!((done.attempt, done.lost_leases, done.releases), (1, 0, 0), "{done:?}");
+    }
+    runtime.shutdown().await;
+}
+
+/// Poll (bounded) until the job runs; the server may be briefly away.
+async fn wait_running(runtime: &Runtime, id: leash::job::JobId) {
+    let start = Instant::now();
+    loop {
+        if runtime.get(id).await.is_ok_and(|j| j.status == JobStatus::Running) {
+            return;
+        }
+        assert!(start.elapsed() < GENEROUS, "{id} never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_started_while_the_server_is_down_waits_for_it() {
+    let Some(cluster) = crate::pg::Cluster::start() else { return };
+    cluster.crash();
+    let url = cluster.url();
+    let opening = tokio::spawn(async move { PostgresStore::open(&url).await });
+    // Opening is still waiting when the server comes back.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!opening.is_finished(), "opening gave up on a server that was down for 1 s");
+    cluster.start_again();
+    let store = opening.await.unwrap().expect("opening succeeds once the server is up");
+    assert_eq!(store.queued_count().await.unwrap(), 0);
+}
