@@ -156,8 +156,14 @@ pub async fn open(db: &Database, durability: Durability) -> Result<Arc<dyn JobSt
                 .map_err(|e| StoreError::Invalid(format!("opening the store panicked: {e}")))??;
             Ok(Arc::new(store))
         }
-        // Every commit on PostgreSQL is as durable as the server makes it.
-        Database::Postgres(url) => Ok(Arc::new(postgres::PostgresStore::open(url).await?)),
+        Database::Postgres(url) => {
+            if durability == Durability::Full {
+                // Every commit on PostgreSQL is as durable as the server
+                // makes it (`synchronous_commit`); leash has nothing to add.
+                tracing::warn!("--durability full applies to SQLite only; PostgreSQL's own settings decide");
+            }
+            Ok(Arc::new(postgres::PostgresStore::open(url).await?))
+        }
     }
 }
 
