@@ -256,3 +256,22 @@ async fn a_transient_host_error_before_the_start_releases_the_job() {
         runtime.shutdown().await;
     }
 }
+
+/// A store that reports itself closed while a plugin is read (a process
+/// stopping under a claim) is no fault of the job: it goes back to the
+/// queue and runs later. It used to fail as `host_error`, which the chaos
+/// run caught during a SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_closed_before_the_start_releases_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = runtime(&dir).await;
+    faults.inject(Op::PluginGet, Fault::Closed);
+    let mut submit = job("hello", "{}", 1);
+    submit.backoff = Some(leash::job::Backoff { base_ms: 10, cap_ms: 10 });
+    let id = runtime.submit(submit).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(faults.injected(), 1);
+    assert_eq!(done.status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!((done.attempt, done.releases, done.lost_leases), (2, 1, 0), "{done:?}");
+    runtime.shutdown().await;
+}

@@ -7,7 +7,8 @@
 //!   table and writes `results.json` and two SVG charts to `<out-dir>`.
 //! - `peer-bench queue-leash drain <db> <wasm> <jobs> <workers>` and
 //!   `peer-bench queue-leash latency <db> <wasm> <rate> <seconds> <workers>`
-//!   are the leash side of the queue comparison, one process per run, as
+//!   are the leash side of the queue comparison, one process per run (`<db>`:
+//!   an SQLite path or a `postgres://` URL), as
 //!   `apalis-peer drain|latency` is the other.
 
 use std::collections::HashMap;
@@ -179,7 +180,8 @@ fn plugin_figures(leash_wasm: &Path, extism_wasm: &Path, runs: usize, quick: boo
 
 async fn queue_leash(args: &[String]) -> anyhow::Result<()> {
     let arg = |i: usize| args.get(i).map(String::as_str).ok_or_else(|| anyhow::anyhow!("missing argument {i}"));
-    let (mode, db, wasm) = (arg(0)?, PathBuf::from(arg(1)?), std::fs::read(arg(2)?)?);
+    // An SQLite path or a `postgres://` URL.
+    let (mode, db, wasm) = (arg(0)?, leash::store::Database::parse(arg(1)?), std::fs::read(arg(2)?)?);
     let workers: usize = arg(if mode == "drain" { 4 } else { 5 })?.parse()?;
     let sandbox = SandboxConfig {
         allocator: Allocator::Pooling { slots: workers as u32 },
@@ -187,7 +189,7 @@ async fn queue_leash(args: &[String]) -> anyhow::Result<()> {
         ..SandboxConfig::default()
     };
     let builder = || {
-        Runtime::builder(&db)
+        Runtime::builder(db.clone())
             .durability(Durability::Normal)
             .sandbox(sandbox.clone())
             .max_workers(workers)

@@ -56,6 +56,9 @@ pub enum Fault {
     FailAfter,
     /// Wait, then do the call normally.
     Stall(Duration),
+    /// Answer [`StoreError::Closed`] without touching the database, as a
+    /// store (or the runtime serving its reads) closing under a call does.
+    Closed,
 }
 
 #[derive(Debug, Default)]
@@ -132,6 +135,7 @@ impl FaultyStore {
         match self.take(op) {
             None => call.await,
             Some(Fault::FailBefore) => Err(injected(op, "before the write")),
+            Some(Fault::Closed) => Err(StoreError::Closed),
             Some(Fault::FailAfter) => {
                 let _ = call.await;
                 Err(injected(op, "after the write landed"))

@@ -14,7 +14,9 @@ impl Pool {
             .plugin_get(digest)
             .await
             .map_err(|e| HostFailure {
-                retryable: e.is_transient(),
+                // A store closing under the read (the process is stopping)
+                // says nothing about the job: nothing ran, so it goes back.
+                retryable: e.is_transient() || matches!(e, crate::store::StoreError::Closed),
                 ..HostFailure::new(ErrorKind::HostError, format!("HostError: cannot read plugin {digest}: {e}"))
             })?
             .ok_or_else(|| {
