@@ -1,8 +1,9 @@
 //! The store seam: where jobs live between submission and retention.
 //!
 //! [`JobStore`] is the one interface the rest of leash uses; each backend
-//! owns its SQL and migrations ([`sqlite`] now, PostgreSQL next). Methods
-//! are noun-first and take params structs with `now` injected. Every write
+//! owns its SQL and migrations ([`sqlite`], the embedded default, and
+//! [`postgres`]). Methods are noun-first and take params structs with
+//! `now` injected. Every write
 //! that only a lease holder may make takes the lease token and reports
 //! whether it took effect: `false` means the lease was lost (the job was
 //! reclaimed, released or finished elsewhere) and the caller must drop its

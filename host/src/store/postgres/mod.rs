@@ -11,11 +11,11 @@
 //! large sweep never holds many locks or one long transaction.
 //!
 //! Lease renewals from all of a process's running jobs are gathered into
-//! one statement per round trip. Every insert (and every release) sends
-//! `NOTIFY leash_jobs` in its transaction; each store keeps one extra
-//! connection that `LISTEN`s and wakes the local pool, so a job submitted
-//! through one replica starts on another at once. That connection
-//! reconnects when lost; the poll interval stays the fallback.
+//! one statement per round trip. Every insert, release and requeue by the
+//! reclaim sweep sends `NOTIFY leash_jobs` in its transaction; each store
+//! keeps one extra connection that `LISTEN`s and wakes the local pool, so
+//! a job submitted through one replica starts on another at once. That
+//! connection reconnects when lost; the poll interval stays the fallback.
 //!
 //! Timestamps are the caller's clock (`now` in every params struct), as
 //! milliseconds, never the server's `now()`. A dropped connection, a
