@@ -38,6 +38,10 @@ async fn an_insert_through_one_store_wakes_another_even_after_its_listener_is_ki
     let listener = PostgresStore::open(&schema.url).await.unwrap();
     let mut signal = listener.enqueued().expect("PostgreSQL stores signal enqueues");
     next_signal(&mut signal, "the listener connects").await;
+    // The submitter listens too: wait for it, so both LISTEN connections
+    // exist when they are terminated below.
+    let mut submitter_signal = submitter.enqueued().expect("PostgreSQL stores signal enqueues");
+    next_signal(&mut submitter_signal, "the submitter's listener connects").await;
 
     insert_one(&submitter).await;
     next_signal(&mut signal, "an insert through the other store").await;
