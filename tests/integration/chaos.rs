@@ -376,7 +376,11 @@ impl Harness {
         let plan = format!("chaos-{n}");
         // Each try goes to the next replica: one that is down is skipped.
         for attempt in n.. {
-            match self.request_to(attempt, reqwest::Method::POST, "/v1/jobs").json(body).send().await {
+            // The plan id is also the request's idempotency key: a retry of
+            // a request that landed (or is still landing on the other
+            // replica) returns that job instead of queueing a second.
+            let request = self.request_to(attempt, reqwest::Method::POST, "/v1/jobs").header("idempotency-key", &plan);
+            match request.json(body).send().await {
                 Ok(response) => {
                     let status = response.status().as_u16();
                     let answer = response.json::<Value>().await;
