@@ -54,6 +54,33 @@ async fn an_insert_through_one_store_wakes_another_even_after_its_listener_is_ki
     next_signal(&mut signal, "an insert after the reconnect").await;
 }
 
+/// A runtime on `db` with the shared compile cache and a fast poll.
+fn runtime_on(db: String) -> leash::runtime::RuntimeBuilder {
+    Runtime::builder(db)
+        .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
+        .poll_interval(Duration::from_millis(50))
+}
+
+/// A `sleep` job of `ms` with one attempt: any re-run would show.
+fn sleeper(ms: u64) -> Submit {
+    let mut job = Submit::new(
+        PluginSource::Bytes(leash_tests::plugin_bytes("sleep")),
+        Target::Execute,
+        json!({ "ms": ms }).to_string().into_bytes(),
+    );
+    job.max_attempts = Some(1);
+    job
+}
+
+/// Every job succeeded on its first attempt, never lost or released.
+async fn succeeded_on_the_first_attempt(runtime: &Runtime, ids: impl IntoIterator<Item = leash::job::JobId>) {
+    for id in ids {
+        let done = runtime.wait(id, GENEROUS).await.unwrap();
+        assert_eq!(done.status, JobStatus::Succeeded, "{done:?}");
+        assert_eq!((done.attempt, done.lost_leases, done.releases), (1, 0, 0), "{done:?}");
+    }
+}
+
 fn hello(name: &str) -> Submit {
     Submit::new(
         PluginSource::Bytes(leash_tests::plugin_bytes("hello")),
@@ -66,12 +93,7 @@ fn hello(name: &str) -> Submit {
 async fn a_worker_that_only_polls_hourly_starts_a_job_submitted_elsewhere_at_once() {
     let Some(url) = crate::pg::url() else { return };
     let schema = Schema::create(&url).await;
-    let submitter = Runtime::builder(schema.url.clone())
-        .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
-        .without_workers()
-        .build()
-        .await
-        .unwrap();
+    let submitter = runtime_on(schema.url.clone()).without_workers().build().await.unwrap();
     // Ready means its first claim has found nothing: only a wake-up can
     // start a job submitted now before an hour has passed.
     let mut worker = start_worker_with(&schema.url, 2, &["--poll-interval", "1h"]);
@@ -85,19 +107,8 @@ async fn a_worker_that_only_polls_hourly_starts_a_job_submitted_elsewhere_at_onc
 async fn jobs_finish_when_every_connection_is_terminated_under_them() {
     let Some(url) = crate::pg::url() else { return };
     let schema = Schema::create(&url).await;
-    let runtime = Runtime::builder(schema.url.clone())
-        .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
-        .lease_ttl(Duration::from_secs(3))
-        .poll_interval(Duration::from_millis(50))
-        .build()
-        .await
-        .unwrap();
-    let mut sleeper = Submit::new(
-        PluginSource::Bytes(leash_tests::plugin_bytes("sleep")),
-        Target::Execute,
-        br#"{"ms": 1500}"#.to_vec(),
-    );
-    sleeper.max_attempts = Some(1);
+    let runtime = runtime_on(schema.url.clone()).lease_ttl(Duration::from_secs(3)).build().await.unwrap();
+    let sleeper = sleeper(1500);
     let mut ids = Vec::new();
     for _ in 0..4 {
         ids.push(runtime.submit(sleeper.clone()).await.unwrap());
@@ -111,11 +122,7 @@ async fn jobs_finish_when_every_connection_is_terminated_under_them() {
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(schema.terminate_backends("TRUE").await > 0);
     }
-    for id in ids {
-        let done = runtime.wait(id, GENEROUS).await.unwrap();
-        assert_eq!(done.status, JobStatus::Succeeded, "{done:?}");
-        assert_eq!((done.attempt, done.lost_leases, done.releases), (1, 0, 0), "{done:?}");
-    }
+    succeeded_on_the_first_attempt(&runtime, ids).await;
     runtime.shutdown().await;
 }
 
@@ -236,20 +243,8 @@ async fn bad_settings_in_the_url_are_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_outage_shorter_than_a_lease_kills_no_guest_and_loses_nothing() {
     let Some(cluster) = crate::pg::Cluster::start() else { return };
-    let runtime = Runtime::builder(cluster.url())
-        .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
-        .lease_ttl(Duration::from_secs(15))
-        .poll_interval(Duration::from_millis(50))
-        .build()
-        .await
-        .unwrap();
-    let mut sleeper = Submit::new(
-        PluginSource::Bytes(leash_tests::plugin_bytes("sleep")),
-        Target::Execute,
-        br#"{"ms": 4000}"#.to_vec(),
-    );
-    sleeper.max_attempts = Some(1);
-    let ids = [runtime.submit(sleeper.clone()).await.unwrap(), runtime.submit(sleeper).await.unwrap()];
+    let runtime = runtime_on(cluster.url()).lease_ttl(Duration::from_secs(15)).build().await.unwrap();
+    let ids = [runtime.submit(sleeper(4000)).await.unwrap(), runtime.submit(sleeper(4000)).await.unwrap()];
     for id in ids {
         wait_running(&runtime, id).await;
     }
@@ -257,11 +252,7 @@ async fn a_server_outage_shorter_than_a_lease_kills_no_guest_and_loses_nothing()
     cluster.crash();
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.start_again();
-    for id in ids {
-        let done = runtime.wait(id, GENEROUS).await.unwrap();
-        assert_eq!(done.status, JobStatus::Succeeded, "{done:?}");
-        assert_eq!((done.attempt, done.lost_leases, done.releases), (1, 0, 0), "{done:?}");
-    }
+    succeeded_on_the_first_attempt(&runtime, ids).await;
     runtime.shutdown().await;
 }
 

@@ -74,9 +74,11 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                 if json_out {
                     print_json(&answer)?;
                 } else {
-                    let answer: CancelAnswer = typed(answer)?;
-                    let status = serde_json::to_value(answer.status).map(|s| text(&s)).unwrap_or_default();
-                    let _ = writeln!(std::io::stdout(), "{id} {}", status.replace('_', " "));
+                    let said = match typed::<CancelAnswer>(answer)?.status {
+                        Cancelled::Cancelled => "cancelled",
+                        Cancelled::Requested => "cancel requested",
+                    };
+                    let _ = writeln!(std::io::stdout(), "{id} {said}");
                 }
                 Ok(ExitStatus::Success)
             })

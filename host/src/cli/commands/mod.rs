@@ -44,7 +44,7 @@ use crate::cli::terminal_text;
 use crate::client::{Client, ClientError, ensure_token_file, read_token_file, typed};
 use crate::job::PluginInfo;
 use crate::job::{ErrorKind, JobStatus};
-use crate::runtime::Runtime;
+use crate::runtime::{Cancelled, Runtime};
 use crate::sandbox::{Allocator, SandboxConfig};
 
 /// Where a command sends its requests.

@@ -20,12 +20,6 @@ pub(super) struct Renewals {
     task: tokio::task::JoinHandle<()>,
 }
 
-impl std::fmt::Debug for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request").field("id", &self.params.id).finish()
-    }
-}
-
 impl Drop for Renewals {
     fn drop(&mut self) {
         self.task.abort();
