@@ -54,6 +54,65 @@ async fn an_insert_through_one_store_wakes_another_even_after_its_listener_is_ki
     next_signal(&mut signal, "an insert after the reconnect").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_inserts_into_a_new_table_is_analyzed_without_waiting_for_autovacuum() {
+    let Some(url) = crate::pg::url() else { return };
+    let schema = Schema::create(&url).await;
+    let store = PostgresStore::open(&schema.url).await.unwrap();
+    for _ in 0..3 {
+        let jobs = (0..1000).map(|_| crate::conformance::cases::new_job("burst")).collect();
+        store.job_insert(JobInsertParams { jobs, now: leash::clock::Timestamp::now() }).await.unwrap();
+    }
+    // A table never analyzed has reltuples -1, and the claim is planned as
+    // if it held a handful of rows; autovacuum looks once a minute at most.
+    let (client, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let deadline = Instant::now() + GENEROUS;
+    loop {
+        let row = client.query_one("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass", &[]).await.unwrap();
+        let rows: f32 = row.get(0);
+        if rows >= 3000.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the jobs table was not analyzed after 3,000 inserts (reltuples {rows})");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_does_not_vacuum_by_itself_is_named_at_start() {
+    let Some(url) = crate::pg::url() else { return };
+    let schema = Schema::create(&url).await;
+    let (client, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let autovacuum: String = client.query_one("SHOW autovacuum", &[]).await.unwrap().get(0);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leash"))
+        .args(["worker", "--db", &schema.url, "--max-workers", "1", "--shutdown-budget", "3s"])
+        .env("LEASH_CACHE_DIR", cache_dir())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut before_ready = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut err, &mut line).unwrap() > 0, "exited early: {before_ready}");
+        if line.contains(" running ") {
+            break;
+        }
+        before_ready += &line;
+    }
+    sigterm(&child);
+    assert!(child.wait().unwrap().success());
+    // This project's servers run with autovacuum off; a default server
+    // runs it on, and then nothing is said.
+    assert_eq!(
+        before_ready.contains("autovacuum is off"),
+        autovacuum == "off",
+        "autovacuum {autovacuum}, and the worker said: {before_ready}"
+    );
+}
+
 /// A runtime on `db` with the shared compile cache and a fast poll.
 fn runtime_on(db: String) -> leash::runtime::RuntimeBuilder {
     Runtime::builder(db)

@@ -1,5 +1,6 @@
-//! The job-queue peer: apalis 1.0 + apalis-sqlite with a native no-op
-//! handler, measured the way `peer-bench queue-leash` measures leash.
+//! The job-queue peer: apalis 1.0 + apalis-sqlite (or apalis-postgres when
+//! `<db>` is a `postgres://` URL) with a native no-op handler, measured the
+//! way `peer-bench queue-leash` measures leash.
 //!
 //! `apalis-peer drain <db> <jobs> <workers> <batch>`: enqueue `jobs` no-op jobs, then
 //! start a worker and time it running them all; prints `{"jobs_per_s": ...}`.
@@ -11,8 +12,14 @@
 //! connection (apalis's `setup` would leave one connection at `OFF`), the
 //! event-driven fetch the apalis-sqlite README gives for low latency (a
 //! stream that wakes the fetcher on each insert, plus an interval), the
-//! given `batch_size`, `concurrency(workers)`, results not persisted
-//! (leash keeps a no-op's 1-byte output).
+//! given `batch_size`, `concurrency(workers)`, and `persist_results(true)`
+//! (its default): each finished job is acknowledged, marked `Done` with its
+//! result in the store, as leash marks its jobs `succeeded` with their
+//! output. (`persist_results(false)` skips that write altogether: the job
+//! stays `Running` in the table, to be re-enqueued as orphaned later, so it
+//! is not a finished job.) On PostgreSQL: the storage's
+//! own LISTEN/NOTIFY wake-up (`with_pubsub`) plus the same 50 ms interval,
+//! a pool of `workers + 2` connections.
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,9 +27,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use apalis::prelude::*;
+use apalis_postgres::{Config as PgConfig, PostgresStorage};
 use apalis_sqlite::{Config, SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteStorage};
 use futures::channel::mpsc::UnboundedSender;
 use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgPoolOptions;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Noop {
@@ -63,29 +72,80 @@ async fn open(path: &str, workers: usize) -> SqlitePool {
     SqlitePoolOptions::new().max_connections(workers.clamp(2, 16) as u32).connect_with(options(path)).await.unwrap()
 }
 
-/// Storage for no-op jobs. The fetcher wakes on every in-process push (the
-/// in-process equivalent of apalis-sqlite's update-hook listener) and polls
-/// every 50 ms besides.
-fn storage(pool: &SqlitePool, batch: usize) -> (SqliteStorage<Noop>, UnboundedSender<()>, Strategy) {
-    let config = Config::default().queue("noop").batch_size(batch).persist_results(false);
-    let (wake, woken) = futures::channel::mpsc::unbounded::<()>();
-    let strategy = Strategy::new().stream(woken).interval(Duration::from_millis(50));
-    (SqliteStorage::new(pool).with_config(config), wake, strategy)
+/// Storage for no-op jobs on either database.
+enum Queue {
+    /// The fetcher wakes on every in-process push (the in-process
+    /// equivalent of apalis-sqlite's update-hook listener) and polls every
+    /// 50 ms besides.
+    Sqlite(SqliteStorage<Noop>, UnboundedSender<()>, Arc<Mutex<Option<Strategy>>>),
+    /// The storage's LISTEN/NOTIFY stream plus a 50 ms interval.
+    Postgres(PostgresStorage<Noop>),
 }
 
-/// Run a worker of `workers` concurrent no-op handlers on `backend`.
-fn spawn_worker(
-    backend: SqliteStorage<Noop>,
-    strategy: Strategy,
-    tally: Arc<Tally>,
-    workers: usize,
-) -> tokio::task::JoinHandle<Result<(), WorkerError>> {
-    let worker = WorkerBuilder::new("peer")
-        .backend(backend.poll_with_strategy(strategy))
-        .data(tally)
-        .concurrency(workers)
-        .build(noop);
-    tokio::spawn(worker.run())
+impl Queue {
+    async fn open(db: &str, workers: usize, batch: usize) -> Queue {
+        if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+            let pool = PgPoolOptions::new().max_connections(workers as u32 + 2).connect(db).await.unwrap();
+            PostgresStorage::<()>::setup(&pool).await.unwrap();
+            let config = PgConfig::default().queue("noop").batch_size(batch).persist_results(true);
+            return Queue::Postgres(PostgresStorage::new(&pool).with_config(config));
+        }
+        let pool = open(db, workers).await;
+        let config = Config::default().queue("noop").batch_size(batch).persist_results(true);
+        let (wake, woken) = futures::channel::mpsc::unbounded::<()>();
+        let strategy = Strategy::new().stream(woken).interval(Duration::from_millis(50));
+        Queue::Sqlite(SqliteStorage::new(&pool).with_config(config), wake, Arc::new(Mutex::new(Some(strategy))))
+    }
+
+    /// A second handle that enqueues into the same queue.
+    fn sink(&self) -> Queue {
+        match self {
+            Queue::Sqlite(storage, wake, strategy) => Queue::Sqlite(storage.clone(), wake.clone(), strategy.clone()),
+            Queue::Postgres(storage) => Queue::Postgres(storage.clone()),
+        }
+    }
+
+    async fn push_bulk(&mut self, jobs: Vec<Noop>) {
+        match self {
+            Queue::Sqlite(storage, ..) => storage.push_bulk(jobs).await.unwrap(),
+            Queue::Postgres(storage) => storage.push_bulk(jobs).await.unwrap(),
+        }
+    }
+
+    async fn push(&mut self, job: Noop) {
+        match self {
+            Queue::Sqlite(storage, wake, _) => {
+                storage.push(job).await.unwrap();
+                let _ = wake.unbounded_send(());
+            }
+            Queue::Postgres(storage) => storage.push(job).await.unwrap(),
+        }
+    }
+
+    /// Run a worker of `workers` concurrent no-op handlers on this queue.
+    fn spawn_worker(self, tally: Arc<Tally>, workers: usize) -> tokio::task::JoinHandle<Result<(), WorkerError>> {
+        match self {
+            Queue::Sqlite(storage, wake, strategy) => {
+                let strategy = strategy.lock().unwrap().take().expect("one worker per queue");
+                let worker = WorkerBuilder::new("peer")
+                    .backend(storage.poll_with_strategy(strategy))
+                    .data(tally)
+                    .concurrency(workers)
+                    .build(noop);
+                let run = tokio::spawn(worker.run());
+                let _ = wake.unbounded_send(());
+                run
+            }
+            Queue::Postgres(storage) => {
+                let worker = WorkerBuilder::new("peer")
+                    .backend(storage.with_pubsub().poll_with_interval(Duration::from_millis(50)))
+                    .data(tally)
+                    .concurrency(workers)
+                    .build(noop);
+                tokio::spawn(worker.run())
+            }
+        }
+    }
 }
 
 fn tally(target: u64) -> Arc<Tally> {
@@ -110,21 +170,19 @@ async fn main() {
                 arg(4).parse::<usize>().unwrap(),
                 arg(5).parse::<usize>().unwrap(),
             );
-            let pool = open(db, workers).await;
-            let (mut backend, wake, strategy) = storage(&pool, batch);
+            let mut queue = Queue::open(db, workers, batch).await;
             let mut tasks = (0..jobs).map(|_| Noop { sent_us: 0 });
             let enqueue = Instant::now();
             for _ in 0..jobs.div_ceil(1000) {
                 let chunk: Vec<Noop> = tasks.by_ref().take(1000).collect();
-                backend.push_bulk(chunk).await.unwrap();
+                queue.push_bulk(chunk).await;
             }
             let enqueue_s = enqueue.elapsed().as_secs_f64();
             // The drain is timed from the worker's start: the jobs are all queued.
             let start = Instant::now();
             let tally = tally(jobs);
             let finished = tally.finished.notified();
-            let run = spawn_worker(backend, strategy, tally.clone(), workers);
-            let _ = wake.unbounded_send(());
+            let run = queue.spawn_worker(tally.clone(), workers);
             finished.await;
             let elapsed = start.elapsed();
             run.abort();
@@ -147,20 +205,18 @@ async fn main() {
                 arg(6).parse::<usize>().unwrap(),
             );
             let jobs = (rate * seconds) as u64;
-            let pool = open(db, workers).await;
-            let (backend, wake, strategy) = storage(&pool, batch);
-            let mut sink = backend.clone();
+            let queue = Queue::open(db, workers, batch).await;
+            let mut sink = queue.sink();
             let tally = tally(jobs);
             let finished = tally.finished.notified();
-            let run = spawn_worker(backend, strategy, tally.clone(), workers);
+            let run = queue.spawn_worker(tally.clone(), workers);
             let gap = Duration::from_secs_f64(1.0 / rate);
             let mut next = tokio::time::Instant::now();
             for _ in 0..jobs {
                 tokio::time::sleep_until(next).await;
                 next += gap;
                 let sent_us = tally.epoch.elapsed().as_micros() as u64;
-                sink.push(Noop { sent_us }).await.unwrap();
-                let _ = wake.unbounded_send(());
+                sink.push(Noop { sent_us }).await;
             }
             finished.await;
             run.abort();

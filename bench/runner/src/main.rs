@@ -10,6 +10,11 @@
 //!   are the leash side of the queue comparison, one process per run (`<db>`:
 //!   an SQLite path or a `postgres://` URL), as
 //!   `apalis-peer drain|latency` is the other.
+//! - `peer-bench pg-compare <leash-work.wasm> <apalis-peer> <graphile-peer-dir> <out-dir> [--quick]`
+//!   and `peer-bench pg-stress <leash-work.wasm> <out-dir> [--quick] [idle] [overload] [backlog]`
+//!   are the PostgreSQL benchmarks (see `pg.rs`).
+
+mod pg;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -41,7 +46,26 @@ fn main() -> anyhow::Result<()> {
             );
             compare(Path::new(paths[0]), Path::new(paths[1]), Path::new(paths[2]), Path::new(paths[3]), quick)
         }
-        _ => anyhow::bail!("usage: peer-bench compare|queue-leash ..."),
+        Some("pg-compare") => {
+            let quick = args.iter().any(|a| a == "--quick");
+            let paths: Vec<&String> = args[2..].iter().filter(|a| !a.starts_with("--")).collect();
+            anyhow::ensure!(
+                paths.len() == 4,
+                "usage: peer-bench pg-compare <leash.wasm> <apalis-peer> <graphile-peer-dir> <out-dir> [--quick]"
+            );
+            let [wasm, apalis, graphile, out] = [paths[0], paths[1], paths[2], paths[3]].map(Path::new);
+            tokio.block_on(pg::compare(wasm, apalis, graphile, out, quick))
+        }
+        Some("pg-stress") => {
+            let quick = args.iter().any(|a| a == "--quick");
+            let rest: Vec<String> = args[2..].iter().filter(|a| !a.starts_with("--")).cloned().collect();
+            anyhow::ensure!(
+                rest.len() >= 2,
+                "usage: peer-bench pg-stress <leash.wasm> <out-dir> [--quick] [idle] [overload] [backlog]"
+            );
+            tokio.block_on(pg::stress(Path::new(&rest[0]), Path::new(&rest[1]), quick, &rest[2..]))
+        }
+        _ => anyhow::bail!("usage: peer-bench compare|queue-leash|pg-compare|pg-stress ..."),
     }
 }
 
@@ -212,13 +236,16 @@ async fn queue_leash(args: &[String]) -> anyhow::Result<()> {
             drop(filler);
             let done = Arc::new((std::sync::atomic::AtomicUsize::new(0), tokio::sync::Notify::new()));
             let start = Instant::now();
-            let runtime = builder().build().await?;
             let counter = done.clone();
-            runtime.on_complete(move |_| {
-                if counter.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == jobs {
-                    counter.1.notify_one();
-                }
-            });
+            // Subscribed before the workers start, so no completion is missed.
+            let runtime = builder()
+                .on_complete(move |_| {
+                    if counter.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == jobs {
+                        counter.1.notify_one();
+                    }
+                })
+                .build()
+                .await?;
             let all = done.1.notified();
             tokio::pin!(all);
             if done.0.load(std::sync::atomic::Ordering::SeqCst) < jobs {

@@ -10,6 +10,10 @@
 //! lease twice; queue expiry and retention work in bounded batches, so a
 //! large sweep never holds many locks or one long transaction.
 //!
+//! The store analyzes the jobs table itself after a burst of inserts (see
+//! `stats.rs`): autovacuum would wait up to a minute, and a claim planned
+//! on stale statistics reads every queued row.
+//!
 //! Lease renewals from all of a process's running jobs are gathered into
 //! one statement per round trip. Every insert, release and requeue by the
 //! reclaim sweep sends `NOTIFY leash_jobs` in its transaction; each store
@@ -30,6 +34,7 @@
 mod renew;
 mod rows;
 mod schema;
+mod stats;
 
 use rows::{
     count_jobs, db_err, describe, is_transient, job_columns, list_columns, pool_err, row_to_job, row_to_plugin,
@@ -83,6 +88,7 @@ struct Inner {
     enqueued: watch::Receiver<u64>,
     listener: tokio::task::JoinHandle<()>,
     renewals: renew::Renewals,
+    freshness: Arc<stats::Freshness>,
 }
 
 impl Drop for Inner {
@@ -154,7 +160,11 @@ impl PostgresStore {
                     tracing::warn!(database = %shown, error = %e, "migrating was cut off; trying again");
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                migrated => break migrated?,
+                migrated => {
+                    migrated?;
+                    stats::warn_if_autovacuum_is_off(&first, &shown).await;
+                    break;
+                }
             }
         }
         let manager = deadpool_postgres::Manager::from_config(
@@ -173,7 +183,7 @@ impl PostgresStore {
         let (notify, enqueued) = watch::channel(0u64);
         let listener = tokio::spawn(listen(config, shown, notify));
         let renewals = renew::Renewals::start(pool.clone());
-        Ok(PostgresStore { inner: Arc::new(Inner { pool, enqueued, listener, renewals }) })
+        Ok(PostgresStore { inner: Arc::new(Inner { pool, enqueued, listener, renewals, freshness: Arc::default() }) })
     }
 
     async fn client(&self, operation: &'static str) -> Result<deadpool_postgres::Object, StoreError> {
@@ -545,6 +555,7 @@ impl JobStore for PostgresStore {
         }
         tx.execute(NOTIFY, &[]).await.map_err(&err)?;
         tx.commit().await.map_err(&err)?;
+        self.inner.freshness.inserted(ids.len() as u64, &self.inner.pool);
         ids.into_iter()
             .map(|id| by_id.remove(&id).ok_or_else(|| corrupt(&id.to_string(), "inserted but not returned")))
             .collect()
@@ -578,25 +589,28 @@ impl JobStore for PostgresStore {
     ) -> Result<(bool, Vec<Lease>), StoreError> {
         let err = db_err("finishing a job");
         let mut client = self.client("finishing a job").await?;
-        let mut tx = client.transaction().await.map_err(&err)?;
-        if !finish(&tx, params).await? {
+        let tx = client.transaction().await.map_err(&err)?;
+        // The finish and the claim go to the server together (one round
+        // trip, not two) and run in order in one transaction: the claim
+        // sees the finished job's concurrency key released. A finish that
+        // changed nothing (the lease was lost) takes the claim back with it.
+        let (finished, claimed) = tokio::join!(finish(&tx, params.clone()), claim(&tx, &next));
+        if !finished? {
+            tx.rollback().await.map_err(&err)?;
             return Ok((false, Vec::new()));
         }
-        // The finish stands even if the claim fails: the claim runs in a
-        // savepoint, and the claim loop will claim later.
-        let savepoint = tx.transaction().await.map_err(&err)?;
-        let leases = match claim(&savepoint, &next).await {
+        match claimed {
             Ok(leases) => {
-                savepoint.commit().await.map_err(&err)?;
-                leases
+                tx.commit().await.map_err(&err)?;
+                Ok((true, leases))
             }
+            // A failed claim aborted the transaction: the finish stands on
+            // its own, and the claim loop will claim later.
             Err(_) => {
-                savepoint.rollback().await.map_err(&err)?;
-                Vec::new()
+                tx.rollback().await.map_err(&err)?;
+                Ok((finish(&client, params).await?, Vec::new()))
             }
-        };
-        tx.commit().await.map_err(&err)?;
-        Ok((true, leases))
+        }
     }
 
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
