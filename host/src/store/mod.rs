@@ -303,10 +303,10 @@ impl Finish {
     }
 
     /// What it stores: the output, the error message and the backtrace.
-    pub fn into_columns(self) -> (Option<Vec<u8>>, Option<String>, Option<String>) {
+    pub fn columns(&self) -> (Option<&[u8]>, Option<&str>, Option<&str>) {
         match self {
             Finish::Succeeded { output } => (Some(output), None, None),
-            Finish::Failed { message, backtrace, .. } => (None, Some(message), backtrace),
+            Finish::Failed { message, backtrace, .. } => (None, Some(message), backtrace.as_deref()),
             Finish::Cancelled { message } => (None, Some(message), None),
         }
     }

@@ -337,10 +337,10 @@ async fn claim(client: &impl GenericClient, params: &JobClaimParams) -> Result<V
 }
 
 /// Record a running job's ending, fenced by its lease token.
-async fn finish(client: &impl GenericClient, params: JobFinishParams) -> Result<bool, StoreError> {
+async fn finish(client: &impl GenericClient, params: &JobFinishParams) -> Result<bool, StoreError> {
     let err = db_err("finishing a job");
     let (status, kind) = (params.finish.status(), params.finish.error_kind());
-    let (output, message, backtrace) = params.finish.into_columns();
+    let (output, message, backtrace) = params.finish.columns();
     let progress = params.progress.as_ref().map(to_json).transpose()?;
     let logs = params.logs.as_ref().map(to_json).transpose()?;
     let stmt = client
@@ -579,7 +579,7 @@ impl JobStore for PostgresStore {
 
     async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError> {
         let client = self.client("finishing a job").await?;
-        finish(&client, params).await
+        finish(&client, &params).await
     }
 
     async fn job_finish_and_claim(
@@ -594,7 +594,7 @@ impl JobStore for PostgresStore {
         // trip, not two) and run in order in one transaction: the claim
         // sees the finished job's concurrency key released. A finish that
         // changed nothing (the lease was lost) takes the claim back with it.
-        let (finished, claimed) = tokio::join!(finish(&tx, params.clone()), claim(&tx, &next));
+        let (finished, claimed) = tokio::join!(finish(&tx, &params), claim(&tx, &next));
         if !finished? {
             tx.rollback().await.map_err(&err)?;
             return Ok((false, Vec::new()));
@@ -608,7 +608,7 @@ impl JobStore for PostgresStore {
             // its own, and the claim loop will claim later.
             Err(_) => {
                 tx.rollback().await.map_err(&err)?;
-                Ok((finish(&client, params).await?, Vec::new()))
+                Ok((finish(&client, &params).await?, Vec::new()))
             }
         }
     }

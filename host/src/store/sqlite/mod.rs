@@ -215,10 +215,10 @@ fn lease_token() -> String {
 
 /// Record a running job's ending, fenced by its lease token. `false`: the
 /// token no longer owns the job.
-fn finish(conn: &Connection, params: JobFinishParams) -> Result<bool, StoreError> {
+fn finish(conn: &Connection, params: &JobFinishParams) -> Result<bool, StoreError> {
     let now = params.now.unix_ms();
     let (status, kind) = (params.finish.status(), params.finish.error_kind());
-    let (output, message, backtrace) = params.finish.into_columns();
+    let (output, message, backtrace) = params.finish.columns();
     let progress = params.progress.as_ref().map(to_json).transpose()?;
     let logs = params.logs.as_ref().map(to_json).transpose()?;
     let changed = conn
@@ -386,7 +386,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError> {
-        self.write(move |conn| finish(conn, params)).await
+        self.write(move |conn| finish(conn, &params)).await
     }
 
     async fn job_finish_and_claim(
@@ -395,7 +395,7 @@ impl JobStore for SqliteStore {
         next: JobClaimParams,
     ) -> Result<(bool, Vec<Lease>), StoreError> {
         self.write(move |conn| {
-            if !finish(conn, params)? {
+            if !finish(conn, &params)? {
                 return Ok((false, Vec::new()));
             }
             // The finish stands even if the claim fails: the claim loop
