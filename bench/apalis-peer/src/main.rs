@@ -16,8 +16,7 @@
 //! (its default): each finished job is acknowledged, marked `Done` with its
 //! result in the store, as leash marks its jobs `succeeded` with their
 //! output. (`persist_results(false)` skips that write altogether: the job
-//! stays `Running` in the table, to be re-enqueued as orphaned later, so it
-//! is not a finished job.) On PostgreSQL: the storage's
+//! stays `Running` in the table, so it is not a finished job.) On PostgreSQL: the storage's
 //! own LISTEN/NOTIFY wake-up (`with_pubsub`) plus the same 50 ms interval,
 //! a pool of `workers + 2` connections.
 
@@ -77,7 +76,8 @@ enum Queue {
     /// The fetcher wakes on every in-process push (the in-process
     /// equivalent of apalis-sqlite's update-hook listener) and polls every
     /// 50 ms besides.
-    Sqlite(SqliteStorage<Noop>, UnboundedSender<()>, Arc<Mutex<Option<Strategy>>>),
+    /// The strategy goes to the worker; a [`Queue::sink`] has none.
+    Sqlite(SqliteStorage<Noop>, UnboundedSender<()>, Option<Strategy>),
     /// The storage's LISTEN/NOTIFY stream plus a 50 ms interval.
     Postgres(PostgresStorage<Noop>),
 }
@@ -94,13 +94,13 @@ impl Queue {
         let config = Config::default().queue("noop").batch_size(batch).persist_results(true);
         let (wake, woken) = futures::channel::mpsc::unbounded::<()>();
         let strategy = Strategy::new().stream(woken).interval(Duration::from_millis(50));
-        Queue::Sqlite(SqliteStorage::new(&pool).with_config(config), wake, Arc::new(Mutex::new(Some(strategy))))
+        Queue::Sqlite(SqliteStorage::new(&pool).with_config(config), wake, Some(strategy))
     }
 
     /// A second handle that enqueues into the same queue.
     fn sink(&self) -> Queue {
         match self {
-            Queue::Sqlite(storage, wake, strategy) => Queue::Sqlite(storage.clone(), wake.clone(), strategy.clone()),
+            Queue::Sqlite(storage, wake, _) => Queue::Sqlite(storage.clone(), wake.clone(), None),
             Queue::Postgres(storage) => Queue::Postgres(storage.clone()),
         }
     }
@@ -126,7 +126,7 @@ impl Queue {
     fn spawn_worker(self, tally: Arc<Tally>, workers: usize) -> tokio::task::JoinHandle<Result<(), WorkerError>> {
         match self {
             Queue::Sqlite(storage, wake, strategy) => {
-                let strategy = strategy.lock().unwrap().take().expect("one worker per queue");
+                let strategy = strategy.expect("a worker runs on the queue, not on a sink");
                 let worker = WorkerBuilder::new("peer")
                     .backend(storage.poll_with_strategy(strategy))
                     .data(tally)

@@ -35,35 +35,32 @@ const LATENCY_RATE: f64 = 500.0;
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    // Every mode but queue-leash: `--quick` anywhere, paths in order.
+    let quick = args.iter().any(|a| a == "--quick");
+    let paths: Vec<&Path> = args.iter().skip(2).filter(|a| !a.starts_with("--")).map(Path::new).collect();
     match args.get(1).map(String::as_str) {
         Some("queue-leash") => tokio.block_on(queue_leash(&args[2..])),
         Some("compare") => {
-            let quick = args.iter().any(|a| a == "--quick");
-            let paths: Vec<&String> = args[2..].iter().filter(|a| !a.starts_with("--")).collect();
             anyhow::ensure!(
                 paths.len() == 4,
                 "usage: peer-bench compare <leash.wasm> <extism.wasm> <apalis-peer> <out-dir> [--quick]"
             );
-            compare(Path::new(paths[0]), Path::new(paths[1]), Path::new(paths[2]), Path::new(paths[3]), quick)
+            compare(paths[0], paths[1], paths[2], paths[3], quick)
         }
         Some("pg-compare") => {
-            let quick = args.iter().any(|a| a == "--quick");
-            let paths: Vec<&String> = args[2..].iter().filter(|a| !a.starts_with("--")).collect();
             anyhow::ensure!(
                 paths.len() == 4,
                 "usage: peer-bench pg-compare <leash.wasm> <apalis-peer> <graphile-peer-dir> <out-dir> [--quick]"
             );
-            let [wasm, apalis, graphile, out] = [paths[0], paths[1], paths[2], paths[3]].map(Path::new);
-            tokio.block_on(pg::compare(wasm, apalis, graphile, out, quick))
+            tokio.block_on(pg::compare(paths[0], paths[1], paths[2], paths[3], quick))
         }
         Some("pg-stress") => {
-            let quick = args.iter().any(|a| a == "--quick");
-            let rest: Vec<String> = args[2..].iter().filter(|a| !a.starts_with("--")).cloned().collect();
             anyhow::ensure!(
-                rest.len() >= 2,
+                paths.len() >= 2,
                 "usage: peer-bench pg-stress <leash.wasm> <out-dir> [--quick] [idle] [overload] [backlog]"
             );
-            tokio.block_on(pg::stress(Path::new(&rest[0]), Path::new(&rest[1]), quick, &rest[2..]))
+            let only: Vec<String> = paths[2..].iter().map(|p| p.display().to_string()).collect();
+            tokio.block_on(pg::stress(paths[0], paths[1], quick, &only))
         }
         _ => anyhow::bail!("usage: peer-bench compare|queue-leash|pg-compare|pg-stress ..."),
     }
@@ -202,16 +199,22 @@ fn plugin_figures(leash_wasm: &Path, extism_wasm: &Path, runs: usize, quick: boo
 
 // ---- job queues ----
 
+/// The sandbox of a leash queue run: one pooled slot per worker, and a
+/// compile cache shared by every run.
+fn queue_sandbox(workers: usize) -> SandboxConfig {
+    SandboxConfig {
+        allocator: Allocator::Pooling { slots: workers as u32 },
+        cache_dir: Some(std::env::temp_dir().join("leash-peer-bench-cache")),
+        ..SandboxConfig::default()
+    }
+}
+
 async fn queue_leash(args: &[String]) -> anyhow::Result<()> {
     let arg = |i: usize| args.get(i).map(String::as_str).ok_or_else(|| anyhow::anyhow!("missing argument {i}"));
     // An SQLite path or a `postgres://` URL.
     let (mode, db, wasm) = (arg(0)?, leash::store::Database::parse(arg(1)?), std::fs::read(arg(2)?)?);
     let workers: usize = arg(if mode == "drain" { 4 } else { 5 })?.parse()?;
-    let sandbox = SandboxConfig {
-        allocator: Allocator::Pooling { slots: workers as u32 },
-        cache_dir: Some(std::env::temp_dir().join("leash-peer-bench-cache")),
-        ..SandboxConfig::default()
-    };
+    let sandbox = queue_sandbox(workers);
     let builder = || {
         Runtime::builder(db.clone())
             .durability(Durability::Normal)
@@ -412,7 +415,7 @@ fn compare(leash_wasm: &Path, extism_wasm: &Path, apalis: &Path, out_dir: &Path,
                    "epoch": "1 ms ticks", "workers": WORKERS, "enqueue": "submit_many, batches of 1000" },
         "extism": { "version": "1.30.0", "wasmtime": "43", "instances": "CompiledPlugin once, Plugin::new_from_compiled per fresh call", "wasi": false, "fuel": "off (default)" },
         "apalis": { "version": "1.0.0", "apalis_sqlite": "1.0.0", "concurrency": WORKERS, "batch_size": APALIS_BATCH,
-                    "fetch": "wake on each in-process push + 50 ms interval", "persist_results": false, "enqueue": "push_bulk, batches of 1000" },
+                    "fetch": "wake on each in-process push + 50 ms interval", "persist_results": true, "enqueue": "push_bulk, batches of 1000" },
     });
     let results = json!({ "quick": quick, "runs": runs, "machine": machine, "settings": settings, "plugins": plugins, "queues": queues });
     std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&results)?)?;
