@@ -50,6 +50,7 @@ async fn raw_rate(n: usize) -> f64 {
                     attempt: 1,
                     input: b"x".to_vec(),
                     limits: RunLimits::default(),
+                    http: Default::default(),
                 };
                 let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;
                 assert!(outcome.result.is_ok());
@@ -312,6 +313,7 @@ fn raw_job(plugin: leash::job::Digest) -> NewJob {
         target: Target::Execute,
         input: b"x".to_vec(),
         limits: JobLimits { timeout_ms: 60_000, fuel: None, memory_bytes: 64 << 20, output_bytes: 1 << 20 },
+        grants: Default::default(),
         max_attempts: 1,
         concurrency_key: None,
         plan_id: None,

@@ -76,6 +76,7 @@ async fn main() {
             attempt: 1,
             input: input.clone(),
             limits: RunLimits::default(),
+            http: Default::default(),
         };
         let start = Instant::now();
         let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;

@@ -26,7 +26,14 @@ mod support;
 use support::{ms, percentile};
 
 fn request(input: &[u8], limits: RunLimits) -> RunRequest {
-    RunRequest { job_id: String::new(), target: Target::Execute, attempt: 1, input: input.to_vec(), limits }
+    RunRequest {
+        job_id: String::new(),
+        target: Target::Execute,
+        attempt: 1,
+        input: input.to_vec(),
+        limits,
+        http: Default::default(),
+    }
 }
 
 // ---- a bare wasmtime embedding of the same world, as the baseline ----

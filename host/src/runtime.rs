@@ -24,14 +24,14 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::job::{
-    Backoff, Counts, Digest, IdempotencyKey, Job, JobId, JobLimits, JobLogs, JobStatus, MAX_ATTEMPTS_CEILING, NewJob,
-    PluginInfo, PluginName, PluginRef, Target,
+    Backoff, Counts, Digest, Grants, IdempotencyKey, Job, JobId, JobLimits, JobLogs, JobStatus, MAX_ATTEMPTS_CEILING,
+    NewJob, PluginInfo, PluginName, PluginRef, Target,
 };
 use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
 use crate::store::{
-    CancelResult, Database, Durability, JobInsertParams, JobListParams, JobStore, JobsExpireParams, PluginNameParams,
-    PluginPutParams, StoreError, WorkerRecord, WorkerState,
+    CancelResult, Database, Durability, JobInsertParams, JobListParams, JobStore, JobsExpireParams, PluginGrantsParams,
+    PluginNameParams, PluginPutParams, StoreError, WorkerRecord, WorkerState,
 };
 use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};
@@ -157,6 +157,9 @@ pub enum RuntimeError {
     /// A limit or field is out of bounds.
     #[error("invalid job: {0}")]
     InvalidJob(String),
+    /// A grant is out of bounds.
+    #[error("invalid grant: {0}")]
+    InvalidGrant(String),
     /// No job with this id.
     #[error("no job {0}")]
     NotFound(JobId),
@@ -642,6 +645,18 @@ impl Runtime {
         Ok(self.inner.store.plugin_name_set(PluginNameParams { name, digest, now }).await?)
     }
 
+    /// Replace what jobs of a registered `name@version` may use outside
+    /// their sandbox (jobs already submitted keep what they were granted).
+    pub async fn plugin_grant(&self, name: PluginName, grants: Grants) -> Result<PluginInfo, RuntimeError> {
+        grants.check().map_err(RuntimeError::InvalidGrant)?;
+        let shown = name.to_string();
+        self.inner
+            .store
+            .plugin_grants_set(PluginGrantsParams { name, grants })
+            .await?
+            .ok_or(RuntimeError::UnknownPlugin(shown))
+    }
+
     /// Registered plugins: names in order (newest version first), then
     /// unnamed digests.
     pub async fn plugins(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
@@ -674,24 +689,26 @@ impl Runtime {
         if queued + jobs.len() as u64 > settings.max_queued {
             return Err(RuntimeError::Backpressure { queued, limit: settings.max_queued });
         }
-        let mut checked: Vec<(Digest, Option<PluginName>, Submit)> = Vec::with_capacity(jobs.len());
+        let mut checked: Vec<(Digest, Option<PluginName>, Grants, Submit)> = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let (digest, name) = match &job.plugin {
-                PluginSource::Bytes(bytes) => (self.plugin_add(bytes.clone()).await?, None),
+            // A job is granted what its plugin's registration grants now,
+            // pinned; bytes and bare digests are granted nothing.
+            let (digest, name, grants) = match &job.plugin {
+                PluginSource::Bytes(bytes) => (self.plugin_add(bytes.clone()).await?, None, Grants::default()),
                 PluginSource::Digest(digest) | PluginSource::Ref(PluginRef::Digest(digest)) => {
                     self.check_plugin_known(*digest).await?;
-                    (*digest, None)
+                    (*digest, None, Grants::default())
                 }
                 PluginSource::Ref(named) => {
                     let info = self.plugin(named.clone()).await?;
-                    (info.digest, info.name)
+                    (info.digest, info.name, info.grants)
                 }
             };
-            checked.push((digest, name, job));
+            checked.push((digest, name, grants, job));
         }
         let mut new_jobs = Vec::with_capacity(checked.len());
-        for (digest, name, job) in checked {
-            new_jobs.push(self.new_job(digest, name, job)?);
+        for (digest, name, grants, job) in checked {
+            new_jobs.push(self.new_job(digest, name, grants, job)?);
         }
         let inserted =
             match self.inner.store.job_insert(JobInsertParams { jobs: new_jobs, now: settings.clock.now() }).await {
@@ -756,7 +773,13 @@ impl Runtime {
         }
     }
 
-    fn new_job(&self, plugin: Digest, plugin_name: Option<PluginName>, job: Submit) -> Result<NewJob, RuntimeError> {
+    fn new_job(
+        &self,
+        plugin: Digest,
+        plugin_name: Option<PluginName>,
+        grants: Grants,
+        job: Submit,
+    ) -> Result<NewJob, RuntimeError> {
         let settings = &self.inner.settings;
         let ceiling = settings.sandbox.memory_ceiling_bytes;
         let memory_bytes = job.memory_bytes.unwrap_or(settings.default_memory_bytes);
@@ -816,6 +839,7 @@ impl Runtime {
             target: job.target,
             input: job.input,
             limits: JobLimits { timeout_ms: timeout.as_millis() as u64, fuel: job.fuel, memory_bytes, output_bytes },
+            grants,
             max_attempts: job.max_attempts.unwrap_or(settings.default_max_attempts),
             concurrency_key: job.concurrency_key,
             plan_id: job.plan_id,

@@ -286,3 +286,65 @@ fn a_bad_log_filter_is_refused_by_name() {
     assert_eq!(output.status.code(), Some(2), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(String::from_utf8_lossy(&output.stderr).contains("LEASH_LOG"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_given_at_registration_reach_durable_jobs_and_a_revoke_stops_later_ones() {
+    let upstream = crate::support::Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, serde_json::json!({ "url": upstream.url("/hello") }).to_string()).unwrap();
+    let input = input.to_str().unwrap();
+    let plugin = leash_tests::plugin_path("http-get");
+    let rule = format!("GET {}", upstream.url(""));
+    // The CLI blocks; the upstream answers on the runtime meanwhile.
+    let server = std::sync::Arc::new(server);
+    let owned = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let call = |args: Vec<String>| {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || leash(&server, &args.iter().map(String::as_str).collect::<Vec<_>>()))
+    };
+
+    let added = call(owned(&[
+        "plugins",
+        "add",
+        plugin.to_str().unwrap(),
+        "--name",
+        "http-get",
+        "--version",
+        "1",
+        "--allow-host",
+        &rule,
+        "--http-requests",
+        "3",
+        "--json",
+    ]))
+    .await
+    .unwrap();
+    let added = json(&added);
+    assert_eq!(added["grants"]["http"]["hosts"], serde_json::json!([rule]), "{added}");
+    assert_eq!(added["grants"]["http"]["limits"]["requests"], 3);
+
+    let done = call(owned(&["submit", "http-get@1", "--input", input, "--wait", "30s", "--json"])).await.unwrap();
+    let done = json(&done);
+    assert_eq!(done["job"]["status"], "succeeded", "{done}");
+    assert_eq!(done["output"]["body_start"], "hello");
+    assert_eq!(done["job"]["grants"]["http"]["hosts"], serde_json::json!([rule]), "the job shows its grants");
+    assert_eq!(upstream.received(), vec!["GET /hello".to_owned()]);
+
+    let revoked = call(owned(&["plugins", "grant", "http-get@1"])).await.unwrap();
+    assert_eq!(revoked.status.code(), Some(0));
+    assert!(stdout(&revoked).contains("grants nothing"), "{}", stdout(&revoked));
+    let denied = call(owned(&["submit", "http-get@1", "--input", input, "--wait", "30s", "--json"])).await.unwrap();
+    let denied = json(&denied);
+    assert_eq!(denied["job"]["status"], "failed", "{denied}");
+    assert!(denied["job"]["error_message"].as_str().unwrap().contains("HttpRequestDenied"), "{denied}");
+    assert!(denied["job"].get("grants").is_none(), "nothing granted, nothing shown: {denied}");
+    assert_eq!(upstream.received().len(), 1, "the later job sent nothing");
+
+    let unknown = call(owned(&["plugins", "grant", "nobody@1", "--allow-host", &rule])).await.unwrap();
+    assert_eq!(unknown.status.code(), Some(2), "an unknown registration is refused (404)");
+    let unversioned = call(owned(&["plugins", "grant", "http-get", "--allow-host", &rule])).await.unwrap();
+    assert_eq!(unversioned.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unversioned.stderr).contains("name the version"));
+}

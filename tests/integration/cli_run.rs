@@ -183,3 +183,39 @@ fn help_documents_the_exit_codes() {
         assert!(line.len() > code.len() + 4, "exit code {code} has a meaning in --help: {help}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_sends_http_only_to_hosts_allowed_on_the_command_line() {
+    let upstream = crate::support::Upstream::start().await;
+    let input = serde_json::json!({ "url": upstream.url("/hello") }).to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in.json");
+    std::fs::write(&file, input).unwrap();
+    let plugin = path("http-get");
+    let args = |extra: &[&str]| {
+        let mut args = vec![plugin.as_str(), "--input", file.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let run_async =
+        |args: Vec<String>| tokio::task::spawn_blocking(move || leash().arg("run").args(args).output().unwrap());
+
+    let denied = run_async(args(&[])).await.unwrap();
+    assert_eq!(denied.status.code(), Some(1), "{}", stderr(&denied));
+    let report: serde_json::Value = serde_json::from_slice(&denied.stdout).unwrap();
+    assert!(report["message"].as_str().unwrap().contains("HttpRequestDenied"), "{report}");
+    assert_eq!((report["http_requests"].as_u64(), report["http_denied"].as_u64()), (Some(0), Some(1)));
+    assert!(upstream.received().is_empty());
+
+    let rule = format!("GET {}", upstream.url(""));
+    let allowed = run_async(args(&["--allow-host", &rule])).await.unwrap();
+    assert_eq!(allowed.status.code(), Some(0), "{}", stderr(&allowed));
+    let report: serde_json::Value = serde_json::from_slice(&allowed.stdout).unwrap();
+    let output: serde_json::Value = serde_json::from_str(report["output"].as_str().unwrap()).unwrap();
+    assert_eq!(output["body_start"], "hello");
+    assert_eq!(upstream.received(), vec!["GET /hello".to_owned()]);
+
+    let bad = run(&[&plugin, "--allow-host", "api.example.com"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("expected [METHODS ]SCHEME://HOST[:PORT]"), "{}", stderr(&bad));
+}

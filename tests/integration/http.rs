@@ -39,6 +39,7 @@ async fn every_route_but_the_liveness_probe_needs_the_token() {
         (Method::GET, "/v1/plugins"),
         (Method::POST, "/v1/plugins"),
         (Method::GET, "/v1/plugins/hello"),
+        (Method::PUT, "/v1/plugins/hello@1/grants"),
         (Method::GET, "/v1/jobs"),
         (Method::POST, "/v1/jobs"),
         (Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH"),
@@ -115,6 +116,48 @@ async fn plugins_are_uploaded_validated_listed_and_resolved() {
     }
     let (_, list) = server.call(Method::GET, "/v1/plugins", None).await;
     assert_eq!(list["plugins"].as_array().unwrap().len(), 1, "refused uploads leave nothing behind");
+}
+
+#[tokio::test]
+async fn grants_are_set_on_a_registration_and_bad_ones_refused_by_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let bytes = leash_tests::plugin_bytes("hello");
+    let response = server.request(Method::POST, "/v1/plugins?name=hello&version=1").body(bytes).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let path = "/v1/plugins/hello@1/grants";
+    let grants = json!({ "http": { "hosts": ["GET https://api.example.com"], "private_ranges": ["10.0.0.0/8"],
+        "limits": { "requests": 5 } } });
+    let (status, info) = server.call(Method::PUT, path, Some(grants)).await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["grants"]["http"]["hosts"], json!(["GET https://api.example.com"]));
+    assert_eq!(info["grants"]["http"]["limits"]["requests"], 5);
+    assert_eq!(info["grants"]["http"]["limits"]["request_timeout_ms"], 60_000, "unset limits take their defaults");
+    let (_, shown) = server.call(Method::GET, "/v1/plugins/hello", None).await;
+    assert_eq!(shown["grants"], info["grants"]);
+
+    for (body, field, says) in [
+        (json!({ "http": { "hosts": ["ftp://x.example"] } }), "`http.hosts[0]`", "not http or https"),
+        (json!({ "http": { "private_ranges": ["10.0.0.1/8"] } }), "`http.private_ranges[0]`", "past the prefix"),
+        (json!({ "http": { "limits": { "requests": -1 } } }), "`http.limits.requests`", "invalid value"),
+        (json!({ "http": { "allow": [] } }), "`http.allow`", "unknown field `allow`"),
+        (json!({ "http": { "limits": { "request_timeout_ms": 0 } } }), "", "request_timeout_ms must be at least 1"),
+    ] {
+        let (status, answer) = server.call(Method::PUT, path, Some(body.clone())).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(field) && message.contains(says), "{body}: {message}");
+    }
+    let (_, shown) = server.call(Method::GET, "/v1/plugins/hello@1", None).await;
+    assert_eq!(shown["grants"], info["grants"], "refused grants change nothing");
+
+    let (status, body) = server.call(Method::PUT, "/v1/plugins/nobody@1/grants", Some(json!({}))).await;
+    assert_eq!((status, error_kind(&body)), (404, "unknown_plugin"));
+    let (status, body) = server.call(Method::PUT, "/v1/plugins/hello/grants", Some(json!({}))).await;
+    assert_eq!((status, error_kind(&body)), (400, "invalid_request"), "{body}");
+    let (status, revoked) = server.call(Method::PUT, path, Some(json!({}))).await;
+    assert_eq!(status, 200);
+    assert!(revoked.get("grants").is_none(), "nothing granted: {revoked}");
 }
 
 #[tokio::test]

@@ -265,6 +265,7 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
         target: Target::Execute,
         input: Vec::new(),
         limits: JobLimits { timeout_ms: 1000, fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 },
+        grants: Default::default(),
         max_attempts: max_attempts.into(),
         concurrency_key: None,
         plan_id: None,

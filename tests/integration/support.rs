@@ -47,6 +47,7 @@ pub fn request(input: &[u8], limits: RunLimits) -> RunRequest {
         attempt: 1,
         input: input.to_vec(),
         limits,
+        http: Default::default(),
     }
 }
 
@@ -120,5 +121,109 @@ impl ProgressTap {
 impl RunObserver for ProgressTap {
     fn on_progress(&self, progress: &Progress) {
         let _ = self.0.send(progress.clone());
+    }
+}
+
+/// An HTTP server of the tests' own on loopback that records every request
+/// it receives, as `METHOD /path?query`. Routes: `/hello` answers `hello`;
+/// `/big/N` streams N zero bytes (made as they are sent); `/slow` never
+/// answers (and records `closed /slow` when its client goes away);
+/// `/redirect?to=URL` answers 302 to URL; anything else 404.
+pub struct Upstream {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    received: UpstreamLog,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// What an [`Upstream`] received, and a signal on every new entry.
+#[derive(Clone)]
+struct UpstreamLog {
+    entries: Arc<std::sync::Mutex<Vec<String>>>,
+    changed: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+impl UpstreamLog {
+    fn push(&self, entry: String) {
+        let mut entries = self.entries.lock().unwrap();
+        entries.push(entry);
+        self.changed.send_replace(entries.len());
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Upstream {
+    /// Listen on a free loopback port.
+    pub async fn start() -> Upstream {
+        use axum::extract::{Request, State};
+        use axum::response::{IntoResponse, Response};
+
+        /// Records `closed /slow` when the server drops the handler.
+        struct Closed(UpstreamLog);
+        impl Drop for Closed {
+            fn drop(&mut self) {
+                self.0.push("closed /slow".to_owned());
+            }
+        }
+
+        async fn answer(State(log): State<UpstreamLog>, request: Request) -> Response {
+            let uri = request.uri().clone();
+            log.push(format!("{} {}", request.method(), uri));
+            let path = uri.path();
+            if path == "/hello" {
+                "hello".into_response()
+            } else if let Some(n) = path.strip_prefix("/big/").and_then(|n| n.parse::<u64>().ok()) {
+                const CHUNK: usize = 64 << 10;
+                let chunks = n.div_ceil(CHUNK as u64);
+                let stream = futures_util::stream::iter((0..chunks).map(move |i| {
+                    let len = if i + 1 == chunks { n - i * CHUNK as u64 } else { CHUNK as u64 };
+                    Ok::<_, std::convert::Infallible>(bytes::Bytes::from(vec![0u8; len as usize]))
+                }));
+                axum::body::Body::from_stream(stream).into_response()
+            } else if path == "/slow" {
+                let _closed = Closed(log);
+                std::future::pending::<()>().await;
+                unreachable!()
+            } else if path == "/redirect" {
+                let to = uri.query().and_then(|q| q.strip_prefix("to=")).unwrap_or("/").to_owned();
+                (axum::http::StatusCode::FOUND, [(axum::http::header::LOCATION, to)]).into_response()
+            } else {
+                axum::http::StatusCode::NOT_FOUND.into_response()
+            }
+        }
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the upstream");
+        let addr = listener.local_addr().expect("its address");
+        let received = UpstreamLog { entries: Arc::default(), changed: Arc::new(tokio::sync::watch::channel(0).0) };
+        let app = axum::Router::new().fallback(answer).with_state(received.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Upstream { addr, received, task }
+    }
+
+    /// `http://127.0.0.1:PORT` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Every request received so far.
+    pub fn received(&self) -> Vec<String> {
+        self.received.entries.lock().unwrap().clone()
+    }
+
+    /// Wait (up to [`GENEROUS`]) until the log holds `entry`.
+    pub async fn wait_for(&self, entry: &str) {
+        let mut changed = self.received.changed.subscribe();
+        let seen = changed.wait_for(|_| self.received().iter().any(|e| e == entry));
+        tokio::time::timeout(GENEROUS, seen)
+            .await
+            .unwrap_or_else(|_| panic!("the upstream never logged {entry:?}: {:?}", self.received()))
+            .expect("the upstream is running");
     }
 }

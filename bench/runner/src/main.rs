@@ -113,6 +113,7 @@ impl LeashCaller {
             attempt: 1,
             input: input.to_vec(),
             limits: RunLimits::default(),
+            http: Default::default(),
         };
         let outcome =
             self.tokio.block_on(self.sandbox.run(&self.plugin, request, &StopHandle::new(), Arc::new(NoObserver)));

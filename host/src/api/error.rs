@@ -63,6 +63,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::InvalidPlugin(ref e) => ApiError::new(StatusCode::BAD_REQUEST, e.kind(), message),
             RuntimeError::UnknownPlugin(_) => ApiError::new(StatusCode::NOT_FOUND, "unknown_plugin", message),
             RuntimeError::InvalidJob(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_job", message),
+            RuntimeError::InvalidGrant(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_grant", message),
             RuntimeError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
             RuntimeError::AlreadyTerminal { .. } => ApiError::new(StatusCode::CONFLICT, "already_terminal", message),
             RuntimeError::IdempotencyConflict { .. } => {

@@ -16,7 +16,7 @@ use error::{ApiError, ErrorBody, body_error, parse_body, path_error, query_error
 use health::{health, workers};
 pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 use jobs::{job_cancel, job_list, job_logs, job_output, job_show, job_submit};
-use plugins::{plugin_list, plugin_show, plugin_upload};
+use plugins::{plugin_grants, plugin_list, plugin_show, plugin_upload};
 pub use types::finished_json;
 use types::{Accepted, CancelAnswer, Finished, HealthReport, JobPage, JobView, PluginList};
 
@@ -30,7 +30,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -72,6 +72,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
     let authed = Router::new()
         .route("/v1/plugins", post(plugin_upload).get(plugin_list))
         .route("/v1/plugins/{reference}", get(plugin_show))
+        .route("/v1/plugins/{reference}/grants", put(plugin_grants))
         .route("/v1/jobs", post(job_submit).get(job_list))
         .route("/v1/jobs/{id}", get(job_show))
         .route("/v1/jobs/{id}/logs", get(job_logs))

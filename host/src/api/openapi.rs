@@ -65,6 +65,7 @@ impl PartialSchema for PluginInfo {
             .required("size_bytes")
             .property("created_at", Timestamp::schema())
             .required("created_at")
+            .property("grants", crate::job::Grants::schema())
             .into()
     }
 }
@@ -91,6 +92,7 @@ impl Modify for BearerToken {
         super::plugins::plugin_upload,
         super::plugins::plugin_list,
         super::plugins::plugin_show,
+        super::plugins::plugin_grants,
         super::jobs::job_submit,
         super::jobs::job_list,
         super::jobs::job_show,

@@ -1,4 +1,4 @@
-//! `/v1/plugins`: upload, list, show.
+//! `/v1/plugins`: upload, list, show, grant.
 
 use super::*;
 
@@ -80,4 +80,31 @@ pub(super) async fn plugin_show(
     ParsedPath(reference): ParsedPath<PluginRef>,
 ) -> Result<Response, ApiError> {
     Ok(Json(state.runtime.plugin(reference).await?).into_response())
+}
+
+/// Replace what jobs of a registered `name@version` may use outside their
+/// sandbox. Jobs submitted afterwards get the new grants; jobs already
+/// submitted keep theirs. `{}` grants nothing.
+#[utoipa::path(put, path = "/v1/plugins/{reference}/grants", tag = "plugins",
+    params(("reference" = String, Path, description = "`name@version` of a registered plugin",
+        pattern = "^[a-z0-9][a-z0-9_-]{0,63}@[A-Za-z0-9._+-]{1,64}$")),
+    request_body = crate::job::Grants,
+    responses(
+        (status = 200, description = "The registration with its new grants", body = crate::job::PluginInfo),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such name and version", body = ErrorBody),
+        (status = 413, description = "Body over the size cap", body = ErrorBody),
+        (status = 503, description = "The database is busy", body = ErrorBody),
+    ))]
+pub(super) async fn plugin_grants(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(reference): ParsedPath<PluginRef>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let PluginRef::Version(name) = reference else {
+        return Err(ApiError::bad_request("grants belong to a `name@version`: name the version"));
+    };
+    let grants: crate::job::Grants = parse_body(&body.map_err(body_error)?, "grant")?;
+    Ok(Json(state.runtime.plugin_grant(name, grants).await?).into_response())
 }

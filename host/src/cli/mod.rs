@@ -305,6 +305,58 @@ struct RunArgs {
     /// `--cache-dir` and LEASH_CACHE_DIR).
     #[arg(long)]
     no_cache: bool,
+    #[command(flatten)]
+    grants: GrantArgs,
+}
+
+/// What a plugin may reach over HTTP. Nothing unless granted.
+#[derive(Debug, Clone, clap::Args)]
+struct GrantArgs {
+    /// Let the plugin send HTTP requests to a host:
+    /// `[METHODS ]SCHEME://HOST[:PORT]`, e.g. `https://api.example.com`,
+    /// `GET,HEAD https://*.example.com`, `POST http://127.0.0.1:8080`.
+    /// Repeat for more hosts. Without any, every request is denied.
+    #[arg(long = "allow-host", value_name = "RULE")]
+    allow_host: Vec<sandbox::http::HostRule>,
+    /// A private address range (CIDR) a granted host name may resolve
+    /// into, e.g. `10.0.0.0/8`. Loopback, private and link-local addresses
+    /// are refused otherwise, unless a rule names the address itself.
+    #[arg(long = "allow-private", value_name = "CIDR")]
+    allow_private: Vec<sandbox::http::AddressRange>,
+    /// Most HTTP requests one job may send.
+    #[arg(long, value_name = "N", default_value_t = sandbox::http::DEFAULT_HTTP_REQUESTS)]
+    http_requests: u32,
+    /// Largest HTTP response body a job may receive, e.g. `10MiB`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "64MiB")]
+    http_response_limit: u64,
+    /// Largest HTTP request body a job may send, e.g. `1MiB`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "16MiB")]
+    http_request_limit: u64,
+    /// Longest one HTTP request may take (never past the job's timeout).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
+    http_timeout: Duration,
+}
+
+impl GrantArgs {
+    fn grants(&self) -> crate::job::Grants {
+        crate::job::Grants {
+            http: sandbox::http::HttpGrant {
+                hosts: self.allow_host.clone(),
+                private_ranges: self.allow_private.clone(),
+                limits: sandbox::http::HttpLimits {
+                    requests: self.http_requests,
+                    request_bytes: self.http_request_limit,
+                    response_bytes: self.http_response_limit,
+                    request_timeout: self.http_timeout,
+                },
+            },
+        }
+    }
+
+    /// The grants, if any flag said anything.
+    fn grants_given(&self) -> Option<crate::job::Grants> {
+        Some(self.grants()).filter(|g| !g.is_none())
+    }
 }
 
 /// What `leash` exits with. The numbers are part of the interface.

@@ -11,10 +11,12 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+pub mod grant;
 mod id;
 mod plugin;
 mod record;
 
+pub use grant::Grants;
 pub use id::JobId;
 pub use plugin::{DEFAULT_PLUGIN_VERSION, PluginInfo, PluginName, PluginRef};
 pub use record::{

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::Digest;
+use super::{Digest, Grants};
 use crate::clock::Timestamp;
 
 /// A plugin's registry name and version.
@@ -107,4 +107,8 @@ pub struct PluginInfo {
     pub size_bytes: u64,
     /// When the name (or, unnamed, the bytes) was registered.
     pub created_at: Timestamp,
+    /// What the operator grants jobs of this name and version; absent when
+    /// nothing is granted (always, for bytes stored without a name).
+    #[serde(default, skip_serializing_if = "Grants::is_none")]
+    pub grants: Grants,
 }

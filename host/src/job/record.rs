@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Digest, ErrorKind, JobId, PluginName, Target};
+use super::{Digest, ErrorKind, Grants, JobId, PluginName, Target};
 use crate::clock::Timestamp;
 
 /// Version of the stored job payload format.
@@ -92,6 +92,9 @@ pub struct NewJob {
     pub input: Vec<u8>,
     /// Limits for each attempt.
     pub limits: JobLimits,
+    /// What the job may use outside its sandbox (from its plugin's
+    /// registration; nothing for a plugin given by bytes or digest).
+    pub grants: Grants,
     /// Attempts the job may use: a lost lease or a retryable failure with
     /// attempts left queues it again. At least 1.
     pub max_attempts: u32,
@@ -231,6 +234,10 @@ pub struct Job {
     pub input: Vec<u8>,
     /// Limits.
     pub limits: JobLimits,
+    /// What the job may use outside its sandbox, pinned at submit from its
+    /// plugin's registration; absent when nothing is granted.
+    #[serde(default, skip_serializing_if = "Grants::is_none")]
+    pub grants: Grants,
     /// Payload format version.
     pub schema_version: u32,
     /// When it was submitted.

@@ -40,6 +40,7 @@ impl Sandbox {
         let engine = Engine::new(&wasm).map_err(engine_err)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_err)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(engine_err)?;
         let cache = config.cache_dir.as_deref().map(|dir| CompileCache::new(dir, &engine));
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)

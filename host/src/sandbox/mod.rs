@@ -8,7 +8,9 @@
 //! (a cached `InstancePre`); [`Sandbox::run`] gives each job a fresh store
 //! with its fuel budget, epoch deadline, memory limits, bounded stdout,
 //! stderr and log capture, and WASI with nothing granted — no files, no
-//! environment, no arguments, no sockets; clocks and random only.
+//! environment, no arguments, no sockets; clocks and random only. Outbound
+//! HTTP (`wasi:http/outgoing-handler`) is linked for every guest and
+//! reaches only what the job's [`HttpGrant`] allows (see [`http`]).
 //!
 //! Every ending is an [`Outcome`] whose failures carry an [`ErrorKind`].
 //! Nothing wasmtime-typed leaves this module, and the module knows nothing
@@ -18,6 +20,7 @@ mod bindings;
 mod cache;
 mod capture;
 mod engine;
+pub mod http;
 mod limiter;
 mod outcome;
 mod run;
@@ -43,6 +46,7 @@ use self::cache::CompileCache;
 use self::capture::CapturedOutput;
 use self::engine::EpochTicker;
 pub use self::engine::{Allocator, SandboxConfig};
+use self::http::{HttpGate, HttpGrant};
 use self::limiter::JobLimiter;
 pub use self::outcome::{Captured, Failure, Outcome, StopMode, Usage};
 use self::outcome::{Ended, Interrupted, classify};
@@ -54,7 +58,7 @@ pub use self::state::{
     FIELDS_DROPPED_KEY, LogLevel, LogRecord, MAX_LOG_FIELDS, MAX_LOG_KEY_BYTES, MAX_LOG_MESSAGE_BYTES,
     MAX_LOG_VALUE_BYTES, NoObserver, Progress, RunObserver,
 };
-use self::state::{HostState, LogBook};
+use self::state::{HostState, Journal, LogBook};
 pub use self::stop::StopHandle;
 use crate::job::{Digest, ErrorKind, Target};
 

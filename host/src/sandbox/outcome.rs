@@ -63,6 +63,11 @@ pub struct Usage {
     /// Wall time from store creation to the end.
     #[serde(serialize_with = "serialize_duration_ms", rename = "duration_ms")]
     pub duration: Duration,
+    /// HTTP requests the host sent for the guest.
+    pub http_requests: u64,
+    /// HTTP requests the host denied (not granted, over the request
+    /// limit, or resolving to an address not granted).
+    pub http_denied: u64,
 }
 
 pub(super) fn serialize_duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

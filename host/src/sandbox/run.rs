@@ -30,15 +30,19 @@ impl Sandbox {
             usize::try_from(limits.memory_bytes.min(self.config.memory_ceiling_bytes)).unwrap_or(usize::MAX);
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCE_HANDLES);
+        let journal = Journal::new(LogBook::new(limits.log_records, limits.log_bytes), observer.clone(), started);
+        let http = HttpGate::new(request.http.clone(), journal.clone(), deadline);
+        let http_meter = http.meter();
         let state = HostState {
             wasi,
             table,
             limiter: JobLimiter::new(memory_limit, MAX_TABLE_ELEMENTS, &self.config.components, stderr.clone()),
-            logs: LogBook::new(limits.log_records, limits.log_bytes),
+            journal,
             last_progress: None,
             stop: stop.clone(),
             observer,
-            started,
+            http_ctx: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -103,6 +107,10 @@ impl Sandbox {
         let fuel_used = if self.config.fuel { fuel_budget - store.get_fuel().unwrap_or(0) } else { 0 };
         let state = store.into_data();
         let result = classify(ended, &state, limits, stop.is_requested(), &stderr);
+        let (logs, logs_dropped) = state.journal.take();
+        // Requests still in flight end with the store's resources.
+        drop(state.table);
+        let (http_requests, http_denied) = http_meter.counts();
         let (stdout_bytes, stdout_dropped) = stdout.take();
         let (stderr_bytes, stderr_dropped) = stderr.take();
         Outcome {
@@ -111,9 +119,11 @@ impl Sandbox {
                 fuel_used,
                 peak_memory_bytes: state.limiter.peak_memory_bytes as u64,
                 duration: started.elapsed(),
+                http_requests,
+                http_denied,
             },
-            logs: state.logs.records,
-            logs_dropped: state.logs.dropped,
+            logs,
+            logs_dropped,
             last_progress: state.last_progress,
             stdout: Captured { bytes: stdout_bytes, dropped: stdout_dropped },
             stderr: Captured { bytes: stderr_bytes, dropped: stderr_dropped },
@@ -170,6 +180,8 @@ pub struct RunRequest {
     pub input: Vec<u8>,
     /// Limits.
     pub limits: RunLimits,
+    /// What the guest may reach over HTTP; the default grants nothing.
+    pub http: Arc<HttpGrant>,
 }
 
 pub(super) fn unix_ms(t: SystemTime) -> u64 {

@@ -1,13 +1,15 @@
 //! What each job's store holds, and the host side of the `host` interface.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::leash::plugin::{host, types};
+use super::http::HttpGate;
 use super::limiter::JobLimiter;
 use super::stop::StopHandle;
 
@@ -163,21 +165,64 @@ pub(crate) fn cut_text(mut s: String, max: usize) -> String {
     s
 }
 
+/// A job's log: kept records under the caps, shown to the observer as
+/// they are kept. Shared with the host's HTTP tasks, which log refusals
+/// they find after the guest's call has returned.
+#[derive(Clone)]
+pub(crate) struct Journal {
+    book: Arc<Mutex<LogBook>>,
+    observer: Arc<dyn RunObserver>,
+    started: Instant,
+}
+
+impl Journal {
+    pub(crate) fn new(book: LogBook, observer: Arc<dyn RunObserver>, started: Instant) -> Self {
+        Journal { book: Arc::new(Mutex::new(book)), observer, started }
+    }
+
+    /// Keep a record (cut to the caps) if it fits.
+    pub(crate) fn record(&self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
+        let record = LogRecord {
+            level,
+            message: cut_text(message, MAX_LOG_MESSAGE_BYTES),
+            fields: bounded_fields(fields),
+            elapsed_ms: self.started.elapsed().as_millis() as u64,
+        };
+        let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(kept) = book.push(record) {
+            self.observer.on_log(kept);
+        }
+    }
+
+    /// The kept records and the count dropped, leaving the journal empty.
+    pub(crate) fn take(&self) -> (Vec<LogRecord>, u64) {
+        let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
+        (std::mem::take(&mut book.records), book.dropped)
+    }
+}
+
 /// The data of one job's store.
 pub(crate) struct HostState {
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
     pub(crate) limiter: JobLimiter,
-    pub(crate) logs: LogBook,
+    pub(crate) journal: Journal,
     pub(crate) last_progress: Option<Progress>,
     pub(crate) stop: StopHandle,
     pub(crate) observer: Arc<dyn RunObserver>,
-    pub(crate) started: Instant,
+    pub(crate) http_ctx: WasiHttpCtx,
+    pub(crate) http: HttpGate,
 }
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http_ctx, table: &mut self.table, hooks: &mut self.http }
     }
 }
 
@@ -192,15 +237,7 @@ impl host::Host for HostState {
             host::Level::Warn => LogLevel::Warn,
             host::Level::Error => LogLevel::Error,
         };
-        let record = LogRecord {
-            level,
-            message: cut_text(message, MAX_LOG_MESSAGE_BYTES),
-            fields: bounded_fields(fields),
-            elapsed_ms: self.started.elapsed().as_millis() as u64,
-        };
-        if let Some(kept) = self.logs.push(record) {
-            self.observer.on_log(kept);
-        }
+        self.journal.record(level, message, fields);
     }
 
     async fn progress(&mut self, done: u64, total: u64, note: String) -> bool {

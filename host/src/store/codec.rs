@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{JobListParams, StoreError};
-use crate::job::{PluginRef, Target};
+use crate::job::{Grants, PluginRef, Target};
 
 /// A row that could not be read back into the job model.
 pub(crate) fn corrupt(id: &str, detail: impl Into<String>) -> StoreError {
@@ -18,6 +18,16 @@ pub(crate) fn json_column<T: serde::de::DeserializeOwned>(
     text: Option<String>,
 ) -> Result<Option<T>, StoreError> {
     text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(id, format!("{what}: {e}")))).transpose()
+}
+
+/// A grants column: `NULL` when nothing is granted.
+pub(crate) fn grants_to_column(grants: &Grants) -> Result<Option<String>, StoreError> {
+    if grants.is_none() { Ok(None) } else { to_json(grants).map(Some) }
+}
+
+/// Grants read back from their column (`NULL`: none).
+pub(crate) fn grants_of(id: &str, text: Option<String>) -> Result<Grants, StoreError> {
+    Ok(json_column(id, "grants", text)?.unwrap_or_default())
 }
 
 /// A value as a JSON text column.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use super::{
     CancelResult, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams,
     JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams,
-    LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
+    LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
 use super::{WorkerRecord, WorkersSnapshot};
 use crate::clock::Timestamp;
@@ -220,6 +220,10 @@ impl JobStore for FaultyStore {
 
     async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError> {
         self.inner.plugin_name_set(params).await
+    }
+
+    async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError> {
+        self.inner.plugin_grants_set(params).await
     }
 
     async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {

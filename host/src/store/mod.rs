@@ -27,7 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::job::{
-    Counts, Digest, ErrorKind, Job, JobId, JobLogs, JobProgress, JobStatus, NewJob, PluginInfo, PluginName, PluginRef,
+    Counts, Digest, ErrorKind, Grants, Job, JobId, JobLogs, JobProgress, JobStatus, NewJob, PluginInfo, PluginName,
+    PluginRef,
 };
 
 /// Where the job store lives, as `--db` and `LEASH_DATABASE_URL` name it.
@@ -174,12 +175,23 @@ pub const LEASE_LOST_MESSAGE: &str = "LeaseLost: Heartbeat timeout — job stuck
 /// Parameters of [`JobStore::plugin_name_set`].
 #[derive(Debug, Clone)]
 pub struct PluginNameParams {
-    /// The name and version; an existing pair is pointed at the new digest.
+    /// The name and version; an existing pair is pointed at the new digest
+    /// and keeps its grants.
     pub name: PluginName,
     /// A digest already stored with [`JobStore::plugin_put`].
     pub digest: Digest,
     /// Now.
     pub now: Timestamp,
+}
+
+/// Parameters of [`JobStore::plugin_grants_set`].
+#[derive(Debug, Clone)]
+pub struct PluginGrantsParams {
+    /// A registered name and version.
+    pub name: PluginName,
+    /// What jobs submitted under it from now on may use (replacing what
+    /// it had; jobs already submitted keep theirs).
+    pub grants: Grants,
 }
 
 /// Parameters of [`JobStore::job_list`]: filters, newest first, keyset-paged.
@@ -648,6 +660,10 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// Point `name@version` at a stored digest (a new pair, or a
     /// replacement: jobs already queued keep the digest they were given).
     async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError>;
+
+    /// Replace the grants of a registered `name@version`; `None` if that
+    /// pair is not registered.
+    async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError>;
 
     /// Every registered name in name order (each name's newest version
     /// first), then every stored digest that has no name.

@@ -66,6 +66,8 @@ impl Pool {
                         cancel_grace: self.config.cancel_grace,
                         ..RunLimits::default()
                     },
+                    // What the job was granted at submit, pinned.
+                    http: Arc::new(job.grants.http),
                 };
                 if keeper.confirm_before_start(job.lease_expires_at, &stop, &watch).await {
                     // A sync job's run ends by its deadline; the time spent

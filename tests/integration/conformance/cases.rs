@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use leash::clock::Timestamp;
 use leash::job::{
-    Digest, ErrorKind, Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob, PluginName, Target,
+    Digest, ErrorKind, Grants, Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob, PluginName,
+    Target,
 };
 use leash::store::{
     CancelResult, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
     JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams,
-    LeaseReclaimParams, LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
+    LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
@@ -34,6 +35,7 @@ pub(crate) fn new_job(input: &str) -> NewJob {
         target: Target::Execute,
         input: input.as_bytes().to_vec(),
         limits: JobLimits { timeout_ms: 1000, fuel: Some(5), memory_bytes: 1 << 20, output_bytes: 1 << 10 },
+        grants: Default::default(),
         max_attempts: 1,
         concurrency_key: None,
         plan_id: None,
@@ -586,6 +588,55 @@ pub(crate) async fn replacing_a_plugin_name_does_not_change_queued_jobs(store: A
     assert_eq!(still.plugin, old, "the queued job keeps the digest it was pinned to");
     assert_eq!(still.plugin_name, Some(PluginName::new("tool", "1").unwrap()));
     assert_eq!(claim_one(&*store, at(2)).await.job.plugin, old);
+}
+
+pub(crate) async fn grants_belong_to_a_registration_and_are_pinned_on_jobs(store: Arc<dyn JobStore>) {
+    let name = PluginName::new("fetcher", "1").unwrap();
+    let grant = |rules: &[&str]| {
+        let mut grants = Grants::default();
+        grants.http.hosts = rules.iter().map(|r| r.parse().unwrap()).collect();
+        grants.http.private_ranges = vec!["10.0.0.0/8".parse().unwrap()];
+        grants.http.limits.requests = 7;
+        grants
+    };
+    let set = |grants: Grants, name: PluginName| {
+        let store = store.clone();
+        async move { store.plugin_grants_set(PluginGrantsParams { name, grants }).await.unwrap() }
+    };
+    assert!(set(grant(&["https://a.example"]), name.clone()).await.is_none(), "an unregistered pair is refused");
+
+    let v1 = put_named(&*store, b"v1", "fetcher", "1", T0).await;
+    assert!(resolve(&*store, "fetcher@1").await.unwrap().grants.is_none(), "a new registration grants nothing");
+    let first = grant(&["GET https://api.example.com", "http://127.0.0.1:8080"]);
+    let info = set(first.clone(), name.clone()).await.expect("registered");
+    assert_eq!((info.digest, &info.grants), (v1, &first));
+    assert_eq!(resolve(&*store, "fetcher").await.unwrap().grants, first);
+    let listed = store.plugin_list().await.unwrap();
+    assert_eq!(listed.iter().find(|p| p.name.as_ref() == Some(&name)).unwrap().grants, first);
+
+    // A job carries the grants it was inserted with, through claim and reads.
+    let job = NewJob { plugin: v1, plugin_name: Some(name.clone()), grants: first.clone(), ..new_job("g") };
+    let queued = insert_one(&*store, job, at(1)).await;
+    assert_eq!(queued.grants, first);
+    assert_eq!(get(&*store, queued.id).await.grants, first);
+    let listed = store.job_list(JobListParams { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!(listed[0].grants, first);
+
+    // New bytes under the same pair keep its grants; new grants do not
+    // reach the job already queued.
+    let v2 = put_named(&*store, b"v2", "fetcher", "1", at(2)).await;
+    let info = resolve(&*store, "fetcher@1").await.unwrap();
+    assert_eq!((info.digest, &info.grants), (v2, &first), "a replaced registration keeps its grants");
+    let second = grant(&["https://other.example"]);
+    set(second.clone(), name.clone()).await.unwrap();
+    assert_eq!(claim_one(&*store, at(3)).await.job.grants, first, "the job keeps what it was pinned to");
+    assert_eq!(resolve(&*store, "fetcher@1").await.unwrap().grants, second);
+
+    // Revoking stores nothing; other versions are untouched.
+    put_named(&*store, b"v3", "fetcher", "2", at(4)).await;
+    set(Grants::default(), name.clone()).await.unwrap();
+    assert!(resolve(&*store, "fetcher@1").await.unwrap().grants.is_none());
+    assert!(resolve(&*store, "fetcher@2").await.unwrap().grants.is_none());
 }
 
 pub(crate) async fn list_filters_pages_newest_first_without_payloads(store: Arc<dyn JobStore>) {

@@ -73,6 +73,7 @@ macro_rules! with_cases {
                 plugins_are_stored_by_digest_once,
                 plugin_names_resolve_to_the_newest_registration,
                 replacing_a_plugin_name_does_not_change_queued_jobs,
+                grants_belong_to_a_registration_and_are_pinned_on_jobs,
             }
             worker {
                 workers_register_refresh_and_are_deleted_at_retention,

@@ -222,10 +222,28 @@ pub(super) enum PluginsCommand {
         /// Registry name (default: the file name without `.wasm`).
         #[arg(long)]
         name: Option<String>,
-        /// Version (default 0.0.0). Adding a name@version again replaces it;
-        /// jobs already queued keep the bytes they were given.
+        /// Version (default 0.0.0). Adding a name@version again replaces it
+        /// and keeps its grants; jobs already queued keep the bytes they were
+        /// given.
         #[arg(long)]
         version: Option<String>,
+        /// Grant jobs of this name@version what the flags say (replacing
+        /// what it had). Without any grant flag, grants are left as they
+        /// are (none, for a new name@version).
+        #[command(flatten)]
+        grants: super::GrantArgs,
+    },
+    /// Replace what jobs of a registered name@version may use outside
+    /// their sandbox. Jobs submitted afterwards get the new grants; jobs
+    /// already submitted keep theirs. With no `--allow-host`, every
+    /// request of later jobs is denied.
+    Grant {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The registration: name@version.
+        reference: String,
+        #[command(flatten)]
+        grants: super::GrantArgs,
     },
     /// List registered plugins.
     List {

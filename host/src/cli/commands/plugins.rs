@@ -1,10 +1,11 @@
-//! `leash plugins`: add, list and show registered plugins.
+//! `leash plugins`: add, list, show and grant registered plugins.
 
 use super::*;
+use crate::job::Grants;
 
 pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliError> {
     match command {
-        PluginsCommand::Add { conn, file, name, version } => {
+        PluginsCommand::Add { conn, file, name, version, grants } => {
             let bytes =
                 std::fs::read(&file).map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
             let name = match name {
@@ -16,14 +17,38 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
                 path.push_str(&format!("&version={}", url_encode(version)));
             }
             let json_out = conn.json;
+            let grants = grants.grants_given();
             with_client(&conn, false, async move |client| {
-                let info = client.upload(&path, bytes).await?;
+                let mut info = client.upload(&path, bytes).await?;
+                if let Some(grants) = grants {
+                    let registered: PluginInfo = typed(info)?;
+                    let name = registered.name.ok_or_else(|| CliError::internal("the registration has no name"))?;
+                    info = put_grants(client, &name.to_string(), &grants).await?;
+                }
                 if json_out {
                     print_json(&info)?;
                 } else {
                     let info: PluginInfo = typed(info)?;
-                    let name = info.name.map_or_else(|| "-".to_owned(), |n| terminal_text(&n.to_string()));
+                    let name = info.name.as_ref().map_or_else(|| "-".to_owned(), |n| terminal_text(&n.to_string()));
                     let _ = writeln!(std::io::stdout(), "{name} {} ({} bytes)", info.digest, info.size_bytes);
+                    print_grants(&info);
+                }
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        PluginsCommand::Grant { conn, reference, grants } => {
+            let json_out = conn.json;
+            let grants = grants.grants();
+            with_client(&conn, false, async move |client| {
+                let info = put_grants(client, &reference, &grants).await?;
+                if json_out {
+                    print_json(&info)?;
+                } else {
+                    let info: PluginInfo = typed(info)?;
+                    let name = info.name.as_ref().map_or_else(|| "-".to_owned(), |n| terminal_text(&n.to_string()));
+                    let _ = writeln!(std::io::stdout(), "{name} {}", info.digest);
+                    print_grants(&info);
                 }
                 Ok(ExitStatus::Success)
             })
@@ -68,10 +93,43 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
                 for key in ["name", "version", "digest", "size_bytes", "created_at"] {
                     table.add_row(vec![key.to_owned(), text(&info[key])]);
                 }
+                let info: PluginInfo = typed(info)?;
+                table.add_row(vec!["grants".to_owned(), grants_text(&info.grants)]);
                 print_table(table);
                 Ok(ExitStatus::Success)
             })
             .await
         }
+    }
+}
+
+async fn put_grants(client: &Client, reference: &str, grants: &Grants) -> Result<serde_json::Value, CliError> {
+    let path = format!("/v1/plugins/{}/grants", url_encode(reference));
+    let body = serde_json::to_value(grants).map_err(|e| CliError::internal(e.to_string()))?;
+    Ok(client.json(Method::PUT, &path, Some(body)).await?)
+}
+
+/// One line per granted rule and range, or `nothing` (terminal-safe).
+fn grants_text(grants: &Grants) -> String {
+    let http = &grants.http;
+    if http.hosts.is_empty() && http.private_ranges.is_empty() {
+        return "nothing".to_owned();
+    }
+    let mut lines: Vec<String> = http.hosts.iter().map(|h| format!("http {h}")).collect();
+    lines.extend(http.private_ranges.iter().map(|r| format!("private range {r}")));
+    let l = &http.limits;
+    lines.push(format!(
+        "at most {} requests, {} B out, {} B in, {} ms each",
+        l.requests,
+        l.request_bytes,
+        l.response_bytes,
+        l.request_timeout.as_millis()
+    ));
+    terminal_text(&lines.join("\n"))
+}
+
+fn print_grants(info: &PluginInfo) {
+    for line in grants_text(&info.grants).lines() {
+        let _ = writeln!(std::io::stdout(), "  grants {line}");
     }
 }

@@ -62,6 +62,7 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
             cancel_grace: args.cancel_grace,
             ..RunLimits::default()
         },
+        http: Arc::new(args.grants.grants().http),
     };
     let observer: Arc<dyn RunObserver> = if args.json { Arc::new(sandbox::NoObserver) } else { Arc::new(StderrLogs) };
     let outcome = sandbox.run(&plugin, request, &stop, observer).await;
@@ -109,6 +110,8 @@ struct RunReport<'a> {
     fuel_used: u64,
     peak_memory_bytes: u64,
     duration_ms: f64,
+    http_requests: u64,
+    http_denied: u64,
     logs: &'a [LogRecord],
     logs_dropped: u64,
     stdout: String,
@@ -146,6 +149,8 @@ fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
             fuel_used: outcome.usage.fuel_used,
             peak_memory_bytes: outcome.usage.peak_memory_bytes,
             duration_ms: outcome.usage.duration.as_secs_f64() * 1000.0,
+            http_requests: outcome.usage.http_requests,
+            http_denied: outcome.usage.http_denied,
             logs: &outcome.logs,
             logs_dropped: outcome.logs_dropped,
             stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
@@ -188,5 +193,9 @@ fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
         outcome.usage.fuel_used,
         outcome.usage.peak_memory_bytes
     );
+    let usage = &outcome.usage;
+    if usage.http_requests + usage.http_denied > 0 {
+        say!("leash: {} HTTP requests sent, {} denied", usage.http_requests, usage.http_denied);
+    }
     Ok(())
 }

@@ -51,11 +51,13 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
-use super::codec::{corrupt, i64_of, json_column, list_filters, ms, target_columns, target_of, to_json};
+use super::codec::{
+    corrupt, grants_of, grants_to_column, i64_of, json_column, list_filters, ms, target_columns, target_of, to_json,
+};
 use super::{
     CancelResult, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams,
     JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams,
-    LeaseReclaimParams, LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
+    LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
 use super::{WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
@@ -398,6 +400,7 @@ struct InsertColumns {
     deadline: Vec<Option<i64>>,
     backoff_base: Vec<i64>,
     backoff_cap: Vec<i64>,
+    grants: Vec<Option<String>>,
 }
 
 impl InsertColumns {
@@ -425,6 +428,7 @@ impl InsertColumns {
         self.deadline.push(deadline.map(Timestamp::unix_ms));
         self.backoff_base.push(i64_of(job.backoff.base_ms));
         self.backoff_cap.push(i64_of(job.backoff.cap_ms));
+        self.grants.push(grants_to_column(&job.grants)?);
         Ok(())
     }
 }
@@ -438,14 +442,15 @@ async fn insert_rows(
         format!(
             "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
              schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
-             idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms) \
+             idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json) \
              SELECT n.id, n.plan, n.phase, n.action, n.digest, 'queued', n.payload, n.limits, $19, $20, n.expires, \
-             n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap \
+             n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap, \
+             n.grants \
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
                $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
-               $16::int8[], $17::int8[], $18::int8[]) \
+               $16::int8[], $17::int8[], $18::int8[], $21::text[]) \
              AS n(id, plan, phase, action, digest, payload, limits, expires, max_attempts, key, pname, pversion, \
-               ikey, rdigest, run_after, deadline, bbase, bcap) \
+               ikey, rdigest, run_after, deadline, bbase, bcap, grants) \
              RETURNING {}",
             job_columns("")
         )
@@ -477,6 +482,7 @@ async fn insert_rows(
                 &c.backoff_cap,
                 &i32::try_from(SCHEMA_VERSION).unwrap_or(i32::MAX),
                 &now.unix_ms(),
+                &c.grants,
             ],
         )
         .await
@@ -820,15 +826,21 @@ impl JobStore for PostgresStore {
         let mut client = self.client("naming a plugin").await?;
         let tx = client.transaction().await.map_err(&err)?;
         let (name, version, digest) = (&params.name.name, &params.name.version, params.digest.to_string());
-        tx.execute("DELETE FROM plugin_names WHERE name = $1 AND version = $2", &[name, version])
+        // A replaced pair keeps its grants.
+        let grants: Option<String> = tx
+            .query_opt(
+                "DELETE FROM plugin_names WHERE name = $1 AND version = $2 RETURNING grants_json",
+                &[name, version],
+            )
             .await
-            .map_err(&err)?;
+            .map_err(&err)?
+            .and_then(|r| r.get(0));
         let size: Option<i64> = tx
             .query_opt(
-                "INSERT INTO plugin_names (name, version, digest, created_at) \
-                 SELECT $1, $2, digest, $4 FROM plugins WHERE digest = $3 \
+                "INSERT INTO plugin_names (name, version, digest, created_at, grants_json) \
+                 SELECT $1, $2, digest, $4, $5 FROM plugins WHERE digest = $3 \
                  RETURNING (SELECT size_bytes FROM plugins WHERE digest = $3)",
-                &[name, version, &digest, &params.now.unix_ms()],
+                &[name, version, &digest, &params.now.unix_ms(), &grants],
             )
             .await
             .map_err(&err)?
@@ -838,6 +850,7 @@ impl JobStore for PostgresStore {
         };
         tx.commit().await.map_err(&err)?;
         Ok(PluginInfo {
+            grants: grants_of(&digest, grants)?,
             name: Some(params.name),
             digest: params.digest,
             size_bytes: size as u64,
@@ -845,15 +858,30 @@ impl JobStore for PostgresStore {
         })
     }
 
+    async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError> {
+        let grants = grants_to_column(&params.grants)?;
+        let changed = self
+            .execute(
+                "granting a plugin",
+                "UPDATE plugin_names SET grants_json = $3 WHERE name = $1 AND version = $2",
+                &[&params.name.name, &params.name.version, &grants],
+            )
+            .await?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.plugin_resolve(PluginRef::Version(params.name)).await
+    }
+
     async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {
         let rows = self
             .read(
                 "listing plugins",
-                "SELECT name, version, digest, size_bytes, created_at FROM ( \
-                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.seq \
+                "SELECT name, version, digest, size_bytes, created_at, grants_json FROM ( \
+                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.seq \
                    FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
                    UNION ALL \
-                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, 0 FROM plugins p \
+                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, 0 FROM plugins p \
                    WHERE NOT EXISTS (SELECT 1 FROM plugin_names n WHERE n.digest = p.digest)) listed \
                  ORDER BY name IS NULL, name, seq DESC, created_at DESC",
                 &[],
@@ -868,8 +896,8 @@ impl JobStore for PostgresStore {
             PluginRef::Digest(digest) => {
                 self.read(
                     operation,
-                    "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at) \
-                     FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
+                    "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at), \
+                     n.grants_json FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
                      WHERE p.digest = $1 ORDER BY n.seq DESC NULLS LAST LIMIT 1",
                     &[&digest.to_string()],
                 )
@@ -878,7 +906,7 @@ impl JobStore for PostgresStore {
             PluginRef::Name(name) => {
                 self.read(
                     operation,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at FROM plugin_names n \
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json FROM plugin_names n \
                      JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 ORDER BY n.seq DESC LIMIT 1",
                     &[&name],
                 )
@@ -887,7 +915,7 @@ impl JobStore for PostgresStore {
             PluginRef::Version(v) => {
                 self.read(
                     operation,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at FROM plugin_names n \
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json FROM plugin_names n \
                      JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 AND n.version = $2",
                     &[&v.name, &v.version],
                 )

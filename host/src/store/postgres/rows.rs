@@ -43,6 +43,7 @@ pub(super) const JOB_COLUMNS: &[&str] = &[
     "backoff_cap_ms",
     "last_error",
     "releases",
+    "grants_json",
 ];
 
 /// The job columns, each prefixed with `alias.` when one is given.
@@ -176,6 +177,7 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
         },
         last_error: row.try_get(36).map_err(&read)?,
         releases: count(row.try_get(37).map_err(&read)?),
+        grants: grants_of(&id_text, row.try_get(38).map_err(&read)?)?,
     })
 }
 
@@ -183,7 +185,7 @@ pub(super) fn rows_to_jobs(rows: &[Row]) -> Result<Vec<Job>, StoreError> {
     rows.iter().map(row_to_job).collect()
 }
 
-/// A plugin row: name, version, digest, size, created.
+/// A plugin row: name, version, digest, size, created, grants.
 pub(super) fn row_to_plugin(row: &Row) -> Result<PluginInfo, StoreError> {
     let read = db_err("reading a plugin row");
     let digest: String = row.try_get(2).map_err(&read)?;
@@ -195,6 +197,7 @@ pub(super) fn row_to_plugin(row: &Row) -> Result<PluginInfo, StoreError> {
         digest: digest.parse().map_err(|e: String| corrupt(&digest, e))?,
         size_bytes: row.try_get::<_, i64>(3).map_err(&read)?.max(0) as u64,
         created_at: Timestamp::from_unix_ms(row.try_get(4).map_err(&read)?),
+        grants: grants_of(&digest, row.try_get(5).map_err(&read)?)?,
     })
 }
 

@@ -8,7 +8,8 @@ use super::*;
 /// schema, in one step: text that is ordered or compared (ids, keys,
 /// names) uses the `C` collation, so the order is the bytes' order as
 /// SQLite's is, and ULID job ids sort by creation.
-pub(super) const MIGRATIONS: &[&str] = &[r#"
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE jobs (
     job_id            TEXT COLLATE "C" PRIMARY KEY,
     plan_id           TEXT COLLATE "C",
@@ -112,7 +113,14 @@ CREATE TABLE workers (
     started_at        BIGINT NOT NULL,
     last_heartbeat    BIGINT NOT NULL
 );
-"#];
+"#,
+    r#"
+-- What the operator grants a registered plugin (JSON; NULL: nothing), and
+-- what a job was granted at submit, pinned like its digest.
+ALTER TABLE plugin_names ADD COLUMN grants_json TEXT;
+ALTER TABLE jobs ADD COLUMN grants_json TEXT;
+"#,
+];
 
 /// Connect, waiting up to `patience` for a server that refuses
 /// connections (still starting, restarting, or not up yet), and saying so

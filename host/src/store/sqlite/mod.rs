@@ -34,11 +34,13 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 use tokio::sync::oneshot;
 
-use super::codec::{corrupt, i64_of, json_column, list_filters, ms, target_columns, target_of, to_json};
+use super::codec::{
+    corrupt, grants_of, grants_to_column, i64_of, json_column, list_filters, ms, target_columns, target_of, to_json,
+};
 use super::{
     CancelResult, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams,
     JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams,
-    LeaseReclaimParams, LeaseState, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
+    LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
 };
 use super::{Durability, WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
@@ -78,17 +80,17 @@ const INSERT_CHUNK: usize = 256;
 fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
     use rusqlite::types::Value;
     let err = db_err("inserting jobs");
-    let row = "(?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     let sql = format!(
         "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
          schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
-         idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms) \
+         idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json) \
          VALUES {} RETURNING {JOB_COLUMNS}",
         vec![row; jobs.len()].join(", ")
     );
     let text = |s: Option<&str>| s.map_or(Value::Null, |s| Value::Text(s.to_owned()));
     let mut ids = Vec::with_capacity(jobs.len());
-    let mut values = Vec::with_capacity(jobs.len() * 20);
+    let mut values = Vec::with_capacity(jobs.len() * 21);
     for job in jobs {
         if let Some(idempotency) = &job.idempotency {
             check_idempotency_key(conn, idempotency)?;
@@ -120,6 +122,7 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
             deadline.map_or(Value::Null, |d| Value::Integer(d.unix_ms())),
             Value::Integer(i64_of(job.backoff.base_ms)),
             Value::Integer(i64_of(job.backoff.cap_ms)),
+            grants_to_column(&job.grants)?.map_or(Value::Null, Value::Text),
         ]);
         ids.push(id);
     }
@@ -604,15 +607,27 @@ impl JobStore for SqliteStore {
         self.write_all_or_nothing(move |conn| {
             let err = db_err("naming a plugin");
             let (name, version) = (&params.name.name, &params.name.version);
+            // A replaced pair keeps its grants.
+            let grants: Option<String> = conn
+                .query_row(
+                    "SELECT grants_json FROM plugin_names WHERE name = ?1 AND version = ?2",
+                    params![name, version],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(&err)?
+                .flatten();
             conn.prepare_cached("DELETE FROM plugin_names WHERE name = ?1 AND version = ?2")
                 .and_then(|mut s| s.execute(params![name, version]))
                 .map_err(&err)?;
             let inserted = conn
                 .prepare_cached(
-                    "INSERT INTO plugin_names (name, version, digest, created_at) \
-                     SELECT ?1, ?2, digest, ?4 FROM plugins WHERE digest = ?3",
+                    "INSERT INTO plugin_names (name, version, digest, created_at, grants_json) \
+                     SELECT ?1, ?2, digest, ?4, ?5 FROM plugins WHERE digest = ?3",
                 )
-                .and_then(|mut s| s.execute(params![name, version, params.digest.to_string(), params.now.unix_ms()]))
+                .and_then(|mut s| {
+                    s.execute(params![name, version, params.digest.to_string(), params.now.unix_ms(), grants])
+                })
                 .map_err(&err)?;
             if inserted == 0 {
                 return Err(StoreError::Invalid(format!("plugin {} is not stored", params.digest)));
@@ -625,6 +640,7 @@ impl JobStore for SqliteStore {
                 )
                 .map_err(&err)?;
             Ok(PluginInfo {
+                grants: grants_of(&params.digest.to_string(), grants)?,
                 name: Some(params.name),
                 digest: params.digest,
                 size_bytes: size as u64,
@@ -634,15 +650,31 @@ impl JobStore for SqliteStore {
         .await
     }
 
+    async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError> {
+        let grants = grants_to_column(&params.grants)?;
+        let name = params.name.clone();
+        let changed = self
+            .write(move |conn| {
+                conn.prepare_cached("UPDATE plugin_names SET grants_json = ?3 WHERE name = ?1 AND version = ?2")
+                    .and_then(|mut s| s.execute(params![name.name, name.version, grants]))
+                    .map_err(db_err("granting a plugin"))
+            })
+            .await?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.plugin_resolve(PluginRef::Version(params.name)).await
+    }
+
     async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {
         self.read(|conn| {
             query_plugins(
                 conn,
-                "SELECT name, version, digest, size_bytes, created_at FROM ( \
-                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.rowid AS seq \
+                "SELECT name, version, digest, size_bytes, created_at, grants_json FROM ( \
+                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.rowid AS seq \
                    FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
                    UNION ALL \
-                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, 0 FROM plugins p \
+                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, 0 FROM plugins p \
                    WHERE NOT EXISTS (SELECT 1 FROM plugin_names n WHERE n.digest = p.digest)) \
                  ORDER BY name IS NULL, name, seq DESC, created_at DESC",
                 [],
@@ -656,20 +688,20 @@ impl JobStore for SqliteStore {
             let found = match plugin {
                 PluginRef::Digest(digest) => query_plugins(
                     conn,
-                    "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at) \
-                     FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
+                    "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at), \
+                     n.grants_json FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
                      WHERE p.digest = ?1 ORDER BY n.rowid DESC LIMIT 1",
                     params![digest.to_string()],
                 )?,
                 PluginRef::Name(name) => query_plugins(
                     conn,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at FROM plugin_names n \
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json FROM plugin_names n \
                      JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 ORDER BY n.rowid DESC LIMIT 1",
                     params![name],
                 )?,
                 PluginRef::Version(v) => query_plugins(
                     conn,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at FROM plugin_names n \
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json FROM plugin_names n \
                      JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 AND n.version = ?2",
                     params![v.name, v.version],
                 )?,

@@ -7,7 +7,7 @@ pub(super) const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_dig
     schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, \
     lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, \
     error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, \
-    run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases";
+    run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases, grants_json";
 
 pub(super) fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
@@ -80,17 +80,18 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
         },
         last_error: row.get(36).map_err(&read)?,
         releases: row.get(37).map_err(&read)?,
+        grants: grants_of(&id_text, row.get(38).map_err(&read)?)?,
     })
 }
 
-/// A plugin row as read: name, version, digest, size, created.
-type PluginRow = (Option<String>, Option<String>, String, i64, i64);
+/// A plugin row as read: name, version, digest, size, created, grants.
+type PluginRow = (Option<String>, Option<String>, String, i64, i64, Option<String>);
 
 fn row_to_plugin(row: &Row<'_>) -> rusqlite::Result<PluginRow> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
 }
 
-fn plugin_info((name, version, digest, size, created): PluginRow) -> Result<PluginInfo, StoreError> {
+fn plugin_info((name, version, digest, size, created, grants): PluginRow) -> Result<PluginInfo, StoreError> {
     Ok(PluginInfo {
         name: match (name, version) {
             (Some(name), Some(version)) => Some(PluginName { name, version }),
@@ -99,6 +100,7 @@ fn plugin_info((name, version, digest, size, created): PluginRow) -> Result<Plug
         digest: digest.parse().map_err(|e: String| corrupt(&digest, e))?,
         size_bytes: size as u64,
         created_at: Timestamp::from_unix_ms(created),
+        grants: grants_of(&digest, grants)?,
     })
 }
 

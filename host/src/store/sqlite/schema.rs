@@ -144,6 +144,12 @@ CREATE INDEX jobs_running_worker ON jobs (worker_id) WHERE status = 'running';
 -- that may have had effects and will start again.
 ALTER TABLE jobs ADD COLUMN releases INTEGER NOT NULL DEFAULT 0 CHECK (releases >= 0);
 "#,
+    r#"
+-- What the operator grants a registered plugin (JSON; NULL: nothing), and
+-- what a job was granted at submit, pinned like its digest.
+ALTER TABLE plugin_names ADD COLUMN grants_json TEXT;
+ALTER TABLE jobs ADD COLUMN grants_json TEXT;
+"#,
 ];
 
 /// Create a missing database file readable by its owner only; SQLite gives

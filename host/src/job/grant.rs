@@ -1,0 +1,591 @@
+//! What a job may use outside its sandbox ([`Grants`]), pinned at submit
+//! from its plugin's registration: today outbound HTTP ([`HttpGrant`]):
+//! host rules, the private address ranges granted explicitly, and the
+//! per-job limits. Pure data and matching; the sandbox enforces it
+//! (`sandbox::http`).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Default most requests one job may send.
+pub const DEFAULT_HTTP_REQUESTS: u32 = 1000;
+/// Default largest request body, in bytes.
+pub const DEFAULT_HTTP_REQUEST_BYTES: u64 = 16 << 20;
+/// Default largest response body, in bytes.
+pub const DEFAULT_HTTP_RESPONSE_BYTES: u64 = 64 << 20;
+/// Default longest time one request may take, connect to last byte (never
+/// past the job's own deadline).
+pub const DEFAULT_HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `http` or `https`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpScheme {
+    /// Plain HTTP.
+    Http,
+    /// HTTP over TLS.
+    Https,
+}
+
+impl HttpScheme {
+    /// The lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpScheme::Http => "http",
+            HttpScheme::Https => "https",
+        }
+    }
+
+    /// The port a URL without one means.
+    pub fn default_port(self) -> u16 {
+        match self {
+            HttpScheme::Http => 80,
+            HttpScheme::Https => 443,
+        }
+    }
+}
+
+/// The host part of a rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HostPattern {
+    /// Exactly this name (lowercase, no trailing dot).
+    Name(String),
+    /// Any name under this one (`*.example.com`: `api.example.com`,
+    /// `a.b.example.com`; not `example.com` itself).
+    Subdomains(String),
+    /// This address, written as a literal: granting an address by its
+    /// literal grants it even in a private range.
+    Ip(IpAddr),
+}
+
+/// One granted host: scheme, host, port and (optionally) methods.
+///
+/// Written `[METHOD[,METHOD…] ]SCHEME://HOST[:PORT]`, for example
+/// `https://api.github.com`, `GET,HEAD https://*.example.com`,
+/// `POST http://127.0.0.1:8080`. No methods means every method.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostRule {
+    /// Upper-case method names; empty means any.
+    pub methods: Vec<String>,
+    /// The scheme.
+    pub scheme: HttpScheme,
+    /// The host.
+    pub host: HostPattern,
+    /// The port (the scheme's default when the rule names none).
+    pub port: u16,
+}
+
+/// Why a rule or a range would not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct GrantSyntaxError(String);
+
+impl FromStr for HostRule {
+    type Err = GrantSyntaxError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| GrantSyntaxError(format!("host grant {text:?}: {why}"));
+        let text_trimmed = text.trim();
+        let (methods, url) = match text_trimmed.split_once(char::is_whitespace) {
+            Some((methods, url)) => (methods, url.trim()),
+            None => ("", text_trimmed),
+        };
+        let methods = methods
+            .split(',')
+            .filter(|m| !m.is_empty())
+            .map(|m| {
+                if m.bytes().all(|b| b.is_ascii_alphabetic()) {
+                    Ok(m.to_ascii_uppercase())
+                } else {
+                    Err(bad(&format!("{m:?} is not a method name")))
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("expected [METHODS ]SCHEME://HOST[:PORT], e.g. https://api.example.com"))?;
+        let scheme = match scheme.to_ascii_lowercase().as_str() {
+            "http" => HttpScheme::Http,
+            "https" => HttpScheme::Https,
+            other => return Err(bad(&format!("scheme {other:?} is not http or https"))),
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains(['/', '?', '#', '@']) {
+            return Err(bad("a host grant names a scheme, host and port only (no path, query or user)"));
+        }
+        let (host, port) = split_host_port(rest).map_err(|why| bad(&why))?;
+        let port = port.unwrap_or(scheme.default_port());
+        let host = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            HostPattern::Ip(IpAddr::V6(v6.parse().map_err(|_| bad(&format!("{v6:?} is not an IPv6 address")))?))
+        } else if let Ok(ip) = host.parse::<Ipv4Addr>() {
+            HostPattern::Ip(IpAddr::V4(ip))
+        } else if let Some(parent) = host.strip_prefix("*.") {
+            HostPattern::Subdomains(checked_name(parent).map_err(|why| bad(&why))?)
+        } else {
+            HostPattern::Name(checked_name(host).map_err(|why| bad(&why))?)
+        };
+        Ok(HostRule { methods, scheme, host, port })
+    }
+}
+
+/// `host[:port]`, with `[v6]` kept bracketed.
+fn split_host_port(text: &str) -> Result<(&str, Option<u16>), String> {
+    let port_of = |p: &str| p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| format!("{p:?} is not a port"));
+    if text.starts_with('[') {
+        let end = text.find(']').ok_or("an IPv6 address needs its closing ]")?;
+        let (host, rest) = text.split_at(end + 1);
+        match rest {
+            "" => Ok((host, None)),
+            _ => Ok((host, Some(port_of(rest.strip_prefix(':').ok_or("expected :PORT after ]")?)?))),
+        }
+    } else {
+        match text.rsplit_once(':') {
+            Some((host, port)) => Ok((host, Some(port_of(port)?))),
+            None => Ok((text, None)),
+        }
+    }
+}
+
+/// A host name as rules keep it: lowercase letters, digits, `-` and `.`,
+/// no empty label, no trailing dot.
+fn checked_name(name: &str) -> Result<String, String> {
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if ok { Ok(name) } else { Err(format!("{name:?} is not a host name (wildcards only as a leading *.)")) }
+}
+
+impl fmt::Display for HostRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.methods.is_empty() {
+            write!(f, "{} ", self.methods.join(","))?;
+        }
+        write!(f, "{}://", self.scheme.as_str())?;
+        match &self.host {
+            HostPattern::Name(name) => write!(f, "{name}")?,
+            HostPattern::Subdomains(parent) => write!(f, "*.{parent}")?,
+            HostPattern::Ip(IpAddr::V4(ip)) => write!(f, "{ip}")?,
+            HostPattern::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]")?,
+        }
+        if self.port != self.scheme.default_port() {
+            write!(f, ":{}", self.port)?;
+        }
+        Ok(())
+    }
+}
+
+super::serde_as_text!(HostRule);
+
+impl HostRule {
+    /// Whether this rule lets `method` reach `scheme://host:port`. `host`
+    /// is lowercase without a trailing dot (see [`normal_host`]).
+    pub fn allows(&self, method: &str, scheme: HttpScheme, host: &str, port: u16) -> bool {
+        let host_matches = match &self.host {
+            HostPattern::Name(name) => name == host,
+            HostPattern::Subdomains(parent) => {
+                host.strip_suffix(parent.as_str()).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.'))
+            }
+            HostPattern::Ip(ip) => parse_ip_host(host) == Some(*ip),
+        };
+        host_matches
+            && self.scheme == scheme
+            && self.port == port
+            && (self.methods.is_empty() || self.methods.iter().any(|m| m == method))
+    }
+}
+
+/// A host as requests are matched against rules: lowercase, no trailing
+/// dot.
+pub fn normal_host(host: &str) -> String {
+    host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
+}
+
+/// The address a URL's host names literally (`127.0.0.1`, `[::1]`), if it
+/// is one.
+pub fn parse_ip_host(host: &str) -> Option<IpAddr> {
+    match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<Ipv6Addr>().ok().map(IpAddr::V6),
+        None => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
+    }
+}
+
+/// An address range in CIDR form (`10.0.0.0/8`, `fd00::/8`, or one
+/// address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AddressRange {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl AddressRange {
+    /// Whether `addr` is in the range (an IPv4-mapped IPv6 address counts
+    /// as its IPv4 address).
+    pub fn contains(&self, addr: IpAddr) -> bool {
+        match (self.network, canonical(addr)) {
+            (IpAddr::V4(net), IpAddr::V4(a)) => prefix_eq(&net.octets(), &a.octets(), self.prefix),
+            (IpAddr::V6(net), IpAddr::V6(a)) => prefix_eq(&net.octets(), &a.octets(), self.prefix),
+            _ => false,
+        }
+    }
+}
+
+fn prefix_eq(a: &[u8], b: &[u8], bits: u8) -> bool {
+    let (whole, rest) = (usize::from(bits / 8), bits % 8);
+    a[..whole] == b[..whole] && (rest == 0 || (a[whole] ^ b[whole]) >> (8 - rest) == 0)
+}
+
+impl FromStr for AddressRange {
+    type Err = GrantSyntaxError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| GrantSyntaxError(format!("address range {text:?}: {why}"));
+        let (addr, prefix) = match text.trim().split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text.trim(), None),
+        };
+        let network: IpAddr = addr.parse().map_err(|_| bad("expected an address or ADDRESS/PREFIX"))?;
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(p) => {
+                p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| bad(&format!("prefix must be 0–{max}")))?
+            }
+            None => max,
+        };
+        let range = AddressRange { network, prefix };
+        if !range.contains(network) || masked(network, prefix) != network {
+            return Err(bad("the address has bits set past the prefix"));
+        }
+        Ok(range)
+    }
+}
+
+fn masked(addr: IpAddr, prefix: u8) -> IpAddr {
+    fn mask(bytes: &mut [u8], prefix: u8) {
+        for (i, b) in bytes.iter_mut().enumerate() {
+            let keep = u32::from(prefix).saturating_sub(i as u32 * 8).min(8);
+            *b &= if keep == 0 { 0 } else { 0xffu8 << (8 - keep) };
+        }
+    }
+    match addr {
+        IpAddr::V4(a) => {
+            let mut o = a.octets();
+            mask(&mut o, prefix);
+            IpAddr::V4(o.into())
+        }
+        IpAddr::V6(a) => {
+            let mut o = a.octets();
+            mask(&mut o, prefix);
+            IpAddr::V6(o.into())
+        }
+    }
+}
+
+impl fmt::Display for AddressRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+super::serde_as_text!(AddressRange);
+
+/// An IPv4-mapped IPv6 address as its IPv4 address; any other unchanged.
+fn canonical(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Whether `addr` is outside the public internet: loopback, private,
+/// link-local, shared (CGNAT), unspecified, broadcast, multicast,
+/// documentation, unique-local IPv6, or an IPv4-mapped one of those. A
+/// name that resolves to such an address needs the range granted.
+pub fn is_private(addr: IpAddr) -> bool {
+    match canonical(addr) {
+        IpAddr::V4(a) => {
+            let [o0, o1, ..] = a.octets();
+            a.is_loopback()
+                || a.is_private()
+                || a.is_link_local()
+                || a.is_unspecified()
+                || a.is_broadcast()
+                || a.is_multicast()
+                || a.is_documentation()
+                || o0 == 0
+                || (o0 == 100 && (64..128).contains(&o1))
+                || (o0 == 192 && o1 == 0)
+                || o0 >= 240
+        }
+        IpAddr::V6(a) => {
+            let s0 = a.segments()[0];
+            a.is_loopback()
+                || a.is_unspecified()
+                || a.is_multicast()
+                || (s0 & 0xfe00) == 0xfc00
+                || (s0 & 0xffc0) == 0xfe80
+                || (s0 == 0x2001 && a.segments()[1] == 0x0db8)
+                // NAT64 and 6to4 wrap IPv4 addresses a gateway may turn private.
+                || s0 == 0x0064
+                || s0 == 0x2002
+        }
+    }
+}
+
+/// Per-job HTTP limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpLimits {
+    /// Most requests one job may send; later ones are denied.
+    pub requests: u32,
+    /// Largest request body, in bytes.
+    pub request_bytes: u64,
+    /// Largest response body, in bytes.
+    pub response_bytes: u64,
+    /// Longest one request may take, from connecting to the last byte of
+    /// the response, in milliseconds; never past the job's deadline.
+    #[serde(rename = "request_timeout_ms", with = "duration_ms")]
+    #[schema(value_type = u64)]
+    pub request_timeout: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            requests: DEFAULT_HTTP_REQUESTS,
+            request_bytes: DEFAULT_HTTP_REQUEST_BYTES,
+            response_bytes: DEFAULT_HTTP_RESPONSE_BYTES,
+            request_timeout: DEFAULT_HTTP_REQUEST_TIMEOUT,
+        }
+    }
+}
+
+mod duration_ms {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        <u64 as serde::Deserialize>::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+/// Everything a job may use outside its sandbox. The default grants
+/// nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Grants {
+    /// Outbound HTTP.
+    pub http: HttpGrant,
+}
+
+/// Most host rules, and most private ranges, one grant may hold.
+pub const MAX_GRANT_RULES: usize = 256;
+
+impl Grants {
+    /// Whether this is the default: nothing granted, default limits.
+    pub fn is_none(&self) -> bool {
+        *self == Grants::default()
+    }
+
+    /// The rules a grant keeps beyond its syntax: at most
+    /// [`MAX_GRANT_RULES`] host rules and ranges, and a request time limit
+    /// of at least a millisecond.
+    pub fn check(&self) -> Result<(), String> {
+        let http = &self.http;
+        if http.hosts.len() > MAX_GRANT_RULES || http.private_ranges.len() > MAX_GRANT_RULES {
+            return Err(format!("a grant holds at most {MAX_GRANT_RULES} host rules and {MAX_GRANT_RULES} ranges"));
+        }
+        if http.limits.request_timeout < Duration::from_millis(1) {
+            return Err("http.limits.request_timeout_ms must be at least 1".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// Everything a job may do over HTTP. The default grants nothing: every
+/// request is denied.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpGrant {
+    /// Hosts the job may reach: `[METHOD[,METHOD…] ]SCHEME://HOST[:PORT]`,
+    /// e.g. `https://api.example.com`, `GET,HEAD https://*.example.com`.
+    #[schema(value_type = Vec<String>)]
+    pub hosts: Vec<HostRule>,
+    /// Private ranges (CIDR) a granted name may resolve into (a rule that
+    /// names an address literally grants that address without one).
+    #[schema(value_type = Vec<String>)]
+    pub private_ranges: Vec<AddressRange>,
+    /// Limits.
+    pub limits: HttpLimits,
+}
+
+/// Why a request was refused before anything was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// No rule matches the method, scheme, host and port.
+    NotGranted,
+    /// The job has sent its most requests.
+    RequestLimit(u32),
+    /// The URL has no host.
+    NoHost,
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Denial::NotGranted => write!(f, "not granted"),
+            Denial::RequestLimit(n) => {
+                write!(f, "the job's limit of {n} requests is reached (later ones are only counted)")
+            }
+            Denial::NoHost => write!(f, "the URL names no host"),
+        }
+    }
+}
+
+impl HttpGrant {
+    /// Whether some rule lets `method` reach `scheme://host:port`.
+    pub fn allows(&self, method: &str, scheme: HttpScheme, host: &str, port: u16) -> bool {
+        let host = normal_host(host);
+        self.hosts.iter().any(|rule| rule.allows(method, scheme, &host, port))
+    }
+
+    /// Whether a connection to `addr`, reached through `host`, is allowed:
+    /// any public address; a private one only when a range grants it or
+    /// the host is that very address, written literally and granted.
+    pub fn address_allowed(&self, host: &str, addr: IpAddr) -> bool {
+        !is_private(addr)
+            || self.private_ranges.iter().any(|r| r.contains(addr))
+            || parse_ip_host(host).is_some_and(|literal| canonical(literal) == canonical(addr))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(text: &str) -> HostRule {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn rules_parse_and_print_back() {
+        for text in [
+            "https://api.github.com",
+            "GET,HEAD https://*.example.com",
+            "POST http://127.0.0.1:8080",
+            "http://[::1]:9000",
+            "https://example.com:8443",
+        ] {
+            assert_eq!(rule(text).to_string(), text);
+        }
+        let r = rule("get https://Example.COM./");
+        assert_eq!((r.methods, r.host, r.port), (vec!["GET".to_owned()], HostPattern::Name("example.com".into()), 443));
+    }
+
+    #[test]
+    fn bad_rules_say_what_is_wrong() {
+        for (text, says) in [
+            ("api.github.com", "SCHEME://HOST"),
+            ("ftp://x.com", "not http or https"),
+            ("https://x.com/path", "no path"),
+            ("https://user@x.com", "no path, query or user"),
+            ("https://x.com:0", "not a port"),
+            ("https://x.com:99999", "not a port"),
+            ("https://a.*.com", "not a host name"),
+            ("https://*", "not a host name"),
+            ("G3T https://x.com", "not a method"),
+            ("http://[::1", "closing ]"),
+        ] {
+            let err = text.parse::<HostRule>().unwrap_err().to_string();
+            assert!(err.contains(says), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn rules_match_scheme_host_port_and_method() {
+        let r = rule("GET https://*.example.com");
+        assert!(r.allows("GET", HttpScheme::Https, "api.example.com", 443));
+        assert!(r.allows("GET", HttpScheme::Https, "a.b.example.com", 443));
+        assert!(!r.allows("GET", HttpScheme::Https, "example.com", 443), "the parent is not a subdomain");
+        assert!(!r.allows("GET", HttpScheme::Https, "evilexample.com", 443));
+        assert!(!r.allows("GET", HttpScheme::Https, "example.com.evil.net", 443));
+        assert!(!r.allows("POST", HttpScheme::Https, "api.example.com", 443));
+        assert!(!r.allows("GET", HttpScheme::Http, "api.example.com", 443));
+        assert!(!r.allows("GET", HttpScheme::Https, "api.example.com", 8443));
+        let ip = rule("http://127.0.0.1:8080");
+        assert!(ip.allows("DELETE", HttpScheme::Http, "127.0.0.1", 8080));
+        assert!(!ip.allows("GET", HttpScheme::Http, "localhost", 8080), "a name is not its address");
+        let v6 = rule("http://[::1]:8080");
+        assert!(v6.allows("GET", HttpScheme::Http, "[::1]", 8080));
+    }
+
+    #[test]
+    fn private_addresses_need_a_range_or_a_literal_grant() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "64:ff9b::7f00:1",
+        ] {
+            assert!(is_private(private.parse().unwrap()), "{private}");
+        }
+        for public in ["93.184.216.34", "1.1.1.1", "2606:4700::1111"] {
+            assert!(!is_private(public.parse().unwrap()), "{public}");
+        }
+        let mut grant = HttpGrant::default();
+        let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+        assert!(!grant.address_allowed("upstream.test", loopback));
+        assert!(grant.address_allowed("127.0.0.1", loopback), "written literally, the address is explicit");
+        assert!(!grant.address_allowed("127.0.0.2", loopback));
+        grant.private_ranges.push("127.0.0.0/8".parse().unwrap());
+        assert!(grant.address_allowed("upstream.test", loopback));
+        assert!(grant.address_allowed("x", "::ffff:127.0.0.9".parse().unwrap()), "mapped addresses count as IPv4");
+        assert!(!grant.address_allowed("x", "10.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn ranges_parse_strictly() {
+        assert_eq!("10.0.0.0/8".parse::<AddressRange>().unwrap().to_string(), "10.0.0.0/8");
+        assert_eq!("::1".parse::<AddressRange>().unwrap().to_string(), "::1/128");
+        assert!("10.0.0.1/8".parse::<AddressRange>().is_err(), "host bits past the prefix");
+        assert!("10.0.0.0/33".parse::<AddressRange>().is_err());
+        assert!("ten/8".parse::<AddressRange>().is_err());
+        let r: AddressRange = "172.16.0.0/12".parse().unwrap();
+        assert!(r.contains("172.31.255.255".parse().unwrap()));
+        assert!(!r.contains("172.32.0.0".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_grant_reads_back_from_json() {
+        let grant = HttpGrant {
+            hosts: vec![rule("GET https://api.example.com"), rule("http://127.0.0.1:8080")],
+            private_ranges: vec!["10.0.0.0/8".parse().unwrap()],
+            limits: HttpLimits { requests: 5, ..HttpLimits::default() },
+        };
+        let json = serde_json::to_string(&grant).unwrap();
+        assert!(json.contains("\"GET https://api.example.com\""), "{json}");
+        assert_eq!(serde_json::from_str::<HttpGrant>(&json).unwrap(), grant);
+    }
+}

@@ -1,0 +1,174 @@
+//! Outbound HTTP for guests, through the standard
+//! `wasi:http/outgoing-handler`, behind the job's [`HttpGrant`].
+//!
+//! Every request is checked before anything leaves the host: the method,
+//! scheme, host and port must match a granted rule, and the job must be
+//! under its request limit; otherwise the guest's request fails with
+//! `HTTP-request-denied`, and the refusal is logged on the job and
+//! counted. The host then resolves the name itself and connects only to
+//! an address the grant allows (a private address needs a range granted
+//! or the address written literally in a rule), so a DNS answer cannot
+//! turn a grant into a way into the operator's network. Redirects are
+//! not followed by the host: a guest that follows one sends a new request,
+//! checked like the first. Bodies are capped both ways and every request
+//! ends by its own time limit, never later than the job's deadline; when
+//! the run ends (timeout, forced stop, lost lease) the store is dropped
+//! and requests in flight are aborted with it.
+
+mod send;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+pub use crate::job::grant::{
+    AddressRange, DEFAULT_HTTP_REQUEST_BYTES, DEFAULT_HTTP_REQUEST_TIMEOUT, DEFAULT_HTTP_REQUESTS,
+    DEFAULT_HTTP_RESPONSE_BYTES, Denial, GrantSyntaxError, HostPattern, HostRule, HttpGrant, HttpLimits, HttpScheme,
+    is_private,
+};
+use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
+
+use super::state::{Journal, LogLevel};
+
+/// The log field every HTTP refusal carries, so a job's log can be
+/// searched for them.
+pub const HTTP_LOG_FIELD: &str = "leash.http";
+
+/// Requests a run sent and refused.
+#[derive(Debug, Default)]
+pub(crate) struct HttpMeter {
+    sent: AtomicU64,
+    denied: AtomicU64,
+}
+
+impl HttpMeter {
+    /// (sent, denied) so far.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (self.sent.load(Ordering::Relaxed), self.denied.load(Ordering::Relaxed))
+    }
+}
+
+/// Where an admitted request goes.
+pub(super) struct Target {
+    scheme: HttpScheme,
+    /// As the URL wrote it (an IPv6 literal keeps its brackets).
+    host: String,
+    port: u16,
+    /// When the request must be over.
+    until: Instant,
+    /// `METHOD scheme://authority/path`, query left out: what logs show.
+    shown: String,
+}
+
+/// The hooks wasmtime-wasi-http calls for one job's requests.
+pub(crate) struct HttpGate {
+    grant: Arc<HttpGrant>,
+    journal: Journal,
+    meter: Arc<HttpMeter>,
+    deadline: Instant,
+    /// Whether the request limit's first denial has been logged.
+    limit_logged: bool,
+}
+
+impl HttpGate {
+    pub(crate) fn new(grant: Arc<HttpGrant>, journal: Journal, deadline: Instant) -> Self {
+        HttpGate { grant, journal, meter: Arc::default(), deadline, limit_logged: false }
+    }
+
+    pub(crate) fn meter(&self) -> Arc<HttpMeter> {
+        self.meter.clone()
+    }
+
+    /// Check a request against the grant and the request limit.
+    fn admit(&self, request: &http::Request<WasiBody>) -> Result<Target, (String, Denial)> {
+        let uri = request.uri();
+        let method = request.method().as_str();
+        let shown = format!(
+            "{method} {}://{}{}",
+            uri.scheme_str().unwrap_or("https"),
+            uri.authority().map_or("", |a| a.as_str()),
+            uri.path()
+        );
+        let scheme = match uri.scheme_str() {
+            Some("http") => HttpScheme::Http,
+            _ => HttpScheme::Https,
+        };
+        let Some(host) = uri.host().filter(|h| !h.is_empty()) else { return Err((shown, Denial::NoHost)) };
+        let port = uri.port_u16().unwrap_or(scheme.default_port());
+        if !self.grant.allows(method, scheme, host, port) {
+            return Err((shown, Denial::NotGranted));
+        }
+        let limits = &self.grant.limits;
+        // Count first, so requests racing for the last places cannot pass together.
+        if self.meter.sent.fetch_add(1, Ordering::Relaxed) >= u64::from(limits.requests) {
+            self.meter.sent.fetch_sub(1, Ordering::Relaxed);
+            return Err((shown, Denial::RequestLimit(limits.requests)));
+        }
+        let until = (Instant::now() + limits.request_timeout).min(self.deadline);
+        Ok(Target { scheme, host: host.to_owned(), port, until, shown })
+    }
+}
+
+/// Log and count a request the host refused.
+fn denied(journal: &Journal, meter: &HttpMeter, shown: &str, why: &dyn std::fmt::Display) {
+    meter.denied.fetch_add(1, Ordering::Relaxed);
+    journal.record(
+        LogLevel::Warn,
+        format!("HTTP request denied: {shown}: {why}"),
+        vec![(HTTP_LOG_FIELD.to_owned(), "denied".to_owned())],
+    );
+}
+
+type SendFuture = Box<
+    dyn Future<Output = Result<(http::Response<WasiBody>, Box<dyn Future<Output = Result<(), Error>> + Send>), Error>>
+        + Send,
+>;
+
+impl WasiHttpHooks for HttpGate {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _response_errors: Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ) -> SendFuture {
+        match self.admit(&request) {
+            Err((shown, denial)) => {
+                if matches!(denial, Denial::RequestLimit(_)) && self.limit_logged {
+                    // Logged once; a flood past the limit is only counted.
+                    self.meter.denied.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.limit_logged |= matches!(denial, Denial::RequestLimit(_));
+                    denied(&self.journal, &self.meter, &shown, &denial);
+                }
+                Box::new(async { Err(Error::HttpRequestDenied) })
+            }
+            Ok(target) => Box::new(send::send(
+                target,
+                request,
+                options,
+                self.grant.clone(),
+                self.journal.clone(),
+                self.meter.clone(),
+            )),
+        }
+    }
+
+    fn p2_error_from_connect(&mut self, err: &std::io::Error) -> ErrorCode {
+        match err.kind() {
+            std::io::ErrorKind::ConnectionRefused => ErrorCode::ConnectionRefused,
+            std::io::ErrorKind::TimedOut => ErrorCode::ConnectionTimeout,
+            _ => ErrorCode::DestinationUnavailable,
+        }
+    }
+
+    fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> ErrorCode {
+        if err.is_timeout() {
+            ErrorCode::ConnectionReadTimeout
+        } else if err.is_incomplete_message() {
+            ErrorCode::HttpResponseIncomplete
+        } else {
+            ErrorCode::HttpProtocolError
+        }
+    }
+}

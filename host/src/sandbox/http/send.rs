@@ -1,0 +1,216 @@
+//! Sending one admitted request: resolve on the host, connect only to an
+//! allowed address, TLS by the name the guest asked for, HTTP/1.1, bodies
+//! capped both ways, all of it by the request's time limit.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::net::TcpStream;
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
+
+use super::{HttpGrant, HttpMeter, HttpScheme, Journal, Target, denied};
+use crate::job::grant::parse_ip_host;
+
+/// The TLS client every request shares: the webpki roots, no client
+/// certificate.
+static TLS: LazyLock<tokio_rustls::TlsConnector> = LazyLock::new(|| {
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+});
+
+type IoFuture = Box<dyn Future<Output = Result<(), Error>> + Send>;
+
+pub(super) async fn send(
+    target: Target,
+    request: http::Request<WasiBody>,
+    options: Option<RequestOptions>,
+    grant: Arc<HttpGrant>,
+    journal: Journal,
+    meter: Arc<HttpMeter>,
+) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
+    let until = target.until;
+    let by = |limit: Option<std::time::Duration>| limit.map_or(until, |d| (Instant::now() + d).min(until));
+    let addrs = resolve(&target).await?;
+    let allowed: Vec<SocketAddr> =
+        addrs.iter().copied().filter(|a| grant.address_allowed(&target.host, a.ip())).collect();
+    if allowed.is_empty() {
+        let listed = addrs.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
+        let why = format!("{} resolves to {listed}, a private address no range is granted for", target.host);
+        denied(&journal, &meter, &target.shown, &why);
+        return Err(Error::DestinationIpProhibited);
+    }
+
+    let connect_by = by(options.and_then(|o| o.connect_timeout));
+    let stream = connect(&allowed, connect_by).await?;
+    let io: Box<dyn Io> = match target.scheme {
+        HttpScheme::Http => Box::new(stream),
+        HttpScheme::Https => {
+            let name = match parse_ip_host(&target.host) {
+                Some(ip) => rustls::pki_types::ServerName::IpAddress(ip.into()),
+                None => rustls::pki_types::ServerName::try_from(target.host.clone())?,
+            };
+            let tls = tokio::time::timeout_at(connect_by.into(), TLS.connect(name, stream))
+                .await
+                .map_err(|_| Error::ConnectionTimeout)?
+                .map_err(Error::Tls)?;
+            Box::new(tls)
+        }
+    };
+    let (mut sender, conn) = tokio::time::timeout_at(
+        connect_by.into(),
+        hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(io)),
+    )
+    .await
+    .map_err(|_| Error::ConnectionTimeout)??;
+
+    // On the wire the request line carries the path only.
+    let (mut parts, body) = request.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    parts.uri = http::Uri::builder().path_and_query(path).build().map_err(|_| Error::HttpRequestUriInvalid)?;
+    let max_request = grant.limits.request_bytes;
+    let body = Capped::new(body, max_request, None, move || Error::HttpRequestBodySize(Some(max_request)));
+    let request = http::Request::from_parts(parts, body.boxed_unsync());
+
+    // Drive the connection while waiting for the response head; a server
+    // that answers and closes may finish the connection first.
+    let mut conn = Some(Box::pin(conn));
+    let first_byte_by = by(options.and_then(|o| o.first_byte_timeout));
+    let response = tokio::time::timeout_at(first_byte_by.into(), async {
+        let mut send = std::pin::pin!(sender.send_request(request));
+        if let Some(driving) = conn.as_mut() {
+            tokio::select! {
+                biased;
+                response = &mut send => return response.map_err(Error::from),
+                ended = driving => {
+                    conn = None;
+                    ended?;
+                }
+            }
+        }
+        send.await.map_err(Error::from)
+    })
+    .await
+    .map_err(|_| Error::HttpResponseTimeout)??;
+    drop(sender);
+
+    let max_response = grant.limits.response_bytes;
+    let response = response.map(|incoming| {
+        Capped::new(incoming.map_err(Error::from), max_response, Some(until), move || {
+            Error::HttpResponseBodySize(Some(max_response))
+        })
+        .boxed_unsync()
+    });
+    let io: IoFuture = Box::new(async move {
+        let Some(conn) = conn else { return Ok(()) };
+        match tokio::time::timeout_at(until.into(), conn).await {
+            Ok(ended) => ended.map_err(Error::from),
+            Err(_) => Err(Error::HttpResponseTimeout),
+        }
+    });
+    Ok((response, io))
+}
+
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// The host's own name lookup (the guest has none), by the request's time
+/// limit.
+async fn resolve(target: &Target) -> Result<Vec<SocketAddr>, Error> {
+    if let Some(ip) = parse_ip_host(&target.host) {
+        return Ok(vec![SocketAddr::new(ip, target.port)]);
+    }
+    let lookup = tokio::net::lookup_host((target.host.as_str(), target.port));
+    match tokio::time::timeout_at(target.until.into(), lookup).await {
+        Err(_) => Err(Error::DnsTimeout),
+        Ok(Err(e)) => Err(Error::DnsError { rcode: Some(e.to_string()), info_code: None }),
+        Ok(Ok(addrs)) => {
+            let addrs: Vec<SocketAddr> = addrs.collect();
+            if addrs.is_empty() { Err(Error::DestinationNotFound) } else { Ok(addrs) }
+        }
+    }
+}
+
+/// Connect to the first of `addrs` that answers.
+async fn connect(addrs: &[SocketAddr], by: Instant) -> Result<TcpStream, Error> {
+    let mut last = None;
+    for addr in addrs {
+        match tokio::time::timeout_at(by.into(), TcpStream::connect(addr)).await {
+            Err(_) => return Err(Error::ConnectionTimeout),
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Ok(Err(e)) => last = Some(e),
+        }
+    }
+    Err(last.map_or(Error::DestinationUnavailable, Error::Connect))
+}
+
+/// A body that fails once more than `max` bytes have passed, or when
+/// `until` comes while it waits for data.
+struct Capped<B> {
+    inner: B,
+    seen: u64,
+    max: u64,
+    until: Option<Pin<Box<tokio::time::Sleep>>>,
+    over: Box<dyn Fn() -> Error + Send>,
+}
+
+impl<B> Capped<B> {
+    fn new(inner: B, max: u64, until: Option<Instant>, over: impl Fn() -> Error + Send + 'static) -> Self {
+        let until = until.map(|at| Box::pin(tokio::time::sleep_until(at.into())));
+        Capped { inner, seen: 0, max, until, over: Box::new(over) }
+    }
+}
+
+impl<B: Body<Data = Bytes, Error = Error> + Unpin> Body for Capped<B> {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        let this = self.get_mut();
+        if this.seen > this.max {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.seen = this.seen.saturating_add(data.len() as u64);
+                    if this.seen > this.max {
+                        return Poll::Ready(Some(Err((this.over)())));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Pending => {
+                let late = this.until.as_mut().is_some_and(|until| until.as_mut().poll(cx).is_ready());
+                if late {
+                    this.seen = u64::MAX;
+                    return Poll::Ready(Some(Err(Error::ConnectionReadTimeout)));
+                }
+                Poll::Pending
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.seen > self.max || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,55 @@
+//! Fetches a URL through `wasi:http/outgoing-handler` and returns the
+//! status and a digest of the body. The host sends the request only if the
+//! job's grant allows it.
+//!
+//! Input (JSON): `{"url": "https://...", "method": "GET", "headers":
+//! {"name": "value"}, "body": "text"}` (all but `url` optional). Output:
+//! `{"status": 200, "body_bytes": n, "body_sha256": "...", "body_start":
+//! "first KiB", "location": "..." or null}`; redirects are not followed.
+//! A request that fails (denied, refused, timed out) fails the job with
+//! the WASI error code's name.
+
+mod fetch;
+
+use std::collections::BTreeMap;
+
+use leash_sdk::{Context, Error, Plugin};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Input {
+    url: String,
+    #[serde(default = "get")]
+    method: String,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    body: Option<String>,
+}
+
+fn get() -> String {
+    "GET".to_owned()
+}
+
+struct HttpGet;
+
+impl Plugin for HttpGet {
+    fn run(_ctx: &Context, input: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let input: Input = leash_sdk::json_input(&input)?;
+        let headers: Vec<(String, String)> = input.headers.into_iter().collect();
+        leash_sdk::log::info(&format!("{} {}", input.method, input.url));
+        let fetched = fetch::fetch(&input.method, &input.url, &headers, input.body.as_deref().map(str::as_bytes))
+            .map_err(|e| Error::failed(format!("{} {}: {e}", input.method, input.url)))?;
+        leash_sdk::json_output(&json!({
+            "status": fetched.status,
+            "body_bytes": fetched.body_bytes,
+            "body_sha256": fetched.body_sha256,
+            "body_start": fetched.body_start,
+            "location": fetched.location,
+        }))
+    }
+}
+
+leash_sdk::export!(HttpGet);

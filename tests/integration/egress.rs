@@ -1,0 +1,197 @@
+//! Outbound HTTP from guests: what the job's grant lets through reaches a
+//! loopback upstream of the tests' own (which records every request it
+//! receives); everything else is refused before a byte is sent, logged on
+//! the job and counted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leash::job::ErrorKind;
+use leash::sandbox::http::{HttpGrant, HttpLimits};
+use leash::sandbox::{NoObserver, Outcome, RunLimits, Sandbox, StopHandle};
+use serde_json::{Value, json};
+
+use crate::support::{self, Upstream, limits, output_json, request};
+
+fn grant(rules: &[&str]) -> HttpGrant {
+    HttpGrant { hosts: rules.iter().map(|r| r.parse().unwrap()).collect(), ..HttpGrant::default() }
+}
+
+async fn run(sandbox: &Sandbox, plugin: &str, input: Value, grant: HttpGrant, limits: RunLimits) -> Outcome {
+    let plugin = support::load(sandbox, plugin);
+    let mut request = request(input.to_string().as_bytes(), limits);
+    request.http = Arc::new(grant);
+    sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await
+}
+
+/// The job's log lines about HTTP refusals.
+fn denials(outcome: &Outcome) -> Vec<String> {
+    outcome
+        .logs
+        .iter()
+        .filter(|r| r.fields.iter().any(|(k, v)| k == "leash.http" && v == "denied"))
+        .map(|r| r.message.clone())
+        .collect()
+}
+
+fn failure_message(outcome: &Outcome) -> &str {
+    let failure = outcome.result.as_ref().expect_err("the request must fail");
+    assert_eq!(failure.kind, ErrorKind::GuestError, "{}", failure.message);
+    &failure.message
+}
+
+#[tokio::test]
+async fn a_granted_request_reaches_the_upstream_and_an_ungranted_one_sends_nothing() {
+    let sandbox = support::sandbox();
+    let upstream = Upstream::start().await;
+    let input = json!({ "url": upstream.url("/hello?q=1") });
+
+    let outcome = run(&sandbox, "http-get", input.clone(), HttpGrant::default(), limits()).await;
+    assert!(failure_message(&outcome).contains("HttpRequestDenied"), "{:?}", outcome.result);
+    assert_eq!(upstream.received(), Vec::<String>::new(), "a denied request sends nothing");
+    let logged = denials(&outcome);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert!(logged[0].contains(&format!("GET {}: not granted", upstream.url("/hello"))), "{logged:?}");
+    assert!(!logged[0].contains("q=1"), "the query is not logged: {logged:?}");
+    assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (0, 1));
+
+    let granted = grant(&[&format!("GET {}", upstream.url(""))]);
+    let outcome = run(&sandbox, "http-get", input, granted.clone(), limits()).await;
+    let output = output_json(&outcome);
+    assert_eq!((output["status"].as_u64(), output["body_start"].as_str()), (Some(200), Some("hello")));
+    assert_eq!(upstream.received(), vec!["GET /hello?q=1".to_owned()]);
+    assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (1, 0));
+
+    // The method is part of the grant.
+    let post = json!({ "url": upstream.url("/hello"), "method": "POST", "body": "x" });
+    let outcome = run(&sandbox, "http-get", post, granted, limits()).await;
+    assert!(failure_message(&outcome).contains("HttpRequestDenied"));
+    assert_eq!(upstream.received().len(), 1, "the POST was not sent");
+}
+
+#[tokio::test]
+async fn a_granted_name_that_resolves_to_loopback_needs_the_range_granted() {
+    let sandbox = support::sandbox();
+    let upstream = Upstream::start().await;
+    let by_name = format!("http://localhost:{}", upstream.addr.port());
+    let input = json!({ "url": format!("{by_name}/hello") });
+
+    let outcome = run(&sandbox, "http-get", input.clone(), grant(&[&by_name]), limits()).await;
+    assert!(failure_message(&outcome).contains("DestinationIpProhibited"), "{:?}", outcome.result);
+    assert!(denials(&outcome)[0].contains("a private address no range is granted for"), "{:?}", denials(&outcome));
+    assert_eq!(upstream.received(), Vec::<String>::new());
+
+    let mut with_range = grant(&[&by_name]);
+    with_range.private_ranges = vec!["127.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()];
+    let outcome = run(&sandbox, "http-get", input, with_range, limits()).await;
+    assert_eq!(output_json(&outcome)["status"], 200);
+    assert_eq!(upstream.received(), vec!["GET /hello".to_owned()]);
+}
+
+#[tokio::test]
+async fn every_escape_of_http_escape_is_refused_and_sends_nothing() {
+    let sandbox = support::sandbox();
+    let upstream = Upstream::start().await;
+    let port = upstream.addr.port();
+    let granted = format!("GET http://127.0.0.1:{port}");
+    let tries = json!([
+        // Another port of the same address.
+        { "url": format!("http://127.0.0.1:{}/", port.wrapping_add(1)) },
+        // The cloud metadata address, and loopback by another literal.
+        { "url": "http://169.254.169.254/latest/meta-data/" },
+        { "url": format!("http://127.0.0.2:{port}/hello") },
+        // Loopback by a name, and https to the granted address.
+        { "url": format!("http://localhost:{port}/hello") },
+        { "url": format!("https://127.0.0.1:{port}/hello") },
+        // A method not granted.
+        { "url": upstream.url("/hello"), "method": "DELETE" },
+        // A granted request redirected to the metadata address.
+        { "url": upstream.url("/redirect?to=http://169.254.169.254/latest/") },
+    ]);
+    let input = json!({ "tries": tries, "flood": { "url": upstream.url("/hello"), "count": 10_000 } });
+    let mut grant = grant(&[&granted]);
+    grant.limits = HttpLimits { requests: 25, ..HttpLimits::default() };
+    let outcome = run(&sandbox, "http-escape", input, grant, limits()).await;
+    let output = output_json(&outcome);
+
+    let results = output["tries"].as_array().unwrap();
+    for result in &results[..6] {
+        assert_eq!(result["error"], "HttpRequestDenied", "{result}");
+    }
+    let redirected = &results[6];
+    assert_eq!(redirected["visited"].as_array().unwrap().len(), 2, "{redirected}");
+    assert_eq!(redirected["error"], "HttpRequestDenied", "the redirect is checked like any request: {redirected}");
+    // One request reached the upstream (the redirect), then 24 of the flood.
+    assert_eq!(output["flood"]["ok"], 24, "{output}");
+    assert_eq!(output["flood"]["errors"]["HttpRequestDenied"], 10_000 - 24, "{output}");
+    let received = upstream.received();
+    assert_eq!(received.len(), 25, "only the granted requests arrived");
+    assert!(received[0].starts_with("GET /redirect"));
+    assert!(received[1..].iter().all(|r| r == "GET /hello"), "{received:?}");
+    assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (25, 7 + 10_000 - 24));
+    // Every refusal is logged, except the flood past the limit: once.
+    let logged = denials(&outcome);
+    assert_eq!(logged.len(), 8, "{logged:#?}");
+    assert_eq!(logged.iter().filter(|l| l.contains("limit of 25 requests")).count(), 1);
+}
+
+#[tokio::test]
+async fn a_response_past_the_limit_fails_the_request() {
+    let sandbox = support::sandbox();
+    let upstream = Upstream::start().await;
+    let mut grant = grant(&[&upstream.url("")]);
+    grant.limits.response_bytes = 1 << 20;
+    let input = json!({ "url": upstream.url("/big/1073741824") });
+    let outcome = run(&sandbox, "http-get", input, grant.clone(), limits()).await;
+    assert!(
+        failure_message(&outcome).contains("response body size exceeds limit: 1048576 bytes"),
+        "{:?}",
+        outcome.result
+    );
+    // Under the limit, the whole body arrives.
+    let outcome = run(&sandbox, "http-get", json!({ "url": upstream.url("/big/1048576") }), grant, limits()).await;
+    assert_eq!(output_json(&outcome)["body_bytes"], 1 << 20);
+}
+
+#[tokio::test]
+async fn a_silent_upstream_is_cut_off_at_the_request_time_limit_and_never_past_the_job() {
+    let sandbox = support::sandbox();
+    let upstream = Upstream::start().await;
+    let mut grant = grant(&[&upstream.url("")]);
+    grant.limits.request_timeout = Duration::from_millis(300);
+    let input = json!({ "url": upstream.url("/slow") });
+    let outcome = run(&sandbox, "http-get", input.clone(), grant.clone(), limits()).await;
+    assert!(failure_message(&outcome).contains("HttpResponseTimeout"), "{:?}", outcome.result);
+
+    // A request limit longer than the job's: the job's timeout ends it.
+    grant.limits.request_timeout = support::GENEROUS;
+    let short = RunLimits { timeout: Duration::from_millis(500), ..limits() };
+    let outcome = run(&sandbox, "http-get", input, grant, short).await;
+    let failure = outcome.result.as_ref().expect_err("the job must end");
+    assert!(
+        failure.kind == ErrorKind::Timeout || failure.message.contains("HttpResponseTimeout"),
+        "ended by the job's deadline: {failure:?}"
+    );
+    assert!(outcome.usage.duration < Duration::from_secs(10), "ended near the deadline: {:?}", outcome.usage.duration);
+}
+
+#[tokio::test]
+async fn a_forced_stop_aborts_the_request_in_flight() {
+    let sandbox = Arc::new(support::sandbox());
+    let upstream = Upstream::start().await;
+    let plugin = support::load(&sandbox, "http-get");
+    let mut request = request(json!({ "url": upstream.url("/slow") }).to_string().as_bytes(), limits());
+    request.http = Arc::new(grant(&[&upstream.url("")]));
+    let stop = StopHandle::new();
+    let run = tokio::spawn({
+        let (sandbox, stop) = (sandbox.clone(), stop.clone());
+        async move { sandbox.run(&plugin, request, &stop, Arc::new(NoObserver)).await }
+    });
+    upstream.wait_for("GET /slow").await;
+    stop.force();
+    let outcome = tokio::time::timeout(support::GENEROUS, run).await.expect("the run ends").unwrap();
+    assert_eq!(outcome.result.as_ref().unwrap_err().kind, ErrorKind::Cancelled, "{:?}", outcome.result);
+    // The host dropped the connection with the run: the upstream sees its
+    // client go away.
+    upstream.wait_for("closed /slow").await;
+}
