@@ -27,6 +27,13 @@ pub struct OutcomeLabels {
     pub error_kind: String,
 }
 
+/// Label of an outbound HTTP request count: `sent` or `denied`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// `sent` or `denied`.
+    pub result: &'static str,
+}
+
 /// Label of a queue-depth gauge.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
@@ -63,6 +70,8 @@ pub struct Metrics {
     pub waits_abandoned: Counter,
     /// Fuel used by finished jobs.
     pub fuel_used: Counter,
+    /// Guests' outbound HTTP requests, sent and denied.
+    pub http_requests: Family<HttpLabels, Counter>,
     /// How late a 100 ms timer fires on the async runtime.
     pub event_loop_lag_seconds: Gauge<f64, AtomicU64>,
 }
@@ -114,6 +123,12 @@ impl Metrics {
         registry.register("job_retries", "Failed attempts this process queued again for a retry", retries.clone());
         let fuel_used = Counter::default();
         registry.register("fuel_used", "Fuel used by jobs this process finished", fuel_used.clone());
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "Guests' outbound HTTP requests in this process: sent, or denied by the job's grant",
+            http_requests.clone(),
+        );
         let event_loop_lag_seconds = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "event_loop_lag_seconds",
@@ -134,7 +149,17 @@ impl Metrics {
             retries,
             waits_abandoned,
             fuel_used,
+            http_requests,
             event_loop_lag_seconds,
+        }
+    }
+
+    /// Count a run's outbound HTTP requests.
+    pub fn http(&self, sent: u64, denied: u64) {
+        for (result, n) in [("sent", sent), ("denied", denied)] {
+            if n > 0 {
+                self.http_requests.get_or_create(&HttpLabels { result }).inc_by(n);
+            }
         }
     }
 

@@ -341,6 +341,10 @@ async fn grants_given_at_registration_reach_durable_jobs_and_a_revoke_stops_late
     assert!(denied["job"]["error_message"].as_str().unwrap().contains("HttpRequestDenied"), "{denied}");
     assert!(denied["job"].get("grants").is_none(), "nothing granted, nothing shown: {denied}");
     assert_eq!(upstream.received().len(), 1, "the later job sent nothing");
+    let metrics = server.request(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+    for line in ["leash_http_requests_total{result=\"sent\"} 1", "leash_http_requests_total{result=\"denied\"} 1"] {
+        assert!(metrics.lines().any(|l| l == line), "{line} not in the metrics");
+    }
 
     let unknown = call(owned(&["plugins", "grant", "nobody@1", "--allow-host", &rule])).await.unwrap();
     assert_eq!(unknown.status.code(), Some(2), "an unknown registration is refused (404)");

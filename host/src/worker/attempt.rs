@@ -108,6 +108,7 @@ impl Pool {
         let mut next = None;
         if let Ok(o) = &outcome {
             self.forward_guest_logs(o);
+            self.metrics.http(o.usage.http_requests, o.usage.http_denied);
         }
         // Released without spending an attempt: a guest stopped for
         // shutdown, at once; or, after a backoff pause, a job whose guest
