@@ -32,6 +32,7 @@ pub const FILE_KEYS: &[&str] = &[
     "shutdown_budget",
     "queue_ttl",
     "cache_dir",
+    "secrets_file",
     "timeout",
     "max_attempts",
     "max_queued",

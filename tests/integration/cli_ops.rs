@@ -288,10 +288,13 @@ fn a_bad_log_filter_is_refused_by_name() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grants_given_at_registration_reach_durable_jobs_and_a_revoke_stops_later_ones() {
+async fn grants_and_secrets_given_at_registration_reach_durable_jobs_and_a_revoke_stops_later_ones() {
     let upstream = crate::support::Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let secrets = dir.path().join("secrets");
+    std::fs::write(&secrets, "TOKEN=from-the-secrets-file\n").unwrap();
+    std::fs::set_permissions(&secrets, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--secrets-file", secrets.to_str().unwrap()]);
     let input = dir.path().join("in.json");
     std::fs::write(&input, serde_json::json!({ "url": upstream.url("/hello") }).to_string()).unwrap();
     let input = input.to_str().unwrap();
@@ -345,6 +348,24 @@ async fn grants_given_at_registration_reach_durable_jobs_and_a_revoke_stops_late
     for line in ["leash_http_requests_total{result=\"sent\"} 1", "leash_http_requests_total{result=\"denied\"} 1"] {
         assert!(metrics.lines().any(|l| l == line), "{line} not in the metrics");
     }
+
+    // A secret, set on the server from a file, bound to the upstream.
+    let secret_input = dir.path().join("secret.json");
+    let echo =
+        serde_json::json!({ "url": upstream.url("/echo-auth"), "headers": { "authorization": "{secret:TOKEN}" } });
+    std::fs::write(&secret_input, echo.to_string()).unwrap();
+    let bind = format!("TOKEN={}", upstream.url(""));
+    let granted =
+        call(owned(&["plugins", "grant", "http-get@1", "--allow-host", &rule, "--secret", &bind])).await.unwrap();
+    assert!(stdout(&granted).contains(&format!("secret TOKEN to {}", upstream.url(""))), "{}", stdout(&granted));
+    let done =
+        call(owned(&["submit", "http-get@1", "--input", secret_input.to_str().unwrap(), "--wait", "30s", "--json"]))
+            .await
+            .unwrap();
+    let done = json(&done);
+    assert_eq!(done["job"]["status"], "succeeded", "{done}");
+    assert_eq!(upstream.received().last().unwrap(), "GET /echo-auth authorization=from-the-secrets-file");
+    assert_eq!(done["output"]["body_start"], "{secret:TOKEN}", "the stored output names the secret: {done}");
 
     let unknown = call(owned(&["plugins", "grant", "nobody@1", "--allow-host", &rule])).await.unwrap();
     assert_eq!(unknown.status.code(), Some(2), "an unknown registration is refused (404)");

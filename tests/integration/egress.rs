@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::job::ErrorKind;
-use leash::sandbox::http::{HttpGrant, HttpLimits};
-use leash::sandbox::{NoObserver, Outcome, RunLimits, Sandbox, StopHandle};
+use leash::sandbox::http::{HttpGrant, HttpLimits, SecretStore};
+use leash::sandbox::{NoObserver, Outcome, RunLimits, Sandbox, SandboxConfig, StopHandle};
 use serde_json::{Value, json};
 
 use crate::support::{self, Upstream, limits, output_json, request};
@@ -194,4 +194,48 @@ async fn a_forced_stop_aborts_the_request_in_flight() {
     // The host dropped the connection with the run: the upstream sees its
     // client go away.
     upstream.wait_for("closed /slow").await;
+}
+
+/// A sandbox whose operator has set `TOKEN`.
+fn sandbox_with_secret(value: &str) -> Sandbox {
+    let secrets = SecretStore::from_pairs([("TOKEN".to_owned(), value.to_owned())]).unwrap();
+    Sandbox::new(SandboxConfig { secrets: Arc::new(secrets), ..support::sandbox_config() }).unwrap()
+}
+
+#[tokio::test]
+async fn a_secret_reaches_only_its_bound_host_and_never_the_jobs_logs() {
+    const VALUE: &str = "s3cr3t-t0ken-value";
+    let sandbox = sandbox_with_secret(VALUE);
+    let upstream = Upstream::start().await;
+    let input = json!({
+        "url": upstream.url("/echo-auth"),
+        "headers": { "authorization": "Bearer {secret:TOKEN}" },
+        "log_body": true,
+    });
+    let mut bound = grant(&[&upstream.url("")]);
+    bound.bind_secret("TOKEN".parse().unwrap(), upstream.url("").parse().unwrap());
+    let outcome = run(&sandbox, "http-get", input.clone(), bound, limits()).await;
+    assert_eq!(upstream.received(), vec![format!("GET /echo-auth authorization=Bearer {VALUE}")]);
+    // The output the host keeps names the secret; its value is not in it.
+    assert_eq!(output_json(&outcome)["body_start"], "Bearer {secret:TOKEN}");
+    // The upstream echoed it; the guest logged what it got back.
+    let logged: Vec<&str> = outcome.logs.iter().map(|r| r.message.as_str()).collect();
+    assert!(logged.contains(&"response 200: Bearer {secret:TOKEN}"), "{logged:?}");
+    assert!(!format!("{:?}", outcome.logs).contains(VALUE), "the value is in no log record");
+
+    // Bound to another host: refused before anything is sent.
+    let mut elsewhere = grant(&[&upstream.url("")]);
+    elsewhere.bind_secret("TOKEN".parse().unwrap(), "https://api.example.com".parse().unwrap());
+    let outcome = run(&sandbox, "http-get", input.clone(), elsewhere, limits()).await;
+    assert!(failure_message(&outcome).contains("HttpRequestDenied"));
+    assert!(denials(&outcome)[0].ends_with("secret TOKEN is not granted for this request"), "{:?}", denials(&outcome));
+    assert_eq!(upstream.received().len(), 1, "nothing more was sent");
+
+    // Granted, but not set on this host: refused the same way.
+    let unset = Sandbox::new(support::sandbox_config()).unwrap();
+    let mut bound = grant(&[&upstream.url("")]);
+    bound.bind_secret("TOKEN".parse().unwrap(), upstream.url("").parse().unwrap());
+    let outcome = run(&unset, "http-get", input, bound, limits()).await;
+    assert!(denials(&outcome)[0].ends_with("secret TOKEN is not set on this host"), "{:?}", denials(&outcome));
+    assert_eq!(upstream.received().len(), 1);
 }

@@ -19,14 +19,18 @@ pub fn cache_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")
 }
 
-/// A sandbox like the one a process would build.
-pub fn sandbox() -> Sandbox {
-    Sandbox::new(SandboxConfig {
+/// The settings of [`sandbox`].
+pub fn sandbox_config() -> SandboxConfig {
+    SandboxConfig {
         allocator: Allocator::Pooling { slots: 16 },
         cache_dir: Some(cache_dir()),
         ..SandboxConfig::default()
-    })
-    .expect("sandbox")
+    }
+}
+
+/// A sandbox like the one a process would build.
+pub fn sandbox() -> Sandbox {
+    Sandbox::new(sandbox_config()).expect("sandbox")
 }
 
 /// Load the built plugin `name`.
@@ -125,7 +129,9 @@ impl RunObserver for ProgressTap {
 }
 
 /// An HTTP server of the tests' own on loopback that records every request
-/// it receives, as `METHOD /path?query`. Routes: `/hello` answers `hello`;
+/// it receives, as `METHOD /path?query` (with ` authorization=VALUE` when
+/// the request has that header). Routes: `/hello` answers `hello`;
+/// `/echo-auth` answers with the request's `Authorization` header;
 /// `/big/N` streams N zero bytes (made as they are sent); `/slow` never
 /// answers (and records `closed /slow` when its client goes away);
 /// `/redirect?to=URL` answers 302 to URL; anything else 404.
@@ -173,10 +179,16 @@ impl Upstream {
 
         async fn answer(State(log): State<UpstreamLog>, request: Request) -> Response {
             let uri = request.uri().clone();
-            log.push(format!("{} {}", request.method(), uri));
+            let authorization = request.headers().get("authorization").map(|v| v.to_str().unwrap_or("?").to_owned());
+            match &authorization {
+                Some(auth) => log.push(format!("{} {uri} authorization={auth}", request.method())),
+                None => log.push(format!("{} {uri}", request.method())),
+            }
             let path = uri.path();
             if path == "/hello" {
                 "hello".into_response()
+            } else if path == "/echo-auth" {
+                authorization.unwrap_or_default().into_response()
             } else if let Some(n) = path.strip_prefix("/big/").and_then(|n| n.parse::<u64>().ok()) {
                 const CHUNK: usize = 64 << 10;
                 let chunks = n.div_ceil(CHUNK as u64);

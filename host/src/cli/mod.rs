@@ -250,6 +250,10 @@ struct WorkerArgs {
     /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
     #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    /// A file of `NAME=value` lines (mode 0600) with the secrets granted
+    /// plugins may send; `LEASH_SECRET_<NAME>` variables set them too.
+    #[arg(long, env = "LEASH_SECRETS_FILE", value_name = "FILE")]
+    secrets_file: Option<PathBuf>,
     /// Operational log format on stderr: `text` (one line per event) or
     /// `json` (one JSON object per line, with the job's id, attempt, worker
     /// and plugin on job events). `LEASH_LOG` filters it like `RUST_LOG`
@@ -301,6 +305,10 @@ struct RunArgs {
     /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
     #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    /// A file of `NAME=value` lines (mode 0600) with the secrets granted
+    /// plugins may send; `LEASH_SECRET_<NAME>` variables set them too.
+    #[arg(long, env = "LEASH_SECRETS_FILE", value_name = "FILE")]
+    secrets_file: Option<PathBuf>,
     /// Do not read or write the compiled-component cache (overrides
     /// `--cache-dir` and LEASH_CACHE_DIR).
     #[arg(long)]
@@ -335,22 +343,42 @@ struct GrantArgs {
     /// Longest one HTTP request may take (never past the job's timeout).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
     http_timeout: Duration,
+    /// Let requests matching RULE carry the secret NAME, where a header
+    /// value says `{secret:NAME}`: `NAME=RULE`, e.g.
+    /// `GITHUB_TOKEN=https://api.github.com`. Repeat for more.
+    #[arg(long = "secret", value_name = "NAME=RULE", value_parser = parse_secret_binding)]
+    secret: Vec<(sandbox::http::SecretName, sandbox::http::HostRule)>,
+}
+
+fn parse_secret_binding(text: &str) -> Result<(sandbox::http::SecretName, sandbox::http::HostRule), String> {
+    let (name, rule) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected NAME=RULE, e.g. GITHUB_TOKEN=https://api.github.com"))?;
+    Ok((name.parse().map_err(|e| format!("{e}"))?, rule.parse().map_err(|e| format!("{e}"))?))
+}
+
+/// The process's secrets: `LEASH_SECRET_*` variables and `file`.
+fn load_secrets(file: Option<&Path>) -> Result<Arc<sandbox::http::SecretStore>, CliError> {
+    sandbox::http::SecretStore::load(std::env::vars(), file).map(Arc::new).map_err(CliError::usage)
 }
 
 impl GrantArgs {
     fn grants(&self) -> crate::job::Grants {
-        crate::job::Grants {
-            http: sandbox::http::HttpGrant {
-                hosts: self.allow_host.clone(),
-                private_ranges: self.allow_private.clone(),
-                limits: sandbox::http::HttpLimits {
-                    requests: self.http_requests,
-                    request_bytes: self.http_request_limit,
-                    response_bytes: self.http_response_limit,
-                    request_timeout: self.http_timeout,
-                },
+        let mut http = sandbox::http::HttpGrant {
+            hosts: self.allow_host.clone(),
+            private_ranges: self.allow_private.clone(),
+            secrets: Vec::new(),
+            limits: sandbox::http::HttpLimits {
+                requests: self.http_requests,
+                request_bytes: self.http_request_limit,
+                response_bytes: self.http_response_limit,
+                request_timeout: self.http_timeout,
             },
+        };
+        for (name, rule) in &self.secret {
+            http.bind_secret(name.clone(), rule.clone());
         }
+        crate::job::Grants { http }
     }
 
     /// The grants, if any flag said anything.

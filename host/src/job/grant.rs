@@ -401,12 +401,19 @@ impl Grants {
     }
 
     /// The rules a grant keeps beyond its syntax: at most
-    /// [`MAX_GRANT_RULES`] host rules and ranges, and a request time limit
-    /// of at least a millisecond.
+    /// [`MAX_GRANT_RULES`] host rules, ranges and secret rules, and a
+    /// request time limit of at least a millisecond.
     pub fn check(&self) -> Result<(), String> {
         let http = &self.http;
-        if http.hosts.len() > MAX_GRANT_RULES || http.private_ranges.len() > MAX_GRANT_RULES {
-            return Err(format!("a grant holds at most {MAX_GRANT_RULES} host rules and {MAX_GRANT_RULES} ranges"));
+        let secret_rules: usize = http.secrets.iter().map(|b| b.hosts.len()).sum();
+        if http.hosts.len() > MAX_GRANT_RULES
+            || http.private_ranges.len() > MAX_GRANT_RULES
+            || secret_rules > MAX_GRANT_RULES
+        {
+            return Err(format!(
+                "a grant holds at most {MAX_GRANT_RULES} host rules, {MAX_GRANT_RULES} ranges and \
+                 {MAX_GRANT_RULES} secret rules"
+            ));
         }
         if http.limits.request_timeout < Duration::from_millis(1) {
             return Err("http.limits.request_timeout_ms must be at least 1".to_owned());
@@ -428,8 +435,81 @@ pub struct HttpGrant {
     /// names an address literally grants that address without one).
     #[schema(value_type = Vec<String>)]
     pub private_ranges: Vec<AddressRange>,
+    /// Secrets the host may put into the job's requests, each only on
+    /// requests its rules match.
+    pub secrets: Vec<SecretBinding>,
     /// Limits.
     pub limits: HttpLimits,
+}
+
+/// A secret's name: a letter or `_`, then letters, digits and `_`, at
+/// most 64 bytes (`GITHUB_TOKEN`). A guest writes `{secret:NAME}` in a
+/// header value; the operator sets the value on each host running jobs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SecretName(String);
+
+impl SecretName {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for SecretName {
+    type Err = GrantSyntaxError;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        let mut bytes = name.bytes();
+        let ok = name.len() <= 64
+            && bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if ok {
+            Ok(SecretName(name.to_owned()))
+        } else {
+            Err(GrantSyntaxError(format!(
+                "secret name {name:?}: use a letter or _, then letters, digits and _ (at most 64)"
+            )))
+        }
+    }
+}
+
+impl fmt::Display for SecretName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+super::serde_as_text!(SecretName);
+
+/// A secret and the requests it may be sent on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretBinding {
+    /// The secret.
+    #[schema(value_type = String)]
+    pub name: SecretName,
+    /// Host rules (as in `hosts`) of the requests that may carry it.
+    #[schema(value_type = Vec<String>)]
+    pub hosts: Vec<HostRule>,
+}
+
+impl HttpGrant {
+    /// Bind `name` to one more rule (the CLI's `--secret NAME=RULE`).
+    pub fn bind_secret(&mut self, name: SecretName, rule: HostRule) {
+        match self.secrets.iter_mut().find(|b| b.name == name) {
+            Some(binding) => binding.hosts.push(rule),
+            None => self.secrets.push(SecretBinding { name, hosts: vec![rule] }),
+        }
+    }
+
+    /// Whether `name` may be sent with `method` to `scheme://host:port`.
+    pub fn secret_allowed(&self, name: &str, method: &str, scheme: HttpScheme, host: &str, port: u16) -> bool {
+        let host = normal_host(host);
+        self.secrets
+            .iter()
+            .filter(|b| b.name.as_str() == name)
+            .any(|b| b.hosts.iter().any(|rule| rule.allows(method, scheme, &host, port)))
+    }
 }
 
 /// Why a request was refused before anything was sent.
@@ -441,6 +521,8 @@ pub enum Denial {
     RequestLimit(u32),
     /// The URL has no host.
     NoHost,
+    /// A header names a secret the request may not carry, or one not set.
+    Secret(String),
 }
 
 impl fmt::Display for Denial {
@@ -451,6 +533,7 @@ impl fmt::Display for Denial {
                 write!(f, "the job's limit of {n} requests is reached (later ones are only counted)")
             }
             Denial::NoHost => write!(f, "the URL names no host"),
+            Denial::Secret(why) => f.write_str(why),
         }
     }
 }
@@ -578,12 +661,30 @@ mod tests {
     }
 
     #[test]
+    fn secrets_are_allowed_only_where_bound() {
+        let mut grant = HttpGrant::default();
+        grant.bind_secret("TOKEN".parse().unwrap(), rule("POST https://api.example.com"));
+        grant.bind_secret("TOKEN".parse().unwrap(), rule("https://*.uploads.example.com"));
+        assert_eq!(grant.secrets.len(), 1, "one binding per name");
+        assert!(grant.secret_allowed("TOKEN", "POST", HttpScheme::Https, "api.example.com", 443));
+        assert!(grant.secret_allowed("TOKEN", "PUT", HttpScheme::Https, "a.uploads.example.com", 443));
+        assert!(!grant.secret_allowed("TOKEN", "GET", HttpScheme::Https, "api.example.com", 443));
+        assert!(!grant.secret_allowed("TOKEN", "POST", HttpScheme::Http, "api.example.com", 443));
+        assert!(!grant.secret_allowed("OTHER", "POST", HttpScheme::Https, "api.example.com", 443));
+        for bad in ["", "1ABC", "A-B", "A B", &"A".repeat(65)] {
+            assert!(bad.parse::<SecretName>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn a_grant_reads_back_from_json() {
-        let grant = HttpGrant {
+        let mut grant = HttpGrant {
             hosts: vec![rule("GET https://api.example.com"), rule("http://127.0.0.1:8080")],
             private_ranges: vec!["10.0.0.0/8".parse().unwrap()],
             limits: HttpLimits { requests: 5, ..HttpLimits::default() },
+            ..HttpGrant::default()
         };
+        grant.bind_secret("GITHUB_TOKEN".parse().unwrap(), rule("https://api.github.com"));
         let json = serde_json::to_string(&grant).unwrap();
         assert!(json.contains("\"GET https://api.example.com\""), "{json}");
         assert_eq!(serde_json::from_str::<HttpGrant>(&json).unwrap(), grant);

@@ -147,6 +147,9 @@ pub struct SandboxConfig {
     pub components: ComponentLimits,
     /// Components compiled at once (at least 1).
     pub compile_concurrency: usize,
+    /// The operator's secrets, put into guests' requests where their
+    /// grants allow ([`super::http`]).
+    pub secrets: Arc<SecretStore>,
 }
 
 impl Default for SandboxConfig {
@@ -159,6 +162,7 @@ impl Default for SandboxConfig {
             fuel: true,
             components: ComponentLimits::default(),
             compile_concurrency: DEFAULT_COMPILE_CONCURRENCY,
+            secrets: Arc::default(),
         }
     }
 }

@@ -46,7 +46,7 @@ use self::cache::CompileCache;
 use self::capture::CapturedOutput;
 use self::engine::EpochTicker;
 pub use self::engine::{Allocator, SandboxConfig};
-use self::http::{HttpGate, HttpGrant};
+use self::http::{HttpGate, HttpGrant, SecretStore};
 use self::limiter::JobLimiter;
 pub use self::outcome::{Captured, Failure, Outcome, StopMode, Usage};
 use self::outcome::{Ended, Interrupted, classify};

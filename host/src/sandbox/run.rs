@@ -30,8 +30,10 @@ impl Sandbox {
             usize::try_from(limits.memory_bytes.min(self.config.memory_ceiling_bytes)).unwrap_or(usize::MAX);
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCE_HANDLES);
-        let journal = Journal::new(LogBook::new(limits.log_records, limits.log_bytes), observer.clone(), started);
-        let http = HttpGate::new(request.http.clone(), journal.clone(), deadline);
+        let redactions = Arc::new(self.config.secrets.redactions(&request.http));
+        let book = LogBook::new(limits.log_records, limits.log_bytes);
+        let journal = Journal::new(book, observer.clone(), started, redactions.clone());
+        let http = HttpGate::new(request.http.clone(), self.config.secrets.clone(), journal.clone(), deadline);
         let http_meter = http.meter();
         let state = HostState {
             wasi,
@@ -106,13 +108,27 @@ impl Sandbox {
 
         let fuel_used = if self.config.fuel { fuel_budget - store.get_fuel().unwrap_or(0) } else { 0 };
         let state = store.into_data();
-        let result = classify(ended, &state, limits, stop.is_requested(), &stderr);
+        let mut result = classify(ended, &state, limits, stop.is_requested(), &stderr);
+        // Nothing the host keeps of the run holds a secret's value in
+        // clear, whatever the guest got back and passed on.
+        match &mut result {
+            Ok(output) => *output = redact_bytes(std::mem::take(output), &redactions),
+            Err(failure) => {
+                for text in [Some(&mut failure.message), failure.backtrace.as_mut()].into_iter().flatten() {
+                    if let Some(clean) = http::redact(text, &redactions) {
+                        *text = clean;
+                    }
+                }
+            }
+        }
         let (logs, logs_dropped) = state.journal.take();
         // Requests still in flight end with the store's resources.
         drop(state.table);
         let (http_requests, http_denied) = http_meter.counts();
         let (stdout_bytes, stdout_dropped) = stdout.take();
         let (stderr_bytes, stderr_dropped) = stderr.take();
+        let (stdout_bytes, stderr_bytes) =
+            (redact_bytes(stdout_bytes, &redactions), redact_bytes(stderr_bytes, &redactions));
         Outcome {
             result,
             usage: Usage {
@@ -182,6 +198,30 @@ pub struct RunRequest {
     pub limits: RunLimits,
     /// What the guest may reach over HTTP; the default grants nothing.
     pub http: Arc<HttpGrant>,
+}
+
+/// Captured output with the job's secret values replaced by their
+/// references (text that is not UTF-8 is searched byte by byte).
+fn redact_bytes(bytes: Vec<u8>, redactions: &[(String, String)]) -> Vec<u8> {
+    let mut bytes = bytes;
+    for (value, reference) in redactions {
+        let value = value.as_bytes();
+        if bytes.windows(value.len()).any(|w| w == value) {
+            let mut out = Vec::with_capacity(bytes.len());
+            let mut i = 0;
+            while i < bytes.len() {
+                if bytes[i..].starts_with(value) {
+                    out.extend_from_slice(reference.as_bytes());
+                    i += value.len();
+                } else {
+                    out.push(bytes[i]);
+                    i += 1;
+                }
+            }
+            bytes = out;
+        }
+    }
+    bytes
 }
 
 pub(super) fn unix_ms(t: SystemTime) -> u64 {

@@ -9,7 +9,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::leash::plugin::{host, types};
-use super::http::HttpGate;
+use super::http::{HttpGate, redact};
 use super::limiter::JobLimiter;
 use super::stop::StopHandle;
 
@@ -168,20 +168,42 @@ pub(crate) fn cut_text(mut s: String, max: usize) -> String {
 /// A job's log: kept records under the caps, shown to the observer as
 /// they are kept. Shared with the host's HTTP tasks, which log refusals
 /// they find after the guest's call has returned.
+/// Secret values the job was granted are replaced by their `{secret:NAME}`
+/// reference before a record is kept.
 #[derive(Clone)]
 pub(crate) struct Journal {
     book: Arc<Mutex<LogBook>>,
     observer: Arc<dyn RunObserver>,
     started: Instant,
+    redactions: Arc<Vec<(String, String)>>,
 }
 
 impl Journal {
-    pub(crate) fn new(book: LogBook, observer: Arc<dyn RunObserver>, started: Instant) -> Self {
-        Journal { book: Arc::new(Mutex::new(book)), observer, started }
+    pub(crate) fn new(
+        book: LogBook,
+        observer: Arc<dyn RunObserver>,
+        started: Instant,
+        redactions: Arc<Vec<(String, String)>>,
+    ) -> Self {
+        Journal { book: Arc::new(Mutex::new(book)), observer, started, redactions }
+    }
+
+    /// Replace the job's secret values in `text` by their references.
+    pub(crate) fn clean(&self, text: &mut String) {
+        if let Some(redacted) = redact(text, &self.redactions) {
+            *text = redacted;
+        }
     }
 
     /// Keep a record (cut to the caps) if it fits.
-    pub(crate) fn record(&self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
+    pub(crate) fn record(&self, level: LogLevel, mut message: String, mut fields: Vec<(String, String)>) {
+        if !self.redactions.is_empty() {
+            self.clean(&mut message);
+            for (key, value) in &mut fields {
+                self.clean(key);
+                self.clean(value);
+            }
+        }
         let record = LogRecord {
             level,
             message: cut_text(message, MAX_LOG_MESSAGE_BYTES),
@@ -241,6 +263,8 @@ impl host::Host for HostState {
     }
 
     async fn progress(&mut self, done: u64, total: u64, note: String) -> bool {
+        let mut note = note;
+        self.journal.clean(&mut note);
         let progress = Progress { done, total, note: cut_text(note, MAX_LOG_MESSAGE_BYTES) };
         self.observer.on_progress(&progress);
         self.last_progress = Some(progress);

@@ -3,7 +3,8 @@
 //! job's grant allows it.
 //!
 //! Input (JSON): `{"url": "https://...", "method": "GET", "headers":
-//! {"name": "value"}, "body": "text"}` (all but `url` optional). Output:
+//! {"name": "value"}, "body": "text", "log_body": false}` (all but `url`
+//! optional; `log_body` logs the first KiB of the response). Output:
 //! `{"status": 200, "body_bytes": n, "body_sha256": "...", "body_start":
 //! "first KiB", "location": "..." or null}`; redirects are not followed.
 //! A request that fails (denied, refused, timed out) fails the job with
@@ -27,6 +28,8 @@ struct Input {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     body: Option<String>,
+    #[serde(default)]
+    log_body: bool,
 }
 
 fn get() -> String {
@@ -42,6 +45,9 @@ impl Plugin for HttpGet {
         leash_sdk::log::info(&format!("{} {}", input.method, input.url));
         let fetched = fetch::fetch(&input.method, &input.url, &headers, input.body.as_deref().map(str::as_bytes))
             .map_err(|e| Error::failed(format!("{} {}: {e}", input.method, input.url)))?;
+        if input.log_body {
+            leash_sdk::log::info(&format!("response {}: {}", fetched.status, fetched.body_start));
+        }
         leash_sdk::json_output(&json!({
             "status": fetched.status,
             "body_bytes": fetched.body_bytes,

@@ -53,9 +53,11 @@ pub(super) async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliEr
     let mut builder = Runtime::builder(conn.store.database()).durability(crate::cli::durability(&conn.store)?);
     builder = local_job_defaults(builder)?;
     builder = if work {
+        let file = std::env::var_os("LEASH_SECRETS_FILE").map(std::path::PathBuf::from);
         builder.sandbox(SandboxConfig {
             allocator: Allocator::Pooling { slots: crate::runtime::DEFAULT_MAX_WORKERS as u32 },
             cache_dir: super::worker::default_cache_dir(),
+            secrets: crate::cli::load_secrets(file.as_deref())?,
             ..SandboxConfig::default()
         })
     } else {

@@ -112,11 +112,14 @@ async fn put_grants(client: &Client, reference: &str, grants: &Grants) -> Result
 /// One line per granted rule and range, or `nothing` (terminal-safe).
 fn grants_text(grants: &Grants) -> String {
     let http = &grants.http;
-    if http.hosts.is_empty() && http.private_ranges.is_empty() {
+    if http.hosts.is_empty() && http.private_ranges.is_empty() && http.secrets.is_empty() {
         return "nothing".to_owned();
     }
     let mut lines: Vec<String> = http.hosts.iter().map(|h| format!("http {h}")).collect();
     lines.extend(http.private_ranges.iter().map(|r| format!("private range {r}")));
+    for binding in &http.secrets {
+        lines.extend(binding.hosts.iter().map(|h| format!("secret {} to {h}", binding.name)));
+    }
     let l = &http.limits;
     lines.push(format!(
         "at most {} requests, {} B out, {} B in, {} ms each",

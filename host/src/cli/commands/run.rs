@@ -31,7 +31,12 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
     let input = read_input(args.job.input.as_deref())?;
 
     let cache_dir = if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) };
-    let config = SandboxConfig { allocator: Allocator::Pooling { slots: 1 }, cache_dir, ..SandboxConfig::default() };
+    let config = SandboxConfig {
+        allocator: Allocator::Pooling { slots: 1 },
+        cache_dir,
+        secrets: load_secrets(args.secrets_file.as_deref())?,
+        ..SandboxConfig::default()
+    };
     let sandbox = Arc::new(Sandbox::new(config).map_err(|e| CliError::internal(e.to_string()))?);
     let plugin = match sandbox.compile(Arc::new(bytes)).await {
         Ok(plugin) => plugin,

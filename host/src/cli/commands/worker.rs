@@ -16,7 +16,12 @@ pub(in crate::cli) async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime,
     }
     let runtime = builder
         .durability(durability(&args.store)?)
-        .sandbox(SandboxConfig { allocator: Allocator::Pooling { slots }, cache_dir, ..SandboxConfig::default() })
+        .sandbox(SandboxConfig {
+            allocator: Allocator::Pooling { slots },
+            cache_dir,
+            secrets: load_secrets(args.secrets_file.as_deref())?,
+            ..SandboxConfig::default()
+        })
         .max_workers(args.max_workers)
         .poll_interval(args.poll_interval)
         .lease_ttl(args.lease_ttl)

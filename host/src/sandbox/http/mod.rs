@@ -15,6 +15,7 @@
 //! the run ends (timeout, forced stop, lost lease) the store is dropped
 //! and requests in flight are aborted with it.
 
+mod secrets;
 mod send;
 
 use std::sync::Arc;
@@ -24,8 +25,10 @@ use std::time::Instant;
 pub use crate::job::grant::{
     AddressRange, DEFAULT_HTTP_REQUEST_BYTES, DEFAULT_HTTP_REQUEST_TIMEOUT, DEFAULT_HTTP_REQUESTS,
     DEFAULT_HTTP_RESPONSE_BYTES, Denial, GrantSyntaxError, HostPattern, HostRule, HttpGrant, HttpLimits, HttpScheme,
-    is_private,
+    SecretBinding, SecretName, is_private,
 };
+pub(crate) use secrets::redact;
+pub use secrets::{SECRET_ENV_PREFIX, SecretStore};
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -64,6 +67,7 @@ pub(super) struct Target {
 /// The hooks wasmtime-wasi-http calls for one job's requests.
 pub(crate) struct HttpGate {
     grant: Arc<HttpGrant>,
+    secrets: Arc<SecretStore>,
     journal: Journal,
     meter: Arc<HttpMeter>,
     deadline: Instant,
@@ -72,16 +76,17 @@ pub(crate) struct HttpGate {
 }
 
 impl HttpGate {
-    pub(crate) fn new(grant: Arc<HttpGrant>, journal: Journal, deadline: Instant) -> Self {
-        HttpGate { grant, journal, meter: Arc::default(), deadline, limit_logged: false }
+    pub(crate) fn new(grant: Arc<HttpGrant>, secrets: Arc<SecretStore>, journal: Journal, deadline: Instant) -> Self {
+        HttpGate { grant, secrets, journal, meter: Arc::default(), deadline, limit_logged: false }
     }
 
     pub(crate) fn meter(&self) -> Arc<HttpMeter> {
         self.meter.clone()
     }
 
-    /// Check a request against the grant and the request limit.
-    fn admit(&self, request: &http::Request<WasiBody>) -> Result<Target, (String, Denial)> {
+    /// Check a request against the grant and the request limit, and put
+    /// in the secrets its headers name.
+    fn admit(&self, request: &mut http::Request<WasiBody>) -> Result<Target, (String, Denial)> {
         let uri = request.uri();
         let method = request.method().as_str();
         let shown = format!(
@@ -99,6 +104,12 @@ impl HttpGate {
         if !self.grant.allows(method, scheme, host, port) {
             return Err((shown, Denial::NotGranted));
         }
+        let (method, host) = (method.to_owned(), host.to_owned());
+        if let Err(why) =
+            secrets::substitute(request.headers_mut(), &self.secrets, &self.grant, (&method, scheme, &host, port))
+        {
+            return Err((shown, Denial::Secret(why)));
+        }
         let limits = &self.grant.limits;
         // Count first, so requests racing for the last places cannot pass together.
         if self.meter.sent.fetch_add(1, Ordering::Relaxed) >= u64::from(limits.requests) {
@@ -106,7 +117,7 @@ impl HttpGate {
             return Err((shown, Denial::RequestLimit(limits.requests)));
         }
         let until = (Instant::now() + limits.request_timeout).min(self.deadline);
-        Ok(Target { scheme, host: host.to_owned(), port, until, shown })
+        Ok(Target { scheme, host, port, until, shown })
     }
 }
 
@@ -128,11 +139,11 @@ type SendFuture = Box<
 impl WasiHttpHooks for HttpGate {
     fn send_request(
         &mut self,
-        request: http::Request<WasiBody>,
+        mut request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
         _response_errors: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> SendFuture {
-        match self.admit(&request) {
+        match self.admit(&mut request) {
             Err((shown, denial)) => {
                 if matches!(denial, Denial::RequestLimit(_)) && self.limit_logged {
                     // Logged once; a flood past the limit is only counted.
