@@ -77,6 +77,7 @@ async fn main() {
             input: input.clone(),
             limits: RunLimits::default(),
             http: Default::default(),
+            fence: None,
         };
         let start = Instant::now();
         let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;

@@ -33,6 +33,7 @@ fn request(input: &[u8], limits: RunLimits) -> RunRequest {
         input: input.to_vec(),
         limits,
         http: Default::default(),
+        fence: None,
     }
 }
 

@@ -4,9 +4,13 @@
 //! `cancel_requested` in the same statement, so "I still own it" and "I
 //! should stop" are one observation. A renewal that matches no row means the
 //! lease is lost: the guest is stopped at once and its result is dropped.
+//!
+//! The lease also fences the guest's effects ([`LeaseFence`]): an
+//! effectful request is sent only while the attempt holds its lease and is
+//! not stopping, and after a renewal no older than a renewal period.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use crate::clock::{Clock, Timestamp};
@@ -22,6 +26,9 @@ pub struct LeaseWatch {
     pub lost: AtomicBool,
     /// A cancel was requested through the store.
     pub cancel_requested: AtomicBool,
+    /// When the store last confirmed the lease (ms since the epoch, by the
+    /// keeper's clock): the claim, then each renewal that held.
+    pub confirmed_at_ms: AtomicI64,
 }
 
 /// One job's lease.
@@ -57,10 +64,12 @@ impl LeaseKeeper {
             now: self.clock.now(),
         };
         // A failed renewal is retried next period; the lease outlives two.
+        let asked_at = params.now;
         let state = self.store.lease_extend(params).await.ok()?;
         match state {
             LeaseState::Held { cancel_requested } => {
                 self.metrics.lease_renewals.inc();
+                watch.confirmed_at_ms.fetch_max(asked_at.unix_ms(), Ordering::SeqCst);
                 if cancel_requested {
                     watch.cancel_requested.store(true, Ordering::SeqCst);
                     stop.request();
@@ -108,5 +117,44 @@ impl LeaseKeeper {
                 std::future::pending::<()>().await;
             }
         }
+    }
+}
+
+/// One attempt's effects, fenced by its lease (see
+/// [`crate::sandbox::http::EffectFence`]).
+#[derive(Debug)]
+pub struct LeaseFence {
+    /// The attempt's lease.
+    pub keeper: LeaseKeeper,
+    /// The attempt's stop handle: a stopping attempt starts no new effect.
+    pub stop: StopHandle,
+    /// What the keeper has seen.
+    pub watch: Arc<LeaseWatch>,
+}
+
+#[async_trait::async_trait]
+impl crate::sandbox::http::EffectFence for LeaseFence {
+    async fn may_act(&self) -> Result<(), String> {
+        const LOST: &str = "the attempt's lease is lost";
+        let stopping = || {
+            if self.watch.lost.load(Ordering::SeqCst) {
+                Err(LOST.to_owned())
+            } else if self.stop.is_requested() {
+                Err("the attempt is stopping (cancelled, or released at shutdown)".to_owned())
+            } else {
+                Ok(())
+            }
+        };
+        stopping()?;
+        let confirmed = Timestamp::from_unix_ms(self.watch.confirmed_at_ms.load(Ordering::SeqCst));
+        if confirmed.plus(self.keeper.period()) <= self.keeper.clock.now() {
+            match self.keeper.renew_once(&self.stop, &self.watch).await {
+                Some(LeaseState::Held { .. }) => {}
+                Some(LeaseState::Lost) => return Err(LOST.to_owned()),
+                None => return Err("the store could not confirm the attempt's lease".to_owned()),
+            }
+        }
+        // A renewal may have brought a cancel.
+        stopping()
     }
 }

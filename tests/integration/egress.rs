@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::job::ErrorKind;
-use leash::sandbox::http::{HttpGrant, HttpLimits, SecretStore};
+use leash::sandbox::http::{EffectFence, HttpGrant, HttpLimits, SecretStore};
 use leash::sandbox::{NoObserver, Outcome, RunLimits, Sandbox, SandboxConfig, StopHandle};
 use serde_json::{Value, json};
 
@@ -80,6 +80,7 @@ async fn a_granted_name_that_resolves_to_loopback_needs_the_range_granted() {
     assert!(failure_message(&outcome).contains("DestinationIpProhibited"), "{:?}", outcome.result);
     assert!(denials(&outcome)[0].contains("a private address no range is granted for"), "{:?}", denials(&outcome));
     assert_eq!(upstream.received(), Vec::<String>::new());
+    assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (0, 1), "refused, not sent");
 
     let mut with_range = grant(&[&by_name]);
     with_range.private_ranges = vec!["127.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()];
@@ -238,4 +239,92 @@ async fn a_secret_reaches_only_its_bound_host_and_never_the_jobs_logs() {
     let outcome = run(&unset, "http-get", input, bound, limits()).await;
     assert!(denials(&outcome)[0].ends_with("secret TOKEN is not set on this host"), "{:?}", denials(&outcome));
     assert_eq!(upstream.received().len(), 1);
+}
+
+/// A fence that always answers the same.
+#[derive(Debug)]
+struct Fixed(Result<(), String>);
+
+#[async_trait::async_trait]
+impl EffectFence for Fixed {
+    async fn may_act(&self) -> Result<(), String> {
+        self.0.clone()
+    }
+}
+
+#[tokio::test]
+async fn an_effect_is_sent_only_while_the_fence_allows_it_and_reads_need_no_fence() {
+    let sandbox = support::sandbox();
+    let upstream = Upstream::start().await;
+    let plugin = support::load(&sandbox, "http-get");
+    let stop = StopHandle::new();
+    let attempt = |input: Value, fence: Fixed| {
+        let mut request = request(input.to_string().as_bytes(), limits());
+        request.http = Arc::new(grant(&[&upstream.url("")]));
+        request.fence = Some(Arc::new(fence));
+        sandbox.run(&plugin, request, &stop, Arc::new(NoObserver))
+    };
+    let post = json!({ "url": upstream.url("/hello"), "method": "POST", "body": "effect" });
+    let closed = || Fixed(Err("the attempt's lease is lost".into()));
+
+    let outcome = attempt(post.clone(), closed()).await;
+    assert!(failure_message(&outcome).contains("HttpRequestDenied"));
+    assert!(denials(&outcome)[0].ends_with("no new effects: the attempt's lease is lost"), "{:?}", denials(&outcome));
+    assert!(upstream.received().is_empty(), "a fenced effect sends nothing");
+    assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (0, 1));
+
+    let outcome = attempt(json!({ "url": upstream.url("/hello") }), closed()).await;
+    assert_eq!(output_json(&outcome)["status"], 200, "a GET is not an effect");
+    let outcome = attempt(post, Fixed(Ok(()))).await;
+    assert_eq!(output_json(&outcome)["status"], 200);
+    assert_eq!(upstream.received(), vec!["GET /hello".to_owned(), "POST /hello".to_owned()]);
+}
+
+#[tokio::test]
+async fn the_lease_fence_renews_a_stale_lease_and_closes_when_it_is_lost_or_the_attempt_stops() {
+    use leash::clock::{Clock, ManualClock, Timestamp};
+    use leash::lease::{LeaseFence, LeaseKeeper, LeaseWatch};
+    use leash::store::{JobClaimParams, JobInsertParams, JobStore, LeaseReclaimParams};
+    use std::sync::atomic::Ordering;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn JobStore> =
+        Arc::new(leash::store::sqlite::SqliteStore::open(dir.path().join("f.db"), Default::default()).unwrap());
+    let clock = ManualClock::new(Timestamp::from_unix_ms(1_800_000_000_000));
+    let ttl = Duration::from_secs(30);
+    let job = crate::conformance::cases::new_job("fenced");
+    store.job_insert(JobInsertParams { jobs: vec![job], now: clock.now() }).await.unwrap();
+    let claim = |worker: &str| JobClaimParams { worker_id: worker.into(), limit: 1, lease_ttl: ttl, now: clock.now() };
+    let lease = store.job_claim(claim("w1")).await.unwrap().remove(0);
+    let metrics = Arc::new(leash::metrics::Metrics::new());
+    let keeper = LeaseKeeper {
+        store: store.clone(),
+        clock: Arc::new(clock.clone()),
+        id: lease.job.id,
+        token: lease.token.clone(),
+        lease_ttl: ttl,
+        metrics: metrics.clone(),
+    };
+    let watch = Arc::new(LeaseWatch::default());
+    watch.confirmed_at_ms.store(clock.now().unix_ms(), Ordering::SeqCst);
+    let stop = StopHandle::new();
+    let fence = LeaseFence { keeper, stop: stop.clone(), watch: watch.clone() };
+
+    assert_eq!(fence.may_act().await, Ok(()));
+    assert_eq!(metrics.lease_renewals.get(), 0, "a lease confirmed within a period is trusted as it is");
+    clock.advance(ttl / 3);
+    assert_eq!(fence.may_act().await, Ok(()));
+    assert_eq!(metrics.lease_renewals.get(), 1, "an older one is renewed first");
+
+    // The lease runs out and another worker takes the job.
+    clock.advance(ttl * 2);
+    let reclaimed = store.lease_reclaim_expired(LeaseReclaimParams { now: clock.now(), queue_ttl: ttl }).await.unwrap();
+    assert_eq!(reclaimed.requeued + reclaimed.failed, 1);
+    assert_eq!(fence.may_act().await, Err("the attempt's lease is lost".to_owned()));
+    assert!(watch.lost.load(Ordering::SeqCst) && stop.is_forced(), "the keeper saw it lost and stopped the guest");
+
+    let stopping =
+        LeaseFence { keeper: fence.keeper.clone(), stop: StopHandle::new(), watch: Arc::new(LeaseWatch::default()) };
+    stopping.stop.request();
+    assert!(stopping.may_act().await.unwrap_err().contains("stopping"));
 }

@@ -52,6 +52,7 @@ pub fn request(input: &[u8], limits: RunLimits) -> RunRequest {
         input: input.to_vec(),
         limits,
         http: Default::default(),
+        fence: None,
     }
 }
 

@@ -114,6 +114,7 @@ impl LeashCaller {
             input: input.to_vec(),
             limits: RunLimits::default(),
             http: Default::default(),
+            fence: None,
         };
         let outcome =
             self.tokio.block_on(self.sandbox.run(&self.plugin, request, &StopHandle::new(), Arc::new(NoObserver)));

@@ -33,7 +33,13 @@ impl Sandbox {
         let redactions = Arc::new(self.config.secrets.redactions(&request.http));
         let book = LogBook::new(limits.log_records, limits.log_bytes);
         let journal = Journal::new(book, observer.clone(), started, redactions.clone());
-        let http = HttpGate::new(request.http.clone(), self.config.secrets.clone(), journal.clone(), deadline);
+        let http = HttpGate::new(
+            request.http.clone(),
+            self.config.secrets.clone(),
+            request.fence.clone(),
+            journal.clone(),
+            deadline,
+        );
         let http_meter = http.meter();
         let state = HostState {
             wasi,
@@ -198,6 +204,8 @@ pub struct RunRequest {
     pub limits: RunLimits,
     /// What the guest may reach over HTTP; the default grants nothing.
     pub http: Arc<HttpGrant>,
+    /// Asked before each effectful request; `None` never refuses.
+    pub fence: Option<Arc<dyn http::EffectFence>>,
 }
 
 /// Captured output with the job's secret values replaced by their

@@ -46,7 +46,11 @@ impl Pool {
             lease_ttl: self.config.lease_ttl,
             metrics: self.metrics.clone(),
         };
-        let watch = LeaseWatch::default();
+        let watch = Arc::new(LeaseWatch::default());
+        // The store last confirmed the lease when it set its expiry.
+        let ttl_ms = i64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+        let claimed_ms = job.lease_expires_at.map_or(0, |at| at.unix_ms().saturating_sub(ttl_ms));
+        watch.confirmed_at_ms.store(claimed_ms, Ordering::SeqCst);
         let spent = job.lost_leases + job.retries + 1;
         let (may_retry, backoff, deadline) = (spent < job.max_attempts, job.backoff, job.deadline_at);
         let outcome = match self.plugin(job.plugin).await {
@@ -68,6 +72,11 @@ impl Pool {
                     },
                     // What the job was granted at submit, pinned.
                     http: Arc::new(job.grants.http),
+                    fence: Some(Arc::new(LeaseFence {
+                        keeper: keeper.clone(),
+                        stop: stop.clone(),
+                        watch: watch.clone(),
+                    })),
                 };
                 if keeper.confirm_before_start(job.lease_expires_at, &stop, &watch).await {
                     // A sync job's run ends by its deadline; the time spent

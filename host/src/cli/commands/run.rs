@@ -68,6 +68,8 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
             ..RunLimits::default()
         },
         http: Arc::new(args.grants.grants().http),
+        // No lease: a one-shot run is never fenced.
+        fence: None,
     };
     let observer: Arc<dyn RunObserver> = if args.json { Arc::new(sandbox::NoObserver) } else { Arc::new(StderrLogs) };
     let outcome = sandbox.run(&plugin, request, &stop, observer).await;

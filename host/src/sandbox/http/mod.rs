@@ -38,6 +38,20 @@ use super::state::{Journal, LogLevel};
 /// searched for them.
 pub const HTTP_LOG_FIELD: &str = "leash.http";
 
+/// Whether an attempt may still cause effects outside the sandbox. The
+/// sandbox asks before every effectful request (any method but `GET` and
+/// `HEAD`) and sends nothing on `Err`; the runtime answers from the job's
+/// lease. A run without one (`leash run`) is never fenced.
+#[async_trait::async_trait]
+pub trait EffectFence: Send + Sync + std::fmt::Debug {
+    /// `Ok` while the attempt holds its lease and is not stopping; `Err`
+    /// says why not.
+    async fn may_act(&self) -> Result<(), String>;
+}
+
+/// Methods that change nothing upstream, sent without asking the fence.
+pub const SAFE_METHODS: [&str; 2] = ["GET", "HEAD"];
+
 /// Requests a run sent and refused.
 #[derive(Debug, Default)]
 pub(crate) struct HttpMeter {
@@ -62,12 +76,15 @@ pub(super) struct Target {
     until: Instant,
     /// `METHOD scheme://authority/path`, query left out: what logs show.
     shown: String,
+    /// Ask this before sending (the method is not a safe one).
+    fence: Option<Arc<dyn EffectFence>>,
 }
 
 /// The hooks wasmtime-wasi-http calls for one job's requests.
 pub(crate) struct HttpGate {
     grant: Arc<HttpGrant>,
     secrets: Arc<SecretStore>,
+    fence: Option<Arc<dyn EffectFence>>,
     journal: Journal,
     meter: Arc<HttpMeter>,
     deadline: Instant,
@@ -76,8 +93,14 @@ pub(crate) struct HttpGate {
 }
 
 impl HttpGate {
-    pub(crate) fn new(grant: Arc<HttpGrant>, secrets: Arc<SecretStore>, journal: Journal, deadline: Instant) -> Self {
-        HttpGate { grant, secrets, journal, meter: Arc::default(), deadline, limit_logged: false }
+    pub(crate) fn new(
+        grant: Arc<HttpGrant>,
+        secrets: Arc<SecretStore>,
+        fence: Option<Arc<dyn EffectFence>>,
+        journal: Journal,
+        deadline: Instant,
+    ) -> Self {
+        HttpGate { grant, secrets, fence, journal, meter: Arc::default(), deadline, limit_logged: false }
     }
 
     pub(crate) fn meter(&self) -> Arc<HttpMeter> {
@@ -117,8 +140,17 @@ impl HttpGate {
             return Err((shown, Denial::RequestLimit(limits.requests)));
         }
         let until = (Instant::now() + limits.request_timeout).min(self.deadline);
-        Ok(Target { scheme, host, port, until, shown })
+        let fence = self.fence.clone().filter(|_| !SAFE_METHODS.contains(&method.as_str()));
+        Ok(Target { scheme, host, port, until, shown, fence })
     }
+}
+
+/// Log and count a request refused after it was admitted (by the address
+/// its name resolved to, or by the fence): it was not sent, and does not
+/// count against the request limit.
+fn withdrawn(journal: &Journal, meter: &HttpMeter, shown: &str, why: &dyn std::fmt::Display) {
+    meter.sent.fetch_sub(1, Ordering::Relaxed);
+    denied(journal, meter, shown, why);
 }
 
 /// Log and count a request the host refused.

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
 
-use super::{HttpGrant, HttpMeter, HttpScheme, Journal, Target, denied};
+use super::{HttpGrant, HttpMeter, HttpScheme, Journal, Target, withdrawn};
 use crate::job::grant::parse_ip_host;
 
 /// The TLS client every request shares: the webpki roots, no client
@@ -41,6 +41,14 @@ pub(super) async fn send(
     meter: Arc<HttpMeter>,
 ) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
     let until = target.until;
+    if let Some(fence) = &target.fence {
+        // An effect only while the attempt may still act: checked before
+        // a byte leaves, so a lost or released lease sends nothing.
+        if let Err(why) = fence.may_act().await {
+            withdrawn(&journal, &meter, &target.shown, &format!("no new effects: {why}"));
+            return Err(Error::HttpRequestDenied);
+        }
+    }
     let by = |limit: Option<std::time::Duration>| limit.map_or(until, |d| (Instant::now() + d).min(until));
     let addrs = resolve(&target).await?;
     let allowed: Vec<SocketAddr> =
@@ -48,7 +56,7 @@ pub(super) async fn send(
     if allowed.is_empty() {
         let listed = addrs.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
         let why = format!("{} resolves to {listed}, a private address no range is granted for", target.host);
-        denied(&journal, &meter, &target.shown, &why);
+        withdrawn(&journal, &meter, &target.shown, &why);
         return Err(Error::DestinationIpProhibited);
     }
 
