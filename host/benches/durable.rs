@@ -50,7 +50,7 @@ async fn raw_rate(n: usize) -> f64 {
                     attempt: 1,
                     input: b"x".to_vec(),
                     limits: RunLimits::default(),
-                    http: Default::default(),
+                    grants: Default::default(),
                     fence: None,
                 };
                 let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;

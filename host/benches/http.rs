@@ -76,7 +76,7 @@ async fn main() {
             attempt: 1,
             input: input.clone(),
             limits: RunLimits::default(),
-            http: Default::default(),
+            grants: Default::default(),
             fence: None,
         };
         let start = Instant::now();

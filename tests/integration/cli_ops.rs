@@ -367,6 +367,28 @@ async fn grants_and_secrets_given_at_registration_reach_durable_jobs_and_a_revok
     assert_eq!(upstream.received().last().unwrap(), "GET /echo-auth authorization=from-the-secrets-file");
     assert_eq!(done["output"]["body_start"], "{secret:TOKEN}", "the stored output names the secret: {done}");
 
+    // Configuration, granted at registration, pinned on the job.
+    let config_read = leash_tests::plugin_path("config-read");
+    let added = call(owned(&[
+        "plugins",
+        "add",
+        config_read.to_str().unwrap(),
+        "--name",
+        "config-read",
+        "--version",
+        "1",
+        "--config-var",
+        "region=eu-west",
+        "--json",
+    ]))
+    .await
+    .unwrap();
+    assert_eq!(json(&added)["grants"]["config"], serde_json::json!({ "region": "eu-west" }));
+    let done = call(owned(&["submit", "config-read@1", "--wait", "30s", "--json"])).await.unwrap();
+    let done = json(&done);
+    assert_eq!(done["output"]["all"], serde_json::json!({ "region": "eu-west" }), "{done}");
+    assert_eq!(done["job"]["grants"]["config"], serde_json::json!({ "region": "eu-west" }));
+
     let unknown = call(owned(&["plugins", "grant", "nobody@1", "--allow-host", &rule])).await.unwrap();
     assert_eq!(unknown.status.code(), Some(2), "an unknown registration is refused (404)");
     let unversioned = call(owned(&["plugins", "grant", "http-get", "--allow-host", &rule])).await.unwrap();

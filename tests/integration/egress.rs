@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leash::job::ErrorKind;
+use leash::job::{ErrorKind, Grants};
 use leash::sandbox::http::{EffectFence, HttpGrant, HttpLimits, SecretStore};
 use leash::sandbox::{NoObserver, Outcome, RunLimits, Sandbox, SandboxConfig, StopHandle};
 use serde_json::{Value, json};
@@ -20,7 +20,7 @@ fn grant(rules: &[&str]) -> HttpGrant {
 async fn run(sandbox: &Sandbox, plugin: &str, input: Value, grant: HttpGrant, limits: RunLimits) -> Outcome {
     let plugin = support::load(sandbox, plugin);
     let mut request = request(input.to_string().as_bytes(), limits);
-    request.http = Arc::new(grant);
+    request.grants = Arc::new(Grants { http: grant, ..Grants::default() });
     sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await
 }
 
@@ -182,7 +182,7 @@ async fn a_forced_stop_aborts_the_request_in_flight() {
     let upstream = Upstream::start().await;
     let plugin = support::load(&sandbox, "http-get");
     let mut request = request(json!({ "url": upstream.url("/slow") }).to_string().as_bytes(), limits());
-    request.http = Arc::new(grant(&[&upstream.url("")]));
+    request.grants = Arc::new(Grants { http: grant(&[&upstream.url("")]), ..Grants::default() });
     let stop = StopHandle::new();
     let run = tokio::spawn({
         let (sandbox, stop) = (sandbox.clone(), stop.clone());
@@ -260,7 +260,7 @@ async fn an_effect_is_sent_only_while_the_fence_allows_it_and_reads_need_no_fenc
     let stop = StopHandle::new();
     let attempt = |input: Value, fence: Fixed| {
         let mut request = request(input.to_string().as_bytes(), limits());
-        request.http = Arc::new(grant(&[&upstream.url("")]));
+        request.grants = Arc::new(Grants { http: grant(&[&upstream.url("")]), ..Grants::default() });
         request.fence = Some(Arc::new(fence));
         sandbox.run(&plugin, request, &stop, Arc::new(NoObserver))
     };
@@ -327,4 +327,26 @@ async fn the_lease_fence_renews_a_stale_lease_and_closes_when_it_is_lost_or_the_
         LeaseFence { keeper: fence.keeper.clone(), stop: StopHandle::new(), watch: Arc::new(LeaseWatch::default()) };
     stopping.stop.request();
     assert!(stopping.may_act().await.unwrap_err().contains("stopping"));
+}
+
+#[tokio::test]
+async fn wasi_config_shows_the_granted_keys_and_no_others() {
+    let sandbox = support::sandbox();
+    let input = json!({ "keys": ["region", "HOME", "PATH", "mode"] });
+    let run_with = |config: &[(&str, &str)]| {
+        let grants = Grants {
+            config: config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..Grants::default()
+        };
+        let plugin = support::load(&sandbox, "config-read");
+        let mut request = request(input.to_string().as_bytes(), limits());
+        request.grants = Arc::new(grants);
+        let sandbox = &sandbox;
+        async move { sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await }
+    };
+    let output = output_json(&run_with(&[("region", "eu-west"), ("mode", "")]).await);
+    assert_eq!(output["get"], json!({ "region": "eu-west", "HOME": null, "PATH": null, "mode": "" }));
+    assert_eq!(output["all"], json!({ "region": "eu-west", "mode": "" }), "exactly the granted keys");
+    let output = output_json(&run_with(&[]).await);
+    assert_eq!(output["all"], json!({}), "nothing granted, nothing seen");
 }

@@ -142,6 +142,8 @@ async fn grants_are_set_on_a_registration_and_bad_ones_refused_by_field() {
         (json!({ "http": { "limits": { "requests": -1 } } }), "`http.limits.requests`", "invalid value"),
         (json!({ "http": { "allow": [] } }), "`http.allow`", "unknown field `allow`"),
         (json!({ "http": { "limits": { "request_timeout_ms": 0 } } }), "", "request_timeout_ms must be at least 1"),
+        (json!({ "config": { "": "x" } }), "invalid grant", "config key \"\": use 1 to 128 bytes"),
+        (json!({ "config": { "k": 1 } }), "`config.k`", "invalid type"),
     ] {
         let (status, answer) = server.call(Method::PUT, path, Some(body.clone())).await;
         assert_eq!(status, 400, "{body}: {answer}");

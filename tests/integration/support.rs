@@ -51,7 +51,7 @@ pub fn request(input: &[u8], limits: RunLimits) -> RunRequest {
         attempt: 1,
         input: input.to_vec(),
         limits,
-        http: Default::default(),
+        grants: Default::default(),
         fence: None,
     }
 }

@@ -113,7 +113,7 @@ impl LeashCaller {
             attempt: 1,
             input: input.to_vec(),
             limits: RunLimits::default(),
-            http: Default::default(),
+            grants: Default::default(),
             fence: None,
         };
         let outcome =

@@ -343,11 +343,21 @@ struct GrantArgs {
     /// Longest one HTTP request may take (never past the job's timeout).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
     http_timeout: Duration,
+    /// A configuration value the plugin reads through `wasi:config/store`:
+    /// `KEY=VALUE`. Repeat for more; the plugin sees these keys only.
+    #[arg(long = "config-var", value_name = "KEY=VALUE", value_parser = parse_config_var)]
+    config_var: Vec<(String, String)>,
     /// Let requests matching RULE carry the secret NAME, where a header
     /// value says `{secret:NAME}`: `NAME=RULE`, e.g.
     /// `GITHUB_TOKEN=https://api.github.com`. Repeat for more.
     #[arg(long = "secret", value_name = "NAME=RULE", value_parser = parse_secret_binding)]
     secret: Vec<(sandbox::http::SecretName, sandbox::http::HostRule)>,
+}
+
+fn parse_config_var(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("{text:?}: expected KEY=VALUE"))
 }
 
 fn parse_secret_binding(text: &str) -> Result<(sandbox::http::SecretName, sandbox::http::HostRule), String> {
@@ -378,7 +388,7 @@ impl GrantArgs {
         for (name, rule) in &self.secret {
             http.bind_secret(name.clone(), rule.clone());
         }
-        crate::job::Grants { http }
+        crate::job::Grants { http, config: self.config_var.iter().cloned().collect() }
     }
 
     /// The grants, if any flag said anything.

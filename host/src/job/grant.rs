@@ -389,7 +389,16 @@ mod duration_ms {
 pub struct Grants {
     /// Outbound HTTP.
     pub http: HttpGrant,
+    /// Configuration the guest reads through `wasi:config/store`: these
+    /// keys and values, and no others. Visible to the guest and kept with
+    /// the job: secrets do not belong here.
+    pub config: std::collections::BTreeMap<String, String>,
 }
+
+/// Longest configuration key, in bytes.
+pub const MAX_CONFIG_KEY_BYTES: usize = 128;
+/// Longest configuration value, in bytes.
+pub const MAX_CONFIG_VALUE_BYTES: usize = 4096;
 
 /// Most host rules, and most private ranges, one grant may hold.
 pub const MAX_GRANT_RULES: usize = 256;
@@ -401,8 +410,10 @@ impl Grants {
     }
 
     /// The rules a grant keeps beyond its syntax: at most
-    /// [`MAX_GRANT_RULES`] host rules, ranges and secret rules, and a
-    /// request time limit of at least a millisecond.
+    /// [`MAX_GRANT_RULES`] host rules, ranges, secret rules and config
+    /// keys, a request time limit of at least a millisecond, config keys
+    /// of 1 to [`MAX_CONFIG_KEY_BYTES`] bytes without control characters
+    /// and values of at most [`MAX_CONFIG_VALUE_BYTES`].
     pub fn check(&self) -> Result<(), String> {
         let http = &self.http;
         let secret_rules: usize = http.secrets.iter().map(|b| b.hosts.len()).sum();
@@ -417,6 +428,19 @@ impl Grants {
         }
         if http.limits.request_timeout < Duration::from_millis(1) {
             return Err("http.limits.request_timeout_ms must be at least 1".to_owned());
+        }
+        if self.config.len() > MAX_GRANT_RULES {
+            return Err(format!("a grant holds at most {MAX_GRANT_RULES} config keys"));
+        }
+        for (key, value) in &self.config {
+            if key.is_empty() || key.len() > MAX_CONFIG_KEY_BYTES || key.chars().any(char::is_control) {
+                return Err(format!(
+                    "config key {key:?}: use 1 to {MAX_CONFIG_KEY_BYTES} bytes without control characters"
+                ));
+            }
+            if value.len() > MAX_CONFIG_VALUE_BYTES {
+                return Err(format!("config {key}: a value holds at most {MAX_CONFIG_VALUE_BYTES} bytes"));
+            }
         }
         Ok(())
     }

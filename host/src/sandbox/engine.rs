@@ -41,6 +41,10 @@ impl Sandbox {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_err)?;
+        wasmtime_wasi_config::add_to_linker(&mut linker, |s: &mut HostState| {
+            wasmtime_wasi_config::WasiConfig::from(&s.config)
+        })
+        .map_err(engine_err)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(engine_err)?;
         let cache = config.cache_dir.as_deref().map(|dir| CompileCache::new(dir, &engine));
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)

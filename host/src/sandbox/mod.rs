@@ -10,7 +10,8 @@
 //! stderr and log capture, and WASI with nothing granted — no files, no
 //! environment, no arguments, no sockets; clocks and random only. Outbound
 //! HTTP (`wasi:http/outgoing-handler`) is linked for every guest and
-//! reaches only what the job's [`HttpGrant`] allows (see [`http`]).
+//! reaches only what the job's [`Grants`] allow (see [`http`]), and
+//! `wasi:config/store` shows the guest its granted configuration only.
 //!
 //! Every ending is an [`Outcome`] whose failures carry an [`ErrorKind`].
 //! Nothing wasmtime-typed leaves this module, and the module knows nothing
@@ -46,7 +47,7 @@ use self::cache::CompileCache;
 use self::capture::CapturedOutput;
 use self::engine::EpochTicker;
 pub use self::engine::{Allocator, SandboxConfig};
-use self::http::{HttpGate, HttpGrant, SecretStore};
+use self::http::{HttpGate, SecretStore};
 use self::limiter::JobLimiter;
 pub use self::outcome::{Captured, Failure, Outcome, StopMode, Usage};
 use self::outcome::{Ended, Interrupted, classify};
@@ -60,7 +61,7 @@ pub use self::state::{
 };
 use self::state::{HostState, Journal, LogBook};
 pub use self::stop::StopHandle;
-use crate::job::{Digest, ErrorKind, Target};
+use crate::job::{Digest, ErrorKind, Grants, Target};
 
 /// How often the engine's epoch advances. Bounds timeout overshoot and how
 /// often a computing guest yields to other tasks.

@@ -30,11 +30,11 @@ impl Sandbox {
             usize::try_from(limits.memory_bytes.min(self.config.memory_ceiling_bytes)).unwrap_or(usize::MAX);
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCE_HANDLES);
-        let redactions = Arc::new(self.config.secrets.redactions(&request.http));
+        let redactions = Arc::new(self.config.secrets.redactions(&request.grants.http));
         let book = LogBook::new(limits.log_records, limits.log_bytes);
         let journal = Journal::new(book, observer.clone(), started, redactions.clone());
         let http = HttpGate::new(
-            request.http.clone(),
+            request.grants.clone(),
             self.config.secrets.clone(),
             request.fence.clone(),
             journal.clone(),
@@ -51,6 +51,7 @@ impl Sandbox {
             observer,
             http_ctx: wasmtime_wasi_http::WasiHttpCtx::new(),
             http,
+            config: request.grants.config.iter().collect(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -202,8 +203,9 @@ pub struct RunRequest {
     pub input: Vec<u8>,
     /// Limits.
     pub limits: RunLimits,
-    /// What the guest may reach over HTTP; the default grants nothing.
-    pub http: Arc<HttpGrant>,
+    /// What the guest may use outside its sandbox (HTTP, config); the
+    /// default grants nothing.
+    pub grants: Arc<Grants>,
     /// Asked before each effectful request; `None` never refuses.
     pub fence: Option<Arc<dyn http::EffectFence>>,
 }

@@ -234,6 +234,8 @@ pub(crate) struct HostState {
     pub(crate) observer: Arc<dyn RunObserver>,
     pub(crate) http_ctx: WasiHttpCtx,
     pub(crate) http: HttpGate,
+    /// The granted configuration, all `wasi:config/store` shows.
+    pub(crate) config: wasmtime_wasi_config::WasiConfigVariables,
 }
 
 impl WasiView for HostState {

@@ -71,7 +71,7 @@ impl Pool {
                         ..RunLimits::default()
                     },
                     // What the job was granted at submit, pinned.
-                    http: Arc::new(job.grants.http),
+                    grants: Arc::new(job.grants),
                     fence: Some(Arc::new(LeaseFence {
                         keeper: keeper.clone(),
                         stop: stop.clone(),

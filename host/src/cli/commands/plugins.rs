@@ -112,7 +112,7 @@ async fn put_grants(client: &Client, reference: &str, grants: &Grants) -> Result
 /// One line per granted rule and range, or `nothing` (terminal-safe).
 fn grants_text(grants: &Grants) -> String {
     let http = &grants.http;
-    if http.hosts.is_empty() && http.private_ranges.is_empty() && http.secrets.is_empty() {
+    if http.hosts.is_empty() && http.private_ranges.is_empty() && http.secrets.is_empty() && grants.config.is_empty() {
         return "nothing".to_owned();
     }
     let mut lines: Vec<String> = http.hosts.iter().map(|h| format!("http {h}")).collect();
@@ -120,6 +120,7 @@ fn grants_text(grants: &Grants) -> String {
     for binding in &http.secrets {
         lines.extend(binding.hosts.iter().map(|h| format!("secret {} to {h}", binding.name)));
     }
+    lines.extend(grants.config.iter().map(|(k, v)| format!("config {k}={v}")));
     let l = &http.limits;
     lines.push(format!(
         "at most {} requests, {} B out, {} B in, {} ms each",

@@ -26,6 +26,8 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
             sandbox::DEFAULT_MEMORY_CEILING_BYTES
         )));
     }
+    let grants = args.grants.grants();
+    grants.check().map_err(CliError::usage)?;
     let bytes = std::fs::read(&args.component)
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.component.display())))?;
     let input = read_input(args.job.input.as_deref())?;
@@ -67,7 +69,7 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
             cancel_grace: args.cancel_grace,
             ..RunLimits::default()
         },
-        http: Arc::new(args.grants.grants().http),
+        grants: Arc::new(grants),
         // No lease: a one-shot run is never fenced.
         fence: None,
     };

@@ -33,6 +33,7 @@ use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::state::{Journal, LogLevel};
+use crate::job::Grants;
 
 /// The log field every HTTP refusal carries, so a job's log can be
 /// searched for them.
@@ -82,7 +83,7 @@ pub(super) struct Target {
 
 /// The hooks wasmtime-wasi-http calls for one job's requests.
 pub(crate) struct HttpGate {
-    grant: Arc<HttpGrant>,
+    grants: Arc<Grants>,
     secrets: Arc<SecretStore>,
     fence: Option<Arc<dyn EffectFence>>,
     journal: Journal,
@@ -94,13 +95,13 @@ pub(crate) struct HttpGate {
 
 impl HttpGate {
     pub(crate) fn new(
-        grant: Arc<HttpGrant>,
+        grants: Arc<Grants>,
         secrets: Arc<SecretStore>,
         fence: Option<Arc<dyn EffectFence>>,
         journal: Journal,
         deadline: Instant,
     ) -> Self {
-        HttpGate { grant, secrets, fence, journal, meter: Arc::default(), deadline, limit_logged: false }
+        HttpGate { grants, secrets, fence, journal, meter: Arc::default(), deadline, limit_logged: false }
     }
 
     pub(crate) fn meter(&self) -> Arc<HttpMeter> {
@@ -124,16 +125,17 @@ impl HttpGate {
         };
         let Some(host) = uri.host().filter(|h| !h.is_empty()) else { return Err((shown, Denial::NoHost)) };
         let port = uri.port_u16().unwrap_or(scheme.default_port());
-        if !self.grant.allows(method, scheme, host, port) {
+        let grant = &self.grants.http;
+        if !grant.allows(method, scheme, host, port) {
             return Err((shown, Denial::NotGranted));
         }
         let (method, host) = (method.to_owned(), host.to_owned());
         if let Err(why) =
-            secrets::substitute(request.headers_mut(), &self.secrets, &self.grant, (&method, scheme, &host, port))
+            secrets::substitute(request.headers_mut(), &self.secrets, grant, (&method, scheme, &host, port))
         {
             return Err((shown, Denial::Secret(why)));
         }
-        let limits = &self.grant.limits;
+        let limits = &grant.limits;
         // Count first, so requests racing for the last places cannot pass together.
         if self.meter.sent.fetch_add(1, Ordering::Relaxed) >= u64::from(limits.requests) {
             self.meter.sent.fetch_sub(1, Ordering::Relaxed);
@@ -190,7 +192,7 @@ impl WasiHttpHooks for HttpGate {
                 target,
                 request,
                 options,
-                self.grant.clone(),
+                self.grants.clone(),
                 self.journal.clone(),
                 self.meter.clone(),
             )),

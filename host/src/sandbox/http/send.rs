@@ -15,7 +15,8 @@ use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
 
-use super::{HttpGrant, HttpMeter, HttpScheme, Journal, Target, withdrawn};
+use super::{HttpMeter, HttpScheme, Journal, Target, withdrawn};
+use crate::job::Grants;
 use crate::job::grant::parse_ip_host;
 
 /// The TLS client every request shares: the webpki roots, no client
@@ -36,10 +37,11 @@ pub(super) async fn send(
     target: Target,
     request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
-    grant: Arc<HttpGrant>,
+    grants: Arc<Grants>,
     journal: Journal,
     meter: Arc<HttpMeter>,
 ) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
+    let grant = &grants.http;
     let until = target.until;
     if let Some(fence) = &target.fence {
         // An effect only while the attempt may still act: checked before
