@@ -70,14 +70,10 @@ pub fn fetch(method: &str, url: &str, headers: &[(String, String)], body: Option
     }
     let _ = OutgoingBody::finish(outgoing, None);
     pending.subscribe().block();
-    let response = pending
-        .get()
-        .ok_or("no response")?
-        .map_err(|()| "response taken twice".to_owned())?
-        .map_err(code)?;
+    let response =
+        pending.get().ok_or("no response")?.map_err(|()| "response taken twice".to_owned())?.map_err(code)?;
     let status = response.status();
-    let location =
-        response.headers().get("location").first().map(|v| String::from_utf8_lossy(v).into_owned());
+    let location = response.headers().get("location").first().map(|v| String::from_utf8_lossy(v).into_owned());
     let incoming = response.consume().map_err(|()| "no response body".to_owned())?;
     let stream = incoming.stream().map_err(|()| "no response body stream".to_owned())?;
     let (mut body_bytes, mut hash, mut body_start) = (0u64, Sha256::new(), Vec::new());
