@@ -51,7 +51,7 @@ async fn raw_rate(n: usize) -> f64 {
                     input: b"x".to_vec(),
                     limits: RunLimits::default(),
                     grants: Default::default(),
-                    fence: None,
+                    effects: None,
                 };
                 let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;
                 assert!(outcome.result.is_ok());

@@ -77,7 +77,7 @@ async fn main() {
             input: input.clone(),
             limits: RunLimits::default(),
             grants: Default::default(),
-            fence: None,
+            effects: None,
         };
         let start = Instant::now();
         let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;

@@ -33,7 +33,7 @@ fn request(input: &[u8], limits: RunLimits) -> RunRequest {
         input: input.to_vec(),
         limits,
         grants: Default::default(),
-        fence: None,
+        effects: None,
     }
 }
 

@@ -5,19 +5,22 @@
 //! should stop" are one observation. A renewal that matches no row means the
 //! lease is lost: the guest is stopped at once and its result is dropped.
 //!
-//! The lease also fences the guest's effects ([`LeaseFence`]): an
+//! The lease also fences the guest's effects ([`LeaseLedger`]): an
 //! effectful request is sent only while the attempt holds its lease and is
-//! not stopping, and after a renewal no older than a renewal period.
+//! not stopping, after a renewal no older than a renewal period, and once
+//! its intent is recorded under the lease token.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use crate::clock::{Clock, Timestamp};
+use crate::job::EffectOutcome;
 use crate::job::JobId;
 use crate::metrics::Metrics;
 use crate::sandbox::StopHandle;
-use crate::store::{JobStore, LeaseExtendParams, LeaseState};
+use crate::sandbox::http::EffectTicket;
+use crate::store::{EffectBeginParams, EffectEndParams, JobStore, LeaseExtendParams, LeaseState};
 
 /// What the keeper saw; read after the guest has ended.
 #[derive(Debug, Default)]
@@ -120,10 +123,10 @@ impl LeaseKeeper {
     }
 }
 
-/// One attempt's effects, fenced by its lease (see
-/// [`crate::sandbox::http::EffectFence`]).
+/// One attempt's effects: fenced by its lease and recorded in the
+/// effect ledger (see [`crate::sandbox::http::EffectLedger`]).
 #[derive(Debug)]
-pub struct LeaseFence {
+pub struct LeaseLedger {
     /// The attempt's lease.
     pub keeper: LeaseKeeper,
     /// The attempt's stop handle: a stopping attempt starts no new effect.
@@ -132,10 +135,12 @@ pub struct LeaseFence {
     pub watch: Arc<LeaseWatch>,
 }
 
-#[async_trait::async_trait]
-impl crate::sandbox::http::EffectFence for LeaseFence {
-    async fn may_act(&self) -> Result<(), String> {
-        const LOST: &str = "the attempt's lease is lost";
+const LOST: &str = "the attempt's lease is lost";
+
+impl LeaseLedger {
+    /// `Ok` while the attempt holds its lease and is not stopping, after
+    /// renewing a lease last confirmed a renewal period ago or more.
+    pub async fn may_act(&self) -> Result<(), String> {
         let stopping = || {
             if self.watch.lost.load(Ordering::SeqCst) {
                 Err(LOST.to_owned())
@@ -156,5 +161,57 @@ impl crate::sandbox::http::EffectFence for LeaseFence {
         }
         // A renewal may have brought a cancel.
         stopping()
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::sandbox::http::EffectLedger for LeaseLedger {
+    async fn begin(&self, method: &str, url: &str) -> Result<EffectTicket, String> {
+        self.may_act().await?;
+        let params = EffectBeginParams {
+            id: self.keeper.id,
+            token: self.keeper.token.clone(),
+            method: method.to_owned(),
+            url: url.to_owned(),
+            now: self.keeper.clock.now(),
+        };
+        // The intent is recorded under the lease token: a lease lost since
+        // the check above records nothing, and the effect is not made.
+        match self.keeper.store.effect_begin(params).await {
+            Ok(Some(effect)) => {
+                Ok(EffectTicket { attempt: effect.attempt, seq: effect.seq, idempotency_key: effect.idempotency_key })
+            }
+            Ok(None) => {
+                self.watch.lost.store(true, Ordering::SeqCst);
+                self.stop.force();
+                Err(LOST.to_owned())
+            }
+            Err(e) => Err(format!("the effect could not be recorded: {e}")),
+        }
+    }
+
+    async fn end(&self, ticket: &EffectTicket, outcome: EffectOutcome) {
+        let mut delay = Duration::from_millis(5);
+        for _ in 0..5 {
+            let params = EffectEndParams {
+                id: self.keeper.id,
+                attempt: ticket.attempt,
+                seq: ticket.seq,
+                outcome: outcome.clone(),
+                now: self.keeper.clock.now(),
+            };
+            match self.keeper.store.effect_end(params).await {
+                Err(e) if e.is_transient() => {
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, seq = ticket.seq, "an effect's outcome could not be recorded");
+                    return;
+                }
+                Ok(()) => return,
+            }
+        }
+        tracing::warn!(seq = ticket.seq, "an effect's outcome could not be recorded: the store stayed busy");
     }
 }

@@ -24,8 +24,8 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::job::{
-    Backoff, Counts, Digest, Grants, IdempotencyKey, Job, JobId, JobLimits, JobLogs, JobStatus, MAX_ATTEMPTS_CEILING,
-    NewJob, PluginInfo, PluginName, PluginRef, Target,
+    Backoff, Counts, Digest, Effect, Grants, IdempotencyKey, Job, JobId, JobLimits, JobLogs, JobStatus,
+    MAX_ATTEMPTS_CEILING, NewJob, PluginInfo, PluginName, PluginRef, Target,
 };
 use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
@@ -862,6 +862,16 @@ impl Runtime {
     /// bytes.
     pub async fn list(&self, params: JobListParams) -> Result<Vec<Job>, RuntimeError> {
         Ok(self.inner.store.job_list(params).await?)
+    }
+
+    /// A job's effect ledger: every effectful request its attempts made,
+    /// by attempt then place.
+    pub async fn effects(&self, id: JobId) -> Result<Vec<Effect>, RuntimeError> {
+        let effects = self.inner.store.effects(id).await?;
+        if effects.is_empty() {
+            self.get(id).await?;
+        }
+        Ok(effects)
     }
 
     /// What a job's last attempt logged (empty while it runs or if it

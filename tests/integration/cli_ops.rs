@@ -367,6 +367,29 @@ async fn grants_and_secrets_given_at_registration_reach_durable_jobs_and_a_revok
     assert_eq!(upstream.received().last().unwrap(), "GET /echo-auth authorization=from-the-secrets-file");
     assert_eq!(done["output"]["body_start"], "{secret:TOKEN}", "the stored output names the secret: {done}");
 
+    // An effect: recorded in the ledger before it was sent, with its key.
+    let post_input = dir.path().join("post.json");
+    let post = serde_json::json!({ "url": upstream.url("/hello?q=secret-query"), "method": "POST", "body": "x" });
+    std::fs::write(&post_input, post.to_string()).unwrap();
+    call(owned(&["plugins", "grant", "http-get@1", "--allow-host", &upstream.url("")])).await.unwrap();
+    let done =
+        call(owned(&["submit", "http-get@1", "--input", post_input.to_str().unwrap(), "--wait", "30s", "--json"]))
+            .await
+            .unwrap();
+    let done = json(&done);
+    let id = done["job"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(done["job"]["status"], "succeeded", "{done}");
+    let key = format!("{id}/1");
+    assert_eq!(upstream.received().last().unwrap(), &format!("POST /hello?q=secret-query idempotency-key={key}"));
+    let effects = json(&call(owned(&["jobs", "effects", &id, "--json"])).await.unwrap());
+    let effect = &effects["effects"][0];
+    assert_eq!(effects["effects"].as_array().unwrap().len(), 1, "{effects}");
+    assert_eq!((effect["method"].as_str(), effect["status"].as_u64()), (Some("POST"), Some(200)));
+    assert_eq!((effect["attempt"].as_u64(), effect["idempotency_key"].as_str()), (Some(1), Some(key.as_str())));
+    assert_eq!(effect["url"], upstream.url("/hello"), "the query is not recorded");
+    let table = call(owned(&["jobs", "effects", &id])).await.unwrap();
+    assert!(stdout(&table).contains("POST") && stdout(&table).contains(&key), "{}", stdout(&table));
+
     // Configuration, granted at registration, pinned on the job.
     let config_read = leash_tests::plugin_path("config-read");
     let added = call(owned(&[

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::job::{ErrorKind, Grants};
-use leash::sandbox::http::{EffectFence, HttpGrant, HttpLimits, SecretStore};
+use leash::sandbox::http::{EffectLedger, EffectOutcome, EffectTicket, HttpGrant, HttpLimits, SecretStore};
 use leash::sandbox::{NoObserver, Outcome, RunLimits, Sandbox, SandboxConfig, StopHandle};
 use serde_json::{Value, json};
 
@@ -241,49 +241,72 @@ async fn a_secret_reaches_only_its_bound_host_and_never_the_jobs_logs() {
     assert_eq!(upstream.received().len(), 1);
 }
 
-/// A fence that always answers the same.
-#[derive(Debug)]
-struct Fixed(Result<(), String>);
+/// A ledger that records in memory, or refuses every effect.
+#[derive(Debug, Default)]
+struct Ledger {
+    refuse: Option<String>,
+    begun: std::sync::Mutex<Vec<(String, String)>>,
+    ended: std::sync::Mutex<Vec<(u32, EffectOutcome)>>,
+}
 
 #[async_trait::async_trait]
-impl EffectFence for Fixed {
-    async fn may_act(&self) -> Result<(), String> {
-        self.0.clone()
+impl EffectLedger for Ledger {
+    async fn begin(&self, method: &str, url: &str) -> Result<EffectTicket, String> {
+        if let Some(why) = &self.refuse {
+            return Err(why.clone());
+        }
+        let mut begun = self.begun.lock().unwrap();
+        begun.push((method.to_owned(), url.to_owned()));
+        let seq = begun.len() as u32;
+        Ok(EffectTicket { attempt: 1, seq, idempotency_key: format!("job/{seq}") })
+    }
+
+    async fn end(&self, ticket: &EffectTicket, outcome: EffectOutcome) {
+        self.ended.lock().unwrap().push((ticket.seq, outcome));
     }
 }
 
 #[tokio::test]
-async fn an_effect_is_sent_only_while_the_fence_allows_it_and_reads_need_no_fence() {
+async fn an_effect_is_recorded_before_it_is_sent_and_refused_when_the_ledger_says_no() {
     let sandbox = support::sandbox();
     let upstream = Upstream::start().await;
     let plugin = support::load(&sandbox, "http-get");
     let stop = StopHandle::new();
-    let attempt = |input: Value, fence: Fixed| {
+    let attempt = |input: Value, ledger: Arc<Ledger>| {
         let mut request = request(input.to_string().as_bytes(), limits());
         request.grants = Arc::new(Grants { http: grant(&[&upstream.url("")]), ..Grants::default() });
-        request.fence = Some(Arc::new(fence));
+        request.effects = Some(ledger);
         sandbox.run(&plugin, request, &stop, Arc::new(NoObserver))
     };
-    let post = json!({ "url": upstream.url("/hello"), "method": "POST", "body": "effect" });
-    let closed = || Fixed(Err("the attempt's lease is lost".into()));
+    let post = json!({ "url": upstream.url("/hello?card=4242"), "method": "POST", "body": "effect" });
+    let closed = Arc::new(Ledger { refuse: Some("the attempt's lease is lost".into()), ..Ledger::default() });
 
-    let outcome = attempt(post.clone(), closed()).await;
+    let outcome = attempt(post.clone(), closed).await;
     assert!(failure_message(&outcome).contains("HttpRequestDenied"));
     assert!(denials(&outcome)[0].ends_with("no new effects: the attempt's lease is lost"), "{:?}", denials(&outcome));
-    assert!(upstream.received().is_empty(), "a fenced effect sends nothing");
+    assert!(upstream.received().is_empty(), "a refused effect sends nothing");
     assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (0, 1));
 
-    let outcome = attempt(json!({ "url": upstream.url("/hello") }), closed()).await;
-    assert_eq!(output_json(&outcome)["status"], 200, "a GET is not an effect");
-    let outcome = attempt(post, Fixed(Ok(()))).await;
+    let ledger = Arc::new(Ledger::default());
+    let outcome = attempt(json!({ "url": upstream.url("/hello") }), ledger.clone()).await;
     assert_eq!(output_json(&outcome)["status"], 200);
-    assert_eq!(upstream.received(), vec!["GET /hello".to_owned(), "POST /hello".to_owned()]);
+    assert!(ledger.begun.lock().unwrap().is_empty(), "a GET is not an effect");
+    let outcome = attempt(post, ledger.clone()).await;
+    assert_eq!(output_json(&outcome)["status"], 200);
+    let begun = ledger.begun.lock().unwrap().clone();
+    assert_eq!(begun, vec![("POST".to_owned(), upstream.url("/hello"))], "recorded without the query");
+    assert_eq!(*ledger.ended.lock().unwrap(), vec![(1, EffectOutcome::Status(200))]);
+    assert_eq!(
+        upstream.received(),
+        vec!["GET /hello".to_owned(), "POST /hello?card=4242 idempotency-key=job/1".to_owned()],
+        "the effect carries its idempotency key"
+    );
 }
 
 #[tokio::test]
-async fn the_lease_fence_renews_a_stale_lease_and_closes_when_it_is_lost_or_the_attempt_stops() {
+async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_the_lease_is_lost() {
     use leash::clock::{Clock, ManualClock, Timestamp};
-    use leash::lease::{LeaseFence, LeaseKeeper, LeaseWatch};
+    use leash::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
     use leash::store::{JobClaimParams, JobInsertParams, JobStore, LeaseReclaimParams};
     use std::sync::atomic::Ordering;
 
@@ -294,8 +317,8 @@ async fn the_lease_fence_renews_a_stale_lease_and_closes_when_it_is_lost_or_the_
     let ttl = Duration::from_secs(30);
     let job = crate::conformance::cases::new_job("fenced");
     store.job_insert(JobInsertParams { jobs: vec![job], now: clock.now() }).await.unwrap();
-    let claim = |worker: &str| JobClaimParams { worker_id: worker.into(), limit: 1, lease_ttl: ttl, now: clock.now() };
-    let lease = store.job_claim(claim("w1")).await.unwrap().remove(0);
+    let claim = JobClaimParams { worker_id: "w1".into(), limit: 1, lease_ttl: ttl, now: clock.now() };
+    let lease = store.job_claim(claim).await.unwrap().remove(0);
     let metrics = Arc::new(leash::metrics::Metrics::new());
     let keeper = LeaseKeeper {
         store: store.clone(),
@@ -308,25 +331,32 @@ async fn the_lease_fence_renews_a_stale_lease_and_closes_when_it_is_lost_or_the_
     let watch = Arc::new(LeaseWatch::default());
     watch.confirmed_at_ms.store(clock.now().unix_ms(), Ordering::SeqCst);
     let stop = StopHandle::new();
-    let fence = LeaseFence { keeper, stop: stop.clone(), watch: watch.clone() };
+    let ledger = LeaseLedger { keeper, stop: stop.clone(), watch: watch.clone() };
 
-    assert_eq!(fence.may_act().await, Ok(()));
+    let url = "https://api.example.com/charge";
+    let first = ledger.begin("POST", url).await.unwrap();
+    assert_eq!((first.attempt, first.seq, first.idempotency_key.clone()), (1, 1, format!("{}/1", lease.job.id)));
     assert_eq!(metrics.lease_renewals.get(), 0, "a lease confirmed within a period is trusted as it is");
+    ledger.end(&first, EffectOutcome::Status(201)).await;
     clock.advance(ttl / 3);
-    assert_eq!(fence.may_act().await, Ok(()));
-    assert_eq!(metrics.lease_renewals.get(), 1, "an older one is renewed first");
+    let second = ledger.begin("PUT", url).await.unwrap();
+    assert_eq!((second.seq, metrics.lease_renewals.get()), (2, 1), "an older lease is renewed first");
+    let recorded = store.effects(lease.job.id).await.unwrap();
+    assert_eq!(recorded.len(), 2);
+    assert_eq!((recorded[0].status, recorded[1].status, recorded[1].finished_at), (Some(201), None, None));
 
-    // The lease runs out and another worker takes the job.
+    // The lease runs out and the sweeper takes the job back.
     clock.advance(ttl * 2);
     let reclaimed = store.lease_reclaim_expired(LeaseReclaimParams { now: clock.now(), queue_ttl: ttl }).await.unwrap();
     assert_eq!(reclaimed.requeued + reclaimed.failed, 1);
-    assert_eq!(fence.may_act().await, Err("the attempt's lease is lost".to_owned()));
+    assert_eq!(ledger.begin("POST", url).await, Err("the attempt's lease is lost".to_owned()));
     assert!(watch.lost.load(Ordering::SeqCst) && stop.is_forced(), "the keeper saw it lost and stopped the guest");
+    assert_eq!(store.effects(lease.job.id).await.unwrap().len(), 2, "nothing more was recorded");
 
     let stopping =
-        LeaseFence { keeper: fence.keeper.clone(), stop: StopHandle::new(), watch: Arc::new(LeaseWatch::default()) };
+        LeaseLedger { keeper: ledger.keeper.clone(), stop: StopHandle::new(), watch: Arc::new(LeaseWatch::default()) };
     stopping.stop.request();
-    assert!(stopping.may_act().await.unwrap_err().contains("stopping"));
+    assert!(stopping.begin("POST", url).await.unwrap_err().contains("stopping"));
 }
 
 #[tokio::test]

@@ -44,6 +44,7 @@ async fn every_route_but_the_liveness_probe_needs_the_token() {
         (Method::POST, "/v1/jobs"),
         (Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH"),
         (Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/logs"),
+        (Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/effects"),
         (Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/output"),
         (Method::POST, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/cancel"),
         (Method::GET, "/v1/health"),
@@ -174,6 +175,11 @@ async fn sync_submits_answer_with_the_output_and_binary_round_trips() {
     assert_eq!(answer["job"]["status"], "succeeded");
     assert_eq!(answer["output"]["greeting"], "Hello, Ada!");
     assert_eq!(answer["job"]["plugin_name"]["name"], "hello");
+    let id = answer["job"]["id"].as_str().unwrap();
+    let (status, effects) = server.call(Method::GET, &format!("/v1/jobs/{id}/effects"), None).await;
+    assert_eq!((status, effects), (200, json!({ "effects": [] })), "a job that made no effect has an empty ledger");
+    let (status, body) = server.call(Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/effects", None).await;
+    assert_eq!((status, error_kind(&body)), (404, "not_found"));
 
     let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
     let (status, answer) =

@@ -52,7 +52,7 @@ pub fn request(input: &[u8], limits: RunLimits) -> RunRequest {
         input: input.to_vec(),
         limits,
         grants: Default::default(),
-        fence: None,
+        effects: None,
     }
 }
 
@@ -130,8 +130,8 @@ impl RunObserver for ProgressTap {
 }
 
 /// An HTTP server of the tests' own on loopback that records every request
-/// it receives, as `METHOD /path?query` (with ` authorization=VALUE` when
-/// the request has that header). Routes: `/hello` answers `hello`;
+/// it receives, as `METHOD /path?query` (with ` authorization=VALUE` and
+/// ` idempotency-key=VALUE` when the request has those headers). Routes: `/hello` answers `hello`;
 /// `/echo-auth` answers with the request's `Authorization` header;
 /// `/big/N` streams N zero bytes (made as they are sent); `/slow` never
 /// answers (and records `closed /slow` when its client goes away);
@@ -180,11 +180,21 @@ impl Upstream {
 
         async fn answer(State(log): State<UpstreamLog>, request: Request) -> Response {
             let uri = request.uri().clone();
-            let authorization = request.headers().get("authorization").map(|v| v.to_str().unwrap_or("?").to_owned());
-            match &authorization {
-                Some(auth) => log.push(format!("{} {uri} authorization={auth}", request.method())),
-                None => log.push(format!("{} {uri}", request.method())),
-            }
+            let (entry, authorization) = {
+                let header = |name: &str| request.headers().get(name).map(|v| v.to_str().unwrap_or("?").to_owned());
+                let authorization = header("authorization");
+                let mut entry = format!("{} {uri}", request.method());
+                for (name, value) in
+                    [("authorization", &authorization), ("idempotency-key", &header("idempotency-key"))]
+                {
+                    if let Some(value) = value {
+                        entry.push_str(&format!(" {name}={value}"));
+                    }
+                }
+                (entry, authorization)
+            };
+            drop(request);
+            log.push(entry);
             let path = uri.path();
             if path == "/hello" {
                 "hello".into_response()

@@ -114,7 +114,7 @@ impl LeashCaller {
             input: input.to_vec(),
             limits: RunLimits::default(),
             grants: Default::default(),
-            fence: None,
+            effects: None,
         };
         let outcome =
             self.tokio.block_on(self.sandbox.run(&self.plugin, request, &StopHandle::new(), Arc::new(NoObserver)));

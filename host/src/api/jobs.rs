@@ -340,6 +340,24 @@ pub(super) async fn job_logs(
     Ok(Json(state.runtime.logs(id).await?).into_response())
 }
 
+/// A job's effect ledger: every effectful request (any method but `GET` and
+/// `HEAD`) its attempts made, recorded before it was sent, with its
+/// outcome once known.
+#[utoipa::path(get, path = "/v1/jobs/{id}/effects", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, body = EffectList),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+    ))]
+pub(super) async fn job_effects(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
+    Ok(Json(EffectList { effects: state.runtime.effects(id).await? }).into_response())
+}
+
 /// A succeeded job's output bytes.
 #[utoipa::path(get, path = "/v1/jobs/{id}/output", tag = "jobs",
     params(("id" = JobId, Path)),

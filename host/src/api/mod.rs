@@ -15,10 +15,10 @@ pub mod types;
 use error::{ApiError, ErrorBody, body_error, parse_body, path_error, query_error};
 use health::{health, workers};
 pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
-use jobs::{job_cancel, job_list, job_logs, job_output, job_show, job_submit};
+use jobs::{job_cancel, job_effects, job_list, job_logs, job_output, job_show, job_submit};
 use plugins::{plugin_grants, plugin_list, plugin_show, plugin_upload};
 pub use types::finished_json;
-use types::{Accepted, CancelAnswer, Finished, HealthReport, JobPage, JobView, PluginList};
+use types::{Accepted, CancelAnswer, EffectList, Finished, HealthReport, JobPage, JobView, PluginList};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,6 +76,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/jobs", post(job_submit).get(job_list))
         .route("/v1/jobs/{id}", get(job_show))
         .route("/v1/jobs/{id}/logs", get(job_logs))
+        .route("/v1/jobs/{id}/effects", get(job_effects))
         .route("/v1/jobs/{id}/output", get(job_output))
         .route("/v1/jobs/{id}/cancel", post(job_cancel))
         .route("/v1/health", get(health))

@@ -97,6 +97,7 @@ impl Modify for BearerToken {
         super::jobs::job_list,
         super::jobs::job_show,
         super::jobs::job_logs,
+        super::jobs::job_effects,
         super::jobs::job_output,
         super::jobs::job_cancel,
         super::health::health,

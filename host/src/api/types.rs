@@ -58,6 +58,13 @@ pub struct Accepted {
     pub job_id: JobId,
 }
 
+/// `GET /v1/jobs/{id}/effects`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct EffectList {
+    /// By attempt, then place.
+    pub effects: Vec<crate::job::Effect>,
+}
+
 /// `GET /v1/plugins`.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PluginList {

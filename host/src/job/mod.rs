@@ -11,11 +11,13 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+mod effect;
 pub mod grant;
 mod id;
 mod plugin;
 mod record;
 
+pub use effect::{Effect, EffectOutcome};
 pub use grant::Grants;
 pub use id::JobId;
 pub use plugin::{DEFAULT_PLUGIN_VERSION, PluginInfo, PluginName, PluginRef};

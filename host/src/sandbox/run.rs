@@ -36,7 +36,7 @@ impl Sandbox {
         let http = HttpGate::new(
             request.grants.clone(),
             self.config.secrets.clone(),
-            request.fence.clone(),
+            request.effects.clone(),
             journal.clone(),
             deadline,
         );
@@ -206,8 +206,8 @@ pub struct RunRequest {
     /// What the guest may use outside its sandbox (HTTP, config); the
     /// default grants nothing.
     pub grants: Arc<Grants>,
-    /// Asked before each effectful request; `None` never refuses.
-    pub fence: Option<Arc<dyn http::EffectFence>>,
+    /// Fences and records each effectful request; `None`: neither.
+    pub effects: Option<Arc<dyn http::EffectLedger>>,
 }
 
 /// Captured output with the job's secret values replaced by their

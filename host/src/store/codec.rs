@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use super::{JobListParams, StoreError};
-use crate::job::{Grants, PluginRef, Target};
+use super::{EffectBeginParams, JobListParams, StoreError};
+use crate::clock::Timestamp;
+use crate::job::{Effect, EffectOutcome, Grants, JobId, PluginRef, Target};
 
 /// A row that could not be read back into the job model.
 pub(crate) fn corrupt(id: &str, detail: impl Into<String>) -> StoreError {
@@ -18,6 +19,61 @@ pub(crate) fn json_column<T: serde::de::DeserializeOwned>(
     text: Option<String>,
 ) -> Result<Option<T>, StoreError> {
     text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(id, format!("{what}: {e}")))).transpose()
+}
+
+/// An effect's outcome as its two columns: status, error.
+pub(crate) fn outcome_columns(outcome: &EffectOutcome) -> (Option<i32>, Option<&str>) {
+    match outcome {
+        EffectOutcome::Status(code) => (Some(i32::from(*code)), None),
+        EffectOutcome::Error(e) => (None, Some(e.as_str())),
+    }
+}
+
+/// An effect row as both backends read it.
+pub(crate) struct EffectRow {
+    pub(crate) attempt: i64,
+    pub(crate) seq: i64,
+    pub(crate) method: String,
+    pub(crate) url: String,
+    pub(crate) started_at: i64,
+    pub(crate) finished_at: Option<i64>,
+    pub(crate) status: Option<i64>,
+    pub(crate) error: Option<String>,
+}
+
+/// The columns of an effect row, in [`EffectRow`]'s order.
+pub(crate) const EFFECT_COLUMNS: &str = "attempt, seq, method, url, started_at, finished_at, status, error";
+
+impl EffectRow {
+    /// The intent just recorded at `(attempt, seq)`: no outcome yet.
+    pub(crate) fn intent(params: EffectBeginParams, attempt: i64, seq: i64) -> Effect {
+        let row = EffectRow {
+            attempt,
+            seq,
+            method: params.method,
+            url: params.url,
+            started_at: params.now.unix_ms(),
+            finished_at: None,
+            status: None,
+            error: None,
+        };
+        row.into_effect(params.id)
+    }
+
+    pub(crate) fn into_effect(self, job: JobId) -> Effect {
+        let seq = u32::try_from(self.seq).unwrap_or(0);
+        Effect {
+            attempt: u32::try_from(self.attempt).unwrap_or(0),
+            seq,
+            method: self.method,
+            url: self.url,
+            idempotency_key: Effect::idempotency_key(job, seq),
+            started_at: Timestamp::from_unix_ms(self.started_at),
+            finished_at: self.finished_at.map(Timestamp::from_unix_ms),
+            status: self.status.and_then(|s| u16::try_from(s).ok()),
+            error: self.error,
+        }
+    }
 }
 
 /// A grants column: `NULL` when nothing is granted.

@@ -14,13 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{
-    CancelResult, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams,
-    JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams,
-    LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
+    CancelResult, EffectBeginParams, EffectEndParams, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams,
+    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
+    LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams,
+    ReclaimReport, StoreError,
 };
 use super::{WorkerRecord, WorkersSnapshot};
 use crate::clock::Timestamp;
-use crate::job::{Counts, Digest, Job, JobId, JobLogs, PluginInfo, PluginRef};
+use crate::job::{Counts, Digest, Effect, Job, JobId, JobLogs, PluginInfo, PluginRef};
 
 /// Operations a fault can target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -224,6 +225,18 @@ impl JobStore for FaultyStore {
 
     async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError> {
         self.inner.plugin_grants_set(params).await
+    }
+
+    async fn effect_begin(&self, params: EffectBeginParams) -> Result<Option<Effect>, StoreError> {
+        self.inner.effect_begin(params).await
+    }
+
+    async fn effect_end(&self, params: EffectEndParams) -> Result<(), StoreError> {
+        self.inner.effect_end(params).await
+    }
+
+    async fn effects(&self, id: JobId) -> Result<Vec<Effect>, StoreError> {
+        self.inner.effects(id).await
     }
 
     async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {

@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::job::{
-    Counts, Digest, ErrorKind, Grants, Job, JobId, JobLogs, JobProgress, JobStatus, NewJob, PluginInfo, PluginName,
-    PluginRef,
+    Counts, Digest, Effect, EffectOutcome, ErrorKind, Grants, Job, JobId, JobLogs, JobProgress, JobStatus, NewJob,
+    PluginInfo, PluginName, PluginRef,
 };
 
 /// Where the job store lives, as `--db` and `LEASH_DATABASE_URL` name it.
@@ -192,6 +192,36 @@ pub struct PluginGrantsParams {
     /// What jobs submitted under it from now on may use (replacing what
     /// it had; jobs already submitted keep theirs).
     pub grants: Grants,
+}
+
+/// Parameters of [`JobStore::effect_begin`].
+#[derive(Debug, Clone)]
+pub struct EffectBeginParams {
+    /// The job.
+    pub id: JobId,
+    /// The lease token of the attempt making the effect.
+    pub token: String,
+    /// The request method.
+    pub method: String,
+    /// `scheme://authority/path`, without the query.
+    pub url: String,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// Parameters of [`JobStore::effect_end`].
+#[derive(Debug, Clone)]
+pub struct EffectEndParams {
+    /// The job.
+    pub id: JobId,
+    /// The attempt, as [`JobStore::effect_begin`] returned it.
+    pub attempt: u32,
+    /// The effect's place in the attempt.
+    pub seq: u32,
+    /// How it ended.
+    pub outcome: EffectOutcome,
+    /// Now.
+    pub now: Timestamp,
 }
 
 /// Parameters of [`JobStore::job_list`]: filters, newest first, keyset-paged.
@@ -660,6 +690,20 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// Point `name@version` at a stored digest (a new pair, or a
     /// replacement: jobs already queued keep the digest they were given).
     async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError>;
+
+    /// Record the intent of an effect, fenced by the lease: only while the
+    /// job is running under `token`, in the attempt that token belongs to,
+    /// numbered after that attempt's earlier effects. Committed before it
+    /// returns. `None`: the lease is not held; nothing was recorded, and the
+    /// effect must not be made.
+    async fn effect_begin(&self, params: EffectBeginParams) -> Result<Option<Effect>, StoreError>;
+
+    /// Record how an effect ended (not fenced: it happened either way).
+    async fn effect_end(&self, params: EffectEndParams) -> Result<(), StoreError>;
+
+    /// A job's effects, by attempt then place. Retention deletes them with
+    /// the job.
+    async fn effects(&self, id: JobId) -> Result<Vec<Effect>, StoreError>;
 
     /// Replace the grants of a registered `name@version`; `None` if that
     /// pair is not registered.

@@ -72,7 +72,7 @@ impl Pool {
                     },
                     // What the job was granted at submit, pinned.
                     grants: Arc::new(job.grants),
-                    fence: Some(Arc::new(LeaseFence {
+                    effects: Some(Arc::new(LeaseLedger {
                         keeper: keeper.clone(),
                         stop: stop.clone(),
                         watch: watch.clone(),

@@ -31,7 +31,7 @@ use tracing::Instrument as _;
 
 use crate::clock::{Clock, Timestamp};
 use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine};
-use crate::lease::{LeaseFence, LeaseKeeper, LeaseWatch};
+use crate::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 use crate::metrics::Metrics;
 use crate::sandbox::{LogLevel, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, StopHandle};
 use crate::store::{

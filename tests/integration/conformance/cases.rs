@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use leash::clock::Timestamp;
 use leash::job::{
-    Digest, ErrorKind, Grants, Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob, PluginName,
-    Target,
+    Digest, EffectOutcome, ErrorKind, Grants, Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob,
+    PluginName, Target,
 };
 use leash::store::{
-    CancelResult, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
-    JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams,
-    LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
+    CancelResult, EffectBeginParams, EffectEndParams, Finish, JobClaimParams, JobFinishParams, JobInsertParams,
+    JobListParams, JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams,
+    Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams,
+    ReclaimReport, StoreError,
 };
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
@@ -775,6 +776,67 @@ pub(crate) async fn claims_take_the_earliest_due_first(store: Arc<dyn JobStore>)
 
 fn release_params(lease: &Lease, run_after: Timestamp, now: Timestamp) -> JobReleaseParams {
     JobReleaseParams { id: lease.job.id, token: lease.token.clone(), queue_ttl: QUEUE_TTL, run_after, now }
+}
+
+pub(crate) async fn effects_are_recorded_only_under_the_lease_and_numbered_per_attempt(store: Arc<dyn JobStore>) {
+    let job = insert_one(&*store, NewJob { max_attempts: 2, ..new_job("fx") }, T0).await;
+    let begin = |token: &str, method: &str, now: Timestamp| {
+        let store = store.clone();
+        let params = EffectBeginParams {
+            id: job.id,
+            token: token.to_owned(),
+            method: method.to_owned(),
+            url: "https://api.example.com/charge".into(),
+            now,
+        };
+        async move { store.effect_begin(params).await.unwrap() }
+    };
+    assert_eq!(begin("no-such-token", "POST", at(1)).await, None, "a queued job records nothing");
+    let first = claim_one(&*store, at(1)).await;
+    assert_eq!(begin("wrong", "POST", at(2)).await, None, "another token records nothing");
+    let one = begin(&first.token, "POST", at(2)).await.expect("recorded under the lease");
+    let two = begin(&first.token, "DELETE", at(3)).await.expect("recorded");
+    assert_eq!((one.attempt, one.seq, two.seq), (1, 1, 2));
+    assert_eq!(one.idempotency_key, format!("{}/1", job.id));
+    assert_eq!((one.finished_at, one.status), (None, None), "an intent has no outcome yet");
+    let end = |attempt: u32, seq: u32, outcome: EffectOutcome, now: Timestamp| {
+        let store = store.clone();
+        let params = EffectEndParams { id: job.id, attempt, seq, outcome, now };
+        async move { store.effect_end(params).await.unwrap() }
+    };
+    end(1, 1, EffectOutcome::Status(201), at(4)).await;
+    end(1, 2, EffectOutcome::Error("connection reset".into()), at(5)).await;
+    end(1, 2, EffectOutcome::Status(200), at(6)).await;
+
+    // The next attempt numbers its effects from 1 again, so a replay
+    // carries the same idempotency keys; the old token is fenced out.
+    store.job_retry(retry_params(&first, at(6), at(6))).await.unwrap();
+    let second = claim_one(&*store, at(7)).await;
+    assert_eq!(begin(&first.token, "POST", at(8)).await, None, "the old attempt can record nothing");
+    let again = begin(&second.token, "POST", at(8)).await.expect("recorded");
+    assert_eq!((again.attempt, again.seq, &again.idempotency_key), (2, 1, &one.idempotency_key));
+
+    let effects = store.effects(job.id).await.unwrap();
+    let summary: Vec<_> = effects
+        .iter()
+        .map(|e| (e.attempt, e.seq, e.method.as_str(), e.status, e.error.as_deref(), e.finished_at))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (1, 1, "POST", Some(201), None, Some(at(4))),
+            (1, 2, "DELETE", None, Some("connection reset"), Some(at(5))),
+            (2, 1, "POST", None, None, None),
+        ],
+        "an outcome is recorded once"
+    );
+    assert_eq!(effects[0].started_at, at(2));
+
+    // Retention takes a job's effects with it.
+    store.job_finish(succeed(&second, at(9))).await.unwrap();
+    let deleted = store.jobs_delete_expired(JobsDeleteParams { finished_before: at(100) }).await.unwrap();
+    assert_eq!(deleted, 1);
+    assert_eq!(store.effects(job.id).await.unwrap(), vec![]);
 }
 
 fn retry_params(lease: &Lease, run_after: Timestamp, now: Timestamp) -> JobRetryParams {

@@ -78,6 +78,9 @@ macro_rules! with_cases {
             worker {
                 workers_register_refresh_and_are_deleted_at_retention,
             }
+            effect {
+                effects_are_recorded_only_under_the_lease_and_numbered_per_attempt,
+            }
         );
     };
 }

@@ -84,6 +84,39 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
             })
             .await
         }
+        JobsCommand::Effects { conn, id } => {
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let effects = client.json(Method::GET, &format!("/v1/jobs/{id}/effects"), None).await?;
+                if json_out {
+                    return print_json(&effects).map(|()| ExitStatus::Success);
+                }
+                let list: crate::api::types::EffectList = typed(effects)?;
+                let mut table =
+                    new_table(&["ATTEMPT", "SEQ", "METHOD", "URL", "OUTCOME", "STARTED", "IDEMPOTENCY KEY"]);
+                for e in list.effects {
+                    let outcome = match (e.status, &e.error) {
+                        (Some(status), _) => status.to_string(),
+                        (None, Some(error)) => terminal_text(error),
+                        // Recorded before sending, never completed: the
+                        // attempt ended before it knew.
+                        (None, None) => "no outcome".to_owned(),
+                    };
+                    table.add_row(vec![
+                        e.attempt.to_string(),
+                        e.seq.to_string(),
+                        terminal_text(&e.method),
+                        terminal_text(&e.url),
+                        outcome,
+                        e.started_at.to_string(),
+                        e.idempotency_key,
+                    ]);
+                }
+                print_table(table);
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
         JobsCommand::Logs { conn, id } => {
             let json_out = conn.json;
             with_client(&conn, false, async move |client| {

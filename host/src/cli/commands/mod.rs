@@ -192,6 +192,14 @@ pub(super) enum JobsCommand {
         /// The job id.
         id: String,
     },
+    /// Print a job's effect ledger: every effectful request (any method but
+    /// GET and HEAD) its attempts made, and how each ended.
+    Effects {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
     /// Print what a finished job logged (records, stdout, stderr).
     Logs {
         #[command(flatten)]

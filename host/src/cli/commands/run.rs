@@ -70,8 +70,8 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
             ..RunLimits::default()
         },
         grants: Arc::new(grants),
-        // No lease: a one-shot run is never fenced.
-        fence: None,
+        // No lease: a one-shot run is neither fenced nor recorded.
+        effects: None,
     };
     let observer: Arc<dyn RunObserver> = if args.json { Arc::new(sandbox::NoObserver) } else { Arc::new(StderrLogs) };
     let outcome = sandbox.run(&plugin, request, &stop, observer).await;

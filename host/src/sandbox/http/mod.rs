@@ -33,24 +33,42 @@ use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::state::{Journal, LogLevel};
+pub use crate::job::EffectOutcome;
 use crate::job::Grants;
 
 /// The log field every HTTP refusal carries, so a job's log can be
 /// searched for them.
 pub const HTTP_LOG_FIELD: &str = "leash.http";
 
-/// Whether an attempt may still cause effects outside the sandbox. The
-/// sandbox asks before every effectful request (any method but `GET` and
-/// `HEAD`) and sends nothing on `Err`; the runtime answers from the job's
-/// lease. A run without one (`leash run`) is never fenced.
+/// The runtime's side of a job's effects: the lease fence and the effect
+/// ledger. The sandbox calls [`EffectLedger::begin`] before every
+/// effectful request (any method but `GET` and `HEAD`) and sends nothing
+/// unless it answers `Ok`; then it sends the request with the ticket's
+/// `Idempotency-Key` and reports how it ended. A run without a ledger
+/// (`leash run`) is neither fenced nor recorded.
 #[async_trait::async_trait]
-pub trait EffectFence: Send + Sync + std::fmt::Debug {
-    /// `Ok` while the attempt holds its lease and is not stopping; `Err`
-    /// says why not.
-    async fn may_act(&self) -> Result<(), String>;
+pub trait EffectLedger: Send + Sync + std::fmt::Debug {
+    /// `Ok` once the attempt, still holding its lease and not stopping,
+    /// has durably recorded the intent to send `method` to `url` (no
+    /// query); `Err` says why the effect may not be made.
+    async fn begin(&self, method: &str, url: &str) -> Result<EffectTicket, String>;
+
+    /// Record how the effect ended.
+    async fn end(&self, ticket: &EffectTicket, outcome: EffectOutcome);
 }
 
-/// Methods that change nothing upstream, sent without asking the fence.
+/// A recorded intent: the effect's place and the key its request carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectTicket {
+    /// The attempt making it.
+    pub attempt: u32,
+    /// Its place among the attempt's effects, from 1.
+    pub seq: u32,
+    /// The `Idempotency-Key` the request carries.
+    pub idempotency_key: String,
+}
+
+/// Methods that change nothing upstream: sent without asking the ledger.
 pub const SAFE_METHODS: [&str; 2] = ["GET", "HEAD"];
 
 /// Requests a run sent and refused.
@@ -77,15 +95,19 @@ pub(super) struct Target {
     until: Instant,
     /// `METHOD scheme://authority/path`, query left out: what logs show.
     shown: String,
-    /// Ask this before sending (the method is not a safe one).
-    fence: Option<Arc<dyn EffectFence>>,
+    /// Record the effect here before sending (the method is not a safe
+    /// one).
+    ledger: Option<Arc<dyn EffectLedger>>,
+    /// `scheme://authority/path`, as the ledger records it.
+    url: String,
+    method: String,
 }
 
 /// The hooks wasmtime-wasi-http calls for one job's requests.
 pub(crate) struct HttpGate {
     grants: Arc<Grants>,
     secrets: Arc<SecretStore>,
-    fence: Option<Arc<dyn EffectFence>>,
+    ledger: Option<Arc<dyn EffectLedger>>,
     journal: Journal,
     meter: Arc<HttpMeter>,
     deadline: Instant,
@@ -97,11 +119,11 @@ impl HttpGate {
     pub(crate) fn new(
         grants: Arc<Grants>,
         secrets: Arc<SecretStore>,
-        fence: Option<Arc<dyn EffectFence>>,
+        ledger: Option<Arc<dyn EffectLedger>>,
         journal: Journal,
         deadline: Instant,
     ) -> Self {
-        HttpGate { grants, secrets, fence, journal, meter: Arc::default(), deadline, limit_logged: false }
+        HttpGate { grants, secrets, ledger, journal, meter: Arc::default(), deadline, limit_logged: false }
     }
 
     pub(crate) fn meter(&self) -> Arc<HttpMeter> {
@@ -142,8 +164,9 @@ impl HttpGate {
             return Err((shown, Denial::RequestLimit(limits.requests)));
         }
         let until = (Instant::now() + limits.request_timeout).min(self.deadline);
-        let fence = self.fence.clone().filter(|_| !SAFE_METHODS.contains(&method.as_str()));
-        Ok(Target { scheme, host, port, until, shown, fence })
+        let ledger = self.ledger.clone().filter(|_| !SAFE_METHODS.contains(&method.as_str()));
+        let url = shown.split_once(' ').map_or(String::new(), |(_, url)| url.to_owned());
+        Ok(Target { scheme, host, port, until, shown, ledger, url, method })
     }
 }
 

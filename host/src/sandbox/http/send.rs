@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
 
-use super::{HttpMeter, HttpScheme, Journal, Target, withdrawn};
+use super::{EffectOutcome, HttpMeter, HttpScheme, Journal, Target, withdrawn};
 use crate::job::Grants;
 use crate::job::grant::parse_ip_host;
 
@@ -42,16 +42,6 @@ pub(super) async fn send(
     meter: Arc<HttpMeter>,
 ) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
     let grant = &grants.http;
-    let until = target.until;
-    if let Some(fence) = &target.fence {
-        // An effect only while the attempt may still act: checked before
-        // a byte leaves, so a lost or released lease sends nothing.
-        if let Err(why) = fence.may_act().await {
-            withdrawn(&journal, &meter, &target.shown, &format!("no new effects: {why}"));
-            return Err(Error::HttpRequestDenied);
-        }
-    }
-    let by = |limit: Option<std::time::Duration>| limit.map_or(until, |d| (Instant::now() + d).min(until));
     let addrs = resolve(&target).await?;
     let allowed: Vec<SocketAddr> =
         addrs.iter().copied().filter(|a| grant.address_allowed(&target.host, a.ip())).collect();
@@ -61,9 +51,48 @@ pub(super) async fn send(
         withdrawn(&journal, &meter, &target.shown, &why);
         return Err(Error::DestinationIpProhibited);
     }
+    // An effect is made only once the ledger has recorded its intent,
+    // which it does only while the attempt may still act.
+    let ticket = match &target.ledger {
+        None => None,
+        Some(ledger) => match ledger.begin(&target.method, &target.url).await {
+            Ok(ticket) => Some((ledger.clone(), ticket)),
+            Err(why) => {
+                withdrawn(&journal, &meter, &target.shown, &format!("no new effects: {why}"));
+                return Err(Error::HttpRequestDenied);
+            }
+        },
+    };
+    let mut request = request;
+    if let Some((_, ticket)) = &ticket {
+        let key = http::HeaderValue::from_str(&ticket.idempotency_key).map_err(|_| Error::HttpRequestDenied)?;
+        request.headers_mut().insert("idempotency-key", key);
+    }
+    let sent = exchange(&target, &allowed, request, options, &grant.limits).await;
+    if let Some((ledger, ticket)) = &ticket {
+        let outcome = match &sent {
+            Ok((response, _)) => EffectOutcome::Status(response.status().as_u16()),
+            Err(e) => EffectOutcome::Error(e.to_string()),
+        };
+        ledger.end(ticket, outcome).await;
+    }
+    sent
+}
 
+/// Connect to the first of `allowed` that answers, send `request` and
+/// wait for the response head.
+async fn exchange(
+    target: &Target,
+    allowed: &[SocketAddr],
+    request: http::Request<WasiBody>,
+    options: Option<RequestOptions>,
+    limits: &crate::job::grant::HttpLimits,
+) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
+    let (max_request, max_response) = (limits.request_bytes, limits.response_bytes);
+    let until = target.until;
+    let by = |limit: Option<std::time::Duration>| limit.map_or(until, |d| (Instant::now() + d).min(until));
     let connect_by = by(options.and_then(|o| o.connect_timeout));
-    let stream = connect(&allowed, connect_by).await?;
+    let stream = connect(allowed, connect_by).await?;
     let io: Box<dyn Io> = match target.scheme {
         HttpScheme::Http => Box::new(stream),
         HttpScheme::Https => {
@@ -89,7 +118,6 @@ pub(super) async fn send(
     let (mut parts, body) = request.into_parts();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     parts.uri = http::Uri::builder().path_and_query(path).build().map_err(|_| Error::HttpRequestUriInvalid)?;
-    let max_request = grant.limits.request_bytes;
     let body = Capped::new(body, max_request, None, move || Error::HttpRequestBodySize(Some(max_request)));
     let request = http::Request::from_parts(parts, body.boxed_unsync());
 
@@ -115,7 +143,6 @@ pub(super) async fn send(
     .map_err(|_| Error::HttpResponseTimeout)??;
     drop(sender);
 
-    let max_response = grant.limits.response_bytes;
     let response = response.map(|incoming| {
         Capped::new(incoming.map_err(Error::from), max_response, Some(until), move || {
             Error::HttpResponseBodySize(Some(max_response))

@@ -120,6 +120,24 @@ CREATE TABLE workers (
 ALTER TABLE plugin_names ADD COLUMN grants_json TEXT;
 ALTER TABLE jobs ADD COLUMN grants_json TEXT;
 "#,
+    r#"
+-- The effect ledger: each effectful request, recorded before it is sent
+-- (the intent) and completed after (the outcome). Deleted with its job.
+CREATE TABLE effects (
+    job_id       TEXT COLLATE "C" NOT NULL REFERENCES jobs (job_id) ON DELETE CASCADE,
+    attempt      INTEGER NOT NULL CHECK (attempt >= 1),
+    seq          INTEGER NOT NULL CHECK (seq >= 1),
+    method       TEXT NOT NULL,
+    url          TEXT NOT NULL,
+    started_at   BIGINT NOT NULL,
+    finished_at  BIGINT,
+    status       INTEGER CHECK (status BETWEEN 100 AND 999),
+    error        TEXT,
+    CHECK (finished_at IS NOT NULL OR (status IS NULL AND error IS NULL)),
+    CHECK (status IS NULL OR error IS NULL),
+    PRIMARY KEY (job_id, attempt, seq)
+);
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

@@ -35,18 +35,20 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 use tokio::sync::oneshot;
 
 use super::codec::{
-    corrupt, grants_of, grants_to_column, i64_of, json_column, list_filters, ms, target_columns, target_of, to_json,
+    EFFECT_COLUMNS, EffectRow, corrupt, grants_of, grants_to_column, i64_of, json_column, list_filters, ms,
+    outcome_columns, target_columns, target_of, to_json,
 };
 use super::{
-    CancelResult, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams,
-    JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams,
-    LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams, ReclaimReport, StoreError,
+    CancelResult, EffectBeginParams, EffectEndParams, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams,
+    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams,
+    LEASE_LOST_MESSAGE, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams,
+    PluginPutParams, ReclaimReport, StoreError,
 };
 use super::{Durability, WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
 use crate::job::{
-    Backoff, Counts, Digest, ErrorKind, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, PluginInfo, PluginName,
-    PluginRef, SCHEMA_VERSION,
+    Backoff, Counts, Digest, Effect, ErrorKind, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, PluginInfo,
+    PluginName, PluginRef, SCHEMA_VERSION,
 };
 
 /// The SQLite [`JobStore`].
@@ -569,11 +571,93 @@ impl JobStore for SqliteStore {
 
     async fn jobs_delete_expired(&self, params: JobsDeleteParams) -> Result<u64, StoreError> {
         let cutoff = params.finished_before.unix_ms();
-        self.write(move |conn| {
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("deleting old jobs");
+            conn.execute(
+                "DELETE FROM effects WHERE job_id IN \
+                 (SELECT job_id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?1)",
+                params![cutoff],
+            )
+            .map_err(&err)?;
             let n = conn
                 .execute("DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?1", params![cutoff])
-                .map_err(db_err("deleting old jobs"))?;
+                .map_err(&err)?;
             Ok(n as u64)
+        })
+        .await
+    }
+
+    async fn effect_begin(&self, params: EffectBeginParams) -> Result<Option<Effect>, StoreError> {
+        let id = params.id;
+        self.write(move |conn| {
+            let row = conn
+                .prepare_cached(
+                    "INSERT INTO effects (job_id, attempt, seq, method, url, started_at) \
+                     SELECT j.job_id, j.attempt, 1 + COALESCE((SELECT MAX(e.seq) FROM effects e \
+                       WHERE e.job_id = j.job_id AND e.attempt = j.attempt), 0), ?3, ?4, ?5 \
+                     FROM jobs j WHERE j.job_id = ?1 AND j.status = 'running' AND j.lease_token = ?2 \
+                     RETURNING attempt, seq",
+                )
+                .and_then(|mut s| {
+                    s.query_row(
+                        params![id.to_string(), params.token, params.method, params.url, params.now.unix_ms()],
+                        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+                    )
+                    .optional()
+                })
+                .map_err(db_err("recording an effect"))?;
+            Ok(row.map(|(attempt, seq)| EffectRow::intent(params, attempt, seq)))
+        })
+        .await
+    }
+
+    async fn effect_end(&self, params: EffectEndParams) -> Result<(), StoreError> {
+        self.write(move |conn| {
+            let (status, error) = outcome_columns(&params.outcome);
+            conn.prepare_cached(
+                "UPDATE effects SET finished_at = ?4, status = ?5, error = ?6 \
+                 WHERE job_id = ?1 AND attempt = ?2 AND seq = ?3 AND finished_at IS NULL",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    params.id.to_string(),
+                    params.attempt,
+                    params.seq,
+                    params.now.unix_ms(),
+                    status,
+                    error
+                ])
+            })
+            .map_err(db_err("recording an effect's outcome"))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn effects(&self, id: JobId) -> Result<Vec<Effect>, StoreError> {
+        self.read(move |conn| {
+            let err = db_err("reading effects");
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {EFFECT_COLUMNS} FROM effects WHERE job_id = ?1 ORDER BY attempt, seq"
+                ))
+                .map_err(&err)?;
+            let rows = stmt
+                .query_map(params![id.to_string()], |r| {
+                    Ok(EffectRow {
+                        attempt: r.get(0)?,
+                        seq: r.get(1)?,
+                        method: r.get(2)?,
+                        url: r.get(3)?,
+                        started_at: r.get(4)?,
+                        finished_at: r.get(5)?,
+                        status: r.get(6)?,
+                        error: r.get(7)?,
+                    })
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(&err)?;
+            Ok(rows.into_iter().map(|r| r.into_effect(id)).collect())
         })
         .await
     }

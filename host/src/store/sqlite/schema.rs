@@ -150,6 +150,24 @@ ALTER TABLE jobs ADD COLUMN releases INTEGER NOT NULL DEFAULT 0 CHECK (releases 
 ALTER TABLE plugin_names ADD COLUMN grants_json TEXT;
 ALTER TABLE jobs ADD COLUMN grants_json TEXT;
 "#,
+    r#"
+-- The effect ledger: each effectful request, recorded before it is sent
+-- (the intent) and completed after (the outcome). Deleted with its job.
+CREATE TABLE effects (
+    job_id       TEXT NOT NULL,
+    attempt      INTEGER NOT NULL CHECK (attempt >= 1),
+    seq          INTEGER NOT NULL CHECK (seq >= 1),
+    method       TEXT NOT NULL,
+    url          TEXT NOT NULL,
+    started_at   INTEGER NOT NULL,
+    finished_at  INTEGER,
+    status       INTEGER CHECK (status BETWEEN 100 AND 999),
+    error        TEXT,
+    CHECK (finished_at IS NOT NULL OR (status IS NULL AND error IS NULL)),
+    CHECK (status IS NULL OR error IS NULL),
+    PRIMARY KEY (job_id, attempt, seq)
+) WITHOUT ROWID;
+"#,
 ];
 
 /// Create a missing database file readable by its owner only; SQLite gives
