@@ -108,6 +108,8 @@ async fn every_escape_of_http_escape_is_refused_and_sends_nothing() {
         { "url": upstream.url("/hello"), "method": "DELETE" },
         // A granted request redirected to the metadata address.
         { "url": upstream.url("/redirect?to=http://169.254.169.254/latest/") },
+        // Credentials in the authority, to another address.
+        { "url": format!("http://user:hunter2@127.0.0.2:{port}/hello") },
     ]);
     let input = json!({ "tries": tries, "flood": { "url": upstream.url("/hello"), "count": 10_000 } });
     let mut grant = grant(&[&granted]);
@@ -122,6 +124,7 @@ async fn every_escape_of_http_escape_is_refused_and_sends_nothing() {
     let redirected = &results[6];
     assert_eq!(redirected["visited"].as_array().unwrap().len(), 2, "{redirected}");
     assert_eq!(redirected["error"], "HttpRequestDenied", "the redirect is checked like any request: {redirected}");
+    assert_eq!(results[7]["error"], "HttpRequestDenied", "{}", results[7]);
     // One request reached the upstream (the redirect), then 24 of the flood.
     assert_eq!(output["flood"]["ok"], 24, "{output}");
     assert_eq!(output["flood"]["errors"]["HttpRequestDenied"], 10_000 - 24, "{output}");
@@ -129,10 +132,12 @@ async fn every_escape_of_http_escape_is_refused_and_sends_nothing() {
     assert_eq!(received.len(), 25, "only the granted requests arrived");
     assert!(received[0].starts_with("GET /redirect"));
     assert!(received[1..].iter().all(|r| r == "GET /hello"), "{received:?}");
-    assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (25, 7 + 10_000 - 24));
+    assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (25, 8 + 10_000 - 24));
     // Every refusal is logged, except the flood past the limit: once.
     let logged = denials(&outcome);
-    assert_eq!(logged.len(), 8, "{logged:#?}");
+    assert_eq!(logged.len(), 9, "{logged:#?}");
+    assert!(logged.iter().any(|l| l.contains("GET http://127.0.0.2:")), "{logged:#?}");
+    assert!(!logged.iter().any(|l| l.contains("hunter2")), "credentials in a URL are never logged: {logged:#?}");
     assert_eq!(logged.iter().filter(|l| l.contains("limit of 25 requests")).count(), 1);
 }
 

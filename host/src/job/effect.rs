@@ -15,7 +15,8 @@ pub struct Effect {
     pub seq: u32,
     /// The request method.
     pub method: String,
-    /// `scheme://authority/path`: the query is never recorded.
+    /// `scheme://host[:port]/path`: the query and any credentials are
+    /// never recorded.
     pub url: String,
     /// The `Idempotency-Key` the request carried: `<job id>/<seq>`, the
     /// same for the same place in every attempt.

@@ -203,7 +203,7 @@ pub struct EffectBeginParams {
     pub token: String,
     /// The request method.
     pub method: String,
-    /// `scheme://authority/path`, without the query.
+    /// `scheme://host[:port]/path`, without query or credentials.
     pub url: String,
     /// Now.
     pub now: Timestamp,

@@ -93,12 +93,13 @@ pub(super) struct Target {
     port: u16,
     /// When the request must be over.
     until: Instant,
-    /// `METHOD scheme://authority/path`, query left out: what logs show.
+    /// `METHOD scheme://host[:port]/path`, query and credentials left out:
+    /// what logs and the ledger show.
     shown: String,
     /// Record the effect here before sending (the method is not a safe
     /// one).
     ledger: Option<Arc<dyn EffectLedger>>,
-    /// `scheme://authority/path`, as the ledger records it.
+    /// `scheme://host[:port]/path`, as the ledger records it.
     url: String,
     method: String,
 }
@@ -135,10 +136,13 @@ impl HttpGate {
     fn admit(&self, request: &mut http::Request<WasiBody>) -> Result<Target, (String, Denial)> {
         let uri = request.uri();
         let method = request.method().as_str();
+        // Host and port only: a user-info part (`user:password@`) of the
+        // authority is never logged or recorded.
+        let port_text = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
         let shown = format!(
-            "{method} {}://{}{}",
+            "{method} {}://{}{port_text}{}",
             uri.scheme_str().unwrap_or("https"),
-            uri.authority().map_or("", |a| a.as_str()),
+            uri.host().unwrap_or_default(),
             uri.path()
         );
         let scheme = match uri.scheme_str() {
