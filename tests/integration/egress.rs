@@ -309,6 +309,29 @@ async fn an_effect_is_recorded_before_it_is_sent_and_refused_when_the_ledger_say
 }
 
 #[tokio::test]
+async fn the_grant_says_which_methods_are_effects() {
+    let sandbox = support::sandbox();
+    let upstream = Upstream::start().await;
+    let plugin = support::load(&sandbox, "http-get");
+    let stop = StopHandle::new();
+    let attempt = |method: &str, safe: &[&str], ledger: Arc<Ledger>| {
+        let mut http = grant(&[&upstream.url("")]);
+        http.safe_methods = safe.iter().map(|m| m.to_string()).collect();
+        let mut request =
+            request(json!({ "url": upstream.url("/hello"), "method": method }).to_string().as_bytes(), limits());
+        request.grants = Arc::new(Grants { http, ..Grants::default() });
+        request.effects = Some(ledger);
+        sandbox.run(&plugin, request, &stop, Arc::new(NoObserver))
+    };
+    let ledger = Arc::new(Ledger::default());
+    output_json(&attempt("POST", &["GET", "HEAD", "POST"], ledger.clone()).await);
+    assert!(ledger.begun.lock().unwrap().is_empty(), "a POST marked safe is not recorded");
+    output_json(&attempt("GET", &[], ledger.clone()).await);
+    assert_eq!(ledger.begun.lock().unwrap().len(), 1, "with no safe method, a GET is an effect");
+    assert_eq!(upstream.received().last().unwrap(), "GET /hello idempotency-key=job/1");
+}
+
+#[tokio::test]
 async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_the_lease_is_lost() {
     use leash::clock::{Clock, ManualClock, Timestamp};
     use leash::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};

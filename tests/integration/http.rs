@@ -145,6 +145,7 @@ async fn grants_are_set_on_a_registration_and_bad_ones_refused_by_field() {
         (json!({ "http": { "limits": { "request_timeout_ms": 0 } } }), "", "request_timeout_ms must be at least 1"),
         (json!({ "config": { "": "x" } }), "invalid grant", "config key \"\": use 1 to 128 bytes"),
         (json!({ "config": { "k": 1 } }), "`config.k`", "invalid type"),
+        (json!({ "http": { "safe_methods": ["get"] } }), "safe_methods", "not an upper-case method name"),
     ] {
         let (status, answer) = server.call(Method::PUT, path, Some(body.clone())).await;
         assert_eq!(status, 400, "{body}: {answer}");

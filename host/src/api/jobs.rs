@@ -340,9 +340,9 @@ pub(super) async fn job_logs(
     Ok(Json(state.runtime.logs(id).await?).into_response())
 }
 
-/// A job's effect ledger: every effectful request (any method but `GET` and
-/// `HEAD`) its attempts made, recorded before it was sent, with its
-/// outcome once known.
+/// A job's effect ledger: every effectful request (any method its grant
+/// does not mark safe; by default all but `GET` and `HEAD`) its attempts
+/// made, recorded before it was sent, with its outcome once known.
 #[utoipa::path(get, path = "/v1/jobs/{id}/effects", tag = "jobs",
     params(("id" = JobId, Path)),
     responses(

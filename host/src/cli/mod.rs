@@ -343,6 +343,11 @@ struct GrantArgs {
     /// Longest one HTTP request may take (never past the job's timeout).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
     http_timeout: Duration,
+    /// A method that changes nothing upstream, so its requests are neither
+    /// fenced by the lease nor recorded as effects. Repeat for more; given
+    /// at all, it replaces the default set (GET and HEAD).
+    #[arg(long = "safe-method", value_name = "METHOD", value_parser = parse_method)]
+    safe_method: Vec<String>,
     /// A configuration value the plugin reads through `wasi:config/store`:
     /// `KEY=VALUE`. Repeat for more; the plugin sees these keys only.
     #[arg(long = "config-var", value_name = "KEY=VALUE", value_parser = parse_config_var)]
@@ -352,6 +357,14 @@ struct GrantArgs {
     /// `GITHUB_TOKEN=https://api.github.com`. Repeat for more.
     #[arg(long = "secret", value_name = "NAME=RULE", value_parser = parse_secret_binding)]
     secret: Vec<(sandbox::http::SecretName, sandbox::http::HostRule)>,
+}
+
+fn parse_method(text: &str) -> Result<String, String> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_alphabetic()) {
+        Ok(text.to_ascii_uppercase())
+    } else {
+        Err(format!("{text:?} is not a method name"))
+    }
 }
 
 fn parse_config_var(text: &str) -> Result<(String, String), String> {
@@ -378,6 +391,11 @@ impl GrantArgs {
             hosts: self.allow_host.clone(),
             private_ranges: self.allow_private.clone(),
             secrets: Vec::new(),
+            safe_methods: if self.safe_method.is_empty() {
+                sandbox::http::DEFAULT_SAFE_METHODS.map(str::to_owned).to_vec()
+            } else {
+                self.safe_method.clone()
+            },
             limits: sandbox::http::HttpLimits {
                 requests: self.http_requests,
                 request_bytes: self.http_request_limit,

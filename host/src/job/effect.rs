@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::JobId;
 use crate::clock::Timestamp;
 
-/// One effect: an outbound request other than `GET` or `HEAD`.
+/// One effect: an outbound request with a method its grant does not mark
+/// safe (by default any but `GET` and `HEAD`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Effect {
     /// The attempt that made it (1 for the first).

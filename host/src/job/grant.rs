@@ -426,6 +426,10 @@ impl Grants {
                  {MAX_GRANT_RULES} secret rules"
             ));
         }
+        if let Some(bad) = http.safe_methods.iter().find(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()))
+        {
+            return Err(format!("http.safe_methods: {bad:?} is not an upper-case method name"));
+        }
         if http.limits.request_timeout < Duration::from_millis(1) {
             return Err("http.limits.request_timeout_ms must be at least 1".to_owned());
         }
@@ -448,7 +452,7 @@ impl Grants {
 
 /// Everything a job may do over HTTP. The default grants nothing: every
 /// request is denied.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpGrant {
     /// Hosts the job may reach: `[METHOD[,METHOD…] ]SCHEME://HOST[:PORT]`,
@@ -462,8 +466,27 @@ pub struct HttpGrant {
     /// Secrets the host may put into the job's requests, each only on
     /// requests its rules match.
     pub secrets: Vec<SecretBinding>,
+    /// Methods that change nothing upstream (upper case): requests with
+    /// them are neither fenced by the lease nor recorded in the effect
+    /// ledger. Every other method is an effect.
+    pub safe_methods: Vec<String>,
     /// Limits.
     pub limits: HttpLimits,
+}
+
+/// The methods safe unless a grant says otherwise.
+pub const DEFAULT_SAFE_METHODS: [&str; 2] = ["GET", "HEAD"];
+
+impl Default for HttpGrant {
+    fn default() -> Self {
+        HttpGrant {
+            hosts: Vec::new(),
+            private_ranges: Vec::new(),
+            secrets: Vec::new(),
+            safe_methods: DEFAULT_SAFE_METHODS.map(str::to_owned).to_vec(),
+            limits: HttpLimits::default(),
+        }
+    }
 }
 
 /// A secret's name: a letter or `_`, then letters, digits and `_`, at
@@ -524,6 +547,11 @@ impl HttpGrant {
             Some(binding) => binding.hosts.push(rule),
             None => self.secrets.push(SecretBinding { name, hosts: vec![rule] }),
         }
+    }
+
+    /// Whether a request with `method` is an effect (fenced and recorded).
+    pub fn is_effect(&self, method: &str) -> bool {
+        !self.safe_methods.iter().any(|m| m == method)
     }
 
     /// Whether `name` may be sent with `method` to `scheme://host:port`.

@@ -192,8 +192,8 @@ pub(super) enum JobsCommand {
         /// The job id.
         id: String,
     },
-    /// Print a job's effect ledger: every effectful request (any method but
-    /// GET and HEAD) its attempts made, and how each ended.
+    /// Print a job's effect ledger: every effectful request (by default any
+    /// method but GET and HEAD) its attempts made, and how each ended.
     Effects {
         #[command(flatten)]
         conn: ConnArgs,

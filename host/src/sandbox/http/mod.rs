@@ -24,8 +24,8 @@ use std::time::Instant;
 
 pub use crate::job::grant::{
     AddressRange, DEFAULT_HTTP_REQUEST_BYTES, DEFAULT_HTTP_REQUEST_TIMEOUT, DEFAULT_HTTP_REQUESTS,
-    DEFAULT_HTTP_RESPONSE_BYTES, Denial, GrantSyntaxError, HostPattern, HostRule, HttpGrant, HttpLimits, HttpScheme,
-    SecretBinding, SecretName, is_private,
+    DEFAULT_HTTP_RESPONSE_BYTES, DEFAULT_SAFE_METHODS, Denial, GrantSyntaxError, HostPattern, HostRule, HttpGrant,
+    HttpLimits, HttpScheme, SecretBinding, SecretName, is_private,
 };
 pub(crate) use secrets::redact;
 pub use secrets::{SECRET_ENV_PREFIX, SecretStore};
@@ -42,7 +42,8 @@ pub const HTTP_LOG_FIELD: &str = "leash.http";
 
 /// The runtime's side of a job's effects: the lease fence and the effect
 /// ledger. The sandbox calls [`EffectLedger::begin`] before every
-/// effectful request (any method but `GET` and `HEAD`) and sends nothing
+/// effectful request (any method the grant does not mark safe: by
+/// default all but `GET` and `HEAD`) and sends nothing
 /// unless it answers `Ok`; then it sends the request with the ticket's
 /// `Idempotency-Key` and reports how it ended. A run without a ledger
 /// (`leash run`) is neither fenced nor recorded.
@@ -67,9 +68,6 @@ pub struct EffectTicket {
     /// The `Idempotency-Key` the request carries.
     pub idempotency_key: String,
 }
-
-/// Methods that change nothing upstream: sent without asking the ledger.
-pub const SAFE_METHODS: [&str; 2] = ["GET", "HEAD"];
 
 /// Requests a run sent and refused.
 #[derive(Debug, Default)]
@@ -168,7 +166,7 @@ impl HttpGate {
             return Err((shown, Denial::RequestLimit(limits.requests)));
         }
         let until = (Instant::now() + limits.request_timeout).min(self.deadline);
-        let ledger = self.ledger.clone().filter(|_| !SAFE_METHODS.contains(&method.as_str()));
+        let ledger = self.ledger.clone().filter(|_| grant.is_effect(&method));
         let url = shown.split_once(' ').map_or(String::new(), |(_, url)| url.to_owned());
         Ok(Target { scheme, host, port, until, shown, ledger, url, method })
     }
