@@ -408,3 +408,23 @@ async fn wasi_config_shows_the_granted_keys_and_no_others() {
     let output = output_json(&run_with(&[]).await);
     assert_eq!(output["all"], json!({}), "nothing granted, nothing seen");
 }
+
+#[tokio::test]
+async fn webhook_deliveries_carry_the_secret_and_one_idempotency_key_each() {
+    let sandbox = sandbox_with_secret("hook-s3cret");
+    let upstream = Upstream::start().await;
+    let plugin = support::load(&sandbox, "webhook");
+    let mut http = grant(&[&format!("POST {}", upstream.url(""))]);
+    http.bind_secret("TOKEN".parse().unwrap(), upstream.url("").parse().unwrap());
+    let input = json!({ "url": upstream.url("/hello"), "event": { "kind": "deploy" }, "count": 3, "secret": "TOKEN" });
+    let mut request = request(input.to_string().as_bytes(), limits());
+    request.grants = Arc::new(Grants { http, ..Grants::default() });
+    let ledger = Arc::new(Ledger::default());
+    request.effects = Some(ledger.clone());
+    let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;
+    assert_eq!(output_json(&outcome), json!({ "delivered": 3, "statuses": [200, 200, 200] }));
+    let expected: Vec<String> =
+        (1..=3).map(|n| format!("POST /hello authorization=Bearer hook-s3cret idempotency-key=job/{n}")).collect();
+    assert_eq!(upstream.received(), expected);
+    assert_eq!(ledger.ended.lock().unwrap().len(), 3, "each delivery's outcome is recorded");
+}
