@@ -167,17 +167,18 @@ async fn a_silent_upstream_is_cut_off_at_the_request_time_limit_and_never_past_t
     grant.limits.request_timeout = Duration::from_millis(300);
     let input = json!({ "url": upstream.url("/slow") });
     let outcome = run(&sandbox, "http-get", input.clone(), grant.clone(), limits()).await;
-    assert!(failure_message(&outcome).contains("HttpResponseTimeout"), "{:?}", outcome.result);
+    // Normally the answer is what times out; on a starved machine the
+    // connect itself may reach the limit first.
+    let message = failure_message(&outcome);
+    assert!(message.contains("HttpResponseTimeout") || message.contains("ConnectionTimeout"), "{message}");
 
     // A request limit longer than the job's: the job's timeout ends it.
     grant.limits.request_timeout = support::GENEROUS;
     let short = RunLimits { timeout: Duration::from_millis(500), ..limits() };
     let outcome = run(&sandbox, "http-get", input, grant, short).await;
     let failure = outcome.result.as_ref().expect_err("the job must end");
-    assert!(
-        failure.kind == ErrorKind::Timeout || failure.message.contains("HttpResponseTimeout"),
-        "ended by the job's deadline: {failure:?}"
-    );
+    let request_timed_out = ["HttpResponseTimeout", "ConnectionTimeout"].iter().any(|c| failure.message.contains(c));
+    assert!(failure.kind == ErrorKind::Timeout || request_timed_out, "ended by the job's deadline: {failure:?}");
     assert!(outcome.usage.duration < Duration::from_secs(10), "ended near the deadline: {:?}", outcome.usage.duration);
 }
 
