@@ -429,3 +429,17 @@ async fn webhook_deliveries_carry_the_secret_and_one_idempotency_key_each() {
     assert_eq!(upstream.received(), expected);
     assert_eq!(ledger.ended.lock().unwrap().len(), 3, "each delivery's outcome is recorded");
 }
+
+#[tokio::test]
+async fn a_request_body_past_the_limit_fails_the_request() {
+    let sandbox = support::sandbox();
+    let upstream = Upstream::start().await;
+    let mut grant = grant(&[&upstream.url("")]);
+    grant.limits.request_bytes = 1024;
+    let big = json!({ "url": upstream.url("/hello"), "method": "PUT", "body": "x".repeat(64 << 10) });
+    let outcome = run(&sandbox, "http-get", big, grant.clone(), limits()).await;
+    assert!(failure_message(&outcome).contains("HttpRequestBodySize"), "{:?}", outcome.result);
+    let small = json!({ "url": upstream.url("/hello"), "method": "PUT", "body": "x".repeat(1024) });
+    let outcome = run(&sandbox, "http-get", small, grant, limits()).await;
+    assert_eq!(output_json(&outcome)["status"], 200, "at the limit, the body goes through");
+}

@@ -233,6 +233,11 @@ impl WasiHttpHooks for HttpGate {
     }
 
     fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> ErrorCode {
+        // A request body cut at its limit reaches hyper as the body's error.
+        let cause = std::error::Error::source(err).and_then(|e| e.downcast_ref::<Error>());
+        if let Some(Error::HttpRequestBodySize(limit)) = cause {
+            return ErrorCode::HttpRequestBodySize(*limit);
+        }
         if err.is_timeout() {
             ErrorCode::ConnectionReadTimeout
         } else if err.is_incomplete_message() {
