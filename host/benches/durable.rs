@@ -44,15 +44,7 @@ async fn raw_rate(n: usize) -> f64 {
         let (sandbox, plugin, next) = (sandbox.clone(), plugin.clone(), next.clone());
         tasks.spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < n {
-                let request = RunRequest {
-                    job_id: String::new(),
-                    target: Target::Execute,
-                    attempt: 1,
-                    input: b"x".to_vec(),
-                    limits: RunLimits::default(),
-                    grants: Default::default(),
-                    effects: None,
-                };
+                let request = RunRequest::new(Target::Execute, b"x".to_vec(), RunLimits::default());
                 let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;
                 assert!(outcome.result.is_ok());
             }

@@ -70,15 +70,7 @@ async fn main() {
     let body = serde_json::json!({ "plugin": "hello@1.0.0", "input": { "name": "bench" }, "execution": "sync" });
 
     let raw_call = || async {
-        let request = RunRequest {
-            job_id: String::new(),
-            target: Target::Execute,
-            attempt: 1,
-            input: input.clone(),
-            limits: RunLimits::default(),
-            grants: Default::default(),
-            effects: None,
-        };
+        let request = RunRequest::new(Target::Execute, input.clone(), RunLimits::default());
         let start = Instant::now();
         let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;
         assert!(outcome.result.is_ok());

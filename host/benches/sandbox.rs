@@ -26,15 +26,7 @@ mod support;
 use support::{ms, percentile};
 
 fn request(input: &[u8], limits: RunLimits) -> RunRequest {
-    RunRequest {
-        job_id: String::new(),
-        target: Target::Execute,
-        attempt: 1,
-        input: input.to_vec(),
-        limits,
-        grants: Default::default(),
-        effects: None,
-    }
+    RunRequest::new(Target::Execute, input.to_vec(), limits)
 }
 
 // ---- a bare wasmtime embedding of the same world, as the baseline ----

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leash::job::{ErrorKind, Grants};
-use leash::sandbox::http::{EffectLedger, EffectOutcome, EffectTicket, HttpGrant, HttpLimits, SecretStore};
-use leash::sandbox::{NoObserver, Outcome, RunLimits, Sandbox, SandboxConfig, StopHandle};
+use leash::job::grant::{HttpGrant, HttpLimits};
+use leash::job::{EffectOutcome, ErrorKind, Grants};
+use leash::sandbox::http::{EffectLedger, EffectTicket, SecretStore};
+use leash::sandbox::{NoObserver, Outcome, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
 use serde_json::{Value, json};
 
 use crate::support::{self, Upstream, limits, output_json, request};
@@ -17,11 +18,22 @@ fn grant(rules: &[&str]) -> HttpGrant {
     HttpGrant { hosts: rules.iter().map(|r| r.parse().unwrap()).collect(), ..HttpGrant::default() }
 }
 
-async fn run(sandbox: &Sandbox, plugin: &str, input: Value, grant: HttpGrant, limits: RunLimits) -> Outcome {
+fn http_only(http: HttpGrant) -> Grants {
+    Grants { http, ..Grants::default() }
+}
+
+/// A run on `input` with `grants` (and no effect ledger).
+fn job(input: &Value, grants: Grants, limits: RunLimits) -> RunRequest {
+    RunRequest { grants: Arc::new(grants), ..request(input.to_string().as_bytes(), limits) }
+}
+
+async fn run_job(sandbox: &Sandbox, plugin: &str, request: RunRequest) -> Outcome {
     let plugin = support::load(sandbox, plugin);
-    let mut request = request(input.to_string().as_bytes(), limits);
-    request.grants = Arc::new(Grants { http: grant, ..Grants::default() });
     sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await
+}
+
+async fn run(sandbox: &Sandbox, plugin: &str, input: Value, grant: HttpGrant, limits: RunLimits) -> Outcome {
+    run_job(sandbox, plugin, job(&input, http_only(grant), limits)).await
 }
 
 /// The job's log lines about HTTP refusals.
@@ -187,8 +199,7 @@ async fn a_forced_stop_aborts_the_request_in_flight() {
     let sandbox = Arc::new(support::sandbox());
     let upstream = Upstream::start().await;
     let plugin = support::load(&sandbox, "http-get");
-    let mut request = request(json!({ "url": upstream.url("/slow") }).to_string().as_bytes(), limits());
-    request.grants = Arc::new(Grants { http: grant(&[&upstream.url("")]), ..Grants::default() });
+    let request = job(&json!({ "url": upstream.url("/slow") }), http_only(grant(&[&upstream.url("")])), limits());
     let stop = StopHandle::new();
     let run = tokio::spawn({
         let (sandbox, stop) = (sandbox.clone(), stop.clone());
@@ -276,13 +287,9 @@ impl EffectLedger for Ledger {
 async fn an_effect_is_recorded_before_it_is_sent_and_refused_when_the_ledger_says_no() {
     let sandbox = support::sandbox();
     let upstream = Upstream::start().await;
-    let plugin = support::load(&sandbox, "http-get");
-    let stop = StopHandle::new();
     let attempt = |input: Value, ledger: Arc<Ledger>| {
-        let mut request = request(input.to_string().as_bytes(), limits());
-        request.grants = Arc::new(Grants { http: grant(&[&upstream.url("")]), ..Grants::default() });
-        request.effects = Some(ledger);
-        sandbox.run(&plugin, request, &stop, Arc::new(NoObserver))
+        let request = job(&input, http_only(grant(&[&upstream.url("")])), limits());
+        run_job(&sandbox, "http-get", RunRequest { effects: Some(ledger), ..request })
     };
     let post = json!({ "url": upstream.url("/hello?card=4242"), "method": "POST", "body": "effect" });
     let closed = Arc::new(Ledger { refuse: Some("the attempt's lease is lost".into()), ..Ledger::default() });
@@ -313,16 +320,11 @@ async fn an_effect_is_recorded_before_it_is_sent_and_refused_when_the_ledger_say
 async fn the_grant_says_which_methods_are_effects() {
     let sandbox = support::sandbox();
     let upstream = Upstream::start().await;
-    let plugin = support::load(&sandbox, "http-get");
-    let stop = StopHandle::new();
     let attempt = |method: &str, safe: &[&str], ledger: Arc<Ledger>| {
         let mut http = grant(&[&upstream.url("")]);
         http.safe_methods = safe.iter().map(|m| m.to_string()).collect();
-        let mut request =
-            request(json!({ "url": upstream.url("/hello"), "method": method }).to_string().as_bytes(), limits());
-        request.grants = Arc::new(Grants { http, ..Grants::default() });
-        request.effects = Some(ledger);
-        sandbox.run(&plugin, request, &stop, Arc::new(NoObserver))
+        let request = job(&json!({ "url": upstream.url("/hello"), "method": method }), http_only(http), limits());
+        run_job(&sandbox, "http-get", RunRequest { effects: Some(ledger), ..request })
     };
     let ledger = Arc::new(Ledger::default());
     output_json(&attempt("POST", &["GET", "HEAD", "POST"], ledger.clone()).await);
@@ -393,15 +395,8 @@ async fn wasi_config_shows_the_granted_keys_and_no_others() {
     let sandbox = support::sandbox();
     let input = json!({ "keys": ["region", "HOME", "PATH", "mode"] });
     let run_with = |config: &[(&str, &str)]| {
-        let grants = Grants {
-            config: config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            ..Grants::default()
-        };
-        let plugin = support::load(&sandbox, "config-read");
-        let mut request = request(input.to_string().as_bytes(), limits());
-        request.grants = Arc::new(grants);
-        let sandbox = &sandbox;
-        async move { sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await }
+        let config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        run_job(&sandbox, "config-read", job(&input, Grants { config, ..Grants::default() }, limits()))
     };
     let output = output_json(&run_with(&[("region", "eu-west"), ("mode", "")]).await);
     assert_eq!(output["get"], json!({ "region": "eu-west", "HOME": null, "PATH": null, "mode": "" }));
@@ -414,15 +409,12 @@ async fn wasi_config_shows_the_granted_keys_and_no_others() {
 async fn webhook_deliveries_carry_the_secret_and_one_idempotency_key_each() {
     let sandbox = sandbox_with_secret("hook-s3cret");
     let upstream = Upstream::start().await;
-    let plugin = support::load(&sandbox, "webhook");
     let mut http = grant(&[&format!("POST {}", upstream.url(""))]);
     http.bind_secret("TOKEN".parse().unwrap(), upstream.url("").parse().unwrap());
     let input = json!({ "url": upstream.url("/hello"), "event": { "kind": "deploy" }, "count": 3, "secret": "TOKEN" });
-    let mut request = request(input.to_string().as_bytes(), limits());
-    request.grants = Arc::new(Grants { http, ..Grants::default() });
     let ledger = Arc::new(Ledger::default());
-    request.effects = Some(ledger.clone());
-    let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;
+    let request = RunRequest { effects: Some(ledger.clone()), ..job(&input, http_only(http), limits()) };
+    let outcome = run_job(&sandbox, "webhook", request).await;
     assert_eq!(output_json(&outcome), json!({ "delivered": 3, "statuses": [200, 200, 200] }));
     let expected: Vec<String> =
         (1..=3).map(|n| format!("POST /hello authorization=Bearer hook-s3cret idempotency-key=job/{n}")).collect();

@@ -47,12 +47,7 @@ pub fn limits() -> RunLimits {
 pub fn request(input: &[u8], limits: RunLimits) -> RunRequest {
     RunRequest {
         job_id: "01JTEST0000000000000000000".into(),
-        target: Target::Execute,
-        attempt: 1,
-        input: input.to_vec(),
-        limits,
-        grants: Default::default(),
-        effects: None,
+        ..RunRequest::new(Target::Execute, input.to_vec(), limits)
     }
 }
 

@@ -107,15 +107,7 @@ impl LeashCaller {
 
     /// One call in a fresh store and instance: the only way leash runs a job.
     fn call(&self, work: &str, input: &[u8]) -> Vec<u8> {
-        let request = RunRequest {
-            job_id: String::new(),
-            target: Target::action(work).expect("action name"),
-            attempt: 1,
-            input: input.to_vec(),
-            limits: RunLimits::default(),
-            grants: Default::default(),
-            effects: None,
-        };
+        let request = RunRequest::new(Target::action(work).expect("action name"), input.to_vec(), RunLimits::default());
         let outcome =
             self.tokio.block_on(self.sandbox.run(&self.plugin, request, &StopHandle::new(), Arc::new(NoObserver)));
         outcome.result.unwrap_or_else(|f| panic!("leash {work}: {f:?}"))

@@ -12,7 +12,8 @@ use base64::Engine as _;
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
-use crate::job::{Backoff, ErrorKind, Target};
+use crate::job::grant::{self, AddressRange, HostRule, HttpGrant, HttpLimits, SecretName};
+use crate::job::{Backoff, ErrorKind, Grants, Target};
 use crate::runtime::Runtime;
 use crate::sandbox::{
     self, Allocator, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
@@ -325,14 +326,14 @@ struct GrantArgs {
     /// `GET,HEAD https://*.example.com`, `POST http://127.0.0.1:8080`.
     /// Repeat for more hosts. Without any, every request is denied.
     #[arg(long = "allow-host", value_name = "RULE")]
-    allow_host: Vec<sandbox::http::HostRule>,
+    allow_host: Vec<HostRule>,
     /// A private address range (CIDR) a granted host name may resolve
     /// into, e.g. `10.0.0.0/8`. Loopback, private and link-local addresses
     /// are refused otherwise, unless a rule names the address itself.
     #[arg(long = "allow-private", value_name = "CIDR")]
-    allow_private: Vec<sandbox::http::AddressRange>,
+    allow_private: Vec<AddressRange>,
     /// Most HTTP requests one job may send.
-    #[arg(long, value_name = "N", default_value_t = sandbox::http::DEFAULT_HTTP_REQUESTS)]
+    #[arg(long, value_name = "N", default_value_t = grant::DEFAULT_HTTP_REQUESTS)]
     http_requests: u32,
     /// Largest HTTP response body a job may receive, e.g. `10MiB`.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "64MiB")]
@@ -346,7 +347,7 @@ struct GrantArgs {
     /// A method that changes nothing upstream, so its requests are neither
     /// fenced by the lease nor recorded as effects. Repeat for more; given
     /// at all, it replaces the default set (GET and HEAD).
-    #[arg(long = "safe-method", value_name = "METHOD", value_parser = parse_method)]
+    #[arg(long = "safe-method", value_name = "METHOD", value_parser = grant::method_name)]
     safe_method: Vec<String>,
     /// A configuration value the plugin reads through `wasi:config/store`:
     /// `KEY=VALUE`. Repeat for more; the plugin sees these keys only.
@@ -356,15 +357,7 @@ struct GrantArgs {
     /// value says `{secret:NAME}`: `NAME=RULE`, e.g.
     /// `GITHUB_TOKEN=https://api.github.com`. Repeat for more.
     #[arg(long = "secret", value_name = "NAME=RULE", value_parser = parse_secret_binding)]
-    secret: Vec<(sandbox::http::SecretName, sandbox::http::HostRule)>,
-}
-
-fn parse_method(text: &str) -> Result<String, String> {
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_alphabetic()) {
-        Ok(text.to_ascii_uppercase())
-    } else {
-        Err(format!("{text:?} is not a method name"))
-    }
+    secret: Vec<(SecretName, HostRule)>,
 }
 
 fn parse_config_var(text: &str) -> Result<(String, String), String> {
@@ -373,7 +366,7 @@ fn parse_config_var(text: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{text:?}: expected KEY=VALUE"))
 }
 
-fn parse_secret_binding(text: &str) -> Result<(sandbox::http::SecretName, sandbox::http::HostRule), String> {
+fn parse_secret_binding(text: &str) -> Result<(SecretName, HostRule), String> {
     let (name, rule) = text
         .split_once('=')
         .ok_or_else(|| format!("{text:?}: expected NAME=RULE, e.g. GITHUB_TOKEN=https://api.github.com"))?;
@@ -386,31 +379,29 @@ fn load_secrets(file: Option<&Path>) -> Result<Arc<sandbox::http::SecretStore>, 
 }
 
 impl GrantArgs {
-    fn grants(&self) -> crate::job::Grants {
-        let mut http = sandbox::http::HttpGrant {
+    fn grants(&self) -> Grants {
+        let mut http = HttpGrant {
             hosts: self.allow_host.clone(),
             private_ranges: self.allow_private.clone(),
-            secrets: Vec::new(),
-            safe_methods: if self.safe_method.is_empty() {
-                sandbox::http::DEFAULT_SAFE_METHODS.map(str::to_owned).to_vec()
-            } else {
-                self.safe_method.clone()
-            },
-            limits: sandbox::http::HttpLimits {
+            limits: HttpLimits {
                 requests: self.http_requests,
                 request_bytes: self.http_request_limit,
                 response_bytes: self.http_response_limit,
                 request_timeout: self.http_timeout,
             },
+            ..HttpGrant::default()
         };
+        if !self.safe_method.is_empty() {
+            http.safe_methods = self.safe_method.clone();
+        }
         for (name, rule) in &self.secret {
             http.bind_secret(name.clone(), rule.clone());
         }
-        crate::job::Grants { http, config: self.config_var.iter().cloned().collect() }
+        Grants { http, config: self.config_var.iter().cloned().collect() }
     }
 
     /// The grants, if any flag said anything.
-    fn grants_given(&self) -> Option<crate::job::Grants> {
+    fn grants_given(&self) -> Option<Grants> {
         Some(self.grants()).filter(|g| !g.is_none())
     }
 }

@@ -97,13 +97,7 @@ impl FromStr for HostRule {
         let methods = methods
             .split(',')
             .filter(|m| !m.is_empty())
-            .map(|m| {
-                if m.bytes().all(|b| b.is_ascii_alphabetic()) {
-                    Ok(m.to_ascii_uppercase())
-                } else {
-                    Err(bad(&format!("{m:?} is not a method name")))
-                }
-            })
+            .map(|m| method_name(m).map_err(|why| bad(&why)))
             .collect::<Result<Vec<_>, _>>()?;
         let (scheme, rest) = url
             .split_once("://")
@@ -129,6 +123,15 @@ impl FromStr for HostRule {
             HostPattern::Name(checked_name(host).map_err(|why| bad(&why))?)
         };
         Ok(HostRule { methods, scheme, host, port })
+    }
+}
+
+/// A method name as grants keep it: letters only, upper case.
+pub fn method_name(text: &str) -> Result<String, String> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_alphabetic()) {
+        Ok(text.to_ascii_uppercase())
+    } else {
+        Err(format!("{text:?} is not a method name"))
     }
 }
 
@@ -426,8 +429,7 @@ impl Grants {
                  {MAX_GRANT_RULES} secret rules"
             ));
         }
-        if let Some(bad) = http.safe_methods.iter().find(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()))
-        {
+        if let Some(bad) = http.safe_methods.iter().find(|m| method_name(m).as_ref() != Ok(m)) {
             return Err(format!("http.safe_methods: {bad:?} is not an upper-case method name"));
         }
         if http.limits.request_timeout < Duration::from_millis(1) {
@@ -520,6 +522,13 @@ impl FromStr for SecretName {
     }
 }
 
+/// Looked up by its text (a secret store keyed by name).
+impl std::borrow::Borrow<str> for SecretName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for SecretName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -561,32 +570,6 @@ impl HttpGrant {
             .iter()
             .filter(|b| b.name.as_str() == name)
             .any(|b| b.hosts.iter().any(|rule| rule.allows(method, scheme, &host, port)))
-    }
-}
-
-/// Why a request was refused before anything was sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Denial {
-    /// No rule matches the method, scheme, host and port.
-    NotGranted,
-    /// The job has sent its most requests.
-    RequestLimit(u32),
-    /// The URL has no host.
-    NoHost,
-    /// A header names a secret the request may not carry, or one not set.
-    Secret(String),
-}
-
-impl fmt::Display for Denial {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Denial::NotGranted => write!(f, "not granted"),
-            Denial::RequestLimit(n) => {
-                write!(f, "the job's limit of {n} requests is reached (later ones are only counted)")
-            }
-            Denial::NoHost => write!(f, "the URL names no host"),
-            Denial::Secret(why) => f.write_str(why),
-        }
     }
 }
 

@@ -32,7 +32,7 @@ impl Sandbox {
         table.set_max_capacity(MAX_RESOURCE_HANDLES);
         let redactions = Arc::new(self.config.secrets.redactions(&request.grants.http));
         let book = LogBook::new(limits.log_records, limits.log_bytes);
-        let journal = Journal::new(book, observer.clone(), started, redactions.clone());
+        let journal = Journal::new(book, observer, started, redactions.clone());
         let http = HttpGate::new(
             request.grants.clone(),
             self.config.secrets.clone(),
@@ -48,7 +48,6 @@ impl Sandbox {
             journal,
             last_progress: None,
             stop: stop.clone(),
-            observer,
             http_ctx: wasmtime_wasi_http::WasiHttpCtx::new(),
             http,
             config: request.grants.config.iter().collect(),
@@ -119,7 +118,7 @@ impl Sandbox {
         // Nothing the host keeps of the run holds a secret's value in
         // clear, whatever the guest got back and passed on.
         match &mut result {
-            Ok(output) => *output = redact_bytes(std::mem::take(output), &redactions),
+            Ok(output) => *output = http::redact_bytes(std::mem::take(output), &redactions),
             Err(failure) => {
                 for text in [Some(&mut failure.message), failure.backtrace.as_mut()].into_iter().flatten() {
                     if let Some(clean) = http::redact(text, &redactions) {
@@ -135,7 +134,7 @@ impl Sandbox {
         let (stdout_bytes, stdout_dropped) = stdout.take();
         let (stderr_bytes, stderr_dropped) = stderr.take();
         let (stdout_bytes, stderr_bytes) =
-            (redact_bytes(stdout_bytes, &redactions), redact_bytes(stderr_bytes, &redactions));
+            (http::redact_bytes(stdout_bytes, &redactions), http::redact_bytes(stderr_bytes, &redactions));
         Outcome {
             result,
             usage: Usage {
@@ -210,28 +209,12 @@ pub struct RunRequest {
     pub effects: Option<Arc<dyn http::EffectLedger>>,
 }
 
-/// Captured output with the job's secret values replaced by their
-/// references (text that is not UTF-8 is searched byte by byte).
-fn redact_bytes(bytes: Vec<u8>, redactions: &[(String, String)]) -> Vec<u8> {
-    let mut bytes = bytes;
-    for (value, reference) in redactions {
-        let value = value.as_bytes();
-        if bytes.windows(value.len()).any(|w| w == value) {
-            let mut out = Vec::with_capacity(bytes.len());
-            let mut i = 0;
-            while i < bytes.len() {
-                if bytes[i..].starts_with(value) {
-                    out.extend_from_slice(reference.as_bytes());
-                    i += value.len();
-                } else {
-                    out.push(bytes[i]);
-                    i += 1;
-                }
-            }
-            bytes = out;
-        }
+impl RunRequest {
+    /// A one-shot run of `target` on `input`: no job id, attempt 1,
+    /// nothing granted, no effect ledger.
+    pub fn new(target: Target, input: Vec<u8>, limits: RunLimits) -> Self {
+        RunRequest { job_id: String::new(), target, attempt: 1, input, limits, grants: Arc::default(), effects: None }
     }
-    bytes
 }
 
 pub(super) fn unix_ms(t: SystemTime) -> u64 {

@@ -195,6 +195,15 @@ impl Journal {
         }
     }
 
+    /// A progress report, cleaned and cut like a log message, shown to the
+    /// observer.
+    pub(crate) fn progress(&self, done: u64, total: u64, mut note: String) -> Progress {
+        self.clean(&mut note);
+        let progress = Progress { done, total, note: cut_text(note, MAX_LOG_MESSAGE_BYTES) };
+        self.observer.on_progress(&progress);
+        progress
+    }
+
     /// Keep a record (cut to the caps) if it fits.
     pub(crate) fn record(&self, level: LogLevel, mut message: String, mut fields: Vec<(String, String)>) {
         if !self.redactions.is_empty() {
@@ -231,7 +240,6 @@ pub(crate) struct HostState {
     pub(crate) journal: Journal,
     pub(crate) last_progress: Option<Progress>,
     pub(crate) stop: StopHandle,
-    pub(crate) observer: Arc<dyn RunObserver>,
     pub(crate) http_ctx: WasiHttpCtx,
     pub(crate) http: HttpGate,
     /// The granted configuration, all `wasi:config/store` shows.
@@ -265,10 +273,7 @@ impl host::Host for HostState {
     }
 
     async fn progress(&mut self, done: u64, total: u64, note: String) -> bool {
-        let mut note = note;
-        self.journal.clean(&mut note);
-        let progress = Progress { done, total, note: cut_text(note, MAX_LOG_MESSAGE_BYTES) };
-        self.observer.on_progress(&progress);
+        let progress = self.journal.progress(done, total, note);
         self.last_progress = Some(progress);
         self.stop.is_requested()
     }

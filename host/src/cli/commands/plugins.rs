@@ -120,7 +120,7 @@ fn grants_text(grants: &Grants) -> String {
     for binding in &http.secrets {
         lines.extend(binding.hosts.iter().map(|h| format!("secret {} to {h}", binding.name)));
     }
-    if http.safe_methods != crate::sandbox::http::DEFAULT_SAFE_METHODS {
+    if http.safe_methods != crate::job::grant::DEFAULT_SAFE_METHODS {
         lines.push(format!("safe methods (not effects): {}", http.safe_methods.join(",")));
     }
     lines.extend(grants.config.iter().map(|(k, v)| format!("config {k}={v}")));

@@ -56,23 +56,17 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
     let stop = StopHandle::new();
     let interrupts = tokio::spawn(stop_on_interrupt(stop.clone(), interrupt_signal()?));
     say!("leash: running {} ({})", args.component.display(), plugin.digest());
-    let request = RunRequest {
-        job_id: String::new(),
-        target,
-        attempt: 1,
-        input,
-        limits: RunLimits {
-            timeout: args.timeout,
-            fuel: args.fuel,
-            memory_bytes: args.memory,
-            output_bytes: args.output_limit,
-            cancel_grace: args.cancel_grace,
-            ..RunLimits::default()
-        },
-        grants: Arc::new(grants),
-        // No lease: a one-shot run is neither fenced nor recorded.
-        effects: None,
+    let limits = RunLimits {
+        timeout: args.timeout,
+        fuel: args.fuel,
+        memory_bytes: args.memory,
+        output_bytes: args.output_limit,
+        cancel_grace: args.cancel_grace,
+        ..RunLimits::default()
     };
+    // No lease, so no effect ledger: a one-shot run is neither fenced nor
+    // recorded.
+    let request = RunRequest { grants: Arc::new(grants), ..RunRequest::new(target, input, limits) };
     let observer: Arc<dyn RunObserver> = if args.json { Arc::new(sandbox::NoObserver) } else { Arc::new(StderrLogs) };
     let outcome = sandbox.run(&plugin, request, &stop, observer).await;
     interrupts.abort();

@@ -1,5 +1,6 @@
 //! Outbound HTTP for guests, through the standard
-//! `wasi:http/outgoing-handler`, behind the job's [`HttpGrant`].
+//! `wasi:http/outgoing-handler`, behind the job's
+//! [`HttpGrant`](crate::job::grant::HttpGrant).
 //!
 //! Every request is checked before anything leaves the host: the method,
 //! scheme, host and port must match a granted rule, and the job must be
@@ -22,19 +23,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-pub use crate::job::grant::{
-    AddressRange, DEFAULT_HTTP_REQUEST_BYTES, DEFAULT_HTTP_REQUEST_TIMEOUT, DEFAULT_HTTP_REQUESTS,
-    DEFAULT_HTTP_RESPONSE_BYTES, DEFAULT_SAFE_METHODS, Denial, GrantSyntaxError, HostPattern, HostRule, HttpGrant,
-    HttpLimits, HttpScheme, SecretBinding, SecretName, is_private,
-};
-pub(crate) use secrets::redact;
 pub use secrets::{SECRET_ENV_PREFIX, SecretStore};
+pub(crate) use secrets::{redact, redact_bytes};
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::state::{Journal, LogLevel};
-pub use crate::job::EffectOutcome;
-use crate::job::Grants;
+use crate::job::grant::HttpScheme;
+use crate::job::{EffectOutcome, Grants};
 
 /// The log field every HTTP refusal carries, so a job's log can be
 /// searched for them.
@@ -69,6 +65,32 @@ pub struct EffectTicket {
     pub idempotency_key: String,
 }
 
+/// Why a request was refused before anything was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Denial {
+    /// No rule matches the method, scheme, host and port.
+    NotGranted,
+    /// The job has sent its most requests.
+    RequestLimit(u32),
+    /// The URL has no host.
+    NoHost,
+    /// A header names a secret the request may not carry, or one not set.
+    Secret(String),
+}
+
+impl std::fmt::Display for Denial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Denial::NotGranted => write!(f, "not granted"),
+            Denial::RequestLimit(n) => {
+                write!(f, "the job's limit of {n} requests is reached (later ones are only counted)")
+            }
+            Denial::NoHost => write!(f, "the URL names no host"),
+            Denial::Secret(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Requests a run sent and refused.
 #[derive(Debug, Default)]
 pub(crate) struct HttpMeter {
@@ -91,15 +113,20 @@ pub(super) struct Target {
     port: u16,
     /// When the request must be over.
     until: Instant,
-    /// `METHOD scheme://host[:port]/path`, query and credentials left out:
-    /// what logs and the ledger show.
-    shown: String,
+    method: String,
+    /// `scheme://host[:port]/path`, query and credentials left out: what
+    /// logs and the ledger show.
+    url: String,
     /// Record the effect here before sending (the method is not a safe
     /// one).
     ledger: Option<Arc<dyn EffectLedger>>,
-    /// `scheme://host[:port]/path`, as the ledger records it.
-    url: String,
-    method: String,
+}
+
+impl Target {
+    /// `METHOD url`, as refusals are logged.
+    fn shown(&self) -> String {
+        format!("{} {}", self.method, self.url)
+    }
 }
 
 /// The hooks wasmtime-wasi-http calls for one job's requests.
@@ -137,12 +164,13 @@ impl HttpGate {
         // Host and port only: a user-info part (`user:password@`) of the
         // authority is never logged or recorded.
         let port_text = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
-        let shown = format!(
-            "{method} {}://{}{port_text}{}",
+        let url = format!(
+            "{}://{}{port_text}{}",
             uri.scheme_str().unwrap_or("https"),
             uri.host().unwrap_or_default(),
             uri.path()
         );
+        let shown = format!("{method} {url}");
         let scheme = match uri.scheme_str() {
             Some("http") => HttpScheme::Http,
             _ => HttpScheme::Https,
@@ -167,8 +195,7 @@ impl HttpGate {
         }
         let until = (Instant::now() + limits.request_timeout).min(self.deadline);
         let ledger = self.ledger.clone().filter(|_| grant.is_effect(&method));
-        let url = shown.split_once(' ').map_or(String::new(), |(_, url)| url.to_owned());
-        Ok(Target { scheme, host, port, until, shown, ledger, url, method })
+        Ok(Target { scheme, host, port, until, method, url, ledger })
     }
 }
 

@@ -89,7 +89,7 @@ impl SecretStore {
     }
 
     fn get(&self, name: &str) -> Option<&str> {
-        self.values.iter().find(|(n, _)| n.as_str() == name).map(|(_, v)| v.as_str())
+        self.values.get(name).map(String::as_str)
     }
 
     /// `(value, {secret:NAME})` for each secret `grant` names that is set:
@@ -157,6 +157,29 @@ pub(crate) fn redact(text: &str, redactions: &[(String, String)]) -> Option<Stri
     out
 }
 
+/// [`redact`] for bytes (output, captured stdio), which need not be
+/// UTF-8: searched byte by byte.
+pub(crate) fn redact_bytes(mut bytes: Vec<u8>, redactions: &[(String, String)]) -> Vec<u8> {
+    for (value, reference) in redactions {
+        let value = value.as_bytes();
+        if bytes.windows(value.len()).any(|w| w == value) {
+            let mut out = Vec::with_capacity(bytes.len());
+            let mut i = 0;
+            while i < bytes.len() {
+                if bytes[i..].starts_with(value) {
+                    out.extend_from_slice(reference.as_bytes());
+                    i += value.len();
+                } else {
+                    out.push(bytes[i]);
+                    i += 1;
+                }
+            }
+            bytes = out;
+        }
+    }
+    bytes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +235,7 @@ mod tests {
         let redactions = store.redactions(&grant);
         assert_eq!(redact("got abcdef and abc", &redactions).unwrap(), "got {secret:B} and {secret:A}");
         assert_eq!(redact("nothing", &redactions), None);
+        assert_eq!(redact_bytes(b"\xffabcdef abc".to_vec(), &redactions), b"\xff{secret:B} {secret:A}");
     }
 
     #[test]

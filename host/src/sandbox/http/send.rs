@@ -48,7 +48,7 @@ pub(super) async fn send(
     if allowed.is_empty() {
         let listed = addrs.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
         let why = format!("{} resolves to {listed}, a private address no range is granted for", target.host);
-        withdrawn(&journal, &meter, &target.shown, &why);
+        withdrawn(&journal, &meter, &target.shown(), &why);
         return Err(Error::DestinationIpProhibited);
     }
     // An effect is made only once the ledger has recorded its intent,
@@ -58,7 +58,7 @@ pub(super) async fn send(
         Some(ledger) => match ledger.begin(&target.method, &target.url).await {
             Ok(ticket) => Some((ledger.clone(), ticket)),
             Err(why) => {
-                withdrawn(&journal, &meter, &target.shown, &format!("no new effects: {why}"));
+                withdrawn(&journal, &meter, &target.shown(), &format!("no new effects: {why}"));
                 return Err(Error::HttpRequestDenied);
             }
         },
@@ -118,7 +118,7 @@ async fn exchange(
     let (mut parts, body) = request.into_parts();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     parts.uri = http::Uri::builder().path_and_query(path).build().map_err(|_| Error::HttpRequestUriInvalid)?;
-    let body = Capped::new(body, max_request, None, move || Error::HttpRequestBodySize(Some(max_request)));
+    let body = Capped::new(body, max_request, None, Error::HttpRequestBodySize);
     let request = http::Request::from_parts(parts, body.boxed_unsync());
 
     // Drive the connection while waiting for the response head; a server
@@ -144,10 +144,8 @@ async fn exchange(
     drop(sender);
 
     let response = response.map(|incoming| {
-        Capped::new(incoming.map_err(Error::from), max_response, Some(until), move || {
-            Error::HttpResponseBodySize(Some(max_response))
-        })
-        .boxed_unsync()
+        Capped::new(incoming.map_err(Error::from), max_response, Some(until), Error::HttpResponseBodySize)
+            .boxed_unsync()
     });
     let io: IoFuture = Box::new(async move {
         let Some(conn) = conn else { return Ok(()) };
@@ -202,13 +200,14 @@ struct Capped<B> {
     seen: u64,
     max: u64,
     until: Option<Pin<Box<tokio::time::Sleep>>>,
-    over: Box<dyn Fn() -> Error + Send>,
+    /// The error for a body over `max`, given `max`.
+    over: fn(Option<u64>) -> Error,
 }
 
 impl<B> Capped<B> {
-    fn new(inner: B, max: u64, until: Option<Instant>, over: impl Fn() -> Error + Send + 'static) -> Self {
+    fn new(inner: B, max: u64, until: Option<Instant>, over: fn(Option<u64>) -> Error) -> Self {
         let until = until.map(|at| Box::pin(tokio::time::sleep_until(at.into())));
-        Capped { inner, seen: 0, max, until, over: Box::new(over) }
+        Capped { inner, seen: 0, max, until, over }
     }
 }
 
@@ -226,7 +225,7 @@ impl<B: Body<Data = Bytes, Error = Error> + Unpin> Body for Capped<B> {
                 if let Some(data) = frame.data_ref() {
                     this.seen = this.seen.saturating_add(data.len() as u64);
                     if this.seen > this.max {
-                        return Poll::Ready(Some(Err((this.over)())));
+                        return Poll::Ready(Some(Err((this.over)(Some(this.max)))));
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))
