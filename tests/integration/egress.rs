@@ -74,6 +74,14 @@ async fn a_granted_request_reaches_the_upstream_and_an_ungranted_one_sends_nothi
     assert_eq!(upstream.received(), vec!["GET /hello?q=1".to_owned()]);
     assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (1, 0));
 
+    // Headers that would redirect or reframe the request are the host's.
+    for header in ["host", "transfer-encoding", "connection", "upgrade", "proxy-authorization"] {
+        let forged = json!({ "url": upstream.url("/hello"), "headers": { header: "evil.example" } });
+        let outcome = run(&sandbox, "http-get", forged, granted.clone(), limits()).await;
+        assert!(failure_message(&outcome).contains(&format!("header {header}")), "{:?}", outcome.result);
+    }
+    assert_eq!(upstream.received().len(), 1, "no forged request was sent");
+
     // The method is part of the grant.
     let post = json!({ "url": upstream.url("/hello"), "method": "POST", "body": "x" });
     let outcome = run(&sandbox, "http-get", post, granted, limits()).await;
