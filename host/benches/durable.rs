@@ -308,6 +308,7 @@ fn raw_job(plugin: leash::job::Digest) -> NewJob {
         limits: JobLimits { timeout_ms: 60_000, fuel: None, memory_bytes: 64 << 20, output_bytes: 1 << 20 },
         grants: Default::default(),
         max_attempts: 1,
+        free_rerun_limit: 0,
         concurrency_key: None,
         plan_id: None,
         queue_ttl: Duration::from_secs(86_400),

@@ -35,6 +35,7 @@ pub const FILE_KEYS: &[&str] = &[
     "secrets_file",
     "timeout",
     "max_attempts",
+    "free_reruns",
     "max_queued",
     "job_timeout",
     "max_timeout",

@@ -179,7 +179,16 @@ impl crate::sandbox::http::EffectLedger for LeaseLedger {
         // the check above records nothing, and the effect is not made.
         match self.keeper.store.effect_begin(params).await {
             Ok(Some(effect)) => {
-                Ok(EffectTicket { attempt: effect.attempt, seq: effect.seq, idempotency_key: effect.idempotency_key })
+                // The lease holds for a TTL from its last confirmation.
+                let confirmed = Timestamp::from_unix_ms(self.watch.confirmed_at_ms.load(Ordering::SeqCst));
+                let left = confirmed.plus(self.keeper.lease_ttl).unix_ms() - self.keeper.clock.now().unix_ms();
+                let left = Duration::from_millis(left.max(0) as u64);
+                Ok(EffectTicket {
+                    attempt: effect.attempt,
+                    seq: effect.seq,
+                    idempotency_key: effect.idempotency_key,
+                    lease_until: Some(std::time::Instant::now() + left),
+                })
             }
             Ok(None) => {
                 self.watch.lost.store(true, Ordering::SeqCst);

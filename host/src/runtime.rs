@@ -48,6 +48,9 @@ pub const DEFAULT_JOB_TTL: Duration = Duration::from_secs(86_400);
 pub const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(86_400);
 /// Default shutdown budget.
 pub const DEFAULT_SHUTDOWN_BUDGET: Duration = Duration::from_secs(3);
+/// Default number of times a job runs again without spending an attempt
+/// when it lost its lease before recording any effect.
+pub const DEFAULT_FREE_RERUNS: u32 = 3;
 /// Default bound on queued jobs before submit refuses.
 pub const DEFAULT_MAX_QUEUED: u64 = 100_000;
 /// Default ceiling on a job's wall-clock limit.
@@ -296,6 +299,7 @@ pub struct RuntimeBuilder {
     default_memory_bytes: u64,
     default_output_bytes: u64,
     default_max_attempts: u32,
+    free_rerun_limit: u32,
     default_backoff: Backoff,
     clock: Arc<dyn Clock>,
     workers: bool,
@@ -470,6 +474,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Times a job may run again without spending an attempt after losing
+    /// its lease before its attempt recorded any effect (default
+    /// [`DEFAULT_FREE_RERUNS`]; 0: a lost lease always spends an attempt).
+    /// Pinned on each job at submit; at most [`MAX_ATTEMPTS_CEILING`].
+    pub fn free_rerun_limit(mut self, n: u32) -> Self {
+        self.free_rerun_limit = n.min(MAX_ATTEMPTS_CEILING);
+        self
+    }
+
     /// The time source (tests inject a manual clock).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -618,6 +631,7 @@ impl Runtime {
             default_memory_bytes: sandbox::DEFAULT_MEMORY_BYTES,
             default_output_bytes: sandbox::DEFAULT_OUTPUT_BYTES,
             default_max_attempts: 1,
+            free_rerun_limit: DEFAULT_FREE_RERUNS,
             default_backoff: Backoff::default(),
             clock: Arc::new(SystemClock),
             workers: true,
@@ -841,6 +855,7 @@ impl Runtime {
             limits: JobLimits { timeout_ms: timeout.as_millis() as u64, fuel: job.fuel, memory_bytes, output_bytes },
             grants,
             max_attempts: job.max_attempts.unwrap_or(settings.default_max_attempts),
+            free_rerun_limit: settings.free_rerun_limit,
             concurrency_key: job.concurrency_key,
             plan_id: job.plan_id,
             queue_ttl,

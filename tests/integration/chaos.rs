@@ -6,8 +6,9 @@
 //! shared start log (`--start-log`) and proves: every submitted job exists
 //! once and is terminal, with an ending its plugin can have; no job with
 //! `max_attempts = 1` started more often than once plus its shutdown
-//! releases; every re-run is counted in `lost_leases` or `releases`; no
-//! attempt started twice; every SIGTERM ended its process with exit 0 in
+//! releases and its free re-runs (a lost lease before any effect: these
+//! plugins issue none); every re-run is counted in `lost_leases`,
+//! `free_reruns`, `releases` or `retries`; no attempt started twice; every SIGTERM ended its process with exit 0 in
 //! its budget; no process died on its own or panicked (SQLITE_BUSY between
 //! the processes is transient, never a crash). It reports how many
 //! `max_attempts = 1` jobs a SIGTERM release ran twice.
@@ -142,7 +143,7 @@ fn long() {
 }
 
 /// splitmix64: a schedule that replays from its seed.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -153,11 +154,11 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
+    pub(crate) fn millis(&mut self, from: u64, to: u64) -> Duration {
         Duration::from_millis(from + self.below(to - from))
     }
 }
@@ -203,20 +204,44 @@ fn job_body(n: u64, rng: &mut Rng) -> (Kind, u32, Value) {
     (kind, max_attempts, body)
 }
 
+/// `leash COMMAND` on `db` with the chaos runs' settings: short leases,
+/// quick polls and grace, a shared start log.
+pub(crate) fn chaos_args(command: &str, db: &str, lease: Duration, start_log: &Path) -> Vec<String> {
+    let lease = format!("{}ms", lease.as_millis());
+    let args = [
+        command,
+        "--db",
+        db,
+        "--max-workers",
+        SLOTS_PER_PROCESS,
+        "--poll-interval",
+        "50ms",
+        "--lease-ttl",
+        &lease,
+        "--cancel-grace",
+        "300ms",
+        "--shutdown-budget",
+        "2s",
+        "--start-log",
+        &start_log.display().to_string(),
+    ];
+    args.iter().map(|s| s.to_string()).collect()
+}
+
 /// One of the processes under test, restarted after each kill.
-struct Proc {
-    name: String,
-    args: Vec<String>,
-    stderr: PathBuf,
-    child: Option<Child>,
+pub(crate) struct Proc {
+    pub(crate) name: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) stderr: PathBuf,
+    pub(crate) child: Option<Child>,
     /// What the process prints on stderr once it is up.
-    ready_line: &'static str,
+    pub(crate) ready_line: &'static str,
     /// Ready lines printed by earlier starts (all of them dead).
-    ready_before: usize,
+    pub(crate) ready_before: usize,
 }
 
 impl Proc {
-    fn spawn(&mut self) {
+    pub(crate) fn spawn(&mut self) {
         let log = File::options().create(true).append(true).open(&self.stderr).expect("stderr file");
         let child = leash_bin()
             .args(&self.args)
@@ -236,7 +261,7 @@ impl Proc {
 
     /// Wait until the latest start has printed its ready line (a signal
     /// before the handlers are installed would end it by default action).
-    fn wait_ready(&self, deadline: Instant) {
+    pub(crate) fn wait_ready(&self, deadline: Instant) {
         while self.ready_lines() <= self.ready_before {
             assert!(Instant::now() < deadline, "{} never became ready", self.name);
             std::thread::sleep(Duration::from_millis(20));
@@ -247,12 +272,12 @@ impl Proc {
         self.child.as_ref().expect("running").id().to_string()
     }
 
-    fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let status = Command::new("kill").args([signal, &self.pid()]).status().expect("kill runs");
         assert!(status.success(), "kill {signal} {}", self.name);
     }
 
-    fn kill_and_reap(&mut self) {
+    pub(crate) fn kill_and_reap(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -260,7 +285,7 @@ impl Proc {
     }
 
     /// `Some(status)` if it ended without being told to.
-    fn exited_on_its_own(&mut self) -> Option<std::process::ExitStatus> {
+    pub(crate) fn exited_on_its_own(&mut self) -> Option<std::process::ExitStatus> {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 }
@@ -317,22 +342,7 @@ impl Harness {
     }
 
     fn process(&self, name: &str, command: &str, extra: &[&str]) -> Proc {
-        let mut args: Vec<String> = vec![command.into(), "--db".into(), self.db.clone()];
-        let lease = format!("{}ms", LEASE_TTL.as_millis());
-        let common = [
-            "--max-workers",
-            SLOTS_PER_PROCESS,
-            "--poll-interval",
-            "50ms",
-            "--lease-ttl",
-            &lease,
-            "--cancel-grace",
-            "300ms",
-            "--shutdown-budget",
-            "2s",
-        ];
-        args.extend(common.iter().map(|s| s.to_string()));
-        args.extend(["--start-log".into(), self.start_log.display().to_string()]);
+        let mut args = chaos_args(command, &self.db, LEASE_TTL, &self.start_log);
         args.extend(extra.iter().map(|s| s.to_string()));
         let ready_line = if command == "serve" { "serving " } else { " running " };
         let stderr = self.dir.path().join(format!("{name}.stderr"));
@@ -695,6 +705,7 @@ fn run(plan: Plan) {
         "connections_terminated": chaos.terminated,
         "database_restarts": chaos.restarts,
         "releases": report.releases,
+        "free_reruns": report.free_reruns,
         "jobs_released": report.jobs_released,
         "max_attempts_1_jobs_run_twice_after_a_release": report.max1_rerun_after_release,
         "submits_unreachable": seen.unreachable.load(Ordering::Relaxed),
@@ -766,7 +777,7 @@ fn check_alive(procs: &mut [Proc], chaos: &mut Chaos) {
     }
 }
 
-async fn all_jobs(store: &dyn JobStore) -> HashMap<JobId, Job> {
+pub(crate) async fn all_jobs(store: &dyn JobStore) -> HashMap<JobId, Job> {
     let mut jobs = HashMap::new();
     let mut before = None;
     loop {
@@ -789,7 +800,7 @@ async fn all_jobs(store: &dyn JobStore) -> HashMap<JobId, Job> {
 
 /// `(job, attempt)` per start, in log order; a line that does not parse
 /// is kept as a violation.
-fn read_start_log(path: &Path) -> Result<Vec<(JobId, u32)>, String> {
+pub(crate) fn read_start_log(path: &Path) -> Result<Vec<(JobId, u32)>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("start log: {e}"))?;
     text.lines()
         .map(|line| {
@@ -815,6 +826,8 @@ struct Report {
     duplicate_starts: u64,
     /// Shutdown releases, summed over the jobs.
     releases: u64,
+    /// Lost leases re-run without spending an attempt, summed.
+    free_reruns: u64,
     /// Jobs released at least once.
     jobs_released: u64,
     /// `max_attempts = 1` jobs that started twice because of a release:
@@ -876,9 +889,16 @@ fn check(
         if job.max_attempts != s.max_attempts {
             bad(format!("max_attempts {} but {} was asked", job.max_attempts, s.max_attempts));
         }
-        // Releases start the job again without spending an attempt.
-        if job.attempt > job.max_attempts + job.releases {
-            bad(format!("attempt {} over the maximum and {} releases", job.attempt, job.releases));
+        // Releases and free re-runs start the job again without spending
+        // an attempt.
+        if job.attempt > job.max_attempts + job.releases + job.free_reruns {
+            bad(format!(
+                "attempt {} over the maximum, {} releases and {} free re-runs",
+                job.attempt, job.releases, job.free_reruns
+            ));
+        }
+        if job.free_reruns > job.free_rerun_limit {
+            bad(format!("{} free re-runs, over the limit of {}", job.free_reruns, job.free_rerun_limit));
         }
 
         let job_starts = starts_by_job.get(&s.id).map(Vec::as_slice).unwrap_or_default();
@@ -887,13 +907,20 @@ fn check(
             report.duplicate_starts += (job_starts.len() - distinct.len()) as u64;
             bad(format!("one attempt started twice: {job_starts:?}"));
         }
-        if s.max_attempts == 1 && job_starts.len() > 1 + job.releases as usize {
-            report.duplicate_starts += job_starts.len() as u64 - 1 - u64::from(job.releases);
-            bad(format!("max_attempts 1 but started {} times with {} releases", job_starts.len(), job.releases));
-        } else if s.max_attempts == 1 && job_starts.len() > 1 {
+        let free = job.releases + job.free_reruns;
+        if s.max_attempts == 1 && job_starts.len() > 1 + free as usize {
+            report.duplicate_starts += job_starts.len() as u64 - 1 - u64::from(free);
+            bad(format!(
+                "max_attempts 1 but started {} times with {} releases and {} free re-runs",
+                job_starts.len(),
+                job.releases,
+                job.free_reruns
+            ));
+        } else if s.max_attempts == 1 && job_starts.len() > 1 && job.releases > 0 {
             report.max1_rerun_after_release += 1;
         }
         report.releases += u64::from(job.releases);
+        report.free_reruns += u64::from(job.free_reruns);
         if job.releases > 0 {
             report.jobs_released += 1;
         }
@@ -901,14 +928,14 @@ fn check(
             bad(format!("started as attempts {job_starts:?} but the store counts {}", job.attempt));
         }
         let reruns = job_starts.len().saturating_sub(1) as u32;
-        if reruns > job.lost_leases + job.releases + job.retries {
+        if reruns > job.lost_leases + job.free_reruns + job.releases + job.retries {
             bad(format!(
-                "{reruns} re-runs but {} lost leases, {} releases, {} retries",
-                job.lost_leases, job.releases, job.retries
+                "{reruns} re-runs but {} lost leases, {} free re-runs, {} releases, {} retries",
+                job.lost_leases, job.free_reruns, job.releases, job.retries
             ));
         }
         report.reruns += u64::from(reruns);
-        if job.lost_leases > 0 {
+        if job.lost_leases + job.free_reruns > 0 {
             report.jobs_with_lost_leases += 1;
         }
 
@@ -934,7 +961,7 @@ fn check(
 }
 
 /// Panics printed by any process: each is a violation.
-fn panics(procs: &[Proc]) -> Vec<String> {
+pub(crate) fn panics(procs: &[Proc]) -> Vec<String> {
     let mut panics = Vec::new();
     for p in procs {
         let text = std::fs::read_to_string(&p.stderr).unwrap_or_default();

@@ -83,17 +83,18 @@ async fn kill_owner_and_start_another(db: &Path, runtime: &Runtime, id: JobId) -
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_workers_job_with_one_attempt_fails_as_lease_lost_and_never_reruns() {
+async fn a_killed_workers_job_with_one_attempt_fails_as_lease_lost_when_free_reruns_are_off() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("jobs.db");
-    let runtime = submitter(&db).await;
+    // The limit is pinned on the job by the runtime that submits it.
+    let runtime = Runtime::builder(&db).free_rerun_limit(0).without_workers().build().await.unwrap();
     let id = runtime.submit(job("sleep", r#"{"ms": 600000}"#, 1)).await.unwrap();
 
     let (owner, mut second) = kill_owner_and_start_another(&db, &runtime, id).await;
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)));
     assert!(done.error_message.unwrap().contains("Heartbeat timeout"));
-    assert_eq!((done.attempt, done.lost_leases), (1, 1), "started once, never silently re-run");
+    assert_eq!((done.attempt, done.lost_leases, done.free_reruns), (1, 1, 0), "started once, never silently re-run");
     assert_eq!(done.worker_id.as_deref(), Some(owner.as_str()));
     assert_eq!(runtime.health().await.unwrap().counts.total(), 1, "nothing disappeared");
     second.kill().unwrap();
@@ -101,18 +102,69 @@ async fn a_killed_workers_job_with_one_attempt_fails_as_lease_lost_and_never_rer
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_workers_job_with_two_attempts_is_rerun_by_another_worker() {
+async fn a_killed_workers_job_without_effects_is_rerun_by_another_worker_even_with_one_attempt() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("jobs.db");
     let runtime = submitter(&db).await;
-    let id = runtime.submit(job("sleep", r#"{"ms": 1500}"#, 2)).await.unwrap();
+    let mut ids = Vec::new();
+    for max_attempts in [1, 2] {
+        ids.push(runtime.submit(job("sleep", r#"{"ms": 1500}"#, max_attempts)).await.unwrap());
+    }
+    let mut first = start_worker(&db, 2);
+    for &id in &ids {
+        wait_for_status(&runtime, id, JobStatus::Running).await;
+    }
+    let owner = runtime.get(ids[0]).await.unwrap().worker_id.unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let mut second = start_worker(&db, 2);
+    for id in ids {
+        let done = runtime.wait(id, GENEROUS).await.unwrap();
+        assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error_message);
+        assert_eq!((done.attempt, done.lost_leases, done.free_reruns), (2, 0, 1), "the re-run is accounted for");
+        assert!(done.last_error.unwrap().contains("no effect was recorded"));
+        assert_ne!(done.worker_id.as_deref(), Some(owner.as_str()), "another worker ran it");
+    }
+    assert_eq!(runtime.health().await.unwrap().counts.total(), 2);
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
 
-    let (owner, mut second) = kill_owner_and_start_another(&db, &runtime, id).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workers_job_after_an_effect_fails_as_lease_lost_naming_the_effect() {
+    use leash::job::grant::HttpGrant;
+    use leash::job::{Grants, PluginName};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.db");
+    let runtime = submitter(&db).await;
+    let upstream = crate::support::Upstream::start().await;
+    let name = PluginName::new("webhook", "1").unwrap();
+    runtime.plugin_register(leash_tests::plugin_bytes("webhook"), name.clone()).await.unwrap();
+    let http = HttpGrant { hosts: vec![upstream.url("").parse().unwrap()], ..HttpGrant::default() };
+    runtime.plugin_grant(name.clone(), Grants { http, ..Grants::default() }).await.unwrap();
+    let input = serde_json::json!({ "url": upstream.url("/slow") }).to_string();
+    let submit = Submit::new(PluginSource::Ref(name.to_string().parse().unwrap()), Target::Execute, input.into_bytes());
+    let id = runtime.submit(submit).await.unwrap();
+
+    // Killed while the upstream holds the request: its intent is recorded,
+    // its outcome is not.
+    let mut first = start_worker(&db, 2);
+    upstream.wait_for(&format!("POST /slow idempotency-key={id}/1")).await;
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let mut second = start_worker(&db, 2);
     let done = runtime.wait(id, GENEROUS).await.unwrap();
-    assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error_message);
-    assert_eq!((done.attempt, done.lost_leases), (2, 1), "the re-run is accounted for");
-    assert_ne!(done.worker_id.as_deref(), Some(owner.as_str()), "another worker ran it");
-    assert_eq!(runtime.health().await.unwrap().counts.total(), 1);
+    assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)));
+    // (On a loaded machine an earlier attempt may have lost its lease
+    // before its effect: that one was re-run free.)
+    assert_eq!(done.lost_leases, 1, "the attempt with the effect spent the only attempt");
+    let message = done.error_message.unwrap();
+    let named = format!("effect #1 (POST {}) was in flight: its outcome is unknown", upstream.url("/slow"));
+    assert!(message.contains(&named), "{message}");
+    let effects = runtime.effects(id).await.unwrap();
+    assert_eq!(effects.len(), 1);
+    assert_eq!((effects[0].attempt, effects[0].finished_at), (done.attempt, None), "never re-run after it");
+    assert_eq!(upstream.received().iter().filter(|e| e.starts_with("POST")).count(), 1, "sent once");
     second.kill().unwrap();
     second.wait().unwrap();
 }

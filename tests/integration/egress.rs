@@ -266,10 +266,12 @@ async fn a_secret_reaches_only_its_bound_host_and_never_the_jobs_logs() {
     assert_eq!(upstream.received().len(), 1);
 }
 
-/// A ledger that records in memory, or refuses every effect.
+/// A ledger that records in memory, or refuses every effect; its tickets
+/// carry `lease_until`.
 #[derive(Debug, Default)]
 struct Ledger {
     refuse: Option<String>,
+    lease_until: Option<std::time::Instant>,
     begun: std::sync::Mutex<Vec<(String, String)>>,
     ended: std::sync::Mutex<Vec<(u32, EffectOutcome)>>,
 }
@@ -283,7 +285,7 @@ impl EffectLedger for Ledger {
         let mut begun = self.begun.lock().unwrap();
         begun.push((method.to_owned(), url.to_owned()));
         let seq = begun.len() as u32;
-        Ok(EffectTicket { attempt: 1, seq, idempotency_key: format!("job/{seq}") })
+        Ok(EffectTicket { attempt: 1, seq, idempotency_key: format!("job/{seq}"), lease_until: self.lease_until })
     }
 
     async fn end(&self, ticket: &EffectTicket, outcome: EffectOutcome) {
@@ -322,6 +324,25 @@ async fn an_effect_is_recorded_before_it_is_sent_and_refused_when_the_ledger_say
         vec!["GET /hello".to_owned(), "POST /hello?card=4242 idempotency-key=job/1".to_owned()],
         "the effect carries its idempotency key"
     );
+
+    // Recorded, but the lease ran out (by the host's clock) before the
+    // request could leave: it is not sent, and the ledger says so.
+    let expired = Arc::new(Ledger { lease_until: Some(std::time::Instant::now()), ..Ledger::default() });
+    let post = json!({ "url": upstream.url("/hello"), "method": "POST" });
+    let outcome = attempt(post, expired.clone()).await;
+    assert!(failure_message(&outcome).contains("HttpRequestDenied"));
+    assert!(
+        denials(&outcome)[0].ends_with("the attempt's lease ran out before the request left"),
+        "{:?}",
+        denials(&outcome)
+    );
+    assert_eq!(expired.begun.lock().unwrap().len(), 1);
+    let ended = expired.ended.lock().unwrap().clone();
+    assert_eq!(
+        ended,
+        vec![(1, EffectOutcome::Error("not sent: the attempt's lease ran out before the request left".into()))]
+    );
+    assert_eq!(upstream.received().len(), 2, "nothing more was sent");
 }
 
 #[tokio::test]
@@ -376,6 +397,11 @@ async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_t
     let first = ledger.begin("POST", url).await.unwrap();
     assert_eq!((first.attempt, first.seq, first.idempotency_key.clone()), (1, 1, format!("{}/1", lease.job.id)));
     assert_eq!(metrics.lease_renewals.get(), 0, "a lease confirmed within a period is trusted as it is");
+    let lease_left = first.lease_until.unwrap().saturating_duration_since(std::time::Instant::now());
+    assert!(
+        lease_left > ttl - Duration::from_secs(5) && lease_left <= ttl,
+        "sent only within the lease: {lease_left:?}"
+    );
     ledger.end(&first, EffectOutcome::Status(201)).await;
     clock.advance(ttl / 3);
     let second = ledger.begin("PUT", url).await.unwrap();

@@ -25,13 +25,18 @@ async fn runtime(dir: &tempfile::TempDir) -> (Runtime, Arc<FaultyStore>) {
 async fn runtime_with(dir: &tempfile::TempDir, workers: bool) -> (Runtime, Arc<FaultyStore>) {
     let inner: Arc<dyn JobStore> = Arc::new(SqliteStore::open(dir.path().join("jobs.db"), Durability::Normal).unwrap());
     let faulty = Arc::new(FaultyStore::new(inner));
+    // Free re-runs off: these jobs issue no effect, so a lost lease would
+    // otherwise re-run them without spending an attempt, and the rule
+    // under test here is the lease's own (conformance and crash test the
+    // free re-runs).
     let mut builder = Runtime::builder(dir.path().join("unused.db"))
         .store(faulty.clone())
         .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
         .poll_interval(Duration::from_millis(20))
         .lease_ttl(LEASE)
         .sweep_interval(Duration::from_millis(50))
-        .cancel_grace(Duration::from_millis(200));
+        .cancel_grace(Duration::from_millis(200))
+        .free_rerun_limit(0);
     if !workers {
         builder = builder.without_workers();
     }

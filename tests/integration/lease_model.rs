@@ -1,16 +1,18 @@
 //! An exhaustive check of the lease protocol: every interleaving, up to a
-//! depth, of two workers (claim, renew, finish, release on shutdown), the
-//! sweeper (reclaim), a canceller and the passing of time, on one job.
+//! depth, of two workers (claim, renew, record an effect's intent, finish,
+//! release on shutdown), the sweeper (reclaim), a canceller and the passing
+//! of time, on one job.
 //!
 //! The model is the protocol as DESIGN.md states it. Every reachable state
 //! is checked against the invariants (never two live owners; a stale token
-//! never changes the row; no run after `max_attempts` lost leases; running
-//! exactly when a lease exists; a released job is claimable, since release
-//! leads to `queued`), and the trace that first reaches each state is replayed
-//! on the real SQLite store, whose row must match the model after every
-//! step (so the store implements the protocol the model checks). A
-//! deliberately broken variant — finish without the token fence — must be
-//! caught.
+//! never changes the row; no run after `max_attempts` spent attempts;
+//! effects issued in at most `max_attempts` attempts, however often the job
+//! was re-run for free; running exactly when a lease exists; a released job
+//! is claimable, since release leads to `queued`), and the trace that first
+//! reaches each state is replayed on the real stores, whose row must match
+//! the model after every step (so the store implements the protocol the
+//! model checks). Deliberately broken variants — finish without the token
+//! fence, a release that ignores the attempt's effects — must be caught.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -19,11 +21,13 @@ use std::time::Duration;
 use leash::clock::Timestamp;
 use leash::job::{Digest, JobId, JobLimits, JobStatus, NewJob, Target};
 use leash::store::{
-    CancelResult, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobReleaseParams, JobStore,
-    LeaseExtendParams, LeaseReclaimParams, LeaseState,
+    CancelResult, EffectBeginParams, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobReleaseParams,
+    JobStore, LeaseExtendParams, LeaseReclaimParams, LeaseState,
 };
 
 const WORKERS: usize = 2;
+/// How many steps deep every interleaving is explored.
+const DEPTH: usize = 12;
 const TTL: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,7 +46,14 @@ struct Model {
     token: Option<u8>,
     attempt: u8,
     lost: u8,
+    retries: u8,
     max_attempts: u8,
+    /// Re-runs that spent no attempt (a lost lease with no effect).
+    free: u8,
+    /// The current attempt recorded an effect's intent.
+    effect: bool,
+    /// Ghost: attempts that recorded an effect.
+    effectful_attempts: u8,
     cancel_requested: bool,
     /// The lease has run out (time passed without a renewal).
     expired: bool,
@@ -56,6 +67,7 @@ struct Model {
 enum Action {
     Claim(usize),
     Renew(usize),
+    Effect(usize),
     Finish(usize),
     Release(usize),
     Expire,
@@ -63,8 +75,21 @@ enum Action {
     Cancel,
 }
 
-/// The protocol's rules. `broken` drops the token fence from finish.
-fn step(m: &Model, action: Action, broken: bool) -> Option<Model> {
+/// The free re-runs a job in the model may have.
+const FREE_RERUNS: u8 = 1;
+
+/// A deliberately broken protocol the checker must catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Broken {
+    No,
+    /// Finish without the token fence.
+    UnfencedFinish,
+    /// A release at shutdown that costs nothing even after an effect.
+    ReleaseIgnoresEffects,
+}
+
+/// The protocol's rules.
+fn step(m: &Model, action: Action, broken: Broken) -> Option<Model> {
     let mut n = m.clone();
     let owns = |w: usize| m.status == Status::Running && m.held[w].is_some() && m.held[w] == m.token;
     match action {
@@ -76,6 +101,7 @@ fn step(m: &Model, action: Action, broken: bool) -> Option<Model> {
             n.status = Status::Running;
             n.token = Some(n.claims);
             n.attempt += 1;
+            n.effect = false;
             n.cancel_requested = false;
             n.expired = false;
             n.held[w] = n.token;
@@ -92,9 +118,22 @@ fn step(m: &Model, action: Action, broken: bool) -> Option<Model> {
                 n.held[w] = None; // lost: the worker stops and drops its result
             }
         }
+        Action::Effect(w) => {
+            m.held[w]?;
+            if owns(w) {
+                // The intent is recorded under the token (an expired lease
+                // not yet reclaimed still matches it).
+                if !m.effect {
+                    n.effectful_attempts += 1;
+                }
+                n.effect = true;
+            } else {
+                n.held[w] = None; // refused: the worker learns it lost the lease
+            }
+        }
         Action::Finish(w) => {
             m.held[w]?;
-            if owns(w) || (broken && m.status == Status::Running) {
+            if owns(w) || (broken == Broken::UnfencedFinish && m.status == Status::Running) {
                 n.status = Status::Succeeded;
                 n.token = None;
                 n.expired = false;
@@ -104,9 +143,17 @@ fn step(m: &Model, action: Action, broken: bool) -> Option<Model> {
         Action::Release(w) => {
             m.held[w]?;
             if owns(w) {
-                n.status = Status::Queued;
                 n.token = None;
                 n.expired = false;
+                n.status = Status::Queued;
+                if m.effect && broken != Broken::ReleaseIgnoresEffects {
+                    // Spends an attempt: max_attempts decides.
+                    if m.lost + m.retries + 1 < m.max_attempts {
+                        n.retries += 1;
+                    } else {
+                        n.status = Status::Failed;
+                    }
+                }
             }
             n.held[w] = None;
         }
@@ -120,15 +167,17 @@ fn step(m: &Model, action: Action, broken: bool) -> Option<Model> {
             if m.status != Status::Running || !m.expired {
                 return None;
             }
-            n.lost += 1;
             n.token = None;
             n.expired = false;
             n.status = if m.cancel_requested {
+                n.lost += 1;
                 Status::Cancelled
-            } else if n.lost < m.max_attempts {
+            } else if !m.effect && m.free < FREE_RERUNS {
+                n.free += 1;
                 Status::Queued
             } else {
-                Status::Failed
+                n.lost += 1;
+                if m.lost + m.retries + 1 < m.max_attempts { Status::Queued } else { Status::Failed }
             };
         }
         Action::Cancel => match m.status {
@@ -146,8 +195,15 @@ fn check(m: &Model) -> Result<(), String> {
     if live.count() > 1 {
         return Err("two live owners".into());
     }
-    if m.lost > m.max_attempts || (m.status == Status::Running && m.lost >= m.max_attempts) {
-        return Err(format!("ran after {} lost leases with max_attempts {}", m.lost, m.max_attempts));
+    let spent = m.lost + m.retries;
+    if spent > m.max_attempts || (m.status == Status::Running && spent >= m.max_attempts) {
+        return Err(format!("ran after {spent} spent attempts with max_attempts {}", m.max_attempts));
+    }
+    if m.effectful_attempts > m.max_attempts {
+        return Err(format!("effects in {} attempts with max_attempts {}", m.effectful_attempts, m.max_attempts));
+    }
+    if m.free > FREE_RERUNS {
+        return Err(format!("{} free re-runs, over the limit", m.free));
     }
     if (m.status == Status::Running) != m.token.is_some() {
         return Err("running ⇔ token broken".into());
@@ -159,23 +215,25 @@ fn check(m: &Model) -> Result<(), String> {
 /// changes nothing in its row.
 fn check_step(before: &Model, action: Action, after: &Model) -> Result<(), String> {
     let worker = match action {
-        Action::Renew(w) | Action::Finish(w) | Action::Release(w) => w,
+        Action::Renew(w) | Action::Effect(w) | Action::Finish(w) | Action::Release(w) => w,
         _ => return Ok(()),
     };
     let owned =
         before.status == Status::Running && before.held[worker].is_some() && before.held[worker] == before.token;
-    let row = |m: &Model| (m.status, m.token, m.attempt, m.lost, m.cancel_requested);
+    let row = |m: &Model| (m.status, m.token, m.attempt, m.lost, m.retries, m.effect, m.cancel_requested);
     if !owned && row(before) != row(after) {
         return Err(format!("a stale token changed the row ({action:?})"));
     }
     Ok(())
 }
 
-const ACTIONS: [Action; 11] = [
+const ACTIONS: [Action; 13] = [
     Action::Claim(0),
     Action::Claim(1),
     Action::Renew(0),
     Action::Renew(1),
+    Action::Effect(0),
+    Action::Effect(1),
     Action::Finish(0),
     Action::Finish(1),
     Action::Release(0),
@@ -191,7 +249,11 @@ fn initial(max_attempts: u8) -> Model {
         token: None,
         attempt: 0,
         lost: 0,
+        retries: 0,
         max_attempts,
+        free: 0,
+        effect: false,
+        effectful_attempts: 0,
         cancel_requested: false,
         expired: false,
         held: [None; WORKERS],
@@ -205,7 +267,7 @@ fn initial(max_attempts: u8) -> Model {
 /// A violated rule and the trace that reaches it.
 type Violation = (String, Vec<Action>);
 
-fn explore(max_attempts: u8, depth: usize, broken: bool) -> Result<(usize, Vec<Vec<Action>>), Violation> {
+fn explore(max_attempts: u8, depth: usize, broken: Broken) -> Result<(usize, Vec<Vec<Action>>), Violation> {
     let start = initial(max_attempts);
     let mut seen = HashSet::from([start.clone()]);
     let mut queue = VecDeque::from([(start, Vec::new())]);
@@ -230,7 +292,8 @@ fn explore(max_attempts: u8, depth: usize, broken: bool) -> Result<(usize, Vec<V
 #[test]
 fn the_lease_protocol_keeps_its_invariants_in_every_interleaving() {
     for max_attempts in [1, 2] {
-        let (states, _) = explore(max_attempts, 12, false).unwrap_or_else(|(e, trace)| panic!("{e}: {trace:?}"));
+        let (states, _) =
+            explore(max_attempts, DEPTH, Broken::No).unwrap_or_else(|(e, trace)| panic!("{e}: {trace:?}"));
         assert!(states > 100, "explored {states} states");
         println!("max_attempts {max_attempts}: {states} states explored");
     }
@@ -238,8 +301,15 @@ fn the_lease_protocol_keeps_its_invariants_in_every_interleaving() {
 
 #[test]
 fn the_checker_catches_a_finish_without_the_token_fence() {
-    let (error, trace) = explore(2, 12, true).expect_err("the broken variant must be caught");
+    let (error, trace) = explore(2, DEPTH, Broken::UnfencedFinish).expect_err("the broken variant must be caught");
     assert!(error.contains("stale token") || error.contains("owners"), "{error}: {trace:?}");
+}
+
+#[test]
+fn the_checker_catches_a_release_that_forgets_the_attempts_effects() {
+    let (error, trace) =
+        explore(1, DEPTH, Broken::ReleaseIgnoresEffects).expect_err("the broken variant must be caught");
+    assert!(error.contains("effects in 2 attempts"), "{error}: {trace:?}");
 }
 
 // ---- the real store against the model ----
@@ -267,6 +337,7 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
         limits: JobLimits { timeout_ms: 1000, fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 },
         grants: Default::default(),
         max_attempts: max_attempts.into(),
+        free_rerun_limit: FREE_RERUNS.into(),
         concurrency_key: None,
         plan_id: None,
         queue_ttl: Duration::from_secs(86_400),
@@ -291,6 +362,19 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
                 let token = tokens[w].clone().unwrap();
                 let params = LeaseExtendParams { id, token, lease_ttl: TTL, now };
                 if store.lease_extend(params).await.unwrap() == LeaseState::Lost {
+                    tokens[w] = None;
+                }
+            }
+            Action::Effect(w) => {
+                let token = tokens[w].clone().unwrap();
+                let params = EffectBeginParams {
+                    id,
+                    token,
+                    method: "POST".into(),
+                    url: "https://upstream.test/hook".into(),
+                    now,
+                };
+                if store.effect_begin(params).await.unwrap().is_none() {
                     tokens[w] = None;
                 }
             }
@@ -325,10 +409,16 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
                 assert!(matches!(result, CancelResult::Cancelled | CancelResult::Requested), "{result:?}");
             }
         }
-        model = step(&model, action, false).unwrap();
+        model = step(&model, action, Broken::No).unwrap();
         let row = store.job_get(id).await.unwrap().unwrap();
-        let got = (status_of(row.status), row.attempt as u8, row.lost_leases as u8, row.cancel_requested);
-        let want = (model.status, model.attempt, model.lost, model.cancel_requested);
+        let counters = |lost, retries, free| (lost as u8, retries as u8, free as u8);
+        let got = (
+            status_of(row.status),
+            row.attempt as u8,
+            counters(row.lost_leases, row.retries, row.free_reruns),
+            row.cancel_requested,
+        );
+        let want = (model.status, model.attempt, (model.lost, model.retries, model.free), model.cancel_requested);
         assert_eq!(got, want, "store and model disagree after {trace:?}");
         for (w, token) in tokens.iter().enumerate() {
             assert_eq!(token.is_some(), model.held[w].is_some(), "worker {w} after {trace:?}");
@@ -345,7 +435,7 @@ where
 {
     let mut replayed = 0;
     for max_attempts in [1, 2] {
-        let (_, traces) = explore(max_attempts, 12, false).unwrap_or_else(|(e, t)| panic!("{e}: {t:?}"));
+        let (_, traces) = explore(max_attempts, DEPTH, Broken::No).unwrap_or_else(|(e, t)| panic!("{e}: {t:?}"));
         for trace in &traces {
             let Some(fresh) = open().await else { return };
             replay(fresh.store.clone(), max_attempts, trace).await;

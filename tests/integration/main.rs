@@ -8,6 +8,7 @@ mod cli_ops;
 mod cli_run;
 mod conformance;
 mod crash;
+mod effect_chaos;
 mod egress;
 mod faults;
 mod hostile;

@@ -213,6 +213,7 @@ async fn a_worker_that_lost_its_lease_stops_the_guest_and_drops_the_result() {
     let runtime = builder(&dir)
         .clock(Arc::new(clock.clone()))
         .lease_ttl(ttl)
+        .free_rerun_limit(0)
         .sweep_interval(Duration::from_secs(3600))
         .on_start(move |s| {
             let _ = started.send(s.id);

@@ -241,6 +241,12 @@ struct WorkerArgs {
     #[arg(long, env = "LEASH_MAX_ATTEMPTS", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::job::MAX_ATTEMPTS_CEILING)))]
     max_attempts: u32,
+    /// Times a job that lost its lease before its attempt recorded any
+    /// effect (so it provably touched nothing outside) runs again without
+    /// spending an attempt; 0 makes a lost lease always spend one.
+    #[arg(long, env = "LEASH_FREE_RERUNS", default_value_t = crate::runtime::DEFAULT_FREE_RERUNS,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::job::MAX_ATTEMPTS_CEILING)))]
+    free_reruns: u32,
     /// The pause before a job's first retry (it doubles after each failure,
     /// with jitter), for jobs that set none.
     #[arg(long, env = "LEASH_RETRY_BACKOFF", value_parser = parse_duration, default_value = "1s")]
@@ -444,7 +450,9 @@ impl ExitStatus {
                 ExitStatus::ResourceLimit
             }
             ErrorKind::Trap => ExitStatus::Trap,
-            ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::HostError => ExitStatus::Internal,
+            ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::Interrupted | ErrorKind::HostError => {
+                ExitStatus::Internal
+            }
         }
     }
 }
@@ -595,7 +603,7 @@ mod tests {
             ErrorKind::Cancelled => 4,
             ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit | ErrorKind::ResourceLimit => 5,
             ErrorKind::Trap => 6,
-            ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::HostError => 70,
+            ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::Interrupted | ErrorKind::HostError => 70,
         };
         for kind in ErrorKind::ALL {
             assert_eq!(ExitStatus::for_kind(kind) as u8, documented(kind), "{kind}");

@@ -137,13 +137,16 @@ pub enum ErrorKind {
     LeaseLost,
     /// The job waited in the queue past its expiry.
     Expired,
+    /// The worker shut down during the attempt after the attempt's effects
+    /// began, and no attempt was left to run it again.
+    Interrupted,
     /// leash itself failed to run the job.
     HostError,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 12] = [
+    pub const ALL: [ErrorKind; 13] = [
         ErrorKind::GuestError,
         ErrorKind::InvalidInput,
         ErrorKind::Trap,
@@ -155,6 +158,7 @@ impl ErrorKind {
         ErrorKind::Cancelled,
         ErrorKind::LeaseLost,
         ErrorKind::Expired,
+        ErrorKind::Interrupted,
         ErrorKind::HostError,
     ];
 
@@ -172,6 +176,7 @@ impl ErrorKind {
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::LeaseLost => "lease_lost",
             ErrorKind::Expired => "expired",
+            ErrorKind::Interrupted => "interrupted",
             ErrorKind::HostError => "host_error",
         }
     }

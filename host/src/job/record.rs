@@ -98,6 +98,10 @@ pub struct NewJob {
     /// Attempts the job may use: a lost lease or a retryable failure with
     /// attempts left queues it again. At least 1.
     pub max_attempts: u32,
+    /// Times a lost lease whose attempt recorded no effect runs the job
+    /// again without spending an attempt (0: a lost lease always spends
+    /// one).
+    pub free_rerun_limit: u32,
     /// At most one running job per key, across every process on the store.
     pub concurrency_key: Option<String>,
     /// A logical plan this job belongs to (no foreign key).
@@ -124,13 +128,19 @@ pub const MAX_KEY_BYTES: usize = 256;
 
 impl NewJob {
     /// The rules a new job keeps whatever ceilings a runtime sets: attempts
-    /// from 1 to [`MAX_ATTEMPTS_CEILING`], a positive timeout, and a
+    /// from 1 to [`MAX_ATTEMPTS_CEILING`] (free re-runs up to it), a positive timeout, and a
     /// concurrency key and plan id of at most [`MAX_KEY_BYTES`] (a key not
     /// empty). The runtime checks them before it queues; every store again
     /// before it inserts.
     pub fn check(&self) -> Result<(), String> {
         if !(1..=MAX_ATTEMPTS_CEILING).contains(&self.max_attempts) {
             return Err(format!("max_attempts {} is out of range: use 1 to {MAX_ATTEMPTS_CEILING}", self.max_attempts));
+        }
+        if self.free_rerun_limit > MAX_ATTEMPTS_CEILING {
+            return Err(format!(
+                "free_rerun_limit {} is out of range: use 0 to {MAX_ATTEMPTS_CEILING}",
+                self.free_rerun_limit
+            ));
         }
         if self.limits.timeout_ms == 0 {
             return Err("timeout must be positive".into());
@@ -264,9 +274,11 @@ pub struct Job {
     pub deadline_at: Option<Timestamp>,
     /// Claims so far: 1 during the first attempt.
     pub attempt: u32,
-    /// Attempts that lost their lease.
+    /// Attempts that lost their lease and spent an attempt (after an
+    /// effect, or past the free re-runs).
     pub lost_leases: u32,
-    /// Attempts that failed retryably and were queued again.
+    /// Attempts that ended early and were queued again, spending an
+    /// attempt: a retryable failure, or a shutdown after an effect.
     pub retries: u32,
     /// The pause before each retry.
     pub backoff: Backoff,
@@ -277,6 +289,11 @@ pub struct Job {
     /// runs again), or after a transient host error before its guest
     /// started.
     pub releases: u32,
+    /// Times it lost its lease before its attempt recorded any effect and
+    /// was queued again without spending an attempt.
+    pub free_reruns: u32,
+    /// The most such re-runs it may have.
+    pub free_rerun_limit: u32,
     /// The attempt limit.
     pub max_attempts: u32,
     /// A cancel was asked for while it ran.

@@ -16,6 +16,7 @@ mod codec;
 pub mod faults;
 pub mod postgres;
 pub mod sqlite;
+mod unfinished;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -450,10 +451,19 @@ pub struct LeaseReclaimParams {
 /// What a reclaim sweep did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReclaimReport {
-    /// Jobs put back in the queue (attempts left).
+    /// Jobs put back in the queue (attempts or free re-runs left).
     pub requeued: u64,
-    /// Jobs failed with `lease_lost` (no attempts left).
+    /// Jobs ended: failed with `lease_lost` (nothing left), or cancelled.
     pub failed: u64,
+}
+
+impl ReclaimReport {
+    fn count(&mut self, fate: &unfinished::Fate) {
+        match fate {
+            unfinished::Fate::Requeue { .. } => self.requeued += 1,
+            unfinished::Fate::End { .. } => self.failed += 1,
+        }
+    }
 }
 
 /// Parameters of [`JobStore::jobs_expire_queued`].

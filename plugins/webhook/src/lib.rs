@@ -3,9 +3,11 @@
 //! effect: fenced by the job's lease and recorded in its effect ledger.
 //!
 //! Input (JSON): `{"url": "https://...", "event": {...}, "count": 1,
-//! "secret": "NAME"}` (`count` and `secret` optional). With `secret`, each
-//! request carries `Authorization: Bearer {secret:NAME}` for the host to
-//! fill in. Output: `{"delivered": n, "statuses": [201, ...]}`. A delivery
+//! "secret": "NAME", "prepare_ms": 0}` (all but `url` optional). With
+//! `secret`, each request carries `Authorization: Bearer {secret:NAME}` for
+//! the host to fill in. `prepare_ms` is time spent before the first
+//! delivery (work that has no effect). Each delivery's body is
+//! `{"delivery": n, "job": ID, "attempt": n, "event": ...}`. Output: `{"delivered": n, "statuses": [201, ...]}`. A delivery
 //! that fails fails the job (`retryable` for a 5xx or a transport error,
 //! `failed` for a refusal or a 4xx) after logging it.
 
@@ -29,6 +31,8 @@ struct Input {
     count: u32,
     #[serde(default)]
     secret: Option<String>,
+    #[serde(default)]
+    prepare_ms: u64,
 }
 
 fn one() -> u32 {
@@ -44,12 +48,16 @@ impl Plugin for Webhook {
         if let Some(secret) = &input.secret {
             headers.push(("authorization".to_owned(), format!("Bearer {{secret:{secret}}}")));
         }
+        if input.prepare_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(input.prepare_ms));
+        }
         let mut statuses = Vec::new();
         for n in 0..input.count {
             if leash_sdk::cancelled() {
                 return Err(Error::failed(format!("cancelled after {n} deliveries")));
             }
-            let body = json!({ "delivery": n + 1, "job": ctx.job_id, "event": input.event }).to_string();
+            let body = json!({ "delivery": n + 1, "job": ctx.job_id, "attempt": ctx.attempt, "event": input.event })
+                .to_string();
             let fetched = fetch::fetch("POST", &input.url, &headers, Some(body.as_bytes())).map_err(|e| {
                 leash_sdk::log::warn(&format!("delivery {} to {} failed: {e}", n + 1, input.url));
                 if e.contains("Denied") { Error::failed(e) } else { Error::retryable(e) }

@@ -27,8 +27,8 @@ fn at(seconds: u64) -> Timestamp {
     T0.plus(Duration::from_secs(seconds))
 }
 
-/// A queued job of a made-up plugin with small limits and one attempt, for
-/// store tests.
+/// A queued job of a made-up plugin with small limits, one attempt and no
+/// free re-runs, for store tests.
 pub(crate) fn new_job(input: &str) -> NewJob {
     NewJob {
         plugin: Digest::of(b"plugin"),
@@ -38,6 +38,7 @@ pub(crate) fn new_job(input: &str) -> NewJob {
         limits: JobLimits { timeout_ms: 1000, fuel: Some(5), memory_bytes: 1 << 20, output_bytes: 1 << 10 },
         grants: Default::default(),
         max_attempts: 1,
+        free_rerun_limit: 0,
         concurrency_key: None,
         plan_id: None,
         queue_ttl: QUEUE_TTL,
@@ -772,6 +773,125 @@ pub(crate) async fn claims_take_the_earliest_due_first(store: Arc<dyn JobStore>)
     let newer = insert_one(&*store, new_job("newer, due sooner"), at(5)).await;
     let order: Vec<JobId> = claim(&*store, "w", 2, at(20)).await.iter().map(|l| l.job.id).collect();
     assert_eq!(order, [newer.id, older.id]);
+}
+
+/// Record an effect's intent under `lease` (its URL names `what`).
+async fn intent(store: &dyn JobStore, lease: &Lease, what: &str, now: Timestamp) -> leash::job::Effect {
+    let params = EffectBeginParams {
+        id: lease.job.id,
+        token: lease.token.clone(),
+        method: "POST".into(),
+        url: format!("https://api.example.com/{what}"),
+        now,
+    };
+    store.effect_begin(params).await.unwrap().expect("recorded under the lease")
+}
+
+/// Record that `effect` was answered with `status`.
+async fn answered(store: &dyn JobStore, id: JobId, effect: &leash::job::Effect, status: u16, now: Timestamp) {
+    let outcome = EffectOutcome::Status(status);
+    let params = EffectEndParams { id, attempt: effect.attempt, seq: effect.seq, outcome, now };
+    store.effect_end(params).await.unwrap();
+}
+
+pub(crate) async fn a_lost_lease_without_effects_reruns_free_until_its_limit(store: Arc<dyn JobStore>) {
+    let job = insert_one(&*store, NewJob { free_rerun_limit: 2, ..new_job("free") }, T0).await;
+    let mut now = at(1);
+    for n in 1..=2 {
+        claim_one(&*store, now).await;
+        now = now.plus(TTL);
+        assert_eq!(reclaim(&*store, now).await, ReclaimReport { requeued: 1, failed: 0 }, "free re-run {n}");
+        let got = get(&*store, job.id).await;
+        assert_eq!((got.status, got.attempt, got.lost_leases, got.free_reruns), (JobStatus::Queued, n, 0, n));
+        let last_error = got.last_error.unwrap();
+        assert!(
+            last_error.contains("no effect was recorded") && last_error.contains(&format!("{n} of 2")),
+            "{last_error}"
+        );
+        now = now.plus(Duration::from_secs(301)); // past any backoff
+    }
+    claim_one(&*store, now).await;
+    now = now.plus(TTL);
+    assert_eq!(reclaim(&*store, now).await, ReclaimReport { requeued: 0, failed: 1 }, "the limit is reached");
+    let got = get(&*store, job.id).await;
+    assert_eq!(
+        (got.status, got.error_kind, got.attempt, got.lost_leases),
+        (JobStatus::Failed, Some(ErrorKind::LeaseLost), 3, 1)
+    );
+    let message = got.error_message.unwrap();
+    assert!(message.contains("Heartbeat timeout") && message.contains("re-run 2 times"), "{message}");
+}
+
+pub(crate) async fn a_lost_lease_after_an_effect_spends_the_attempt_and_names_the_effect(store: Arc<dyn JobStore>) {
+    let job = insert_one(&*store, NewJob { free_rerun_limit: 3, ..new_job("fx") }, T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    let sent = intent(&*store, &lease, "sent", at(2)).await;
+    answered(&*store, job.id, &sent, 202, at(3)).await;
+    intent(&*store, &lease, "in-flight", at(4)).await;
+    intent(&*store, &lease, "also-in-flight", at(5)).await;
+    assert_eq!(reclaim(&*store, at(5).plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1 });
+    let got = get(&*store, job.id).await;
+    assert_eq!(
+        (got.status, got.error_kind, got.free_reruns, got.lost_leases),
+        (JobStatus::Failed, Some(ErrorKind::LeaseLost), 0, 1)
+    );
+    let message = got.error_message.unwrap();
+    assert!(
+        message.contains(
+            "effect #2 (POST https://api.example.com/in-flight) (and 1 more) was in flight: its outcome is unknown"
+        ),
+        "{message}"
+    );
+    assert!(claim(&*store, "w", 10, at(1000)).await.is_empty(), "never run again");
+
+    // With attempts left it runs again, the attempt spent, and an effect
+    // whose outcome is known is named as the last one.
+    let job = insert_one(&*store, NewJob { max_attempts: 2, free_rerun_limit: 3, ..new_job("fx2") }, at(1000)).await;
+    let lease = claim_one(&*store, at(1001)).await;
+    let sent = intent(&*store, &lease, "done", at(1002)).await;
+    answered(&*store, job.id, &sent, 200, at(1003)).await;
+    assert_eq!(reclaim(&*store, at(1003).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0 });
+    let got = get(&*store, job.id).await;
+    assert_eq!((got.status, got.lost_leases, got.free_reruns), (JobStatus::Queued, 1, 0));
+    let last_error = got.last_error.unwrap();
+    assert!(
+        last_error.contains("its last effect, #1 (POST https://api.example.com/done), answered 200"),
+        "{last_error}"
+    );
+}
+
+pub(crate) async fn a_release_after_an_effect_spends_an_attempt(store: Arc<dyn JobStore>) {
+    // No effect: a release costs nothing, as ever.
+    let quiet = insert_one(&*store, new_job("quiet"), T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    assert!(store.job_release(release_params(&lease, at(1), at(1))).await.unwrap());
+    let got = get(&*store, quiet.id).await;
+    assert_eq!((got.status, got.releases, got.retries), (JobStatus::Queued, 1, 0));
+    store.job_cancel(quiet.id, at(2)).await.unwrap();
+
+    // An effect with attempts left: queued again, an attempt spent.
+    let job = insert_one(&*store, NewJob { max_attempts: 2, ..new_job("loud") }, at(3)).await;
+    let lease = claim_one(&*store, at(4)).await;
+    intent(&*store, &lease, "charge", at(5)).await;
+    assert!(store.job_release(release_params(&lease, at(6), at(6))).await.unwrap());
+    let got = get(&*store, job.id).await;
+    assert_eq!((got.status, got.releases, got.retries), (JobStatus::Queued, 0, 1));
+    assert!(got.last_error.unwrap().starts_with("interrupted: "));
+
+    // And with none left: it ends as interrupted, naming the effect.
+    let lease = claim_one(&*store, at(400)).await;
+    assert_eq!(lease.job.id, job.id);
+    intent(&*store, &lease, "refund", at(401)).await;
+    assert!(store.job_release(release_params(&lease, at(402), at(402))).await.unwrap());
+    let got = get(&*store, job.id).await;
+    assert_eq!((got.status, got.error_kind), (JobStatus::Failed, Some(ErrorKind::Interrupted)));
+    let message = got.error_message.unwrap();
+    assert!(message.contains("#1 (POST https://api.example.com/refund) was in flight"), "{message}");
+    assert_eq!(got.finished_at, Some(at(402)));
+    assert!(
+        !store.job_release(release_params(&lease, at(403), at(403))).await.unwrap(),
+        "a stale token changes nothing"
+    );
 }
 
 fn release_params(lease: &Lease, run_after: Timestamp, now: Timestamp) -> JobReleaseParams {

@@ -80,6 +80,9 @@ macro_rules! with_cases {
             }
             effect {
                 effects_are_recorded_only_under_the_lease_and_numbered_per_attempt,
+                a_lost_lease_without_effects_reruns_free_until_its_limit,
+                a_lost_lease_after_an_effect_spends_the_attempt_and_names_the_effect,
+                a_release_after_an_effect_spends_an_attempt,
             }
         );
     };

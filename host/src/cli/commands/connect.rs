@@ -31,6 +31,15 @@ pub(super) fn local_job_defaults(
             })?;
         builder = builder.default_max_attempts(n);
     }
+    if let Some(n) = var("LEASH_FREE_RERUNS") {
+        let n: u32 = n.trim().parse().ok().filter(|n| *n <= crate::job::MAX_ATTEMPTS_CEILING).ok_or_else(|| {
+            CliError::usage(format!(
+                "LEASH_FREE_RERUNS: {n:?} is not a number from 0 to {}",
+                crate::job::MAX_ATTEMPTS_CEILING
+            ))
+        })?;
+        builder = builder.free_rerun_limit(n);
+    }
     let default = crate::job::Backoff::default();
     let base = duration("LEASH_RETRY_BACKOFF")?.map_or(default.base_ms, |d| d.as_millis() as u64);
     let cap = duration("LEASH_RETRY_BACKOFF_CAP")?.map_or(default.cap_ms, |d| d.as_millis() as u64);

@@ -35,6 +35,7 @@ pub(in crate::cli) async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime,
         .default_timeout(args.job_timeout)
         .max_timeout(args.max_timeout)
         .default_max_attempts(args.max_attempts)
+        .free_rerun_limit(args.free_reruns)
         .default_backoff(Backoff {
             base_ms: args.retry_backoff.as_millis() as u64,
             cap_ms: args.retry_backoff_cap.as_millis() as u64,

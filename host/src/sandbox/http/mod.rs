@@ -63,6 +63,9 @@ pub struct EffectTicket {
     pub seq: u32,
     /// The `Idempotency-Key` the request carries.
     pub idempotency_key: String,
+    /// When the attempt's lease, as last confirmed, runs out by the local
+    /// clock: the request is not sent after it. `None`: no lease.
+    pub lease_until: Option<std::time::Instant>,
 }
 
 /// Why a request was refused before anything was sent.

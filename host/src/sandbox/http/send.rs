@@ -51,6 +51,11 @@ pub(super) async fn send(
         withdrawn(&journal, &meter, &target.shown(), &why);
         return Err(Error::DestinationIpProhibited);
     }
+    // Connect before the intent is recorded, so that little but the write
+    // itself lies between the two.
+    let deadline =
+        |limit: Option<std::time::Duration>| limit.map_or(target.until, |d| (Instant::now() + d).min(target.until));
+    let (sender, conn) = open(&target, &allowed, deadline(options.and_then(|o| o.connect_timeout))).await?;
     // An effect is made only once the ledger has recorded its intent,
     // which it does only while the attempt may still act.
     let ticket = match &target.ledger {
@@ -64,11 +69,20 @@ pub(super) async fn send(
         },
     };
     let mut request = request;
-    if let Some((_, ticket)) = &ticket {
+    if let Some((ledger, ticket)) = &ticket {
         let key = http::HeaderValue::from_str(&ticket.idempotency_key).map_err(|_| Error::HttpRequestDenied)?;
         request.headers_mut().insert("idempotency-key", key);
+        // A process paused since the intent was recorded may have lost its
+        // lease meanwhile: by the local clock, send only inside it.
+        if ticket.lease_until.is_some_and(|until| Instant::now() >= until) {
+            let why = "the attempt's lease ran out before the request left";
+            ledger.end(ticket, EffectOutcome::Error(format!("not sent: {why}"))).await;
+            withdrawn(&journal, &meter, &target.shown(), &format!("no new effects: {why}"));
+            return Err(Error::HttpRequestDenied);
+        }
     }
-    let sent = exchange(&target, &allowed, request, options, &grant.limits).await;
+    let first_byte_by = deadline(options.and_then(|o| o.first_byte_timeout));
+    let sent = exchange(&target, sender, conn, request, first_byte_by, &grant.limits).await;
     if let Some((ledger, ticket)) = &ticket {
         let outcome = match &sent {
             Ok((response, _)) => EffectOutcome::Status(response.status().as_u16()),
@@ -79,19 +93,15 @@ pub(super) async fn send(
     sent
 }
 
-/// Connect to the first of `allowed` that answers, send `request` and
-/// wait for the response head.
-async fn exchange(
-    target: &Target,
-    allowed: &[SocketAddr],
-    request: http::Request<WasiBody>,
-    options: Option<RequestOptions>,
-    limits: &crate::job::grant::HttpLimits,
-) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
-    let (max_request, max_response) = (limits.request_bytes, limits.response_bytes);
-    let until = target.until;
-    let by = |limit: Option<std::time::Duration>| limit.map_or(until, |d| (Instant::now() + d).min(until));
-    let connect_by = by(options.and_then(|o| o.connect_timeout));
+type Sender = hyper::client::conn::http1::SendRequest<http_body_util::combinators::UnsyncBoxBody<Bytes, Error>>;
+type Connection = hyper::client::conn::http1::Connection<
+    TokioIo<Box<dyn Io>>,
+    http_body_util::combinators::UnsyncBoxBody<Bytes, Error>,
+>;
+
+/// Connect to the first of `allowed` that answers, with TLS for `https`,
+/// and open an HTTP/1.1 connection, all by `connect_by`.
+async fn open(target: &Target, allowed: &[SocketAddr], connect_by: Instant) -> Result<(Sender, Connection), Error> {
     let stream = connect(allowed, connect_by).await?;
     let io: Box<dyn Io> = match target.scheme {
         HttpScheme::Http => Box::new(stream),
@@ -107,13 +117,24 @@ async fn exchange(
             Box::new(tls)
         }
     };
-    let (mut sender, conn) = tokio::time::timeout_at(
-        connect_by.into(),
-        hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(io)),
-    )
-    .await
-    .map_err(|_| Error::ConnectionTimeout)??;
+    tokio::time::timeout_at(connect_by.into(), hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(io)))
+        .await
+        .map_err(|_| Error::ConnectionTimeout)?
+        .map_err(Error::from)
+}
 
+/// Send `request` on the open connection and wait for the response head
+/// (by `first_byte_by`).
+async fn exchange(
+    target: &Target,
+    mut sender: Sender,
+    conn: Connection,
+    request: http::Request<WasiBody>,
+    first_byte_by: Instant,
+    limits: &crate::job::grant::HttpLimits,
+) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
+    let (max_request, max_response) = (limits.request_bytes, limits.response_bytes);
+    let until = target.until;
     // On the wire the request line carries the path only.
     let (mut parts, body) = request.into_parts();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -124,7 +145,6 @@ async fn exchange(
     // Drive the connection while waiting for the response head; a server
     // that answers and closes may finish the connection first.
     let mut conn = Some(Box::pin(conn));
-    let first_byte_by = by(options.and_then(|o| o.first_byte_timeout));
     let response = tokio::time::timeout_at(first_byte_by.into(), async {
         let mut send = std::pin::pin!(sender.send_request(request));
         if let Some(driving) = conn.as_mut() {

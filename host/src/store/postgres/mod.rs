@@ -42,6 +42,8 @@ use rows::{
 };
 use schema::{connect_when_up, migrate};
 
+use super::unfinished::{self, AttemptEffects, COUNTER_COLUMNS, Counters, Fate};
+
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -57,9 +59,9 @@ use super::codec::{
 };
 use super::{
     CancelResult, EffectBeginParams, EffectEndParams, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams,
-    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams,
-    LEASE_LOST_MESSAGE, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams,
-    PluginPutParams, ReclaimReport, StoreError,
+    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
+    LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams,
+    ReclaimReport, StoreError,
 };
 use super::{WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
@@ -403,6 +405,7 @@ struct InsertColumns {
     backoff_base: Vec<i64>,
     backoff_cap: Vec<i64>,
     grants: Vec<Option<String>>,
+    free_rerun_limit: Vec<i32>,
 }
 
 impl InsertColumns {
@@ -431,6 +434,7 @@ impl InsertColumns {
         self.backoff_base.push(i64_of(job.backoff.base_ms));
         self.backoff_cap.push(i64_of(job.backoff.cap_ms));
         self.grants.push(grants_to_column(&job.grants)?);
+        self.free_rerun_limit.push(i32::try_from(job.free_rerun_limit).unwrap_or(i32::MAX));
         Ok(())
     }
 }
@@ -444,15 +448,15 @@ async fn insert_rows(
         format!(
             "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
              schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
-             idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json) \
-             SELECT n.id, n.plan, n.phase, n.action, n.digest, 'queued', n.payload, n.limits, $19, $20, n.expires, \
+             idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
+             free_rerun_limit) SELECT n.id, n.plan, n.phase, n.action, n.digest, 'queued', n.payload, n.limits, $19, $20, n.expires, \
              n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap, \
-             n.grants \
+             n.grants, n.free \
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
                $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
-               $16::int8[], $17::int8[], $18::int8[], $21::text[]) \
+               $16::int8[], $17::int8[], $18::int8[], $21::text[], $22::int4[]) \
              AS n(id, plan, phase, action, digest, payload, limits, expires, max_attempts, key, pname, pversion, \
-               ikey, rdigest, run_after, deadline, bbase, bcap, grants) \
+               ikey, rdigest, run_after, deadline, bbase, bcap, grants, free) \
              RETURNING {}",
             job_columns("")
         )
@@ -485,6 +489,7 @@ async fn insert_rows(
                 &i32::try_from(SCHEMA_VERSION).unwrap_or(i32::MAX),
                 &now.unix_ms(),
                 &c.grants,
+                &c.free_rerun_limit,
             ],
         )
         .await
@@ -624,19 +629,34 @@ impl JobStore for PostgresStore {
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
         let run_after = params.run_after.max(params.now).unix_ms();
         let requeue_until = run_after.saturating_add(ms(params.queue_ttl));
-        let rows = self
-            .query(
-                "releasing a job",
-                "WITH released AS ( \
-                   UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, \
-                   releases = releases + 1, run_after = GREATEST(run_after, $4), \
-                   expires_at = LEAST(GREATEST(expires_at, $1), COALESCE(deadline_at, GREATEST(expires_at, $1))) \
-                   WHERE job_id = $2 AND status = 'running' AND lease_token = $3 RETURNING 1) \
-                 SELECT COUNT(*), pg_notify('leash_jobs', '') FROM released",
-                &[&requeue_until, &params.id.to_string(), &params.token, &run_after],
-            )
-            .await?;
-        Ok(rows.first().is_some_and(|r| r.get::<_, i64>(0) == 1))
+        let err = db_err("releasing a job");
+        let mut client = self.client("releasing a job").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let id = params.id.to_string();
+        let sql = format!(
+            "SELECT {COUNTER_COLUMNS} FROM jobs WHERE job_id = $1 AND status = 'running' AND lease_token = $2 \
+             FOR UPDATE"
+        );
+        let Some(row) = tx.query_opt(&sql, &[&id, &params.token]).await.map_err(&err)? else { return Ok(false) };
+        let (_, attempt, counters) = counters_of(&row);
+        let effects = attempt_effects(&tx, &id, attempt).await.map_err(&err)?;
+        match unfinished::released(&counters, effects.as_ref(), params.now) {
+            Some(fate) => apply_fate(&tx, &id, &fate, params.queue_ttl, params.now).await.map_err(&err)?,
+            None => {
+                tx.execute(
+                    "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, \
+                     releases = releases + 1, run_after = GREATEST(run_after, $3), \
+                     expires_at = LEAST(GREATEST(expires_at, $1), COALESCE(deadline_at, GREATEST(expires_at, $1))) \
+                     WHERE job_id = $2",
+                    &[&requeue_until, &id, &run_after],
+                )
+                .await
+                .map_err(&err)?;
+            }
+        }
+        tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+        tx.commit().await.map_err(&err)?;
+        Ok(true)
     }
 
     async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {
@@ -703,63 +723,30 @@ impl JobStore for PostgresStore {
         let now = params.now.unix_ms();
         let err = db_err("reclaiming leases");
         let mut report = ReclaimReport::default();
+        let sql = format!(
+            "SELECT {COUNTER_COLUMNS} FROM jobs WHERE status = 'running' AND lease_expires_at <= $1 \
+             ORDER BY job_id LIMIT $2 FOR UPDATE SKIP LOCKED"
+        );
         loop {
             let mut client = self.client("reclaiming leases").await?;
             let tx = client.transaction().await.map_err(&err)?;
             // Rows another replica's sweep holds are its to reclaim: a
-            // lost lease is counted once.
-            let expired = tx
-                .query(
-                    "SELECT job_id, lost_leases, retries, max_attempts, cancel_requested, backoff_base_ms, \
-                     backoff_cap_ms FROM jobs WHERE status = 'running' AND lease_expires_at <= $1 \
-                     ORDER BY job_id LIMIT $2 FOR UPDATE SKIP LOCKED",
-                    &[&now, &BATCH],
-                )
-                .await
-                .map_err(&err)?;
+            // lost lease is counted once. A row an effect's intent is
+            // being recorded against is locked too (see `effect_begin`):
+            // it is reclaimed at the next sweep, with that intent counted.
+            let expired = tx.query(&sql, &[&now, &BATCH]).await.map_err(&err)?;
+            let mut requeued = false;
             for row in &expired {
-                let id: String = row.get(0);
-                let (lost, retries, max_attempts): (i32, i32, i32) = (row.get(1), row.get(2), row.get(3));
-                let cancel_requested: bool = row.get(4);
-                if cancel_requested {
-                    report.failed += 1;
-                    tx.execute(
-                        "UPDATE jobs SET status = 'cancelled', error_kind = 'cancelled', \
-                         error_message = 'Cancelled: its worker stopped while it was being cancelled', \
-                         finished_at = $1, lost_leases = lost_leases + 1, lease_token = NULL, \
-                         lease_expires_at = NULL WHERE job_id = $2",
-                        &[&now, &id],
-                    )
-                    .await
-                } else if lost + retries + 1 < max_attempts {
-                    report.requeued += 1;
-                    let backoff = Backoff {
-                        base_ms: row.get::<_, i64>(5).max(0) as u64,
-                        cap_ms: row.get::<_, i64>(6).max(0) as u64,
-                    };
-                    let run_after = params.now.plus(backoff.delay((lost + retries + 1) as u32)).unix_ms();
-                    let requeue_until = run_after.saturating_add(ms(params.queue_ttl));
-                    tx.execute(
-                        "UPDATE jobs SET status = 'queued', lost_leases = lost_leases + 1, lease_token = NULL, \
-                         lease_expires_at = NULL, run_after = $1, last_error = 'lease_lost: ' || $2, \
-                         expires_at = LEAST(GREATEST(expires_at, $3), COALESCE(deadline_at, GREATEST(expires_at, $3))) \
-                         WHERE job_id = $4",
-                        &[&run_after, &LEASE_LOST_MESSAGE, &requeue_until, &id],
-                    )
-                    .await
-                } else {
-                    report.failed += 1;
-                    tx.execute(
-                        "UPDATE jobs SET status = 'failed', error_kind = 'lease_lost', error_message = $1, \
-                         finished_at = $2, lost_leases = lost_leases + 1, lease_token = NULL, \
-                         lease_expires_at = NULL WHERE job_id = $3",
-                        &[&LEASE_LOST_MESSAGE, &now, &id],
-                    )
-                    .await
-                }
-                .map_err(&err)?;
+                let (id, attempt, counters) = counters_of(row);
+                // Read after the lock, in a statement of its own: it sees
+                // every intent committed before the row was locked.
+                let effects = attempt_effects(&tx, &id, attempt).await.map_err(&err)?;
+                let fate = unfinished::lost_lease(&counters, effects.as_ref(), params.now);
+                report.count(&fate);
+                requeued |= matches!(fate, Fate::Requeue { .. });
+                apply_fate(&tx, &id, &fate, params.queue_ttl, params.now).await.map_err(&err)?;
             }
-            if report.requeued > 0 {
+            if requeued {
                 tx.execute(NOTIFY, &[]).await.map_err(&err)?;
             }
             tx.commit().await.map_err(&err)?;
@@ -871,7 +858,7 @@ impl JobStore for PostgresStore {
                  SELECT j.job_id, j.attempt, 1 + COALESCE((SELECT MAX(e.seq) FROM effects e \
                    WHERE e.job_id = j.job_id AND e.attempt = j.attempt), 0), $3, $4, $5 \
                  FROM jobs j WHERE j.job_id = $1 AND j.status = 'running' AND j.lease_token = $2 \
-                 RETURNING attempt, seq",
+                 FOR SHARE OF j RETURNING attempt, seq",
             )
             .await
             .map_err(&err)?;
@@ -1132,4 +1119,72 @@ impl JobStore for PostgresStore {
     fn enqueued(&self) -> Option<watch::Receiver<u64>> {
         Some(self.inner.enqueued.clone())
     }
+}
+
+/// A job's counters (see [`COUNTER_COLUMNS`]): its id, attempt and the rest.
+fn counters_of(r: &Row) -> (String, u32, Counters) {
+    (
+        r.get(0),
+        rows::count(r.get(1)),
+        Counters {
+            lost_leases: rows::count(r.get(2)),
+            retries: rows::count(r.get(3)),
+            max_attempts: rows::count(r.get(4)),
+            free_reruns: rows::count(r.get(5)),
+            free_rerun_limit: rows::count(r.get(6)),
+            cancel_requested: r.get(7),
+            backoff: Backoff { base_ms: r.get::<_, i64>(8).max(0) as u64, cap_ms: r.get::<_, i64>(9).max(0) as u64 },
+        },
+    )
+}
+
+/// What the attempt's effects were (`None`: it recorded none).
+async fn attempt_effects(
+    client: &impl GenericClient,
+    id: &str,
+    attempt: u32,
+) -> Result<Option<AttemptEffects>, tokio_postgres::Error> {
+    let attempt = i32::try_from(attempt).unwrap_or(i32::MAX);
+    let row = client.query_opt(unfinished::ATTEMPT_EFFECTS_POSTGRES, &[&id, &attempt]).await?;
+    Ok(row.map(|r| AttemptEffects {
+        seq: r.get(0),
+        method: r.get(1),
+        url: r.get(2),
+        status: r.get(3),
+        error: r.get(4),
+        in_flight: u32::try_from(r.get::<_, i64>(5)).unwrap_or(u32::MAX),
+    }))
+}
+
+/// Apply `fate` to the job `id`, whose row the caller holds locked.
+async fn apply_fate(
+    client: &impl GenericClient,
+    id: &str,
+    fate: &Fate,
+    queue_ttl: Duration,
+    now: Timestamp,
+) -> Result<(), tokio_postgres::Error> {
+    match fate {
+        Fate::Requeue { bump, run_after, last_error } => {
+            let run_after = run_after.unix_ms();
+            let sql = format!(
+                "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL{}, run_after = $1, \
+                 last_error = $2, \
+                 expires_at = LEAST(GREATEST(expires_at, $3), COALESCE(deadline_at, GREATEST(expires_at, $3))) \
+                 WHERE job_id = $4",
+                bump.sql()
+            );
+            client.execute(&sql, &[&run_after, last_error, &run_after.saturating_add(ms(queue_ttl)), &id]).await?;
+        }
+        Fate::End { bump, cancelled, kind, message } => {
+            let sql = format!(
+                "UPDATE jobs SET status = $1, error_kind = $2, error_message = $3, finished_at = $4, \
+                 lease_token = NULL, lease_expires_at = NULL{} WHERE job_id = $5",
+                bump.sql()
+            );
+            let status = if *cancelled { "cancelled" } else { "failed" };
+            client.execute(&sql, &[&status, &kind.as_str(), message, &now.unix_ms(), &id]).await?;
+        }
+    }
+    Ok(())
 }

@@ -44,6 +44,8 @@ pub(super) const JOB_COLUMNS: &[&str] = &[
     "last_error",
     "releases",
     "grants_json",
+    "free_reruns",
+    "free_rerun_limit",
 ];
 
 /// The job columns, each prefixed with `alias.` when one is given.
@@ -121,7 +123,7 @@ fn ts(ms: Option<i64>) -> Option<Timestamp> {
     ms.map(Timestamp::from_unix_ms)
 }
 
-fn count(n: i32) -> u32 {
+pub(super) fn count(n: i32) -> u32 {
     n.max(0) as u32
 }
 
@@ -178,6 +180,8 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
         last_error: row.try_get(36).map_err(&read)?,
         releases: count(row.try_get(37).map_err(&read)?),
         grants: grants_of(&id_text, row.try_get(38).map_err(&read)?)?,
+        free_reruns: count(row.try_get(39).map_err(&read)?),
+        free_rerun_limit: count(row.try_get(40).map_err(&read)?),
     })
 }
 

@@ -138,6 +138,12 @@ CREATE TABLE effects (
     PRIMARY KEY (job_id, attempt, seq)
 );
 "#,
+    r#"
+-- Leases lost before the attempt recorded any effect: the job ran again
+-- without spending an attempt, up to its limit (pinned at submit).
+ALTER TABLE jobs ADD COLUMN free_reruns INTEGER NOT NULL DEFAULT 0 CHECK (free_reruns >= 0);
+ALTER TABLE jobs ADD COLUMN free_rerun_limit INTEGER NOT NULL DEFAULT 0 CHECK (free_rerun_limit >= 0);
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

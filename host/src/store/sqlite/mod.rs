@@ -26,6 +26,8 @@ use rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs, query_plugins, row_to_jo
 use schema::{create_private, open_when_free};
 use writer::{WriteOp, in_savepoint, writer_loop};
 
+use super::unfinished::{self, AttemptEffects, COUNTER_COLUMNS, Counters, Fate};
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, mpsc};
@@ -40,9 +42,9 @@ use super::codec::{
 };
 use super::{
     CancelResult, EffectBeginParams, EffectEndParams, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams,
-    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams,
-    LEASE_LOST_MESSAGE, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams,
-    PluginPutParams, ReclaimReport, StoreError,
+    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
+    LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams,
+    ReclaimReport, StoreError,
 };
 use super::{Durability, WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
@@ -82,17 +84,17 @@ const INSERT_CHUNK: usize = 256;
 fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
     use rusqlite::types::Value;
     let err = db_err("inserting jobs");
-    let row = "(?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     let sql = format!(
         "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
          schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
-         idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json) \
-         VALUES {} RETURNING {JOB_COLUMNS}",
+         idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
+         free_rerun_limit) VALUES {} RETURNING {JOB_COLUMNS}",
         vec![row; jobs.len()].join(", ")
     );
     let text = |s: Option<&str>| s.map_or(Value::Null, |s| Value::Text(s.to_owned()));
     let mut ids = Vec::with_capacity(jobs.len());
-    let mut values = Vec::with_capacity(jobs.len() * 21);
+    let mut values = Vec::with_capacity(jobs.len() * 22);
     for job in jobs {
         if let Some(idempotency) = &job.idempotency {
             check_idempotency_key(conn, idempotency)?;
@@ -125,6 +127,7 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
             Value::Integer(i64_of(job.backoff.base_ms)),
             Value::Integer(i64_of(job.backoff.cap_ms)),
             grants_to_column(&job.grants)?.map_or(Value::Null, Value::Text),
+            Value::Integer(i64::from(job.free_rerun_limit)),
         ]);
         ids.push(id);
     }
@@ -413,18 +416,30 @@ impl JobStore for SqliteStore {
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
         let run_after = params.run_after.max(params.now).unix_ms();
         self.write(move |conn| {
-            let changed = conn
-                .prepare_cached(
-                    "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, \
-                     releases = releases + 1, run_after = MAX(run_after, ?4), \
-                     expires_at = MIN(MAX(expires_at, ?1), COALESCE(deadline_at, MAX(expires_at, ?1))) \
-                     WHERE job_id = ?2 AND status = 'running' AND lease_token = ?3",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![run_after + ms(params.queue_ttl), params.id.to_string(), params.token, run_after])
-                })
-                .map_err(db_err("releasing a job"))?;
-            Ok(changed == 1)
+            let err = db_err("releasing a job");
+            let id = params.id.to_string();
+            let sql = format!(
+                "SELECT {COUNTER_COLUMNS} FROM jobs WHERE job_id = ?1 AND status = 'running' AND lease_token = ?2"
+            );
+            let held = conn
+                .prepare_cached(&sql)
+                .and_then(|mut s| s.query_row(params![id, params.token], counters_of).optional())
+                .map_err(&err)?;
+            let Some((_, attempt, counters)) = held else { return Ok(false) };
+            let effects = attempt_effects(conn, &id, attempt).map_err(&err)?;
+            if let Some(fate) = unfinished::released(&counters, effects.as_ref(), params.now) {
+                apply_fate(conn, &id, &fate, params.queue_ttl, params.now).map_err(&err)?;
+                return Ok(true);
+            }
+            conn.prepare_cached(
+                "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, \
+                 releases = releases + 1, run_after = MAX(run_after, ?3), \
+                 expires_at = MIN(MAX(expires_at, ?1), COALESCE(deadline_at, MAX(expires_at, ?1))) \
+                 WHERE job_id = ?2",
+            )
+            .and_then(|mut s| s.execute(params![run_after + ms(params.queue_ttl), id, run_after]))
+            .map_err(&err)?;
+            Ok(true)
         })
         .await
     }
@@ -497,54 +512,17 @@ impl JobStore for SqliteStore {
         let now = params.now.unix_ms();
         self.write_all_or_nothing(move |conn| {
             let err = db_err("reclaiming leases");
-            let expired: Vec<(String, u32, u32, u32, bool, i64, i64)> = conn
-                .prepare_cached(
-                    "SELECT job_id, lost_leases, retries, max_attempts, cancel_requested, backoff_base_ms, \
-                     backoff_cap_ms FROM jobs WHERE status = 'running' AND lease_expires_at <= ?1",
-                )
-                .and_then(|mut s| {
-                    s.query_map(params![now], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
-                    })?
-                    .collect()
-                })
+            let sql = format!("SELECT {COUNTER_COLUMNS} FROM jobs WHERE status = 'running' AND lease_expires_at <= ?1");
+            let expired: Vec<(String, u32, Counters)> = conn
+                .prepare_cached(&sql)
+                .and_then(|mut s| s.query_map(params![now], counters_of)?.collect())
                 .map_err(&err)?;
             let mut report = ReclaimReport::default();
-            for (id, lost, retries, max_attempts, cancel_requested, base_ms, cap_ms) in expired {
-                // Every outcome counts the loss and drops the lease.
-                let changed = if cancel_requested {
-                    report.failed += 1;
-                    conn.prepare_cached(
-                        "UPDATE jobs SET status = 'cancelled', error_kind = 'cancelled', \
-                         error_message = 'Cancelled: its worker stopped while it was being cancelled', \
-                         finished_at = ?1, lost_leases = lost_leases + 1, lease_token = NULL, \
-                         lease_expires_at = NULL WHERE job_id = ?2",
-                    )
-                    .and_then(|mut s| s.execute(params![now, id]))
-                } else if lost + retries + 1 < max_attempts {
-                    report.requeued += 1;
-                    let backoff = Backoff { base_ms: base_ms.max(0) as u64, cap_ms: cap_ms.max(0) as u64 };
-                    let run_after = params.now.plus(backoff.delay(lost + retries + 1)).unix_ms();
-                    conn.prepare_cached(
-                        "UPDATE jobs SET status = 'queued', lost_leases = lost_leases + 1, lease_token = NULL, \
-                         lease_expires_at = NULL, run_after = ?1, last_error = 'lease_lost: ' || ?2, \
-                         expires_at = MIN(MAX(expires_at, ?3), COALESCE(deadline_at, MAX(expires_at, ?3))) \
-                         WHERE job_id = ?4",
-                    )
-                    .and_then(|mut s| {
-                        let requeue_until = run_after.saturating_add(ms(params.queue_ttl));
-                        s.execute(params![run_after, LEASE_LOST_MESSAGE, requeue_until, id])
-                    })
-                } else {
-                    report.failed += 1;
-                    conn.prepare_cached(
-                        "UPDATE jobs SET status = 'failed', error_kind = 'lease_lost', error_message = ?1, \
-                         finished_at = ?2, lost_leases = lost_leases + 1, lease_token = NULL, \
-                         lease_expires_at = NULL WHERE job_id = ?3",
-                    )
-                    .and_then(|mut s| s.execute(params![LEASE_LOST_MESSAGE, now, id]))
-                };
-                changed.map_err(&err)?;
+            for (id, attempt, counters) in expired {
+                let effects = attempt_effects(conn, &id, attempt).map_err(&err)?;
+                let fate = unfinished::lost_lease(&counters, effects.as_ref(), params.now);
+                report.count(&fate);
+                apply_fate(conn, &id, &fate, params.queue_ttl, params.now).map_err(&err)?;
             }
             Ok(report)
         })
@@ -959,6 +937,71 @@ impl JobStore for SqliteStore {
         })
         .await
     }
+}
+
+/// A job's counters (see [`COUNTER_COLUMNS`]): its id, attempt and the rest.
+fn counters_of(r: &Row<'_>) -> rusqlite::Result<(String, u32, Counters)> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        Counters {
+            lost_leases: r.get(2)?,
+            retries: r.get(3)?,
+            max_attempts: r.get(4)?,
+            free_reruns: r.get(5)?,
+            free_rerun_limit: r.get(6)?,
+            cancel_requested: r.get(7)?,
+            backoff: Backoff { base_ms: r.get::<_, i64>(8)?.max(0) as u64, cap_ms: r.get::<_, i64>(9)?.max(0) as u64 },
+        },
+    ))
+}
+
+/// What the attempt's effects were (`None`: it recorded none).
+fn attempt_effects(conn: &Connection, id: &str, attempt: u32) -> rusqlite::Result<Option<AttemptEffects>> {
+    conn.prepare_cached(unfinished::ATTEMPT_EFFECTS_SQLITE)?
+        .query_row(params![id, attempt], |r| {
+            Ok(AttemptEffects {
+                seq: r.get(0)?,
+                method: r.get(1)?,
+                url: r.get(2)?,
+                status: r.get(3)?,
+                error: r.get(4)?,
+                in_flight: r.get(5)?,
+            })
+        })
+        .optional()
+}
+
+/// Apply `fate` to the job `id`, whose owner the caller checked (or whose
+/// lease ran out).
+fn apply_fate(conn: &Connection, id: &str, fate: &Fate, queue_ttl: Duration, now: Timestamp) -> rusqlite::Result<()> {
+    match fate {
+        Fate::Requeue { bump, run_after, last_error } => {
+            let run_after = run_after.unix_ms();
+            let sql = format!(
+                "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL{}, run_after = ?1, \
+                 last_error = ?2, expires_at = MIN(MAX(expires_at, ?3), COALESCE(deadline_at, MAX(expires_at, ?3))) \
+                 WHERE job_id = ?4",
+                bump.sql()
+            );
+            conn.prepare_cached(&sql)?.execute(params![
+                run_after,
+                last_error,
+                run_after.saturating_add(ms(queue_ttl)),
+                id
+            ])?;
+        }
+        Fate::End { bump, cancelled, kind, message } => {
+            let sql = format!(
+                "UPDATE jobs SET status = ?1, error_kind = ?2, error_message = ?3, finished_at = ?4, \
+                 lease_token = NULL, lease_expires_at = NULL{} WHERE job_id = ?5",
+                bump.sql()
+            );
+            let status = if *cancelled { "cancelled" } else { "failed" };
+            conn.prepare_cached(&sql)?.execute(params![status, kind.as_str(), message, now.unix_ms(), id])?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -168,6 +168,12 @@ CREATE TABLE effects (
     PRIMARY KEY (job_id, attempt, seq)
 ) WITHOUT ROWID;
 "#,
+    r#"
+-- Leases lost before the attempt recorded any effect: the job ran again
+-- without spending an attempt, up to its limit (pinned at submit).
+ALTER TABLE jobs ADD COLUMN free_reruns INTEGER NOT NULL DEFAULT 0 CHECK (free_reruns >= 0);
+ALTER TABLE jobs ADD COLUMN free_rerun_limit INTEGER NOT NULL DEFAULT 0 CHECK (free_rerun_limit >= 0);
+"#,
 ];
 
 /// Create a missing database file readable by its owner only; SQLite gives

@@ -1,0 +1,222 @@
+//! What becomes of an attempt that ended without an outcome: its lease
+//! expired (the worker died or stalled) or its worker released it at
+//! shutdown. Both stores read the job's counters and the attempt's effects
+//! and apply the one decision made here.
+//!
+//! The effect ledger decides. An attempt that recorded no effect intent
+//! provably touched nothing outside its sandbox (an effect is sent only
+//! after its intent is committed), so it runs again without spending an
+//! attempt, up to the job's `free_rerun_limit`. An attempt that recorded one
+//! spends an attempt, and `max_attempts` decides whether it runs again; the
+//! job's error names the effect.
+
+use crate::clock::Timestamp;
+use crate::job::{Backoff, ErrorKind};
+
+use super::LEASE_LOST_MESSAGE;
+
+/// A job's counters as the sweep or the release reads them.
+#[derive(Debug, Clone)]
+pub(crate) struct Counters {
+    pub lost_leases: u32,
+    pub retries: u32,
+    pub max_attempts: u32,
+    pub free_reruns: u32,
+    pub free_rerun_limit: u32,
+    pub cancel_requested: bool,
+    pub backoff: Backoff,
+}
+
+/// The columns both stores read for [`Counters`], after the job id and
+/// attempt.
+pub(crate) const COUNTER_COLUMNS: &str = "job_id, attempt, lost_leases, retries, max_attempts, free_reruns, \
+     free_rerun_limit, cancel_requested, backoff_base_ms, backoff_cap_ms";
+
+/// The attempt's effects: how many how many have no outcome, and the one
+/// to name (the first still in flight, else the last).
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptEffects {
+    pub in_flight: u32,
+    pub seq: i64,
+    pub method: String,
+    pub url: String,
+    pub status: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// The query both stores run for [`AttemptEffects`] (SQLite and PostgreSQL
+/// read it alike), parameters: job id, attempt.
+pub(crate) const ATTEMPT_EFFECTS_SQLITE: &str = "SELECT seq, method, url, status, error, \
+     SUM(finished_at IS NULL) OVER () FROM effects WHERE job_id = ?1 AND attempt = ?2 \
+     ORDER BY finished_at IS NULL DESC, CASE WHEN finished_at IS NULL THEN -seq ELSE seq END DESC LIMIT 1";
+
+/// [`ATTEMPT_EFFECTS_SQLITE`] for PostgreSQL.
+pub(crate) const ATTEMPT_EFFECTS_POSTGRES: &str = "SELECT seq::BIGINT, method, url, status::BIGINT, error, \
+     COUNT(*) FILTER (WHERE finished_at IS NULL) OVER () FROM effects \
+     WHERE job_id = $1 AND attempt = $2 \
+     ORDER BY finished_at IS NULL DESC, CASE WHEN finished_at IS NULL THEN -seq ELSE seq END DESC LIMIT 1";
+
+impl AttemptEffects {
+    /// "effect #2 (POST https://api.example/hooks) was in flight: its
+    /// outcome is unknown", or what the last one answered.
+    pub(crate) fn describe(&self) -> String {
+        let which = format!("#{} ({} {})", self.seq, self.method, self.url);
+        let more = match self.in_flight {
+            0 | 1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        match (&self.status, &self.error) {
+            _ if self.in_flight > 0 => format!("effect {which}{more} was in flight: its outcome is unknown"),
+            (Some(status), _) => format!("its last effect, {which}, answered {status}"),
+            (None, Some(error)) => format!("its last effect, {which}, failed: {error}"),
+            (None, None) => format!("its last effect was {which}"),
+        }
+    }
+}
+
+/// Which counter a requeue or a failure raises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bump {
+    LostLeases,
+    Retries,
+    FreeReruns,
+    Nothing,
+}
+
+impl Bump {
+    /// The SQL assignment, with its leading comma (both stores spell it
+    /// alike).
+    pub(crate) fn sql(self) -> &'static str {
+        match self {
+            Bump::LostLeases => ", lost_leases = lost_leases + 1",
+            Bump::Retries => ", retries = retries + 1",
+            Bump::FreeReruns => ", free_reruns = free_reruns + 1",
+            Bump::Nothing => "",
+        }
+    }
+}
+
+/// The decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Back to the queue, due at `run_after`, with `last_error`.
+    Requeue { bump: Bump, run_after: Timestamp, last_error: String },
+    /// Ended for good.
+    End { bump: Bump, cancelled: bool, kind: ErrorKind, message: String },
+}
+
+const NO_EFFECT: &str = "no effect was recorded, so it runs again without spending an attempt";
+
+/// A lease that ran out.
+pub(crate) fn lost_lease(c: &Counters, effects: Option<&AttemptEffects>, now: Timestamp) -> Fate {
+    if c.cancel_requested {
+        return Fate::End {
+            bump: Bump::LostLeases,
+            cancelled: true,
+            kind: ErrorKind::Cancelled,
+            message: "Cancelled: its worker stopped while it was being cancelled".into(),
+        };
+    }
+    let spent = c.lost_leases + c.retries + 1;
+    match effects {
+        None if c.free_reruns < c.free_rerun_limit => Fate::Requeue {
+            bump: Bump::FreeReruns,
+            run_after: now.plus(c.backoff.delay(c.free_reruns + 1)),
+            last_error: format!(
+                "lease_lost: {LEASE_LOST_MESSAGE}; {NO_EFFECT} (free re-run {} of {})",
+                c.free_reruns + 1,
+                c.free_rerun_limit
+            ),
+        },
+        _ if spent < c.max_attempts => Fate::Requeue {
+            bump: Bump::LostLeases,
+            run_after: now.plus(c.backoff.delay(spent)),
+            last_error: format!("lease_lost: {}", lost_message(c, effects)),
+        },
+        _ => Fate::End {
+            bump: Bump::LostLeases,
+            cancelled: false,
+            kind: ErrorKind::LeaseLost,
+            message: lost_message(c, effects),
+        },
+    }
+}
+
+fn lost_message(c: &Counters, effects: Option<&AttemptEffects>) -> String {
+    match effects {
+        Some(e) => format!("{LEASE_LOST_MESSAGE}; {}", e.describe()),
+        None if c.free_rerun_limit > 0 => format!(
+            "{LEASE_LOST_MESSAGE}; no effect was recorded, but it was already re-run {} times for that, its limit",
+            c.free_reruns
+        ),
+        None => LEASE_LOST_MESSAGE.to_owned(),
+    }
+}
+
+/// A release at shutdown (or before the guest started). `None`: the
+/// attempt recorded no effect, so the release costs nothing, as ever.
+pub(crate) fn released(c: &Counters, effects: Option<&AttemptEffects>, now: Timestamp) -> Option<Fate> {
+    let effects = effects?;
+    let spent = c.lost_leases + c.retries + 1;
+    let why = format!("Interrupted: its worker shut down after the attempt's effects began; {}", effects.describe());
+    Some(if spent < c.max_attempts {
+        Fate::Requeue {
+            bump: Bump::Retries,
+            run_after: now.plus(c.backoff.delay(spent)),
+            last_error: format!("interrupted: {why}"),
+        }
+    } else {
+        Fate::End { bump: Bump::Nothing, cancelled: false, kind: ErrorKind::Interrupted, message: why }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counters(max_attempts: u32, free_reruns: u32) -> Counters {
+        Counters {
+            lost_leases: 0,
+            retries: 0,
+            max_attempts,
+            free_reruns,
+            free_rerun_limit: 2,
+            cancel_requested: false,
+            backoff: Backoff { base_ms: 1, cap_ms: 1 },
+        }
+    }
+
+    fn effect(in_flight: u32) -> AttemptEffects {
+        AttemptEffects {
+            in_flight,
+            seq: 2,
+            method: "POST".into(),
+            url: "https://api.example/hooks".into(),
+            status: (in_flight == 0).then_some(201),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn an_attempt_without_effects_reruns_free_until_its_limit() {
+        let now = Timestamp::from_unix_ms(0);
+        let Fate::Requeue { bump, .. } = lost_lease(&counters(1, 1), None, now) else { panic!() };
+        assert_eq!(bump, Bump::FreeReruns);
+        let Fate::End { kind, message, .. } = lost_lease(&counters(1, 2), None, now) else { panic!() };
+        assert_eq!(kind, ErrorKind::LeaseLost);
+        assert!(message.contains("re-run 2 times"), "{message}");
+    }
+
+    #[test]
+    fn an_attempt_with_an_effect_spends_an_attempt_and_names_it() {
+        let now = Timestamp::from_unix_ms(0);
+        let Fate::End { message, .. } = lost_lease(&counters(1, 0), Some(&effect(1)), now) else { panic!() };
+        assert!(message.contains("effect #2 (POST https://api.example/hooks) was in flight"), "{message}");
+        let Fate::Requeue { bump, .. } = lost_lease(&counters(2, 0), Some(&effect(0)), now) else { panic!() };
+        assert_eq!(bump, Bump::LostLeases);
+        assert_eq!(effect(0).describe(), "its last effect, #2 (POST https://api.example/hooks), answered 201");
+        assert!(released(&counters(1, 0), None, now).is_none());
+        let Some(Fate::End { kind, .. }) = released(&counters(1, 0), Some(&effect(1)), now) else { panic!() };
+        assert_eq!(kind, ErrorKind::Interrupted);
+    }
+}
