@@ -221,6 +221,35 @@ macro_rules! export {
     };
 }
 
+/// Declare what the plugin asks its host for outside the sandbox, as
+/// JSON: `{"hosts": ["POST https://api.example.com", ...], "config":
+/// ["key", ...], "secrets": ["NAME", ...]}` (every field optional; host
+/// rules in the operator's grant syntax). It is embedded in the component
+/// as the custom section `leash:requests`; a durable job of a registered
+/// plugin that declares it gets only what is both declared and granted.
+/// Without a declaration a job gets what the operator grants.
+///
+/// ```ignore
+/// leash_sdk::requests!(r#"{"config": ["greeting"]}"#);
+/// ```
+#[macro_export]
+macro_rules! requests {
+    ($json:literal) => {
+        #[used]
+        #[unsafe(link_section = "leash:requests")]
+        static __LEASH_REQUESTS: [u8; $json.len()] = {
+            let bytes = $json.as_bytes();
+            let mut out = [0u8; $json.len()];
+            let mut i = 0;
+            while i < bytes.len() {
+                out[i] = bytes[i];
+                i += 1;
+            }
+            out
+        };
+    };
+}
+
 #[doc(hidden)]
 pub fn __run<P: Plugin>(ctx: types::JobContext, input: Vec<u8>) -> Result<Vec<u8>, types::JobError> {
     let ctx = Context {

@@ -23,6 +23,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::job::grant::Requests;
 use crate::job::{
     Backoff, Counts, Digest, Effect, Grants, IdempotencyKey, Job, JobId, JobLimits, JobLogs, JobStatus,
     MAX_ATTEMPTS_CEILING, NewJob, PluginInfo, PluginName, PluginRef, Target,
@@ -538,6 +539,7 @@ impl RuntimeBuilder {
             inner: Arc::new(Inner {
                 queue: Default::default(),
                 known_plugins: Default::default(),
+                declared: Default::default(),
                 store,
                 sandbox,
                 pool,
@@ -578,6 +580,8 @@ struct QueueDepth {
 struct Inner {
     queue: std::sync::Mutex<QueueDepth>,
     known_plugins: std::sync::Mutex<std::collections::HashSet<Digest>>,
+    /// Each digest's declared requests, read once per process.
+    declared: std::sync::Mutex<std::collections::HashMap<Digest, Option<Arc<Requests>>>>,
     store: Arc<dyn JobStore>,
     sandbox: Arc<Sandbox>,
     pool: Arc<Pool>,
@@ -656,7 +660,33 @@ impl Runtime {
     pub async fn plugin_register(&self, bytes: Vec<u8>, name: PluginName) -> Result<PluginInfo, RuntimeError> {
         let digest = self.plugin_add(bytes).await?;
         let now = self.inner.settings.clock.now();
-        Ok(self.inner.store.plugin_name_set(PluginNameParams { name, digest, now }).await?)
+        let info = self.inner.store.plugin_name_set(PluginNameParams { name, digest, now }).await?;
+        self.with_requests(info).await
+    }
+
+    /// `info` with what its component declares.
+    async fn with_requests(&self, mut info: PluginInfo) -> Result<PluginInfo, RuntimeError> {
+        info.requests = self.declared(info.digest).await?.map(|r| r.as_ref().clone());
+        Ok(info)
+    }
+
+    /// What the component `digest` declares it asks for, read from its
+    /// bytes once per process.
+    async fn declared(&self, digest: Digest) -> Result<Option<Arc<Requests>>, RuntimeError> {
+        if let Some(known) = self.inner.declared.lock().unwrap_or_else(|e| e.into_inner()).get(&digest) {
+            return Ok(known.clone());
+        }
+        let bytes = self
+            .inner
+            .store
+            .plugin_get(digest)
+            .await?
+            .ok_or_else(|| RuntimeError::UnknownPlugin(digest.to_string()))?;
+        let requests = sandbox::declared_requests(&bytes)
+            .map_err(|e| RuntimeError::InvalidPlugin(SandboxError::InvalidComponent(e)))?
+            .map(Arc::new);
+        self.inner.declared.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, requests.clone());
+        Ok(requests)
     }
 
     /// Replace what jobs of a registered `name@version` may use outside
@@ -664,29 +694,39 @@ impl Runtime {
     pub async fn plugin_grant(&self, name: PluginName, grants: Grants) -> Result<PluginInfo, RuntimeError> {
         grants.check().map_err(RuntimeError::InvalidGrant)?;
         let shown = name.to_string();
-        self.inner
+        let info = self
+            .inner
             .store
             .plugin_grants_set(PluginGrantsParams { name, grants })
             .await?
-            .ok_or(RuntimeError::UnknownPlugin(shown))
+            .ok_or(RuntimeError::UnknownPlugin(shown))?;
+        self.with_requests(info).await
     }
 
     /// Registered plugins: names in order (newest version first), then
     /// unnamed digests.
     pub async fn plugins(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
-        Ok(self.inner.store.plugin_list().await?)
+        let mut listed = Vec::new();
+        for info in self.inner.store.plugin_list().await? {
+            listed.push(self.with_requests(info).await?);
+        }
+        Ok(listed)
     }
 
     /// Resolve a plugin reference.
     pub async fn plugin(&self, plugin: PluginRef) -> Result<PluginInfo, RuntimeError> {
         let shown = plugin.to_string();
-        self.inner.store.plugin_resolve(plugin).await?.ok_or(RuntimeError::UnknownPlugin(shown))
+        let info = self.inner.store.plugin_resolve(plugin).await?.ok_or(RuntimeError::UnknownPlugin(shown))?;
+        self.with_requests(info).await
     }
 
     /// Validate, precompile and store a plugin; returns its digest.
     pub async fn plugin_add(&self, bytes: Vec<u8>) -> Result<Digest, RuntimeError> {
         let bytes = Arc::new(bytes);
         self.inner.sandbox.compile(bytes.clone()).await.map_err(RuntimeError::InvalidPlugin)?;
+        // A declaration that does not parse is refused with the plugin.
+        sandbox::declared_requests(&bytes)
+            .map_err(|e| RuntimeError::InvalidPlugin(SandboxError::InvalidComponent(e)))?;
         // The compile's share is dropped once it returns: no copy is made.
         let bytes = Arc::try_unwrap(bytes).unwrap_or_else(|shared| shared.as_ref().clone());
         let now = self.inner.settings.clock.now();
@@ -706,7 +746,8 @@ impl Runtime {
         let mut checked: Vec<(Digest, Option<PluginName>, Grants, Submit)> = Vec::with_capacity(jobs.len());
         for job in jobs {
             // A job is granted what its plugin's registration grants now,
-            // pinned; bytes and bare digests are granted nothing.
+            // narrowed to what its component declares (if it declares
+            // anything), pinned; bytes and bare digests are granted nothing.
             let (digest, name, grants) = match &job.plugin {
                 PluginSource::Bytes(bytes) => (self.plugin_add(bytes.clone()).await?, None, Grants::default()),
                 PluginSource::Digest(digest) | PluginSource::Ref(PluginRef::Digest(digest)) => {
@@ -715,7 +756,11 @@ impl Runtime {
                 }
                 PluginSource::Ref(named) => {
                     let info = self.plugin(named.clone()).await?;
-                    (info.digest, info.name, info.grants)
+                    let grants = match &info.requests {
+                        Some(requests) => info.grants.within(requests),
+                        None => info.grants,
+                    };
+                    (info.digest, info.name, grants)
                 }
             };
             checked.push((digest, name, grants, job));

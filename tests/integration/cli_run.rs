@@ -219,3 +219,24 @@ async fn run_sends_http_only_to_hosts_allowed_on_the_command_line() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("expected [METHODS ]SCHEME://HOST[:PORT]"), "{}", stderr(&bad));
 }
+
+#[test]
+fn run_gives_a_declaring_component_only_what_it_declares_and_is_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in.json");
+    std::fs::write(&file, r#"{"keys": ["greeting", "password"]}"#).unwrap();
+    let output = run(&[
+        &path("config-declared"),
+        "--input",
+        file.to_str().unwrap(),
+        "--config-var",
+        "greeting=hi",
+        "--config-var",
+        "password=hunter2",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let got: serde_json::Value = serde_json::from_str(report["output"].as_str().unwrap()).unwrap();
+    assert_eq!(got["all"], serde_json::json!({ "greeting": "hi" }), "password is granted but not declared");
+}

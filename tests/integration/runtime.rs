@@ -466,3 +466,88 @@ async fn an_operation_deadline_expires_unstarted_jobs_and_lets_started_ones_run_
     assert!(!starts.lock().unwrap().contains(&late.id), "the expired job started");
     runtime.shutdown().await;
 }
+
+/// `bytes` with a custom section `name` holding `data` appended (a
+/// component's sections may end with custom ones).
+fn with_custom_section(mut bytes: Vec<u8>, name: &str, data: &[u8]) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut body = Vec::new();
+    leb128(name.len(), &mut body);
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(data);
+    bytes.push(0);
+    leb128(body.len(), &mut bytes);
+    bytes.extend(body);
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_gets_only_what_its_plugin_declares_and_the_operator_grants() {
+    use leash::job::grant::HttpGrant;
+    use leash::job::{Grants, PluginName, PluginRef};
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).build().await.unwrap();
+    let name = PluginName::new("declared", "1").unwrap();
+    // config-declared embeds (through leash_sdk::requests!) the keys
+    // greeting and region, POST to hooks.example.com and HOOK_TOKEN.
+    let info = runtime.plugin_register(leash_tests::plugin_bytes("config-declared"), name.clone()).await.unwrap();
+    let requests = info.requests.expect("the declaration is read from the component");
+    assert_eq!(requests.config, ["greeting", "region"]);
+    let mut grants = Grants {
+        http: HttpGrant { hosts: vec!["https://*.example.com".parse().unwrap()], ..HttpGrant::default() },
+        config: [("greeting", "hello"), ("password", "hunter2")].map(|(k, v)| (k.to_owned(), v.to_owned())).into(),
+    };
+    grants.http.bind_secret("HOOK_TOKEN".parse().unwrap(), "https://*.example.com".parse().unwrap());
+    grants.http.bind_secret("DB_PASSWORD".parse().unwrap(), "https://*.example.com".parse().unwrap());
+    let shown = runtime.plugin_grant(name.clone(), grants.clone()).await.unwrap();
+    assert_eq!(shown.grants, grants, "the registration keeps what was granted");
+
+    let input = br#"{"keys": ["greeting", "password", "region"]}"#.to_vec();
+    let id =
+        runtime.submit(Submit::new(PluginSource::Ref(PluginRef::Version(name)), Target::Execute, input)).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error_message);
+    let pinned = &done.grants;
+    assert_eq!(pinned.http.hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>(), ["POST https://hooks.example.com"]);
+    assert_eq!(pinned.http.secrets.iter().map(|b| b.name.to_string()).collect::<Vec<_>>(), ["HOOK_TOKEN"]);
+    let output: serde_json::Value = serde_json::from_slice(&done.output.unwrap()).unwrap();
+    assert_eq!(output["all"], serde_json::json!({ "greeting": "hello" }), "declared and granted only");
+    assert_eq!(output["get"]["password"], serde_json::Value::Null, "granted but not declared: invisible");
+    assert_eq!(output["get"]["region"], serde_json::Value::Null, "declared but not granted: invisible");
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declaration_is_read_at_any_depth_and_a_bad_one_refuses_the_plugin() {
+    use leash::job::PluginName;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir).without_workers().build().await.unwrap();
+    let hello = leash_tests::plugin_bytes("hello");
+    let plain = runtime.plugin_register(hello.clone(), PluginName::new("hello", "1").unwrap()).await.unwrap();
+    assert_eq!(plain.requests, None, "declaring nothing: jobs get what is granted");
+
+    let declared = with_custom_section(hello.clone(), "leash:requests", br#"{"config": ["name"]}"#);
+    let info = runtime.plugin_register(declared, PluginName::new("hello", "2").unwrap()).await.unwrap();
+    assert_eq!(info.requests.unwrap().config, ["name"]);
+
+    for bad in [&br#"{"config": "name"}"#[..], br#"{"hosts": ["gopher://x"]}"#] {
+        let broken = with_custom_section(hello.clone(), "leash:requests", bad);
+        let err = runtime.plugin_register(broken, PluginName::new("hello", "3").unwrap()).await.unwrap_err();
+        assert!(matches!(err, RuntimeError::InvalidPlugin(_)), "{err:?}");
+        assert!(err.to_string().contains("leash:requests"), "{err}");
+    }
+    let twice = with_custom_section(with_custom_section(hello, "leash:requests", b"{}"), "leash:requests", b"{}");
+    let err = runtime.plugin_register(twice, PluginName::new("hello", "4").unwrap()).await.unwrap_err();
+    assert!(err.to_string().contains("more than one"), "{err}");
+    runtime.shutdown().await;
+}

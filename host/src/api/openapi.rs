@@ -66,6 +66,7 @@ impl PartialSchema for PluginInfo {
             .property("created_at", Timestamp::schema())
             .required("created_at")
             .property("grants", crate::job::Grants::schema())
+            .property("requests", crate::job::grant::Requests::schema())
             .into()
     }
 }

@@ -452,6 +452,125 @@ impl Grants {
     }
 }
 
+/// What a plugin declares it asks for outside its sandbox (the custom
+/// section `leash:requests` in its component: see
+/// [`Requests::SECTION`]). A job of a registered plugin that declares it
+/// gets the intersection with what the operator grants
+/// ([`Grants::within`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Requests {
+    /// Host rules, in the grant syntax.
+    #[schema(value_type = Vec<String>)]
+    pub hosts: Vec<HostRule>,
+    /// Configuration keys.
+    pub config: Vec<String>,
+    /// Secret names.
+    #[schema(value_type = Vec<String>)]
+    pub secrets: Vec<SecretName>,
+}
+
+impl Requests {
+    /// The custom section a component declares its requests in (JSON).
+    pub const SECTION: &'static str = "leash:requests";
+
+    /// Parse a declaration (the section's contents).
+    pub fn parse(bytes: &[u8]) -> Result<Requests, String> {
+        let requests: Requests = serde_json::from_slice(bytes)
+            .map_err(|e| format!("the {} section is not a valid declaration: {e}", Requests::SECTION))?;
+        if requests.hosts.len() > MAX_GRANT_RULES
+            || requests.config.len() > MAX_GRANT_RULES
+            || requests.secrets.len() > MAX_GRANT_RULES
+        {
+            return Err(format!(
+                "the {} section declares more than {MAX_GRANT_RULES} hosts, config keys or secrets",
+                Requests::SECTION
+            ));
+        }
+        Ok(requests)
+    }
+}
+
+impl HostRule {
+    /// The requests both rules allow, as one rule; `None` if none.
+    pub fn intersect(&self, other: &HostRule) -> Option<HostRule> {
+        if self.scheme != other.scheme || self.port != other.port {
+            return None;
+        }
+        let methods = match (self.methods.is_empty(), other.methods.is_empty()) {
+            (true, _) => other.methods.clone(),
+            (_, true) => self.methods.clone(),
+            _ => {
+                let both: Vec<String> = self.methods.iter().filter(|m| other.methods.contains(m)).cloned().collect();
+                if both.is_empty() {
+                    return None;
+                }
+                both
+            }
+        };
+        // A name under a wildcard is the narrower of the two.
+        let under =
+            |name: &str, parent: &str| name.strip_suffix(parent).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.'));
+        let host = match (&self.host, &other.host) {
+            (a, b) if a == b => a.clone(),
+            (HostPattern::Subdomains(p), HostPattern::Name(n)) | (HostPattern::Name(n), HostPattern::Subdomains(p))
+                if under(n, p) =>
+            {
+                HostPattern::Name(n.clone())
+            }
+            (HostPattern::Subdomains(a), HostPattern::Subdomains(b)) if under(a, b) => {
+                HostPattern::Subdomains(a.clone())
+            }
+            (HostPattern::Subdomains(a), HostPattern::Subdomains(b)) if under(b, a) => {
+                HostPattern::Subdomains(b.clone())
+            }
+            _ => return None,
+        };
+        Some(HostRule { methods, scheme: self.scheme, host, port: self.port })
+    }
+}
+
+fn intersect_rules(granted: &[HostRule], requested: &[HostRule]) -> Vec<HostRule> {
+    let mut rules: Vec<HostRule> = Vec::new();
+    for g in granted {
+        for r in requested {
+            if let Some(both) = g.intersect(r)
+                && !rules.contains(&both)
+            {
+                rules.push(both);
+            }
+        }
+    }
+    rules
+}
+
+impl Grants {
+    /// What a job of a plugin that declares `requests` gets: the granted
+    /// hosts narrowed to the declared ones (rule by rule), only the
+    /// declared config keys and secrets (each secret still only on the
+    /// requests both allow). Private ranges, safe methods and limits are
+    /// the operator's alone and stay as granted.
+    pub fn within(&self, requests: &Requests) -> Grants {
+        let mut http = self.http.clone();
+        http.hosts = intersect_rules(&self.http.hosts, &requests.hosts);
+        http.secrets = self
+            .http
+            .secrets
+            .iter()
+            .filter(|b| requests.secrets.contains(&b.name))
+            .map(|b| SecretBinding { name: b.name.clone(), hosts: intersect_rules(&b.hosts, &requests.hosts) })
+            .filter(|b| !b.hosts.is_empty())
+            .collect();
+        let config = self
+            .config
+            .iter()
+            .filter(|(k, _)| requests.config.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Grants { http, config }
+    }
+}
+
 /// Everything a job may do over HTTP. The default grants nothing: every
 /// request is denied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -723,5 +842,57 @@ mod tests {
         let json = serde_json::to_string(&grant).unwrap();
         assert!(json.contains("\"GET https://api.example.com\""), "{json}");
         assert_eq!(serde_json::from_str::<HttpGrant>(&json).unwrap(), grant);
+    }
+
+    #[test]
+    fn two_rules_intersect_to_the_requests_both_allow() {
+        let both = |a: &str, b: &str| rule(a).intersect(&rule(b)).map(|r| r.to_string());
+        assert_eq!(
+            both("https://*.example.com", "POST https://api.example.com").as_deref(),
+            Some("POST https://api.example.com")
+        );
+        assert_eq!(
+            both("GET,POST https://api.example.com", "POST,PUT https://api.example.com").as_deref(),
+            Some("POST https://api.example.com")
+        );
+        assert_eq!(
+            both("https://*.example.com", "https://*.eu.example.com").as_deref(),
+            Some("https://*.eu.example.com")
+        );
+        assert_eq!(both("GET https://api.example.com", "POST https://api.example.com"), None, "no method in common");
+        assert_eq!(both("https://api.example.com", "http://api.example.com"), None, "another scheme");
+        assert_eq!(both("https://api.example.com", "https://api.example.com:8443"), None, "another port");
+        assert_eq!(both("https://*.example.com", "https://example.com"), None, "a wildcard is not its parent");
+        assert_eq!(both("https://api.example.com", "https://api.example.org"), None);
+    }
+
+    #[test]
+    fn a_job_gets_what_is_both_declared_and_granted() {
+        let mut granted = Grants::default();
+        granted.http.hosts = vec![rule("https://*.example.com"), rule("https://other.org")];
+        granted.http.private_ranges = vec!["10.0.0.0/8".parse().unwrap()];
+        granted.http.bind_secret("HOOK_TOKEN".parse().unwrap(), rule("https://*.example.com"));
+        granted.http.bind_secret("OTHER".parse().unwrap(), rule("https://hooks.example.com"));
+        granted.config = [("greeting", "hi"), ("password", "x")].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+        let requests = Requests::parse(
+            br#"{"hosts": ["POST https://hooks.example.com", "https://nowhere.net"], "config": ["greeting", "region"], "secrets": ["HOOK_TOKEN"]}"#,
+        )
+        .unwrap();
+        let job = granted.within(&requests);
+        assert_eq!(job.http.hosts, vec![rule("POST https://hooks.example.com")]);
+        assert_eq!(job.http.private_ranges, granted.http.private_ranges, "ranges are the operator's");
+        let secrets: Vec<(String, Vec<String>)> = job
+            .http
+            .secrets
+            .iter()
+            .map(|b| (b.name.to_string(), b.hosts.iter().map(|h| h.to_string()).collect()))
+            .collect();
+        assert_eq!(secrets, vec![("HOOK_TOKEN".to_owned(), vec!["POST https://hooks.example.com".to_owned()])]);
+        assert_eq!(job.config.keys().collect::<Vec<_>>(), vec!["greeting"], "granted and declared");
+        assert!(Grants::default().within(&requests).is_none(), "granting nothing still grants nothing");
+
+        for bad in [&br#"{"hosts": ["ftp://x"]}"#[..], br#"{"files": []}"#, b"not json"] {
+            assert!(Requests::parse(bad).unwrap_err().contains("leash:requests"), "{bad:?}");
+        }
     }
 }

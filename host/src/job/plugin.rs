@@ -111,4 +111,9 @@ pub struct PluginInfo {
     /// nothing is granted (always, for bytes stored without a name).
     #[serde(default, skip_serializing_if = "Grants::is_none")]
     pub grants: Grants,
+    /// What the component declares it asks for (its `leash:requests`
+    /// section), if it declares anything: a job then gets only what is
+    /// both declared and granted. Read by the runtime, not stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<crate::job::grant::Requests>,
 }

@@ -53,7 +53,7 @@ pub use self::outcome::{Captured, Failure, Outcome, StopMode, Usage};
 use self::outcome::{Ended, Interrupted, classify};
 use self::run::hostcall_fuel;
 pub use self::run::{RunLimits, RunRequest};
-pub use self::shape::{ComponentLimits, DEFAULT_MAX_COMPONENT_BYTES};
+pub use self::shape::{ComponentLimits, DEFAULT_MAX_COMPONENT_BYTES, declared_requests};
 use self::state::cut_text;
 pub use self::state::{
     FIELDS_DROPPED_KEY, LogLevel, LogRecord, MAX_LOG_FIELDS, MAX_LOG_KEY_BYTES, MAX_LOG_MESSAGE_BYTES,

@@ -53,6 +53,26 @@ impl Default for ComponentLimits {
     }
 }
 
+/// What a component declares it asks for outside its sandbox: its
+/// `leash:requests` custom section (at any depth: a Rust guest's sits in
+/// its core module), if it has one. `Err`: the bytes are not well-formed,
+/// the section is there twice, or it does not parse.
+pub fn declared_requests(bytes: &[u8]) -> Result<Option<crate::job::grant::Requests>, String> {
+    use crate::job::grant::Requests;
+    let mut found = None;
+    for payload in Parser::new(0).parse_all(bytes) {
+        if let Payload::CustomSection(section) = payload.map_err(|e| e.to_string())?
+            && section.name() == Requests::SECTION
+        {
+            if found.is_some() {
+                return Err(format!("the component has more than one {} section", Requests::SECTION));
+            }
+            found = Some(Requests::parse(section.data())?);
+        }
+    }
+    Ok(found)
+}
+
 /// The counts [`ComponentLimits`] caps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Shape {

@@ -5,7 +5,7 @@
 //! {"name": "value" or null, ...}, "all": {"name": "value", ...}}`.
 
 mod wasi_config {
-    wit_bindgen::generate!({ path: "wit", world: "wasi:config/imports@0.2.0-rc.1" });
+    wit_bindgen::generate!({ path: "../config-read/wit", world: "wasi:config/imports@0.2.0-rc.1" });
 }
 
 use std::collections::BTreeMap;

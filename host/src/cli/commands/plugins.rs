@@ -95,6 +95,11 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
                 }
                 let info: PluginInfo = typed(info)?;
                 table.add_row(vec!["grants".to_owned(), grants_text(&info.grants)]);
+                if let Some(requests) = &info.requests {
+                    table.add_row(vec!["requests".to_owned(), requests_text(requests)]);
+                    let effective = info.grants.within(requests);
+                    table.add_row(vec!["jobs get".to_owned(), grants_text(&effective)]);
+                }
                 print_table(table);
                 Ok(ExitStatus::Success)
             })
@@ -135,8 +140,24 @@ fn grants_text(grants: &Grants) -> String {
     terminal_text(&lines.join("\n"))
 }
 
+/// What a component declares, one line per item (terminal-safe).
+fn requests_text(requests: &crate::job::grant::Requests) -> String {
+    let mut lines: Vec<String> = requests.hosts.iter().map(|h| format!("http {h}")).collect();
+    lines.extend(requests.config.iter().map(|k| format!("config {k}")));
+    lines.extend(requests.secrets.iter().map(|n| format!("secret {n}")));
+    if lines.is_empty() {
+        return "nothing".to_owned();
+    }
+    terminal_text(&lines.join("\n"))
+}
+
 fn print_grants(info: &PluginInfo) {
     for line in grants_text(&info.grants).lines() {
         let _ = writeln!(std::io::stdout(), "  grants {line}");
+    }
+    if let Some(requests) = &info.requests {
+        for line in requests_text(requests).lines() {
+            let _ = writeln!(std::io::stdout(), "  requests {line}");
+        }
     }
 }

@@ -40,7 +40,8 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
         ..SandboxConfig::default()
     };
     let sandbox = Arc::new(Sandbox::new(config).map_err(|e| CliError::internal(e.to_string()))?);
-    let plugin = match sandbox.compile(Arc::new(bytes)).await {
+    let bytes = Arc::new(bytes);
+    let plugin = match sandbox.compile(bytes.clone()).await {
         Ok(plugin) => plugin,
         Err(e) => {
             let message = format!("{}: {e}", args.component.display());
@@ -52,6 +53,14 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
             return Err(CliError::usage(message));
         }
     };
+    // A component that declares what it asks for gets, as a durable job
+    // would, only what is both declared and granted.
+    let grants = match sandbox::declared_requests(&bytes) {
+        Ok(Some(requests)) => grants.within(&requests),
+        Ok(None) => grants,
+        Err(e) => return Err(CliError::usage(format!("{}: {e}", args.component.display()))),
+    };
+    drop(bytes);
 
     let stop = StopHandle::new();
     let interrupts = tokio::spawn(stop_on_interrupt(stop.clone(), interrupt_signal()?));

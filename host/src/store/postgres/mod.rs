@@ -844,6 +844,7 @@ impl JobStore for PostgresStore {
             digest: params.digest,
             size_bytes: size as u64,
             created_at: params.now,
+            requests: None,
         })
     }
 

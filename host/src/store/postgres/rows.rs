@@ -202,6 +202,7 @@ pub(super) fn row_to_plugin(row: &Row) -> Result<PluginInfo, StoreError> {
         size_bytes: row.try_get::<_, i64>(3).map_err(&read)?.max(0) as u64,
         created_at: Timestamp::from_unix_ms(row.try_get(4).map_err(&read)?),
         grants: grants_of(&digest, row.try_get(5).map_err(&read)?)?,
+        requests: None,
     })
 }
 

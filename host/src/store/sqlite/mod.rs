@@ -707,6 +707,7 @@ impl JobStore for SqliteStore {
                 digest: params.digest,
                 size_bytes: size as u64,
                 created_at: params.now,
+                requests: None,
             })
         })
         .await

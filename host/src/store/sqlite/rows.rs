@@ -103,6 +103,7 @@ fn plugin_info((name, version, digest, size, created, grants): PluginRow) -> Res
         size_bytes: size as u64,
         created_at: Timestamp::from_unix_ms(created),
         grants: grants_of(&digest, grants)?,
+        requests: None,
     })
 }
 
