@@ -664,16 +664,22 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// caller records the failure with [`JobStore::job_finish`]).
     async fn job_retry(&self, params: JobRetryParams) -> Result<bool, StoreError>;
 
-    /// Give a running job back to the queue (shutdown): no attempt spent.
-    /// `false` if the token no longer owns it.
+    /// Give a running job back to the queue (shutdown, or a transient
+    /// fault before its guest started): no attempt spent if the attempt
+    /// recorded no effect; after an effect an attempt is spent, and with
+    /// none left the job fails as `interrupted`. `false` if the token no
+    /// longer owns it.
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError>;
 
     /// Cancel: queued jobs at once, running jobs by request.
     async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError>;
 
-    /// Reclaim running jobs whose lease ran out: `lost_leases + 1`, then
-    /// requeue after the job's backoff while attempts remain, else fail
-    /// with `lease_lost`.
+    /// Reclaim running jobs whose lease ran out. An attempt that recorded
+    /// no effect is requeued without spending an attempt (`free_reruns +
+    /// 1`) while the job's free re-runs last; otherwise `lost_leases + 1`,
+    /// requeued after the job's backoff while attempts remain, else failed
+    /// with `lease_lost`, the error naming the effect. A job whose cancel
+    /// was requested is cancelled.
     async fn lease_reclaim_expired(&self, params: LeaseReclaimParams) -> Result<ReclaimReport, StoreError>;
 
     /// Fail queued jobs past their `expires_at` with kind `expired`.

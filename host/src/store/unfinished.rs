@@ -32,7 +32,7 @@ pub(crate) struct Counters {
 pub(crate) const COUNTER_COLUMNS: &str = "job_id, attempt, lost_leases, retries, max_attempts, free_reruns, \
      free_rerun_limit, cancel_requested, backoff_base_ms, backoff_cap_ms";
 
-/// The attempt's effects: how many how many have no outcome, and the one
+/// The attempt's effects: how many have no outcome, and the one
 /// to name (the first still in flight, else the last).
 #[derive(Debug, Clone)]
 pub(crate) struct AttemptEffects {
@@ -44,8 +44,8 @@ pub(crate) struct AttemptEffects {
     pub error: Option<String>,
 }
 
-/// The query both stores run for [`AttemptEffects`] (SQLite and PostgreSQL
-/// read it alike), parameters: job id, attempt.
+/// The query SQLite runs for [`AttemptEffects`]; parameters: job id,
+/// attempt.
 pub(crate) const ATTEMPT_EFFECTS_SQLITE: &str = "SELECT seq, method, url, status, error, \
      SUM(finished_at IS NULL) OVER () FROM effects WHERE job_id = ?1 AND attempt = ?2 \
      ORDER BY finished_at IS NULL DESC, CASE WHEN finished_at IS NULL THEN -seq ELSE seq END DESC LIMIT 1";

@@ -119,10 +119,11 @@ impl Pool {
             self.forward_guest_logs(o);
             self.metrics.http(o.usage.http_requests, o.usage.http_denied);
         }
-        // Released without spending an attempt: a guest stopped for
-        // shutdown, at once; or, after a backoff pause, a job whose guest
-        // never started because of a transient host fault (its plugin could
-        // not be read), since nothing ran.
+        // Released: a guest stopped for shutdown, at once; or, after a
+        // backoff pause, a job whose guest never started because of a
+        // transient host fault (its plugin could not be read). No attempt
+        // is spent unless the attempt recorded an effect (the store
+        // decides: see store/unfinished.rs).
         let release_pause = match &outcome {
             _ if user_cancel => None,
             Ok(o) if self.shutting_down.load(Ordering::SeqCst) && o.error_kind() == Some(ErrorKind::Cancelled) => {
@@ -143,7 +144,9 @@ impl Pool {
             let run_after = now.plus(pause);
             let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, run_after, now };
             match self.store.job_release(params).await {
-                Ok(true) => tracing::info!(%run_after, "released to the queue; no attempt spent"),
+                Ok(true) => {
+                    tracing::info!(%run_after, "released (an attempt that recorded an effect spends an attempt)")
+                }
                 Ok(false) => tracing::warn!("not released: the lease was lost"),
                 Err(e) => tracing::warn!(error = %e, "not released; the sweeper will reclaim it"),
             }

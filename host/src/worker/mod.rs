@@ -11,7 +11,8 @@
 //!
 //! Shutdown: stop claiming, ask every guest to stop, stop by force what
 //! remains after the shutdown grace, and release the leases (running →
-//! queued, no attempt spent), all within the shutdown budget.
+//! queued, no attempt spent unless the attempt recorded an effect), all
+//! within the shutdown budget.
 
 mod attempt;
 mod guests;
