@@ -285,6 +285,14 @@ pub struct Ceilings {
     pub backoff: Backoff,
 }
 
+/// What a component declares it asks for; a declaration that does not
+/// parse makes the plugin invalid.
+fn declaration(bytes: &[u8]) -> Result<Option<Arc<Requests>>, RuntimeError> {
+    let declared = sandbox::declared_requests(bytes)
+        .map_err(|e| RuntimeError::InvalidPlugin(SandboxError::InvalidComponent(e)))?;
+    Ok(declared.map(Arc::new))
+}
+
 /// Builds a [`Runtime`].
 pub struct RuntimeBuilder {
     database: Database,
@@ -682,9 +690,7 @@ impl Runtime {
             .plugin_get(digest)
             .await?
             .ok_or_else(|| RuntimeError::UnknownPlugin(digest.to_string()))?;
-        let requests = sandbox::declared_requests(&bytes)
-            .map_err(|e| RuntimeError::InvalidPlugin(SandboxError::InvalidComponent(e)))?
-            .map(Arc::new);
+        let requests = declaration(&bytes)?;
         self.inner.declared.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, requests.clone());
         Ok(requests)
     }
@@ -724,14 +730,15 @@ impl Runtime {
     pub async fn plugin_add(&self, bytes: Vec<u8>) -> Result<Digest, RuntimeError> {
         let bytes = Arc::new(bytes);
         self.inner.sandbox.compile(bytes.clone()).await.map_err(RuntimeError::InvalidPlugin)?;
-        // A declaration that does not parse is refused with the plugin.
-        sandbox::declared_requests(&bytes)
-            .map_err(|e| RuntimeError::InvalidPlugin(SandboxError::InvalidComponent(e)))?;
+        // A declaration that does not parse is refused with the plugin; one
+        // that does is kept, so the first job by name need not read it back.
+        let declared = declaration(&bytes)?;
         // The compile's share is dropped once it returns: no copy is made.
         let bytes = Arc::try_unwrap(bytes).unwrap_or_else(|shared| shared.as_ref().clone());
         let now = self.inner.settings.clock.now();
         let digest = self.inner.store.plugin_put(PluginPutParams { bytes, now }).await?;
         self.inner.known_plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest);
+        self.inner.declared.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, declared);
         Ok(digest)
     }
 

@@ -87,7 +87,7 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 /// `LEASH_CHAOS_SEED` if set (a replay), else a fresh one.
-fn seed() -> u64 {
+pub(crate) fn seed() -> u64 {
     env_u64("LEASH_CHAOS_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
     })

@@ -35,7 +35,7 @@ use leash::runtime::{PluginSource, Runtime, Submit};
 use leash::store::{Database, Durability};
 use serde_json::{Value, json};
 
-use crate::chaos::{Proc, Rng, all_jobs, chaos_args, panics, read_start_log};
+use crate::chaos::{Proc, Rng, all_jobs, chaos_args, panics, read_start_log, seed};
 
 const LEASE_TTL: Duration = Duration::from_secs(1);
 const JOBS: u64 = 240;
@@ -97,9 +97,7 @@ fn worker(dir: &Path, db: &Path, name: &str, start_log: &Path) -> Proc {
 
 #[test]
 fn webhook_jobs_agree_with_the_ledger_through_kills_pauses_and_shutdowns() {
-    let seed = std::env::var("LEASH_CHAOS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
-    });
+    let seed = seed();
     eprintln!("effect chaos: seed {seed} (LEASH_CHAOS_SEED replays it)");
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
