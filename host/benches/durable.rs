@@ -316,5 +316,7 @@ fn raw_job(plugin: leash::job::Digest) -> NewJob {
         run_at: None,
         deadline: None,
         backoff: leash::job::Backoff::default(),
+        approval: None,
+        approval_ttl: leash::job::DEFAULT_APPROVAL_TTL,
     }
 }

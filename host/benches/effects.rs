@@ -58,6 +58,8 @@ async fn ledger(store: Arc<dyn JobStore>, input: &str) -> Arc<LeaseLedger> {
         run_at: None,
         deadline: None,
         backoff: leash::job::Backoff::default(),
+        approval: None,
+        approval_ttl: leash::job::DEFAULT_APPROVAL_TTL,
     };
     store.job_insert(JobInsertParams { jobs: vec![job], now: clock.now() }).await.unwrap();
     let claim = JobClaimParams { worker_id: "bench".into(), limit: 1, lease_ttl: TTL, now: clock.now() };

@@ -36,6 +36,7 @@ pub const FILE_KEYS: &[&str] = &[
     "timeout",
     "max_attempts",
     "free_reruns",
+    "approval_ttl",
     "max_queued",
     "job_timeout",
     "max_timeout",

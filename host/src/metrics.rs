@@ -175,14 +175,8 @@ impl Metrics {
 
     /// Set the queue-depth gauges from a snapshot.
     pub fn set_counts(&self, counts: &Counts) {
-        let by_state = [
-            (JobStatus::Queued, counts.queued),
-            (JobStatus::Running, counts.running),
-            (JobStatus::Succeeded, counts.succeeded),
-            (JobStatus::Failed, counts.failed),
-            (JobStatus::Cancelled, counts.cancelled),
-        ];
-        for (state, n) in by_state {
+        for state in JobStatus::ALL {
+            let n = counts.of(state);
             self.queue_depth.get_or_create(&StateLabels { state: state.as_str().to_owned() }).set(n as i64);
         }
     }

@@ -1,6 +1,8 @@
 //! Background sweeps over the store: reclaim expired leases, expire queued
-//! jobs that waited too long, delete terminal jobs and silent or stopped
-//! workers past retention.
+//! and gated jobs that waited too long, create the apply jobs of plans
+//! whose execute job succeeded (the process that ran it does so at once;
+//! this catches a process that died in between), delete terminal jobs and
+//! silent or stopped workers past retention.
 //!
 //! [`Sweeper::run_once`] takes `now` so tests drive time; [`Sweeper::run`]
 //! calls it every interval until told to stop.
@@ -11,7 +13,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, Timestamp};
-use crate::store::{JobStore, JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, ReclaimReport, StoreError};
+use crate::store::{
+    JobStore, JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, StoreError,
+};
 
 /// Sweep settings.
 #[derive(Debug, Clone)]
@@ -31,6 +35,8 @@ pub struct SweepReport {
     pub reclaimed: ReclaimReport,
     /// Queued jobs failed as `expired`.
     pub expired: u64,
+    /// Apply jobs created for plans whose execute job succeeded.
+    pub plans_advanced: u64,
     /// Terminal jobs deleted.
     pub deleted: u64,
     /// Stopped or silent workers deleted from the registry.
@@ -56,6 +62,7 @@ impl Sweeper {
         let reclaimed =
             self.store.lease_reclaim_expired(LeaseReclaimParams { now, queue_ttl: self.config.queue_ttl }).await?;
         let expired = self.store.jobs_expire_queued(JobsExpireParams { now }).await?;
+        let plans_advanced = self.store.plans_advance(PlansAdvanceParams { plan_id: None, now }).await?.len() as u64;
         let cutoff = now.minus(self.config.job_ttl);
         let deleted = self.store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff }).await?;
         let workers_deleted = self.store.workers_delete_stale(cutoff).await?;
@@ -69,7 +76,7 @@ impl Sweeper {
         if expired > 0 {
             tracing::info!(expired, "queued jobs expired");
         }
-        Ok(SweepReport { reclaimed, expired, deleted, workers_deleted })
+        Ok(SweepReport { reclaimed, expired, plans_advanced, deleted, workers_deleted })
     }
 
     /// Sweep every interval until `stop` turns true. A failed sweep is

@@ -10,7 +10,7 @@ use crate::server::{Server, leash_bin};
 use crate::support::GENEROUS;
 
 /// Run `leash <args>` against `server`.
-fn leash(server: &Server, args: &[&str]) -> Output {
+pub(crate) fn leash(server: &Server, args: &[&str]) -> Output {
     leash_bin()
         .args(args)
         .args(["--server", &server.url, "--token-file"])

@@ -1,14 +1,16 @@
 //! An exhaustive check of the lease protocol: every interleaving, up to a
 //! depth, of two workers (claim, renew, record an effect's intent, finish,
-//! release on shutdown), the sweeper (reclaim), a canceller and the passing
-//! of time, on one job.
+//! release on shutdown), the sweeper (reclaim, approval expiry), a
+//! canceller, an approver (approve, reject, trigger the run) and the
+//! passing of time, on one job, ungated or gated.
 //!
 //! The model is the protocol as DESIGN.md states it. Every reachable state
 //! is checked against the invariants (never two live owners; a stale token
 //! never changes the row; no run after `max_attempts` spent attempts;
 //! effects issued in at most `max_attempts` attempts, however often the job
 //! was re-run for free; running exactly when a lease exists; a released job
-//! is claimable, since release leads to `queued`), and the trace that first
+//! is claimable, since release leads to `queued`; a gated job never runs
+//! unless approved, and a rejected one never runs), and the trace that first
 //! reaches each state is replayed on the real stores, whose row must match
 //! the model after every step (so the store implements the protocol the
 //! model checks). Deliberately broken variants — finish without the token
@@ -19,19 +21,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::clock::Timestamp;
-use leash::job::{Digest, JobId, JobLimits, JobStatus, NewJob, Target};
+use leash::job::{Digest, ExecutionMode, Gate, GateSource, JobId, JobLimits, JobStatus, NewJob, Target};
 use leash::store::{
-    CancelResult, EffectBeginParams, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobReleaseParams,
-    JobStore, LeaseExtendParams, LeaseReclaimParams, LeaseState,
+    CancelResult, EffectBeginParams, Finish, JobClaimParams, JobDecideParams, JobDecision, JobFinishParams,
+    JobInsertParams, JobReleaseParams, JobStore, JobsExpireParams, LeaseExtendParams, LeaseReclaimParams, LeaseState,
 };
 
 const WORKERS: usize = 2;
 /// How many steps deep every interleaving is explored.
 const DEPTH: usize = 12;
 const TTL: Duration = Duration::from_secs(30);
+/// How long a gated job waits for its decision in the replays.
+const APPROVAL_TTL: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Status {
+    PendingApproval,
+    Approved,
     Queued,
     Running,
     Succeeded,
@@ -39,8 +45,24 @@ enum Status {
     Cancelled,
 }
 
+/// Whether the job waits for approval, and what approval does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Gating {
+    /// Queued at once.
+    None,
+    /// Approval queues it.
+    Run,
+    /// Approval leaves it `approved` until its run is triggered.
+    Hold,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Model {
+    gating: Gating,
+    /// Ghost: a person approved it.
+    approved: bool,
+    /// Ghost: a person rejected it.
+    rejected: bool,
     status: Status,
     /// The current lease's token (a claim counter), while running.
     token: Option<u8>,
@@ -73,6 +95,11 @@ enum Action {
     Expire,
     Reclaim,
     Cancel,
+    Approve,
+    Reject,
+    Trigger,
+    /// The approval TTL passes and the expiry sweep runs.
+    GateExpire,
 }
 
 /// The free re-runs a job in the model may have.
@@ -86,6 +113,8 @@ enum Broken {
     UnfencedFinish,
     /// A release at shutdown that costs nothing even after an effect.
     ReleaseIgnoresEffects,
+    /// A claim that takes a job still waiting for approval.
+    ClaimIgnoresGate,
 }
 
 /// The protocol's rules.
@@ -94,7 +123,9 @@ fn step(m: &Model, action: Action, broken: Broken) -> Option<Model> {
     let owns = |w: usize| m.status == Status::Running && m.held[w].is_some() && m.held[w] == m.token;
     match action {
         Action::Claim(w) => {
-            if m.held[w].is_some() || m.status != Status::Queued {
+            let claimable = m.status == Status::Queued
+                || (broken == Broken::ClaimIgnoresGate && m.status == Status::PendingApproval);
+            if m.held[w].is_some() || !claimable {
                 return None;
             }
             n.claims += 1;
@@ -181,10 +212,38 @@ fn step(m: &Model, action: Action, broken: Broken) -> Option<Model> {
             };
         }
         Action::Cancel => match m.status {
-            Status::Queued => n.status = Status::Cancelled,
+            Status::Queued | Status::PendingApproval | Status::Approved => n.status = Status::Cancelled,
             Status::Running if !m.cancel_requested => n.cancel_requested = true,
             _ => return None,
         },
+        // Decisions on any other state are refused and change nothing
+        // (the conformance suite checks each refusal).
+        Action::Approve => {
+            if m.status != Status::PendingApproval {
+                return None;
+            }
+            n.approved = true;
+            n.status = if m.gating == Gating::Hold { Status::Approved } else { Status::Queued };
+        }
+        Action::Reject => {
+            if m.status != Status::PendingApproval {
+                return None;
+            }
+            n.rejected = true;
+            n.status = Status::Cancelled;
+        }
+        Action::Trigger => {
+            if m.status != Status::Approved {
+                return None;
+            }
+            n.status = Status::Queued;
+        }
+        Action::GateExpire => {
+            if !matches!(m.status, Status::PendingApproval | Status::Approved) {
+                return None;
+            }
+            n.status = Status::Failed;
+        }
     }
     Some(n)
 }
@@ -208,6 +267,12 @@ fn check(m: &Model) -> Result<(), String> {
     if (m.status == Status::Running) != m.token.is_some() {
         return Err("running ⇔ token broken".into());
     }
+    if m.gating != Gating::None && m.attempt > 0 && !m.approved {
+        return Err("a gated job ran without an approval".into());
+    }
+    if m.rejected && m.attempt > 0 {
+        return Err("a rejected job ran".into());
+    }
     Ok(())
 }
 
@@ -227,7 +292,7 @@ fn check_step(before: &Model, action: Action, after: &Model) -> Result<(), Strin
     Ok(())
 }
 
-const ACTIONS: [Action; 13] = [
+const ACTIONS: [Action; 17] = [
     Action::Claim(0),
     Action::Claim(1),
     Action::Renew(0),
@@ -241,11 +306,22 @@ const ACTIONS: [Action; 13] = [
     Action::Expire,
     Action::Reclaim,
     Action::Cancel,
+    Action::Approve,
+    Action::Reject,
+    Action::Trigger,
+    Action::GateExpire,
 ];
 
-fn initial(max_attempts: u8) -> Model {
+/// What is explored: each `max_attempts` ungated, and a gated job of each
+/// kind (one attempt: the gate comes before the attempts).
+const CONFIGS: [(u8, Gating); 4] = [(1, Gating::None), (2, Gating::None), (1, Gating::Run), (1, Gating::Hold)];
+
+fn initial(max_attempts: u8, gating: Gating) -> Model {
     Model {
-        status: Status::Queued,
+        gating,
+        approved: false,
+        rejected: false,
+        status: if gating == Gating::None { Status::Queued } else { Status::PendingApproval },
         token: None,
         attempt: 0,
         lost: 0,
@@ -267,8 +343,13 @@ fn initial(max_attempts: u8) -> Model {
 /// A violated rule and the trace that reaches it.
 type Violation = (String, Vec<Action>);
 
-fn explore(max_attempts: u8, depth: usize, broken: Broken) -> Result<(usize, Vec<Vec<Action>>), Violation> {
-    let start = initial(max_attempts);
+fn explore(
+    max_attempts: u8,
+    gating: Gating,
+    depth: usize,
+    broken: Broken,
+) -> Result<(usize, Vec<Vec<Action>>), Violation> {
+    let start = initial(max_attempts, gating);
     let mut seen = HashSet::from([start.clone()]);
     let mut queue = VecDeque::from([(start, Vec::new())]);
     let mut traces = Vec::new();
@@ -291,31 +372,41 @@ fn explore(max_attempts: u8, depth: usize, broken: Broken) -> Result<(usize, Vec
 
 #[test]
 fn the_lease_protocol_keeps_its_invariants_in_every_interleaving() {
-    for max_attempts in [1, 2] {
+    for (max_attempts, gating) in CONFIGS {
         let (states, _) =
-            explore(max_attempts, DEPTH, Broken::No).unwrap_or_else(|(e, trace)| panic!("{e}: {trace:?}"));
+            explore(max_attempts, gating, DEPTH, Broken::No).unwrap_or_else(|(e, trace)| panic!("{e}: {trace:?}"));
         assert!(states > 100, "explored {states} states");
-        println!("max_attempts {max_attempts}: {states} states explored");
+        println!("max_attempts {max_attempts}, gate {gating:?}: {states} states explored");
     }
 }
 
 #[test]
 fn the_checker_catches_a_finish_without_the_token_fence() {
-    let (error, trace) = explore(2, DEPTH, Broken::UnfencedFinish).expect_err("the broken variant must be caught");
+    let (error, trace) =
+        explore(2, Gating::None, DEPTH, Broken::UnfencedFinish).expect_err("the broken variant must be caught");
     assert!(error.contains("stale token") || error.contains("owners"), "{error}: {trace:?}");
 }
 
 #[test]
 fn the_checker_catches_a_release_that_forgets_the_attempts_effects() {
     let (error, trace) =
-        explore(1, DEPTH, Broken::ReleaseIgnoresEffects).expect_err("the broken variant must be caught");
+        explore(1, Gating::None, DEPTH, Broken::ReleaseIgnoresEffects).expect_err("the broken variant must be caught");
     assert!(error.contains("effects in 2 attempts"), "{error}: {trace:?}");
+}
+
+#[test]
+fn the_checker_catches_a_claim_of_a_job_waiting_for_approval() {
+    let (error, trace) =
+        explore(1, Gating::Run, DEPTH, Broken::ClaimIgnoresGate).expect_err("the broken variant must be caught");
+    assert!(error.contains("without an approval"), "{error}: {trace:?}");
 }
 
 // ---- the real store against the model ----
 
 fn status_of(s: JobStatus) -> Status {
     match s {
+        JobStatus::PendingApproval => Status::PendingApproval,
+        JobStatus::Approved => Status::Approved,
         JobStatus::Queued => Status::Queued,
         JobStatus::Running => Status::Running,
         JobStatus::Succeeded => Status::Succeeded,
@@ -326,7 +417,7 @@ fn status_of(s: JobStatus) -> Status {
 
 /// Replay `trace` on a fresh store, checking the row against the model after
 /// every step. Time: each step is one second; "expire" jumps past the TTL.
-async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
+async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), trace: &[Action]) {
     let t0 = Timestamp::from_unix_ms(1_800_000_000_000);
     let mut now = t0;
     let job = NewJob {
@@ -346,9 +437,25 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
         deadline: None,
         // Requeued jobs are due by the next step.
         backoff: leash::job::Backoff { base_ms: 1, cap_ms: 1 },
+        approval: (gating != Gating::None).then_some(Gate {
+            source: GateSource::Request,
+            run_on_approve: gating == Gating::Run,
+            execution: ExecutionMode::Async,
+            deadline_ms: None,
+        }),
+        approval_ttl: APPROVAL_TTL,
     };
     let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
-    let mut model = initial(max_attempts);
+    let mut model = initial(max_attempts, gating);
+    let decide = |decision, now| JobDecideParams {
+        id: JobId::new(now),
+        decision,
+        by: "model".into(),
+        comment: None,
+        queue_ttl: Duration::from_secs(86_400),
+        approval_ttl: APPROVAL_TTL,
+        now,
+    };
     let mut tokens: [Option<String>; WORKERS] = [None, None];
     for &action in trace {
         now = now.plus(Duration::from_secs(1));
@@ -408,6 +515,20 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
                 let result = store.job_cancel(id, now).await.unwrap();
                 assert!(matches!(result, CancelResult::Cancelled | CancelResult::Requested), "{result:?}");
             }
+            Action::Approve | Action::Reject | Action::Trigger => {
+                let decision = match action {
+                    Action::Approve => JobDecision::Approve,
+                    Action::Reject => JobDecision::Reject,
+                    _ => JobDecision::Run,
+                };
+                let params = JobDecideParams { id, ..decide(decision, now) };
+                store.job_decide(params).await.unwrap().expect("the model says the decision applies");
+            }
+            Action::GateExpire => {
+                now = now.plus(APPROVAL_TTL);
+                let expired = store.jobs_expire_queued(JobsExpireParams { now }).await.unwrap();
+                assert_eq!(expired, 1, "the gated job expires");
+            }
         }
         model = step(&model, action, Broken::No).unwrap();
         let row = store.job_get(id).await.unwrap().unwrap();
@@ -426,12 +547,13 @@ async fn replay(store: Arc<dyn JobStore>, max_attempts: u8, trace: &[Action]) {
     }
 }
 
-/// Every explored trace, with the `max_attempts` it was explored for.
-fn every_trace() -> Vec<(u8, Vec<Action>)> {
+/// Every explored trace, with the configuration it was explored for.
+fn every_trace() -> Vec<((u8, Gating), Vec<Action>)> {
     let mut all = Vec::new();
-    for max_attempts in [1, 2] {
-        let (_, traces) = explore(max_attempts, DEPTH, Broken::No).unwrap_or_else(|(e, t)| panic!("{e}: {t:?}"));
-        all.extend(traces.into_iter().map(|t| (max_attempts, t)));
+    for (max_attempts, gating) in CONFIGS {
+        let (_, traces) =
+            explore(max_attempts, gating, DEPTH, Broken::No).unwrap_or_else(|(e, t)| panic!("{e}: {t:?}"));
+        all.extend(traces.into_iter().map(|t| ((max_attempts, gating), t)));
     }
     assert!(all.len() > 2000, "explored {} traces", all.len());
     all
@@ -441,9 +563,9 @@ fn every_trace() -> Vec<(u8, Vec<Action>)> {
 async fn the_sqlite_store_follows_the_model_on_every_explored_trace() {
     let traces = every_trace();
     // A fresh store per trace, so the sweeper and claims see every job.
-    for (max_attempts, trace) in &traces {
+    for (config, trace) in &traces {
         let fresh = crate::conformance::sqlite().await.expect("SQLite is always there");
-        replay(fresh.store.clone(), *max_attempts, trace).await;
+        replay(fresh.store.clone(), *config, trace).await;
     }
     println!("{} traces replayed on SQLite", traces.len());
 }
@@ -462,11 +584,11 @@ async fn the_postgres_store_follows_the_model_on_every_explored_trace() {
         let schema = crate::pg::Schema::create(&url).await;
         let store: Arc<dyn JobStore> =
             Arc::new(leash::store::postgres::PostgresStore::open(&schema.url).await.unwrap());
-        let mine: Vec<(u8, Vec<Action>)> = traces.iter().skip(lane).step_by(LANES).cloned().collect();
+        let mine: Vec<((u8, Gating), Vec<Action>)> = traces.iter().skip(lane).step_by(LANES).cloned().collect();
         lanes.push(async move {
-            for (max_attempts, trace) in &mine {
+            for (config, trace) in &mine {
                 schema.execute("DELETE FROM jobs").await;
-                replay(store.clone(), *max_attempts, trace).await;
+                replay(store.clone(), *config, trace).await;
             }
             mine.len()
         });

@@ -2,6 +2,7 @@
 //! source by the `leash-tests` crate, run through the sandbox and through
 //! the `leash` binary.
 
+mod approval;
 mod chaos;
 mod cli_config;
 mod cli_ops;
@@ -15,6 +16,7 @@ mod hostile;
 mod http;
 mod lease_model;
 mod pg;
+mod plans;
 mod postgres;
 mod runtime;
 mod sandbox;

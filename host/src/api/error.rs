@@ -64,8 +64,12 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::UnknownPlugin(_) => ApiError::new(StatusCode::NOT_FOUND, "unknown_plugin", message),
             RuntimeError::InvalidJob(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_job", message),
             RuntimeError::InvalidGrant(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_grant", message),
-            RuntimeError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
+            RuntimeError::NotFound(_) | RuntimeError::UnknownPlan(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+            }
             RuntimeError::AlreadyTerminal { .. } => ApiError::new(StatusCode::CONFLICT, "already_terminal", message),
+            RuntimeError::Undecidable { code, .. } => ApiError::new(StatusCode::CONFLICT, code, message),
+            RuntimeError::ApprovalRequired { .. } => ApiError::new(StatusCode::FORBIDDEN, "approval_required", message),
             RuntimeError::IdempotencyConflict { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", message)
             }

@@ -1,12 +1,13 @@
-//! `/v1/jobs`: submit (async or sync, idempotent), list, show, logs,
-//! output, cancel.
+//! `/v1/jobs`: submit (async or sync, idempotent, gated), list, show,
+//! logs, output, cancel, and the decisions on gated jobs: approve,
+//! reject, run.
 
 use super::*;
 
 /// How `POST /v1/jobs` answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub(super) enum Execution {
+pub(crate) enum Execution {
     /// Answer with the outcome: the job's timeout, at most the sync
     /// ceiling, covers its queue wait and its run.
     #[default]
@@ -15,70 +16,90 @@ pub(super) enum Execution {
     Async,
 }
 
+/// Whether a job waits for a person before it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum GateChoice {
+    /// It waits in `pending_approval` for `POST /v1/jobs/{id}/approve`.
+    Approval,
+    /// No gate: refused (403 `approval_required`) if the plugin's policy
+    /// gates this target.
+    None,
+}
+
 /// The body of `POST /v1/jobs`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SubmitBody {
     /// `name`, `name@version` or a digest; pinned to the digest now.
     #[schema(pattern = "^((sha256:)?[0-9a-f]{64}|[a-z0-9][a-z0-9_-]{0,63}(@[A-Za-z0-9._+-]{1,64})?)$")]
-    plugin: String,
+    pub(super) plugin: String,
     /// `execute` (default) or `apply`; not with `action`.
     #[schema(pattern = "^(execute|apply)$")]
-    phase: Option<String>,
+    pub(super) phase: Option<String>,
     /// Run this named action instead of a phase.
     #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
-    action: Option<String>,
+    pub(super) action: Option<String>,
     /// The input as JSON (not with `input_base64`).
-    input: Option<Value>,
+    pub(super) input: Option<Value>,
     /// The input as raw bytes, base64.
     #[schema(content_encoding = "base64")]
-    input_base64: Option<String>,
+    pub(super) input_base64: Option<String>,
     /// Wall-clock limit per attempt (ceiling: `GET /v1/health`, default 24 h).
     #[schema(minimum = 1, maximum = 86_400_000)]
-    timeout_ms: Option<u64>,
+    pub(super) timeout_ms: Option<u64>,
     /// Fuel budget per attempt; unlimited when absent.
-    fuel: Option<u64>,
+    pub(super) fuel: Option<u64>,
     /// Memory limit (ceiling: 1 GiB by default).
     #[schema(maximum = 1_073_741_824)]
-    memory_bytes: Option<u64>,
+    pub(super) memory_bytes: Option<u64>,
     /// Output limit (ceiling: 64 MiB by default).
     #[schema(maximum = 67_108_864)]
-    output_bytes: Option<u64>,
+    pub(super) output_bytes: Option<u64>,
     /// Runs the job may use when workers die under it.
     #[schema(minimum = 1, maximum = 100)]
-    max_attempts: Option<u32>,
+    pub(super) max_attempts: Option<u32>,
     /// At most one running job per key.
     #[schema(min_length = 1, max_length = 256)]
-    concurrency_key: Option<String>,
+    pub(super) concurrency_key: Option<String>,
     /// A plan to group jobs by.
     #[schema(max_length = 256)]
-    plan_id: Option<String>,
+    pub(super) plan_id: Option<String>,
     /// How long it may wait in the queue (ceiling: 30 days by default).
     #[schema(minimum = 1, maximum = 2_592_000_000u64)]
-    queue_ttl_ms: Option<u64>,
+    pub(super) queue_ttl_ms: Option<u64>,
     /// Async only: not before this instant (RFC 3339, e.g.
     /// `2026-12-01T09:00:00Z`); the queue TTL counts from then. A past
     /// instant means now. Not with `delay_ms`.
     #[schema(format = DateTime)]
-    run_at: Option<String>,
+    pub(super) run_at: Option<String>,
     /// Async only: not before this many milliseconds from now.
     #[schema(maximum = 2_592_000_000u64)]
-    delay_ms: Option<u64>,
+    pub(super) delay_ms: Option<u64>,
     /// The pause before the first retry (doubling after each failure, with
     /// jitter), milliseconds; default 1000.
     #[schema(minimum = 1, maximum = 86_400_000)]
-    backoff_ms: Option<u64>,
+    pub(super) backoff_ms: Option<u64>,
     /// The longest pause before a retry, milliseconds; default 300000.
     #[schema(minimum = 1, maximum = 86_400_000)]
-    backoff_cap_ms: Option<u64>,
+    pub(super) backoff_cap_ms: Option<u64>,
     /// `sync` (default): answer with the outcome, within the sync ceiling;
-    /// `async`: answer 202 at once.
+    /// `async`: answer 202 at once. A gated job answers 202
+    /// `pending_approval` either way; the mode is stamped on it and used
+    /// when its run is triggered.
     #[serde(default)]
-    execution: Execution,
+    pub(super) execution: Execution,
+    /// `approval`: wait for a person's approval before running. Absent: the
+    /// plugin's approval policy decides. `none` is refused where the policy
+    /// gates the target.
+    pub(super) gate: Option<GateChoice>,
+    /// With a gate: `true` (default) queues the job when approved; `false`
+    /// leaves it `approved` until `POST /v1/jobs/{id}/run`.
+    pub(super) run_on_approve: Option<bool>,
 }
 
 impl SubmitBody {
-    fn into_submit(self, now: Timestamp, defaults: &Ceilings) -> Result<(Submit, Execution), ApiError> {
+    pub(super) fn into_submit(self, now: Timestamp, defaults: &Ceilings) -> Result<(Submit, Execution), ApiError> {
         let plugin: PluginRef = self.plugin.parse().map_err(|e| ApiError::bad_request(format!("`plugin`: {e}")))?;
         let target = match (self.phase.as_deref(), self.action) {
             (None | Some("action"), Some(name)) => {
@@ -107,6 +128,8 @@ impl SubmitBody {
         job.concurrency_key = self.concurrency_key;
         job.plan_id = self.plan_id;
         job.queue_ttl = self.queue_ttl_ms.map(Duration::from_millis);
+        job.approval = self.gate.map(|g| g == GateChoice::Approval);
+        job.run_on_approve = self.run_on_approve.unwrap_or(true);
         job.run_at = match (self.run_at, self.delay_ms) {
             (Some(_), Some(_)) => return Err(ApiError::bad_request("give `run_at` or `delay_ms`, not both")),
             (Some(text), None) => {
@@ -153,10 +176,13 @@ fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<Idempotenc
     request_body = SubmitBody,
     responses(
         (status = 200, description = "Sync: the finished job and its output", body = Finished<JobView>),
-        (status = 202, description = "Async: queued", body = Accepted),
+        (status = 202, description = "Async: `accepted` (queued); sync or async: `pending_approval` \
+            when the job waits for a person", body = Accepted),
         (status = 400, description = "Refused: the message names the field or limit; \
             `sync_ceiling` for a sync timeout over the ceiling", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 403, description = "`approval_required`: the plugin's policy gates this target and \
+            the body said `\"gate\": \"none\"`", body = ErrorBody),
         (status = 404, description = "No such plugin", body = ErrorBody),
         (status = 409, description = "The idempotency key was used for another request", body = ErrorBody),
         (status = 413, description = "Body over the size cap", body = ErrorBody),
@@ -202,22 +228,35 @@ pub(super) async fn job_submit(
     } else {
         None
     };
-    let (id, replayed) = state.runtime.submit_once(job).await?;
+    let submitted = state.runtime.submit_once(job).await?;
+    let id = submitted.id;
     let mark = |mut response: Response| {
-        if replayed {
+        if submitted.replayed {
             response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
         }
         response
     };
+    // A gated call answers as itself, sync or async: waiting on a person
+    // is not the same as queued.
+    if submitted.status.is_gated() {
+        let status = submitted.status.as_str().to_owned();
+        return Ok(mark((StatusCode::ACCEPTED, Json(Accepted { status, job_id: id })).into_response()));
+    }
     let Some(timeout) = sync_timeout else {
         return Ok(mark(
             (StatusCode::ACCEPTED, Json(Accepted { status: "accepted".into(), job_id: id })).into_response(),
         ));
     };
+    Ok(mark(sync_answer(&state.runtime, id, timeout).await?))
+}
+
+/// Wait for a sync job's outcome, up to its deadline (and the settle time
+/// past it), and answer it with its output.
+async fn sync_answer(runtime: &Runtime, id: JobId, timeout: Duration) -> Result<Response, ApiError> {
     // A client that disconnects drops this future: the job goes on, and the
     // wait is counted as abandoned.
-    let abandoned = AbandonedWait { runtime: &state.runtime, armed: true };
-    let waited = state.runtime.wait_past_deadline(id, timeout).await;
+    let abandoned = AbandonedWait { runtime, armed: true };
+    let waited = runtime.wait_past_deadline(id, timeout).await;
     abandoned.disarm();
     let mut job = waited.map_err(|e| match e {
         RuntimeError::WaitTimeout(_) => ApiError::new(
@@ -231,7 +270,7 @@ pub(super) async fn job_submit(
         other => other.into(),
     })?;
     let output = job.output.take();
-    Ok(mark(Json(Finished::new(JobView::from(job), output.as_deref())).into_response()))
+    Ok(Json(Finished::new(JobView::from(job), output.as_deref())).into_response())
 }
 
 /// Counts a sync wait whose client went away before the answer.
@@ -408,4 +447,101 @@ pub(super) async fn job_cancel(
         Cancelled::Requested => StatusCode::ACCEPTED,
     };
     Ok((code, Json(CancelAnswer { job_id: id, status })).into_response())
+}
+
+/// The body of `POST /v1/jobs/{id}/approve` and `/reject`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DecisionBody {
+    /// Who decides, as they name themselves; recorded with the decision.
+    #[schema(min_length = 1, max_length = 128)]
+    pub(super) by: String,
+    /// Why; recorded with the decision.
+    #[schema(max_length = 4096)]
+    pub(super) comment: Option<String>,
+}
+
+/// Approve a job waiting for approval. It is queued (or, submitted with
+/// `run_on_approve = false`, left `approved` for `/run`). A job stamped
+/// `sync` has its run triggered by this request, which waits for the
+/// outcome within the job's deadline, as the sync submit would have.
+#[utoipa::path(post, path = "/v1/jobs/{id}/approve", tag = "jobs",
+    params(("id" = JobId, Path)),
+    request_body = DecisionBody,
+    responses(
+        (status = 200, description = "Approved: the job (queued, approved, or — stamped sync — finished, \
+            with its output)", body = Finished<JobView>),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "`already_terminal`, `already_decided` (approved before: of two \
+            approvals racing, one wins) or `not_gated`", body = ErrorBody),
+        (status = 504, description = "Stamped sync: the job had not ended shortly after its deadline", body = ErrorBody),
+    ))]
+pub(super) async fn job_approve(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body: DecisionBody = parse_body(&body.map_err(body_error)?, "decision")?;
+    let who = DecisionBy { by: body.by, comment: body.comment };
+    let job = state.runtime.approve(id, who).await?;
+    triggered(&state.runtime, job).await
+}
+
+/// Reject a job waiting for approval: cancelled with kind `rejected`.
+#[utoipa::path(post, path = "/v1/jobs/{id}/reject", tag = "jobs",
+    params(("id" = JobId, Path)),
+    request_body = DecisionBody,
+    responses(
+        (status = 200, description = "Rejected: the job, cancelled", body = Finished<JobView>),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "`already_terminal`, `already_decided` or `not_gated`", body = ErrorBody),
+    ))]
+pub(super) async fn job_reject(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body: DecisionBody = parse_body(&body.map_err(body_error)?, "decision")?;
+    let job = state.runtime.reject(id, DecisionBy { by: body.by, comment: body.comment }).await?;
+    Ok(Json(Finished::new(JobView::from(job), None)).into_response())
+}
+
+/// Trigger the run of an approved job that waits for it (submitted with
+/// `run_on_approve = false`): queued now. Stamped `sync`, this request
+/// waits for the outcome.
+#[utoipa::path(post, path = "/v1/jobs/{id}/run", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, description = "Queued (or, stamped sync, finished with its output)", body = Finished<JobView>),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "`not_approved` (still waiting for approval), `already_decided` \
+            (its run was triggered before), `already_terminal` or `not_gated`", body = ErrorBody),
+        (status = 504, description = "Stamped sync: the job had not ended shortly after its deadline", body = ErrorBody),
+    ))]
+pub(super) async fn job_run(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
+    let job = state.runtime.run_approved(id).await?;
+    triggered(&state.runtime, job).await
+}
+
+/// The answer to a decision: the job as it is now, or — when the decision
+/// triggered the run of a job stamped `sync` — its outcome.
+async fn triggered(runtime: &Runtime, job: Job) -> Result<Response, ApiError> {
+    let sync_deadline = job
+        .approval
+        .as_ref()
+        .filter(|a| a.execution == ExecutionMode::Sync && job.status == JobStatus::Queued)
+        .and_then(|a| a.deadline_ms);
+    match sync_deadline {
+        Some(ms) => sync_answer(runtime, job.id, Duration::from_millis(ms)).await,
+        None => Ok(Json(Finished::new(JobView::from(job), None)).into_response()),
+    }
 }

@@ -9,14 +9,18 @@ mod health;
 mod jobs;
 pub mod listen;
 pub mod openapi;
+mod plans;
 mod plugins;
 pub mod types;
 
 use error::{ApiError, ErrorBody, body_error, parse_body, path_error, query_error};
 use health::{health, workers};
 pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
-use jobs::{job_cancel, job_effects, job_list, job_logs, job_output, job_show, job_submit};
-use plugins::{plugin_grants, plugin_list, plugin_show, plugin_upload};
+use jobs::{
+    job_approve, job_cancel, job_effects, job_list, job_logs, job_output, job_reject, job_run, job_show, job_submit,
+};
+use plans::{plan_approve, plan_cancel, plan_list, plan_reject, plan_show, plan_submit};
+use plugins::{plugin_approval, plugin_grants, plugin_list, plugin_show, plugin_upload};
 pub use types::finished_json;
 use types::{Accepted, CancelAnswer, EffectList, Finished, HealthReport, JobPage, JobView, PluginList};
 
@@ -38,8 +42,11 @@ use serde_json::Value;
 use subtle::ConstantTimeEq;
 
 use crate::clock::Timestamp;
-use crate::job::{Backoff, Digest, IdempotencyKey, Job, JobId, JobStatus, PluginName, PluginRef, Target};
-use crate::runtime::{Cancelled, Ceilings, PluginSource, Runtime, RuntimeError, Submit};
+use crate::job::{
+    ApprovalPolicy, Backoff, Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, PluginName, PluginRef,
+    Target,
+};
+use crate::runtime::{Cancelled, Ceilings, DecisionBy, PluginSource, Runtime, RuntimeError, Submit};
 use crate::store::JobListParams;
 
 /// Most jobs one list page returns.
@@ -73,12 +80,21 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/plugins", post(plugin_upload).get(plugin_list))
         .route("/v1/plugins/{reference}", get(plugin_show))
         .route("/v1/plugins/{reference}/grants", put(plugin_grants))
+        .route("/v1/plugins/{reference}/approval", put(plugin_approval))
         .route("/v1/jobs", post(job_submit).get(job_list))
         .route("/v1/jobs/{id}", get(job_show))
         .route("/v1/jobs/{id}/logs", get(job_logs))
         .route("/v1/jobs/{id}/effects", get(job_effects))
         .route("/v1/jobs/{id}/output", get(job_output))
         .route("/v1/jobs/{id}/cancel", post(job_cancel))
+        .route("/v1/jobs/{id}/approve", post(job_approve))
+        .route("/v1/jobs/{id}/reject", post(job_reject))
+        .route("/v1/jobs/{id}/run", post(job_run))
+        .route("/v1/plans", post(plan_submit).get(plan_list))
+        .route("/v1/plans/{id}", get(plan_show))
+        .route("/v1/plans/{id}/approve", post(plan_approve))
+        .route("/v1/plans/{id}/reject", post(plan_reject))
+        .route("/v1/plans/{id}/cancel", post(plan_cancel))
         .route("/v1/health", get(health))
         .route("/v1/workers", get(workers))
         .route("/v1/openapi.json", get(openapi_json))

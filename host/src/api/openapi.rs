@@ -11,6 +11,7 @@ use utoipa::openapi::{KnownFormat, RefOr};
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use crate::clock::Timestamp;
+use crate::job::approval::TargetPattern;
 use crate::job::{Digest, JobId, PluginInfo, Target};
 
 fn text(description: &str, pattern: Option<&str>, format: Option<SchemaFormat>) -> RefOr<Schema> {
@@ -37,6 +38,17 @@ impl PartialSchema for Target {
     }
 }
 impl ToSchema for Target {}
+
+impl PartialSchema for TargetPattern {
+    fn schema() -> RefOr<Schema> {
+        text(
+            "A gated target: `*` (every one), `execute`, `apply`, `action:*` or `action:<name>`.",
+            Some(r"^(\*|all|execute|apply|action:(\*|[a-z0-9_.-]{1,64}))$"),
+            None,
+        )
+    }
+}
+impl ToSchema for TargetPattern {}
 
 impl PartialSchema for Timestamp {
     fn schema() -> RefOr<Schema> {
@@ -66,6 +78,7 @@ impl PartialSchema for PluginInfo {
             .property("created_at", Timestamp::schema())
             .required("created_at")
             .property("grants", crate::job::Grants::schema())
+            .property("approval", crate::job::ApprovalPolicy::schema())
             .property("requests", crate::job::grant::Requests::schema())
             .into()
     }
@@ -94,6 +107,7 @@ impl Modify for BearerToken {
         super::plugins::plugin_list,
         super::plugins::plugin_show,
         super::plugins::plugin_grants,
+        super::plugins::plugin_approval,
         super::jobs::job_submit,
         super::jobs::job_list,
         super::jobs::job_show,
@@ -101,6 +115,15 @@ impl Modify for BearerToken {
         super::jobs::job_effects,
         super::jobs::job_output,
         super::jobs::job_cancel,
+        super::jobs::job_approve,
+        super::jobs::job_reject,
+        super::jobs::job_run,
+        super::plans::plan_submit,
+        super::plans::plan_list,
+        super::plans::plan_show,
+        super::plans::plan_approve,
+        super::plans::plan_reject,
+        super::plans::plan_cancel,
         super::health::health,
         super::health::workers,
         super::openapi_json,
@@ -177,6 +200,15 @@ mod tests {
             "/v1/jobs/{id}/logs",
             "/v1/jobs/{id}/output",
             "/v1/jobs/{id}/cancel",
+            "/v1/jobs/{id}/approve",
+            "/v1/jobs/{id}/reject",
+            "/v1/jobs/{id}/run",
+            "/v1/plugins/{reference}/approval",
+            "/v1/plans",
+            "/v1/plans/{id}",
+            "/v1/plans/{id}/approve",
+            "/v1/plans/{id}/reject",
+            "/v1/plans/{id}/cancel",
             "/v1/health",
             "/v1/openapi.json",
         ] {

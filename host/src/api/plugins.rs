@@ -1,4 +1,4 @@
-//! `/v1/plugins`: upload, list, show, grant.
+//! `/v1/plugins`: upload, list, show, grant, approval policy.
 
 use super::*;
 
@@ -12,6 +12,10 @@ pub(super) struct UploadQuery {
     /// Version (default `0.0.0`); needs `name`.
     #[param(pattern = "^[A-Za-z0-9._+-]{1,64}$")]
     version: Option<String>,
+    /// Targets whose jobs wait for approval, comma-separated (`*`,
+    /// `execute`, `apply`, `action:*`, `action:<name>`), set with the name
+    /// in one step; needs `name`. Absent: a replaced name keeps its policy.
+    require_approval: Option<String>,
 }
 
 /// Validate, compile, store and (with `name`) register a component.
@@ -39,13 +43,17 @@ pub(super) async fn plugin_upload(
             "the body is empty: send the component's bytes",
         ));
     }
+    let policy = query.require_approval.as_deref().map(parse_policy).transpose()?;
     let info = match (query.name, query.version) {
         (Some(name), version) => {
             let version = version.as_deref().unwrap_or(crate::job::DEFAULT_PLUGIN_VERSION);
             let name = PluginName::new(&name, version).map_err(ApiError::bad_request)?;
-            state.runtime.plugin_register(bytes, name).await?
+            state.runtime.plugin_register_with(bytes, name, policy).await?
         }
         (None, Some(_)) => return Err(ApiError::bad_request("`version` needs a `name`")),
+        (None, None) if policy.is_some() => {
+            return Err(ApiError::bad_request("`require_approval` belongs to a registration: give a `name`"));
+        }
         (None, None) => {
             let digest = state.runtime.plugin_add(bytes).await?;
             state.runtime.plugin(PluginRef::Digest(digest)).await?
@@ -107,4 +115,42 @@ pub(super) async fn plugin_grants(
     };
     let grants: crate::job::Grants = parse_body(&body.map_err(body_error)?, "grant")?;
     Ok(Json(state.runtime.plugin_grant(name, grants).await?).into_response())
+}
+
+/// A comma-separated list of gated targets.
+fn parse_policy(text: &str) -> Result<ApprovalPolicy, ApiError> {
+    let require = text
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse().map_err(|e: String| ApiError::bad_request(format!("`require_approval`: {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ApprovalPolicy { require })
+}
+
+/// Replace which targets of a registered `name@version` wait for a
+/// person's approval. Jobs submitted afterwards follow it; jobs already
+/// submitted keep their state. `{"require": []}` gates nothing.
+#[utoipa::path(put, path = "/v1/plugins/{reference}/approval", tag = "plugins",
+    params(("reference" = String, Path, description = "`name@version` of a registered plugin",
+        pattern = "^[a-z0-9][a-z0-9_-]{0,63}@[A-Za-z0-9._+-]{1,64}$")),
+    request_body = crate::job::ApprovalPolicy,
+    responses(
+        (status = 200, description = "The registration with its new policy", body = crate::job::PluginInfo),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such name and version", body = ErrorBody),
+        (status = 413, description = "Body over the size cap", body = ErrorBody),
+        (status = 503, description = "The database is busy", body = ErrorBody),
+    ))]
+pub(super) async fn plugin_approval(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(reference): ParsedPath<PluginRef>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let PluginRef::Version(name) = reference else {
+        return Err(ApiError::bad_request("an approval policy belongs to a `name@version`: name the version"));
+    };
+    let policy: ApprovalPolicy = parse_body(&body.map_err(body_error)?, "approval policy")?;
+    Ok(Json(state.runtime.plugin_require_approval(name, policy).await?).into_response())
 }

@@ -2,6 +2,7 @@
 //! CLI's [`crate::client::Client`] reads them back.
 
 pub use super::error::{ErrorBody, ErrorDetail};
+pub use super::plans::{PlanAnswer, PlanPage};
 use super::*;
 
 /// A job as the API shows it.

@@ -77,10 +77,11 @@ Exit codes:
   1   the plugin returned an error (failed or retryable)
   2   usage error, unreadable or invalid component, or input the plugin rejected
   3   the job ran past its timeout, or a --wait ended before the job did
-  4   the job was cancelled
+  4   the job was cancelled, or rejected while it waited for approval
   5   a resource limit stopped the job (fuel, memory, output or a counted resource)
   6   the plugin trapped (panic, stack overflow, bad memory access)
-  7   the server refused: bad token (401), job already ended (409), queue full (429)
+  7   the server refused: bad token (401), approval policy (403), job already ended
+      or decided (409), queue full (429)
   8   the server could not be reached
   70  leash itself failed";
 
@@ -159,6 +160,10 @@ enum Command {
     /// Register, list and show plugins.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Plugins(commands::PluginsCommand),
+    /// Plans: an execute phase computes a change, a person approves it, an
+    /// apply phase makes exactly that change.
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Plan(commands::PlanCommand),
     /// Health of the server (or local database): worker, queue depth,
     /// ceilings.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -247,6 +252,11 @@ struct WorkerArgs {
     #[arg(long, env = "LEASH_FREE_RERUNS", default_value_t = crate::runtime::DEFAULT_FREE_RERUNS,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::job::MAX_ATTEMPTS_CEILING)))]
     free_reruns: u32,
+    /// How long a job waiting for approval waits for a decision (and an
+    /// approved job held for `leash jobs run`, for its run) before it fails
+    /// as `expired`. Pinned on each job when it starts waiting.
+    #[arg(long, env = "LEASH_APPROVAL_TTL", value_parser = parse_duration, default_value = "7d")]
+    approval_ttl: Duration,
     /// The pause before a job's first retry (it doubles after each failure,
     /// with jitter), for jobs that set none.
     #[arg(long, env = "LEASH_RETRY_BACKOFF", value_parser = parse_duration, default_value = "1s")]
@@ -424,7 +434,7 @@ pub enum ExitStatus {
     Usage = 2,
     /// The job ran past its timeout.
     Timeout = 3,
-    /// The job was cancelled.
+    /// The job was cancelled (or rejected while it waited for approval).
     Cancelled = 4,
     /// Fuel, memory or output limit.
     ResourceLimit = 5,
@@ -445,7 +455,7 @@ impl ExitStatus {
             ErrorKind::GuestError => ExitStatus::GuestError,
             ErrorKind::InvalidInput => ExitStatus::Usage,
             ErrorKind::Timeout => ExitStatus::Timeout,
-            ErrorKind::Cancelled => ExitStatus::Cancelled,
+            ErrorKind::Cancelled | ErrorKind::Rejected => ExitStatus::Cancelled,
             ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit | ErrorKind::ResourceLimit => {
                 ExitStatus::ResourceLimit
             }
@@ -486,6 +496,7 @@ pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Submit(args) => commands::submit(args).await,
         Command::Jobs(command) => commands::jobs(command).await,
         Command::Plugins(command) => commands::plugins(command).await,
+        Command::Plan(command) => commands::plan(command).await,
         Command::Diagnostics(args) => commands::diagnostics(args).await,
     }
 }
@@ -529,13 +540,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let value: f64 =
-        number.parse().map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 30s, 2m, 1h"))?;
+        number.parse().map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 30s, 2m, 1h, 7d"))?;
     let seconds = match unit.trim() {
         "ms" => value / 1000.0,
         "" | "s" => value,
         "m" => value * 60.0,
         "h" => value * 3600.0,
-        other => return Err(format!("invalid duration unit {other:?} in {text:?}: use ms, s, m or h")),
+        "d" => value * 86_400.0,
+        other => return Err(format!("invalid duration unit {other:?} in {text:?}: use ms, s, m, h or d")),
     };
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("duration {text:?} is out of range"))
 }
@@ -582,7 +594,8 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5d").unwrap_err().contains("unit"));
+        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86_400));
+        assert!(parse_duration("5w").unwrap_err().contains("unit"));
     }
 
     #[test]
@@ -600,7 +613,7 @@ mod tests {
             ErrorKind::GuestError => 1,
             ErrorKind::InvalidInput => 2,
             ErrorKind::Timeout => 3,
-            ErrorKind::Cancelled => 4,
+            ErrorKind::Cancelled | ErrorKind::Rejected => 4,
             ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit | ErrorKind::ResourceLimit => 5,
             ErrorKind::Trap => 6,
             ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::Interrupted | ErrorKind::HostError => 70,

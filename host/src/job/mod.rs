@@ -11,19 +11,24 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+pub mod approval;
 mod effect;
 pub mod grant;
 mod id;
+pub mod plan;
 mod plugin;
 mod record;
 
+pub use approval::{Approval, ApprovalPolicy, Decision, ExecutionMode, Gate, GateSource, Verdict};
 pub use effect::{Effect, EffectOutcome};
 pub use grant::Grants;
 pub use id::JobId;
+pub use plan::{ApplyInput, ApplyMode, PlanRecord, PlanStatus};
 pub use plugin::{DEFAULT_PLUGIN_VERSION, PluginInfo, PluginName, PluginRef};
 pub use record::{
-    Backoff, Counts, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, IdempotencyKey, Job, JobLimits, JobLogs, JobProgress,
-    JobStatus, LogLine, MAX_ATTEMPTS_CEILING, MAX_IDEMPOTENCY_KEY_BYTES, MAX_KEY_BYTES, NewJob, SCHEMA_VERSION,
+    Backoff, Counts, DEFAULT_APPROVAL_TTL, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, IdempotencyKey, Job, JobLimits,
+    JobLogs, JobProgress, JobStatus, LogLine, MAX_ATTEMPTS_CEILING, MAX_IDEMPOTENCY_KEY_BYTES, MAX_KEY_BYTES, NewJob,
+    SCHEMA_VERSION,
 };
 
 /// Serialize a type as its `Display` text and deserialize it with its
@@ -137,6 +142,8 @@ pub enum ErrorKind {
     LeaseLost,
     /// The job waited in the queue past its expiry.
     Expired,
+    /// A person rejected the job while it waited for approval.
+    Rejected,
     /// The worker shut down during the attempt after the attempt's effects
     /// began, and no attempt was left to run it again.
     Interrupted,
@@ -146,7 +153,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::GuestError,
         ErrorKind::InvalidInput,
         ErrorKind::Trap,
@@ -158,6 +165,7 @@ impl ErrorKind {
         ErrorKind::Cancelled,
         ErrorKind::LeaseLost,
         ErrorKind::Expired,
+        ErrorKind::Rejected,
         ErrorKind::Interrupted,
         ErrorKind::HostError,
     ];
@@ -176,6 +184,7 @@ impl ErrorKind {
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::LeaseLost => "lease_lost",
             ErrorKind::Expired => "expired",
+            ErrorKind::Rejected => "rejected",
             ErrorKind::Interrupted => "interrupted",
             ErrorKind::HostError => "host_error",
         }

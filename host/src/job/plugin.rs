@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Digest, Grants};
+use super::{ApprovalPolicy, Digest, Grants};
 use crate::clock::Timestamp;
 
 /// A plugin's registry name and version.
@@ -111,6 +111,10 @@ pub struct PluginInfo {
     /// nothing is granted (always, for bytes stored without a name).
     #[serde(default, skip_serializing_if = "Grants::is_none")]
     pub grants: Grants,
+    /// Which targets of jobs submitted under this name and version wait for
+    /// approval; absent when none do.
+    #[serde(default, skip_serializing_if = "ApprovalPolicy::is_none")]
+    pub approval: ApprovalPolicy,
     /// What the component declares it asks for (its `leash:requests`
     /// section), if it declares anything: a job then gets only what is
     /// both declared and granted. Read by the runtime, not stored.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::approval::{Approval, Gate};
 use super::{Digest, ErrorKind, Grants, JobId, PluginName, Target};
 use crate::clock::Timestamp;
 
@@ -17,6 +18,11 @@ pub const SCHEMA_VERSION: u32 = 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
+    /// Gated: waiting for a person to approve or reject it; never claimed.
+    PendingApproval,
+    /// Approved, waiting for its run to be triggered (it was submitted with
+    /// `run_on_approve = false`); never claimed.
+    Approved,
     /// Waiting for a worker.
     Queued,
     /// Owned by a worker under a lease.
@@ -31,12 +37,21 @@ pub enum JobStatus {
 
 impl JobStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [JobStatus; 5] =
-        [JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled];
+    pub const ALL: [JobStatus; 7] = [
+        JobStatus::PendingApproval,
+        JobStatus::Approved,
+        JobStatus::Queued,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+    ];
 
     /// The stored name.
     pub fn as_str(self) -> &'static str {
         match self {
+            JobStatus::PendingApproval => "pending_approval",
+            JobStatus::Approved => "approved",
             JobStatus::Queued => "queued",
             JobStatus::Running => "running",
             JobStatus::Succeeded => "succeeded",
@@ -48,6 +63,11 @@ impl JobStatus {
     /// True for succeeded, failed and cancelled.
     pub fn is_terminal(self) -> bool {
         matches!(self, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled)
+    }
+
+    /// True for the two states of a gated job before its run is triggered.
+    pub fn is_gated(self) -> bool {
+        matches!(self, JobStatus::PendingApproval | JobStatus::Approved)
     }
 }
 
@@ -119,7 +139,16 @@ pub struct NewJob {
     pub deadline: Option<Duration>,
     /// The pause before each retry.
     pub backoff: Backoff,
+    /// A gate: the job waits in `pending_approval` for a decision (`None`:
+    /// it is queued at once).
+    pub approval: Option<Gate>,
+    /// How long a gated job waits for its decision (and, approved with
+    /// `run_on_approve = false`, for its run) before it expires.
+    pub approval_ttl: Duration,
 }
+
+/// Default time a gated job waits for a decision: 7 days.
+pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(7 * 86_400);
 
 /// Most attempts a job may ask for.
 pub const MAX_ATTEMPTS_CEILING: u32 = 100;
@@ -313,6 +342,10 @@ pub struct Job {
     pub peak_memory_bytes: Option<u64>,
     /// The guest's latest progress report.
     pub progress: Option<JobProgress>,
+    /// A gated job's approval record: who gated it, how it was asked for,
+    /// and the decision once made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
 }
 
 /// A guest's latest progress report, as stored.
@@ -359,6 +392,12 @@ pub struct LogLine {
 /// Job counts by state, from one consistent snapshot.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Counts {
+    /// Waiting for approval.
+    #[serde(default)]
+    pub pending_approval: u64,
+    /// Approved, waiting for a run trigger.
+    #[serde(default)]
+    pub approved: u64,
     /// Queued.
     pub queued: u64,
     /// Running.
@@ -374,12 +413,26 @@ pub struct Counts {
 impl Counts {
     /// All jobs in the store.
     pub fn total(&self) -> u64 {
-        self.queued + self.running + self.succeeded + self.failed + self.cancelled
+        self.pending_approval
+            + self.approved
+            + self.queued
+            + self.running
+            + self.succeeded
+            + self.failed
+            + self.cancelled
+    }
+
+    /// The count of one state.
+    pub fn of(&self, status: JobStatus) -> u64 {
+        let mut copy = *self;
+        *copy.of_mut(status)
     }
 
     /// The count of one state, to set or add to.
     pub fn of_mut(&mut self, status: JobStatus) -> &mut u64 {
         match status {
+            JobStatus::PendingApproval => &mut self.pending_approval,
+            JobStatus::Approved => &mut self.approved,
             JobStatus::Queued => &mut self.queued,
             JobStatus::Running => &mut self.running,
             JobStatus::Succeeded => &mut self.succeeded,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{EffectBeginParams, JobListParams, StoreError};
 use crate::clock::Timestamp;
-use crate::job::{Effect, EffectOutcome, Grants, JobId, PluginRef, Target};
+use crate::job::{Approval, ApprovalPolicy, Effect, EffectOutcome, Grants, JobId, NewJob, PluginRef, Target};
 
 /// A row that could not be read back into the job model.
 pub(crate) fn corrupt(id: &str, detail: impl Into<String>) -> StoreError {
@@ -84,6 +84,49 @@ pub(crate) fn grants_to_column(grants: &Grants) -> Result<Option<String>, StoreE
 /// Grants read back from their column (`NULL`: none).
 pub(crate) fn grants_of(id: &str, text: Option<String>) -> Result<Grants, StoreError> {
     Ok(json_column(id, "grants", text)?.unwrap_or_default())
+}
+
+/// An approval policy column: `NULL` when nothing is gated.
+pub(crate) fn policy_to_column(policy: &ApprovalPolicy) -> Result<Option<String>, StoreError> {
+    if policy.is_none() { Ok(None) } else { to_json(policy).map(Some) }
+}
+
+/// A policy read back from its column (`NULL`: none).
+pub(crate) fn policy_of(id: &str, text: Option<String>) -> Result<ApprovalPolicy, StoreError> {
+    Ok(json_column(id, "approval policy", text)?.unwrap_or_default())
+}
+
+/// A gated job's approval record as its column (`NULL`: never gated).
+pub(crate) fn approval_to_column(approval: Option<&Approval>) -> Result<Option<String>, StoreError> {
+    approval.map(to_json).transpose()
+}
+
+/// Where a new job starts, when it may be claimed, when it expires and
+/// its deadline: a gated job waits in `pending_approval` until its approval
+/// TTL, its queue TTL and any sync deadline counted from its trigger
+/// instead.
+pub(crate) struct InsertTimes {
+    pub(crate) status: &'static str,
+    pub(crate) run_after: Timestamp,
+    pub(crate) expires_at: Timestamp,
+    pub(crate) deadline_at: Option<Timestamp>,
+}
+
+impl InsertTimes {
+    pub(crate) fn of(job: &NewJob, now: Timestamp) -> InsertTimes {
+        let run_after = job.run_at.map_or(now, |at| at.max(now));
+        if job.approval.is_some() {
+            return InsertTimes {
+                status: "pending_approval",
+                run_after,
+                expires_at: now.plus(job.approval_ttl),
+                deadline_at: None,
+            };
+        }
+        let deadline_at = job.deadline.map(|d| now.plus(d));
+        let expires_at = run_after.plus(job.queue_ttl).min(deadline_at.unwrap_or(Timestamp::from_unix_ms(i64::MAX)));
+        InsertTimes { status: "queued", run_after, expires_at, deadline_at }
+    }
 }
 
 /// A value as a JSON text column.

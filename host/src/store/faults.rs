@@ -19,8 +19,12 @@ use super::{
     LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams,
     ReclaimReport, StoreError,
 };
-use super::{WorkerRecord, WorkersSnapshot};
+use super::{
+    DecideRefusal, JobDecideParams, PlanInsertParams, PlanListParams, PlansAdvanceParams, PluginPolicyParams,
+    WorkerRecord, WorkersSnapshot,
+};
 use crate::clock::Timestamp;
+use crate::job::PlanRecord;
 use crate::job::{Counts, Digest, Effect, Job, JobId, JobLogs, PluginInfo, PluginRef};
 
 /// Operations a fault can target.
@@ -187,6 +191,10 @@ impl JobStore for FaultyStore {
         self.around(Op::Retry, self.inner.job_retry(params)).await
     }
 
+    async fn job_decide(&self, params: JobDecideParams) -> Result<Result<Job, DecideRefusal>, StoreError> {
+        self.inner.job_decide(params).await
+    }
+
     async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {
         self.around(Op::Cancel, self.inner.job_cancel(id, now)).await
     }
@@ -213,6 +221,30 @@ impl JobStore for FaultyStore {
 
     async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
         self.inner.plugin_put(params).await
+    }
+
+    async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError> {
+        self.around(Op::Insert, self.inner.plan_insert(params)).await
+    }
+
+    async fn plan_get(&self, plan_id: String) -> Result<Option<PlanRecord>, StoreError> {
+        self.inner.plan_get(plan_id).await
+    }
+
+    async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError> {
+        self.inner.plan_list(params).await
+    }
+
+    async fn plans_advance(&self, params: PlansAdvanceParams) -> Result<Vec<Job>, StoreError> {
+        self.inner.plans_advance(params).await
+    }
+
+    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError> {
+        self.inner.plan_cancel(plan_id, now).await
+    }
+
+    async fn plugin_policy_set(&self, params: PluginPolicyParams) -> Result<Option<PluginInfo>, StoreError> {
+        self.inner.plugin_policy_set(params).await
     }
 
     async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {

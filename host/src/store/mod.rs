@@ -12,8 +12,10 @@
 //!
 //! This module knows nothing of wasm: it stores plugin digests and bytes.
 
+mod approval;
 mod codec;
 pub mod faults;
+mod plan;
 pub mod postgres;
 pub mod sqlite;
 mod unfinished;
@@ -28,8 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::job::{
-    Counts, Digest, Effect, EffectOutcome, ErrorKind, Grants, Job, JobId, JobLogs, JobProgress, JobStatus, NewJob,
-    PluginInfo, PluginName, PluginRef,
+    ApplyMode, ApprovalPolicy, Counts, Digest, Effect, EffectOutcome, ErrorKind, Grants, Job, JobId, JobLogs,
+    JobProgress, JobStatus, NewJob, PlanRecord, PluginInfo, PluginName, PluginRef,
 };
 
 /// Where the job store lives, as `--db` and `LEASH_DATABASE_URL` name it.
@@ -181,6 +183,10 @@ pub struct PluginNameParams {
     pub name: PluginName,
     /// A digest already stored with [`JobStore::plugin_put`].
     pub digest: Digest,
+    /// Which targets wait for approval, set with the name in one step (no
+    /// job can slip in between ungated); `None` keeps what a replaced pair
+    /// had (nothing, for a new pair).
+    pub policy: Option<ApprovalPolicy>,
     /// Now.
     pub now: Timestamp,
 }
@@ -193,6 +199,100 @@ pub struct PluginGrantsParams {
     /// What jobs submitted under it from now on may use (replacing what
     /// it had; jobs already submitted keep theirs).
     pub grants: Grants,
+}
+
+/// Parameters of [`JobStore::plugin_policy_set`].
+#[derive(Debug, Clone)]
+pub struct PluginPolicyParams {
+    /// A registered name and version.
+    pub name: PluginName,
+    /// Which targets of jobs submitted under it from now on wait for
+    /// approval (replacing what it had; jobs already submitted keep their
+    /// state).
+    pub policy: ApprovalPolicy,
+}
+
+/// What [`JobStore::job_decide`] is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobDecision {
+    /// Approve a job pending approval: queued, or `approved` to wait for a
+    /// run trigger when it was submitted with `run_on_approve = false`.
+    Approve,
+    /// Reject a job pending approval: cancelled with kind `rejected`.
+    Reject,
+    /// Trigger the run of an `approved` job: queued.
+    Run,
+}
+
+/// Parameters of [`JobStore::job_decide`].
+#[derive(Debug, Clone)]
+pub struct JobDecideParams {
+    /// The job.
+    pub id: JobId,
+    /// Approve, reject or run.
+    pub decision: JobDecision,
+    /// Who decides (recorded with an approval or a rejection).
+    pub by: String,
+    /// Why, if they said.
+    pub comment: Option<String>,
+    /// How long it may wait in the queue once queued.
+    pub queue_ttl: Duration,
+    /// How long an approved job waits for its run trigger.
+    pub approval_ttl: Duration,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// Why [`JobStore::job_decide`] changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecideRefusal {
+    /// No such job.
+    NotFound,
+    /// It already ended.
+    Terminal(JobStatus),
+    /// It was never gated.
+    NotGated(JobStatus),
+    /// It was already approved (or its run triggered); a rejection of an
+    /// approved job is refused too: cancel it instead.
+    AlreadyDecided(JobStatus),
+    /// A run was asked for before the job was approved.
+    NotApproved(JobStatus),
+}
+
+/// Parameters of [`JobStore::plan_insert`].
+#[derive(Debug, Clone)]
+pub struct PlanInsertParams {
+    /// The new plan's id (a ULID).
+    pub plan_id: String,
+    /// How its apply phase starts.
+    pub apply_mode: ApplyMode,
+    /// The plan's input (its execute job's input too).
+    pub input: Vec<u8>,
+    /// The execute job: target `execute`, with the plan's id as its
+    /// `plan_id` and concurrency key. Its queue and approval TTLs are the
+    /// apply job's too.
+    pub execute: NewJob,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// Parameters of [`JobStore::plan_list`]: newest first, keyset-paged.
+#[derive(Debug, Clone, Default)]
+pub struct PlanListParams {
+    /// Only plans older than this one (the previous page's last id).
+    pub before: Option<String>,
+    /// Most plans to return (at least 1).
+    pub limit: u32,
+}
+
+/// Parameters of [`JobStore::plans_advance`].
+#[derive(Debug, Clone)]
+pub struct PlansAdvanceParams {
+    /// Only this plan (`None`: every plan whose execute job succeeded and
+    /// whose apply job does not exist yet).
+    pub plan_id: Option<String>,
+    /// Now.
+    pub now: Timestamp,
 }
 
 /// Parameters of [`JobStore::effect_begin`].
@@ -429,7 +529,7 @@ pub struct JobReleaseParams {
 /// What a cancel did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelResult {
-    /// It was queued and is now cancelled.
+    /// It was queued or waiting for approval and is now cancelled.
     Cancelled,
     /// It is running; the owner was asked to stop it.
     Requested,
@@ -671,7 +771,12 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// longer owns it.
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError>;
 
-    /// Cancel: queued jobs at once, running jobs by request.
+    /// Decide on a gated job, atomically: of two decisions racing, one
+    /// wins and the other is refused. Returns the job as changed.
+    async fn job_decide(&self, params: JobDecideParams) -> Result<Result<Job, DecideRefusal>, StoreError>;
+
+    /// Cancel: queued and gated (`pending_approval`, `approved`) jobs at
+    /// once, running jobs by request.
     async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError>;
 
     /// Reclaim running jobs whose lease ran out. An attempt that recorded
@@ -682,7 +787,8 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// was requested is cancelled.
     async fn lease_reclaim_expired(&self, params: LeaseReclaimParams) -> Result<ReclaimReport, StoreError>;
 
-    /// Fail queued jobs past their `expires_at` with kind `expired`.
+    /// Fail queued and gated jobs past their `expires_at` (a gated job's
+    /// is its approval TTL) with kind `expired`.
     async fn jobs_expire_queued(&self, params: JobsExpireParams) -> Result<u64, StoreError>;
 
     /// Delete terminal jobs finished before the cutoff, in one pass.
@@ -724,6 +830,29 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// Replace the grants of a registered `name@version`; `None` if that
     /// pair is not registered.
     async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError>;
+
+    /// Create a plan and its execute job, in one transaction.
+    async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError>;
+
+    /// One plan by id.
+    async fn plan_get(&self, plan_id: String) -> Result<Option<PlanRecord>, StoreError>;
+
+    /// Plans, newest first.
+    async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError>;
+
+    /// Create the apply job of each plan whose execute job succeeded and
+    /// that has none yet (and was not cancelled): at most once per plan,
+    /// whoever calls it, however often. Returns the apply jobs created.
+    async fn plans_advance(&self, params: PlansAdvanceParams) -> Result<Vec<Job>, StoreError>;
+
+    /// Mark a plan cancelled (no apply job is created for it from now on)
+    /// and return it; `None` if there is no such plan. Cancelling the
+    /// phase that waits or runs is the caller's next step.
+    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError>;
+
+    /// Replace the approval policy of a registered `name@version`; `None`
+    /// if that pair is not registered.
+    async fn plugin_policy_set(&self, params: PluginPolicyParams) -> Result<Option<PluginInfo>, StoreError>;
 
     /// Every registered name in name order (each name's newest version
     /// first), then every stored digest that has no name.

@@ -36,6 +36,7 @@ impl Pool {
     pub(super) async fn run_job(self: Arc<Self>, lease: Lease, running: RunningJob) -> Option<(Lease, RunningJob)> {
         let Lease { job, token } = lease;
         let id = job.id;
+        let plan_id = job.plan_id.clone();
         let RunningJob { stop, cancelled } = running;
 
         let keeper = LeaseKeeper {
@@ -212,7 +213,7 @@ impl Pool {
                     _ => &self.stats.failed,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
-                self.notify(Completion { id, status, error_kind, fuel_used });
+                self.notify(Completion { id, status, error_kind, fuel_used, plan_id });
             } else {
                 self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
                 self.metrics.leases_lost.inc();

@@ -95,6 +95,8 @@ pub struct Completion {
     pub error_kind: Option<ErrorKind>,
     /// Fuel the attempt used.
     pub fuel_used: u64,
+    /// The plan it belongs to, if any.
+    pub plan_id: Option<String>,
 }
 
 /// Receives every completion this process records. A subscriber that

@@ -26,6 +26,17 @@ fn code(e: ErrorCode) -> String {
 }
 
 pub fn fetch(method: &str, url: &str, headers: &[(String, String)], body: Option<&[u8]>) -> Result<Fetched, String> {
+    fetch_keeping(method, url, headers, body, 1024).map(|(fetched, _)| fetched)
+}
+
+/// [`fetch`], keeping the first `keep` bytes of the body too.
+pub fn fetch_keeping(
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+    body: Option<&[u8]>,
+    keep: usize,
+) -> Result<(Fetched, Vec<u8>), String> {
     let (scheme, rest) = url.split_once("://").ok_or_else(|| format!("{url:?} has no scheme"))?;
     let (authority, path) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -76,14 +87,14 @@ pub fn fetch(method: &str, url: &str, headers: &[(String, String)], body: Option
     let location = response.headers().get("location").first().map(|v| String::from_utf8_lossy(v).into_owned());
     let incoming = response.consume().map_err(|()| "no response body".to_owned())?;
     let stream = incoming.stream().map_err(|()| "no response body stream".to_owned())?;
-    let (mut body_bytes, mut hash, mut body_start) = (0u64, Sha256::new(), Vec::new());
+    let (mut body_bytes, mut hash, mut kept) = (0u64, Sha256::new(), Vec::new());
     loop {
         match stream.blocking_read(64 << 10) {
             Ok(chunk) => {
                 body_bytes += chunk.len() as u64;
                 hash.update(&chunk);
-                let room = 1024usize.saturating_sub(body_start.len());
-                body_start.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                let room = keep.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
             }
             Err(StreamError::Closed) => break,
             Err(StreamError::LastOperationFailed(e)) => {
@@ -92,6 +103,6 @@ pub fn fetch(method: &str, url: &str, headers: &[(String, String)], body: Option
         }
     }
     let body_sha256 = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    let body_start = String::from_utf8_lossy(&body_start).into_owned();
-    Ok(Fetched { status, body_bytes, body_sha256, body_start, location })
+    let body_start = String::from_utf8_lossy(&kept[..kept.len().min(1024)]).into_owned();
+    Ok((Fetched { status, body_bytes, body_sha256, body_start, location }, kept))
 }

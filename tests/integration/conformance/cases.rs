@@ -9,19 +9,21 @@ use std::time::Duration;
 
 use leash::clock::Timestamp;
 use leash::job::{
-    Digest, EffectOutcome, ErrorKind, Grants, Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob,
-    PluginName, Target,
+    ApplyInput, ApplyMode, ApprovalPolicy, Digest, EffectOutcome, ErrorKind, ExecutionMode, Gate, GateSource, Grants,
+    Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob, PluginName, Target, Verdict,
 };
 use leash::store::{
-    CancelResult, EffectBeginParams, EffectEndParams, Finish, JobClaimParams, JobFinishParams, JobInsertParams,
-    JobListParams, JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams,
-    Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams,
-    ReclaimReport, StoreError,
+    CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, Finish, JobClaimParams, JobDecideParams,
+    JobDecision, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams, JobRetryParams,
+    JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState,
+    PlanInsertParams, PlanListParams, PlansAdvanceParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams,
+    PluginPutParams, ReclaimReport, StoreError,
 };
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
 const TTL: Duration = Duration::from_secs(30);
 const QUEUE_TTL: Duration = Duration::from_secs(3600);
+const APPROVAL_TTL: Duration = Duration::from_secs(7200);
 
 fn at(seconds: u64) -> Timestamp {
     T0.plus(Duration::from_secs(seconds))
@@ -46,6 +48,8 @@ pub(crate) fn new_job(input: &str) -> NewJob {
         run_at: None,
         deadline: None,
         backoff: leash::job::Backoff::default(),
+        approval: None,
+        approval_ttl: APPROVAL_TTL,
     }
 }
 
@@ -546,7 +550,7 @@ pub(crate) async fn plugins_are_stored_by_digest_once(store: Arc<dyn JobStore>) 
 async fn put_named(store: &dyn JobStore, bytes: &[u8], name: &str, version: &str, now: Timestamp) -> Digest {
     let digest = store.plugin_put(PluginPutParams { bytes: bytes.to_vec(), now }).await.unwrap();
     let name = PluginName::new(name, version).unwrap();
-    let info = store.plugin_name_set(PluginNameParams { name: name.clone(), digest, now }).await.unwrap();
+    let info = store.plugin_name_set(PluginNameParams { name: name.clone(), digest, policy: None, now }).await.unwrap();
     assert_eq!((info.name, info.digest, info.size_bytes), (Some(name), digest, bytes.len() as u64));
     digest
 }
@@ -573,6 +577,7 @@ pub(crate) async fn plugin_names_resolve_to_the_newest_registration(store: Arc<d
     let missing = PluginNameParams {
         name: PluginName::new("ghost", "1").unwrap(),
         digest: Digest::of(b"never stored"),
+        policy: None,
         now: at(3),
     };
     assert!(matches!(store.plugin_name_set(missing).await, Err(StoreError::Invalid(_))));
@@ -1092,4 +1097,314 @@ pub(crate) async fn workers_register_refresh_and_are_deleted_at_retention(store:
     assert_eq!(store.workers_delete_stale(at(5)).await.unwrap(), 1);
     let left = store.workers_snapshot().await.unwrap().workers;
     assert_eq!(left.iter().map(|w| w.worker_id.as_str()).collect::<Vec<_>>(), ["worker-0000000a"]);
+}
+
+// ---- approval gates ----
+
+/// A job that waits for approval; `run_on_approve = false` holds it
+/// `approved` until its run is triggered.
+fn gated_job(input: &str, run_on_approve: bool) -> NewJob {
+    let gate = Gate { source: GateSource::Request, run_on_approve, execution: ExecutionMode::Async, deadline_ms: None };
+    NewJob { approval: Some(gate), ..new_job(input) }
+}
+
+fn decide_params(id: JobId, decision: JobDecision, by: &str, now: Timestamp) -> JobDecideParams {
+    JobDecideParams {
+        id,
+        decision,
+        by: by.into(),
+        comment: Some(format!("{by} says so")),
+        queue_ttl: QUEUE_TTL,
+        approval_ttl: APPROVAL_TTL,
+        now,
+    }
+}
+
+async fn decide(
+    store: &dyn JobStore,
+    id: JobId,
+    decision: JobDecision,
+    by: &str,
+    now: Timestamp,
+) -> Result<Job, DecideRefusal> {
+    store.job_decide(decide_params(id, decision, by, now)).await.expect("decide")
+}
+
+pub(crate) async fn a_gated_job_waits_unclaimed_and_uncounted_as_queued(store: Arc<dyn JobStore>) {
+    let gated = insert_one(&*store, gated_job("g", true), T0).await;
+    assert_eq!(gated.status, JobStatus::PendingApproval);
+    assert_eq!(gated.expires_at, T0.plus(APPROVAL_TTL), "it waits for its approval TTL");
+    assert_eq!(gated.approval.as_ref().unwrap().required_by, GateSource::Request);
+    assert!(claim(&*store, "w", 10, at(1)).await.is_empty(), "a job waiting for approval is never claimed");
+    let counts = store.counts_snapshot().await.unwrap();
+    assert_eq!((counts.pending_approval, counts.queued), (1, 0));
+    assert_eq!(store.queued_count().await.unwrap(), 0);
+    let listed = store
+        .job_list(JobListParams { status: Some(JobStatus::PendingApproval), limit: 10, ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(listed.iter().map(|j| j.id).collect::<Vec<_>>(), vec![gated.id], "listed by its state");
+}
+
+pub(crate) async fn approval_queues_the_job_and_records_the_decision(store: Arc<dyn JobStore>) {
+    let gated = insert_one(&*store, gated_job("g", true), T0).await;
+    let approved = decide(&*store, gated.id, JobDecision::Approve, "alice", at(10)).await.unwrap();
+    assert_eq!(approved.status, JobStatus::Queued);
+    assert_eq!(approved.expires_at, at(10).plus(QUEUE_TTL), "its queue TTL counts from the approval");
+    let record = approved.approval.clone().unwrap();
+    let decision = record.decision.unwrap();
+    assert_eq!(
+        (decision.verdict, decision.by.as_str(), decision.comment.as_deref(), decision.at),
+        (Verdict::Approved, "alice", Some("alice says so"), at(10))
+    );
+    assert_eq!(record.triggered_at, Some(at(10)));
+    assert_eq!(get(&*store, gated.id).await, approved, "the answer is the row as stored");
+    let lease = claim_one(&*store, at(11)).await;
+    assert_eq!(lease.job.id, gated.id);
+    assert!(store.job_finish(succeed(&lease, at(12))).await.unwrap());
+    assert_eq!(get(&*store, gated.id).await.approval.unwrap().decision.unwrap().by, "alice", "kept to the end");
+}
+
+pub(crate) async fn a_held_approval_waits_for_its_run_trigger(store: Arc<dyn JobStore>) {
+    let gated = insert_one(&*store, gated_job("g", false), T0).await;
+    let approved = decide(&*store, gated.id, JobDecision::Approve, "alice", at(10)).await.unwrap();
+    assert_eq!(approved.status, JobStatus::Approved);
+    assert_eq!(approved.expires_at, at(10).plus(APPROVAL_TTL), "it waits for its trigger up to the approval TTL");
+    assert!(claim(&*store, "w", 10, at(11)).await.is_empty(), "approved but not triggered: never claimed");
+    assert_eq!(store.counts_snapshot().await.unwrap().approved, 1);
+    let run = decide(&*store, gated.id, JobDecision::Run, "-", at(20)).await.unwrap();
+    assert_eq!(run.status, JobStatus::Queued);
+    assert_eq!(run.approval.as_ref().unwrap().triggered_at, Some(at(20)), "queued at trigger time");
+    assert_eq!(run.approval.unwrap().decision.unwrap().at, at(10), "the decision keeps its own time");
+    assert_eq!(claim_one(&*store, at(21)).await.job.id, gated.id);
+}
+
+pub(crate) async fn a_rejection_cancels_with_kind_rejected(store: Arc<dyn JobStore>) {
+    let gated = insert_one(&*store, gated_job("g", true), T0).await;
+    let rejected = decide(&*store, gated.id, JobDecision::Reject, "bob", at(5)).await.unwrap();
+    assert_eq!(rejected.status, JobStatus::Cancelled);
+    assert_eq!(rejected.error_kind, Some(ErrorKind::Rejected));
+    assert_eq!(rejected.error_message.as_deref(), Some("Rejected: by bob: bob says so"));
+    assert_eq!(rejected.finished_at, Some(at(5)));
+    assert_eq!(rejected.approval.unwrap().decision.unwrap().verdict, Verdict::Rejected);
+    assert_eq!(rejected.attempt, 0, "it never ran");
+    assert!(claim(&*store, "w", 10, at(6)).await.is_empty());
+}
+
+pub(crate) async fn decisions_the_state_does_not_allow_are_refused_and_change_nothing(store: Arc<dyn JobStore>) {
+    // Approve twice: the second is refused.
+    let gated = insert_one(&*store, gated_job("a", true), T0).await;
+    decide(&*store, gated.id, JobDecision::Approve, "alice", at(1)).await.unwrap();
+    let before = get(&*store, gated.id).await;
+    for (decision, by) in [(JobDecision::Approve, "bob"), (JobDecision::Reject, "bob"), (JobDecision::Run, "-")] {
+        let refused = decide(&*store, gated.id, decision, by, at(2)).await.unwrap_err();
+        assert_eq!(refused, DecideRefusal::AlreadyDecided(JobStatus::Queued), "{decision:?}");
+    }
+    assert_eq!(get(&*store, gated.id).await, before, "a refused decision changes nothing");
+    // A run before the approval.
+    let waiting = insert_one(&*store, gated_job("b", false), T0).await;
+    assert_eq!(
+        decide(&*store, waiting.id, JobDecision::Run, "-", at(2)).await.unwrap_err(),
+        DecideRefusal::NotApproved(JobStatus::PendingApproval)
+    );
+    // A rejection of an approved job that waits for its trigger.
+    decide(&*store, waiting.id, JobDecision::Approve, "alice", at(3)).await.unwrap();
+    assert_eq!(
+        decide(&*store, waiting.id, JobDecision::Reject, "bob", at(4)).await.unwrap_err(),
+        DecideRefusal::AlreadyDecided(JobStatus::Approved)
+    );
+    // A cancelled job, a job never gated, a job that does not exist.
+    let cancelled = insert_one(&*store, gated_job("c", true), T0).await;
+    assert_eq!(store.job_cancel(cancelled.id, at(1)).await.unwrap(), CancelResult::Cancelled);
+    assert_eq!(
+        decide(&*store, cancelled.id, JobDecision::Approve, "alice", at(2)).await.unwrap_err(),
+        DecideRefusal::Terminal(JobStatus::Cancelled)
+    );
+    let plain = insert_one(&*store, new_job("d"), T0).await;
+    assert_eq!(
+        decide(&*store, plain.id, JobDecision::Approve, "alice", at(2)).await.unwrap_err(),
+        DecideRefusal::NotGated(JobStatus::Queued)
+    );
+    assert_eq!(
+        decide(&*store, JobId::new(T0), JobDecision::Approve, "alice", at(2)).await.unwrap_err(),
+        DecideRefusal::NotFound
+    );
+}
+
+pub(crate) async fn two_approvals_racing_one_wins(store: Arc<dyn JobStore>) {
+    for round in 0..5 {
+        let gated = insert_one(&*store, gated_job(&format!("race {round}"), true), T0).await;
+        let (a, b) = tokio::join!(
+            store.job_decide(decide_params(gated.id, JobDecision::Approve, "alice", at(1))),
+            store.job_decide(decide_params(gated.id, JobDecision::Reject, "bob", at(1)))
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(a.is_ok() != b.is_ok(), "exactly one decision wins: {a:?} / {b:?}");
+        let winner = a.or(b).unwrap();
+        assert_eq!(get(&*store, gated.id).await, winner, "the row is the winner's");
+    }
+}
+
+pub(crate) async fn cancel_of_a_gated_job_is_immediate(store: Arc<dyn JobStore>) {
+    let pending = insert_one(&*store, gated_job("p", true), T0).await;
+    let held = insert_one(&*store, gated_job("h", false), T0).await;
+    decide(&*store, held.id, JobDecision::Approve, "alice", at(1)).await.unwrap();
+    for id in [pending.id, held.id] {
+        assert_eq!(store.job_cancel(id, at(2)).await.unwrap(), CancelResult::Cancelled);
+        let job = get(&*store, id).await;
+        assert_eq!((job.status, job.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
+        assert_eq!(job.error_message.as_deref(), Some("Cancelled: cancelled while waiting for approval"));
+    }
+}
+
+pub(crate) async fn a_pending_approval_expires_after_its_ttl(store: Arc<dyn JobStore>) {
+    let pending = insert_one(&*store, gated_job("p", true), T0).await;
+    let held = insert_one(&*store, gated_job("h", false), T0).await;
+    decide(&*store, held.id, JobDecision::Approve, "alice", at(100)).await.unwrap();
+    let before_ttl = T0.plus(APPROVAL_TTL).minus(Duration::from_millis(1));
+    assert_eq!(store.jobs_expire_queued(JobsExpireParams { now: before_ttl }).await.unwrap(), 0);
+    assert_eq!(store.jobs_expire_queued(JobsExpireParams { now: T0.plus(APPROVAL_TTL) }).await.unwrap(), 1);
+    let expired = get(&*store, pending.id).await;
+    assert_eq!((expired.status, expired.error_kind), (JobStatus::Failed, Some(ErrorKind::Expired)));
+    assert_eq!(expired.error_message.as_deref(), Some("Expired: no decision came within its approval TTL"));
+    assert_eq!(get(&*store, held.id).await.status, JobStatus::Approved, "its TTL counts from its approval");
+    let later = at(100).plus(APPROVAL_TTL);
+    assert_eq!(store.jobs_expire_queued(JobsExpireParams { now: later }).await.unwrap(), 1);
+    let expired = get(&*store, held.id).await;
+    assert_eq!(expired.error_message.as_deref(), Some("Expired: approved, but its run was never triggered"));
+}
+
+pub(crate) async fn a_sync_gate_counts_its_deadline_from_the_trigger(store: Arc<dyn JobStore>) {
+    let gate = Gate {
+        source: GateSource::Policy,
+        run_on_approve: true,
+        execution: ExecutionMode::Sync,
+        deadline_ms: Some(30_000),
+    };
+    let job = NewJob { approval: Some(gate), deadline: Some(Duration::from_secs(30)), ..new_job("s") };
+    let gated = insert_one(&*store, job, T0).await;
+    assert_eq!(gated.deadline_at, None, "no deadline runs while it waits for a person");
+    let queued = decide(&*store, gated.id, JobDecision::Approve, "alice", at(600)).await.unwrap();
+    assert_eq!(queued.deadline_at, Some(at(630)));
+    assert_eq!(queued.expires_at, at(630), "the deadline caps the queue TTL");
+    assert_eq!(queued.approval.unwrap().execution, ExecutionMode::Sync);
+}
+
+pub(crate) async fn approval_policy_belongs_to_a_registration(store: Arc<dyn JobStore>) {
+    let name = PluginName::new("deployer", "1").unwrap();
+    let digest = put_named(&*store, b"deployer", "deployer", "1", T0).await;
+    let policy = ApprovalPolicy { require: vec!["apply".parse().unwrap(), "action:deploy".parse().unwrap()] };
+    let set = PluginPolicyParams { name: name.clone(), policy: policy.clone() };
+    let info = store.plugin_policy_set(set).await.unwrap().expect("registered");
+    assert_eq!(info.approval, policy);
+    assert_eq!(resolve(&*store, "deployer").await.unwrap().approval, policy, "resolved with its policy");
+    assert_eq!(store.plugin_list().await.unwrap()[0].approval, policy, "listed with its policy");
+    // Replacing the bytes keeps the policy; naming a new policy sets it.
+    let again = PluginNameParams { name: name.clone(), digest, policy: None, now: at(1) };
+    assert_eq!(store.plugin_name_set(again).await.unwrap().approval, policy);
+    let cleared = PluginNameParams { name: name.clone(), digest, policy: Some(ApprovalPolicy::default()), now: at(2) };
+    assert!(store.plugin_name_set(cleared).await.unwrap().approval.is_none());
+    let unknown = PluginPolicyParams { name: PluginName::new("ghost", "1").unwrap(), policy };
+    assert!(store.plugin_policy_set(unknown).await.unwrap().is_none());
+}
+
+// ---- plans ----
+
+async fn new_plan(store: &dyn JobStore, id: &str, apply_mode: ApplyMode, now: Timestamp) -> Job {
+    let execute =
+        NewJob { plan_id: Some(id.into()), concurrency_key: Some(id.into()), max_attempts: 2, ..new_job("want") };
+    let params = PlanInsertParams { plan_id: id.into(), apply_mode, input: b"want".to_vec(), execute, now };
+    let (plan, execute) = store.plan_insert(params).await.expect("plan insert");
+    assert_eq!((plan.execute_job, plan.apply_job, plan.cancelled_at), (execute.id, None, None));
+    execute
+}
+
+async fn advance(store: &dyn JobStore, plan: Option<&str>, now: Timestamp) -> Vec<Job> {
+    store.plans_advance(PlansAdvanceParams { plan_id: plan.map(str::to_owned), now }).await.expect("advance")
+}
+
+async fn run_to(store: &dyn JobStore, finish: Finish, now: Timestamp) -> Lease {
+    let lease = claim_one(store, now).await;
+    assert!(store.job_finish(finish_params(&lease, finish, now)).await.unwrap());
+    lease
+}
+
+pub(crate) async fn a_plan_is_stored_with_its_execute_job(store: Arc<dyn JobStore>) {
+    let execute = new_plan(&*store, "01PLANA0000000000000000000", ApplyMode::Approval, T0).await;
+    assert_eq!((execute.target.clone(), execute.status), (Target::Execute, JobStatus::Queued));
+    assert_eq!(execute.plan_id.as_deref(), Some("01PLANA0000000000000000000"));
+    let plan = store.plan_get("01PLANA0000000000000000000".into()).await.unwrap().unwrap();
+    assert_eq!((plan.apply_mode, plan.input.as_slice(), plan.created_at), (ApplyMode::Approval, &b"want"[..], T0));
+    new_plan(&*store, "01PLANB0000000000000000000", ApplyMode::Auto, at(1)).await;
+    let listed = store.plan_list(PlanListParams { before: None, limit: 10 }).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|p| p.plan_id.as_str()).collect();
+    assert_eq!(ids, ["01PLANB0000000000000000000", "01PLANA0000000000000000000"], "newest first");
+    let page = store.plan_list(PlanListParams { before: Some(ids[0].into()), limit: 10 }).await.unwrap();
+    assert_eq!(page.len(), 1);
+    assert!(store.plan_get("01NOPE00000000000000000000".into()).await.unwrap().is_none());
+    assert!(advance(&*store, None, at(2)).await.is_empty(), "nothing to advance before execute succeeds");
+}
+
+pub(crate) async fn a_succeeded_execute_leads_to_one_apply_job_with_its_output(store: Arc<dyn JobStore>) {
+    let plan_id = "01PLANC0000000000000000000";
+    let execute = new_plan(&*store, plan_id, ApplyMode::Approval, T0).await;
+    run_to(&*store, Finish::Succeeded { output: br#"{"diff":["+a"]}"#.to_vec() }, at(1)).await;
+    let created = advance(&*store, Some(plan_id), at(2)).await;
+    assert_eq!(created.len(), 1);
+    let apply = &created[0];
+    assert_eq!((apply.target.clone(), apply.status), (Target::Apply, JobStatus::PendingApproval));
+    assert_eq!(apply.approval.as_ref().unwrap().required_by, GateSource::Plan);
+    assert_eq!((apply.plan_id.as_deref(), apply.concurrency_key.as_deref()), (Some(plan_id), Some(plan_id)));
+    assert_eq!((apply.plugin, apply.max_attempts, &apply.limits), (execute.plugin, 2, &execute.limits));
+    let input: ApplyInput = serde_json::from_slice(&get(&*store, apply.id).await.input).unwrap();
+    assert_eq!(input.execute_job_id, execute.id);
+    assert_eq!(input.execute_output, Some(serde_json::json!({"diff": ["+a"]})));
+    assert_eq!(input.input_base64, "d2FudA==", "the plan's own input rides along");
+    assert_eq!(store.plan_get(plan_id.into()).await.unwrap().unwrap().apply_job, Some(apply.id));
+    assert!(advance(&*store, None, at(3)).await.is_empty(), "at most one apply job per plan");
+    let (a, b) = tokio::join!(advance(&*store, None, at(4)), advance(&*store, Some(plan_id), at(4)));
+    assert!(a.is_empty() && b.is_empty());
+
+    // `auto`: queued at once, claimable only once execute has ended.
+    let auto = "01PLAND0000000000000000000";
+    new_plan(&*store, auto, ApplyMode::Auto, at(5)).await;
+    run_to(&*store, Finish::Succeeded { output: b"plan".to_vec() }, at(6)).await;
+    let created = advance(&*store, None, at(7)).await;
+    assert_eq!(created.len(), 1);
+    assert_eq!((created[0].status, created[0].approval.is_none()), (JobStatus::Queued, true));
+    assert_eq!(claim_one(&*store, at(8)).await.job.id, created[0].id);
+}
+
+pub(crate) async fn a_failed_or_cancelled_plan_never_gets_an_apply_job(store: Arc<dyn JobStore>) {
+    new_plan(&*store, "01PLANE0000000000000000000", ApplyMode::Auto, T0).await;
+    let failure = Finish::Failed { kind: ErrorKind::GuestError, message: "GuestError: no".into(), backtrace: None };
+    run_to(&*store, failure, at(1)).await;
+    assert!(advance(&*store, None, at(2)).await.is_empty(), "a failed execute ends the plan");
+
+    let plan_id = "01PLANF0000000000000000000";
+    new_plan(&*store, plan_id, ApplyMode::Auto, at(3)).await;
+    let lease = claim_one(&*store, at(4)).await;
+    let cancelled = store.plan_cancel(plan_id.into(), at(5)).await.unwrap().unwrap();
+    assert_eq!(cancelled.cancelled_at, Some(at(5)));
+    let again = store.plan_cancel(plan_id.into(), at(6)).await.unwrap().unwrap();
+    assert_eq!(again.cancelled_at, Some(at(5)), "the first cancel's time is kept");
+    // Its execute finished anyway (the guest returned first): still no apply.
+    assert!(store.job_finish(succeed(&lease, at(7))).await.unwrap());
+    assert!(advance(&*store, None, at(8)).await.is_empty(), "a cancelled plan is not advanced");
+    assert!(store.plan_cancel("01NOPE00000000000000000000".into(), at(9)).await.unwrap().is_none());
+}
+
+pub(crate) async fn retention_keeps_a_plans_phases_until_the_last_ends(store: Arc<dyn JobStore>) {
+    let plan_id = "01PLANG0000000000000000000";
+    let execute = new_plan(&*store, plan_id, ApplyMode::Approval, T0).await;
+    run_to(&*store, Finish::Succeeded { output: b"diff".to_vec() }, at(1)).await;
+    let delete = |cutoff| store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff });
+    assert_eq!(delete(at(100)).await.unwrap(), 0, "an execute job whose apply is still to be created is kept");
+    let apply = advance(&*store, None, at(2)).await.remove(0);
+    assert_eq!(delete(at(100)).await.unwrap(), 0, "an execute job whose apply waits is kept");
+    decide(&*store, apply.id, JobDecision::Approve, "alice", at(3)).await.unwrap();
+    run_to(&*store, Finish::Succeeded { output: b"done".to_vec() }, at(4)).await;
+    assert_eq!(delete(at(100)).await.unwrap(), 2, "both phases go once the last has ended");
+    assert!(store.job_get(execute.id).await.unwrap().is_none());
+    assert!(store.plan_get(plan_id.into()).await.unwrap().is_none(), "and the plan with them");
 }

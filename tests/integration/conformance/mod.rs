@@ -53,6 +53,24 @@ macro_rules! with_cases {
                 cancel_has_three_windows,
                 cancel_of_an_unknown_job_is_not_found,
             }
+            approval {
+                a_gated_job_waits_unclaimed_and_uncounted_as_queued,
+                approval_queues_the_job_and_records_the_decision,
+                a_held_approval_waits_for_its_run_trigger,
+                a_rejection_cancels_with_kind_rejected,
+                decisions_the_state_does_not_allow_are_refused_and_change_nothing,
+                two_approvals_racing_one_wins,
+                cancel_of_a_gated_job_is_immediate,
+                a_pending_approval_expires_after_its_ttl,
+                a_sync_gate_counts_its_deadline_from_the_trigger,
+                approval_policy_belongs_to_a_registration,
+            }
+            plan {
+                a_plan_is_stored_with_its_execute_job,
+                a_succeeded_execute_leads_to_one_apply_job_with_its_output,
+                a_failed_or_cancelled_plan_never_gets_an_apply_job,
+                retention_keeps_a_plans_phases_until_the_last_ends,
+            }
             retry {
                 a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt,
                 a_retry_with_a_stale_token_changes_nothing,

@@ -6,8 +6,9 @@ use super::*;
 /// The server-side job defaults for a command that queues on the local
 /// database itself: the variables `leash worker` and `leash serve` read
 /// (`LEASH_JOB_TIMEOUT`, `LEASH_MAX_TIMEOUT`, `LEASH_MAX_ATTEMPTS`,
-/// `LEASH_RETRY_BACKOFF`, `LEASH_RETRY_BACKOFF_CAP`), so a job queued
-/// either way gets the same defaults.
+/// `LEASH_FREE_RERUNS`, `LEASH_APPROVAL_TTL`, `LEASH_RETRY_BACKOFF`,
+/// `LEASH_RETRY_BACKOFF_CAP`), so a job queued either way gets the same
+/// defaults.
 pub(super) fn local_job_defaults(
     mut builder: crate::runtime::RuntimeBuilder,
 ) -> Result<crate::runtime::RuntimeBuilder, CliError> {
@@ -39,6 +40,9 @@ pub(super) fn local_job_defaults(
             ))
         })?;
         builder = builder.free_rerun_limit(n);
+    }
+    if let Some(d) = duration("LEASH_APPROVAL_TTL")? {
+        builder = builder.approval_ttl(d);
     }
     let default = crate::job::Backoff::default();
     let base = duration("LEASH_RETRY_BACKOFF")?.map_or(default.base_ms, |d| d.as_millis() as u64);

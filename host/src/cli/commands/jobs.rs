@@ -1,4 +1,5 @@
-//! `leash jobs`: list, show, cancel, wait for and read the logs of jobs.
+//! `leash jobs`: list, show, cancel, approve, reject, run, wait for and
+//! read the logs of jobs.
 
 use super::*;
 
@@ -158,11 +159,40 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
             })
             .await
         }
+        JobsCommand::Approve { conn, id, decision } => {
+            decide(conn, format!("/v1/jobs/{id}/approve"), Some(decision.body())).await
+        }
+        JobsCommand::Reject { conn, id, decision } => {
+            decide(conn, format!("/v1/jobs/{id}/reject"), Some(decision.body())).await
+        }
+        JobsCommand::Run { conn, id } => decide(conn, format!("/v1/jobs/{id}/run"), None).await,
         JobsCommand::Wait { conn, id, timeout } => {
             let json_out = conn.json;
             with_client(&conn, false, async move |client| wait_for(client, &id, timeout, json_out).await).await
         }
     }
+}
+
+/// Send a decision and say what it did: the job's state now (and, for a
+/// job stamped sync whose run it triggered, its outcome and output).
+async fn decide(conn: ConnArgs, path: String, body: Option<Value>) -> Result<ExitStatus, CliError> {
+    let json_out = conn.json;
+    with_client(&conn, false, async move |client| {
+        let answer = client.json(Method::POST, &path, body).await?;
+        if json_out {
+            print_json(&answer)?;
+        } else {
+            let view: JobView = typed(answer["job"].clone())?;
+            let job = view.job;
+            let _ = writeln!(std::io::stdout(), "{} {}", job.id, job.status);
+            if let Some(output) = answer["output_base64"].as_str() {
+                let bytes = base64::engine::general_purpose::STANDARD.decode(output).unwrap_or_default();
+                let _ = std::io::stdout().write_all(&bytes);
+            }
+        }
+        Ok(ExitStatus::Success)
+    })
+    .await
 }
 
 pub(super) fn short_digest(digest: &str) -> String {

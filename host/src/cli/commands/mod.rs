@@ -7,6 +7,7 @@
 mod connect;
 mod diagnostics;
 mod jobs;
+mod plan;
 mod plugins;
 mod run;
 mod serve;
@@ -17,6 +18,7 @@ use connect::{new_table, print_json, print_table, text, with_client};
 pub(super) use diagnostics::diagnostics;
 pub(super) use jobs::jobs;
 use jobs::{short_digest, url_encode};
+pub(super) use plan::plan;
 pub(super) use plugins::plugins;
 pub(super) use run::run_once;
 pub(super) use serve::serve;
@@ -142,6 +144,15 @@ pub(super) struct SubmitArgs {
     /// A plan id to group jobs by.
     #[arg(long)]
     plan: Option<String>,
+    /// `approval`: the job waits for `leash jobs approve` before it runs.
+    /// `none` is refused where the plugin's approval policy gates the
+    /// target. Default: the policy decides.
+    #[arg(long, value_parser = ["approval", "none"])]
+    gate: Option<String>,
+    /// With `--gate approval`: leave the approved job waiting for
+    /// `leash jobs run` instead of queueing it at once.
+    #[arg(long, requires = "gate")]
+    hold_after_approval: bool,
     /// Wait for the job to end (up to this long), showing its progress, and
     /// print its output. Ctrl-C asks whether to cancel it or stop waiting.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
@@ -207,6 +218,33 @@ pub(super) enum JobsCommand {
         /// The job id.
         id: String,
     },
+    /// Approve a job waiting for approval: it is queued (or, submitted
+    /// with `--hold-after-approval`, waits for `leash jobs run`).
+    Approve {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+    /// Reject a job waiting for approval: it is cancelled (kind
+    /// `rejected`) and never runs.
+    Reject {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+    /// Trigger the run of an approved job that waits for it.
+    Run {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
     /// Wait for a job to end, showing its progress, and print its output.
     Wait {
         #[command(flatten)]
@@ -217,6 +255,101 @@ pub(super) enum JobsCommand {
         #[arg(long, value_parser = parse_duration, default_value = "1h")]
         timeout: Duration,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum PlanCommand {
+    /// Create a plan: its execute phase runs at once; when it succeeds, its
+    /// apply phase gets the execute output (and the plan's input) and waits
+    /// for approval (or, with `--apply auto`, runs at once).
+    Submit {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// A registered plugin: `name`, `name@version` or a digest.
+        plugin: String,
+        /// The plan's input: a file, or `-` for stdin (default: none).
+        #[arg(long)]
+        input: Option<String>,
+        /// `approval`: apply waits for `leash plan approve`; `auto`: it runs
+        /// once execute succeeds.
+        #[arg(long, default_value = "approval", value_parser = ["approval", "auto"])]
+        apply: String,
+        /// Wait (up to this long) until the plan needs a decision or ends,
+        /// showing its phase, then print what execute produced: the change
+        /// to approve.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        wait: Option<Duration>,
+    },
+    /// Show a plan: its status, both phases and their outputs.
+    Show {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The plan id.
+        id: String,
+    },
+    /// List plans, newest first.
+    List {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// Plans per page (1-500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Plans older than this id (the previous page's last).
+        #[arg(long, value_name = "PLAN_ID")]
+        before: Option<String>,
+    },
+    /// Approve the phase of a plan that waits for approval.
+    Approve {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The plan id.
+        id: String,
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+    /// Reject the phase of a plan that waits for approval: apply never runs.
+    Reject {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The plan id.
+        id: String,
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+    /// Cancel a plan: the phase that waits or runs is cancelled.
+    Cancel {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The plan id.
+        id: String,
+    },
+}
+
+/// Who decides on a gated job, and why.
+#[derive(Debug, Args)]
+pub(super) struct DecisionArgs {
+    /// Who decides, recorded with the decision (default: $USER).
+    #[arg(long)]
+    by: Option<String>,
+    /// Why, recorded with the decision.
+    #[arg(long)]
+    comment: Option<String>,
+}
+
+impl DecisionArgs {
+    /// The body of an approve or reject request.
+    pub(super) fn body(&self) -> Value {
+        let by = self
+            .by
+            .clone()
+            .or_else(|| std::env::var("USER").ok().filter(|u| !u.trim().is_empty()))
+            .unwrap_or_else(|| "operator".to_owned());
+        let mut body = json!({ "by": by });
+        if let Some(comment) = &self.comment {
+            body["comment"] = json!(comment);
+        }
+        body
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -240,6 +373,25 @@ pub(super) enum PluginsCommand {
         /// are (none, for a new name@version).
         #[command(flatten)]
         grants: super::GrantArgs,
+        /// Jobs of this target wait for approval: `*`, `execute`, `apply`,
+        /// `action:*` or `action:NAME` (repeat for more), set with the name
+        /// in one step. Without it, a replaced name@version keeps its
+        /// policy.
+        #[arg(long, value_name = "TARGET")]
+        require_approval: Vec<String>,
+    },
+    /// Replace which targets of a registered name@version wait for
+    /// approval. Jobs submitted afterwards follow it; a submit can add a
+    /// gate but never remove one the policy sets.
+    Approval {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The registration: name@version.
+        reference: String,
+        /// A gated target: `*`, `execute`, `apply`, `action:*` or
+        /// `action:NAME` (repeat for more; none gates nothing).
+        #[arg(long, value_name = "TARGET")]
+        require: Vec<String>,
     },
     /// Replace what jobs of a registered name@version may use outside
     /// their sandbox. Jobs submitted afterwards get the new grants; jobs
@@ -278,7 +430,10 @@ impl From<ClientError> for CliError {
         let status = match &e {
             ClientError::Api { status, .. } => match *status {
                 StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => ExitStatus::Usage,
-                StatusCode::UNAUTHORIZED | StatusCode::CONFLICT | StatusCode::TOO_MANY_REQUESTS => ExitStatus::Refused,
+                StatusCode::UNAUTHORIZED
+                | StatusCode::FORBIDDEN
+                | StatusCode::CONFLICT
+                | StatusCode::TOO_MANY_REQUESTS => ExitStatus::Refused,
                 _ => ExitStatus::Internal,
             },
             ClientError::Unreachable { .. } => ExitStatus::Unreachable,

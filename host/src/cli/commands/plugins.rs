@@ -1,11 +1,11 @@
-//! `leash plugins`: add, list, show and grant registered plugins.
+//! `leash plugins`: add, list, show, grant and gate registered plugins.
 
 use super::*;
 use crate::job::Grants;
 
 pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliError> {
     match command {
-        PluginsCommand::Add { conn, file, name, version, grants } => {
+        PluginsCommand::Add { conn, file, name, version, grants, require_approval } => {
             let bytes =
                 std::fs::read(&file).map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
             let name = match name {
@@ -15,6 +15,9 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
             let mut path = format!("/v1/plugins?name={}", url_encode(&name));
             if let Some(version) = &version {
                 path.push_str(&format!("&version={}", url_encode(version)));
+            }
+            if !require_approval.is_empty() {
+                path.push_str(&format!("&require_approval={}", url_encode(&require_approval.join(","))));
             }
             let json_out = conn.json;
             let grants = grants.grants_given();
@@ -32,8 +35,18 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
                     let name = info.name.as_ref().map_or_else(|| "-".to_owned(), |n| terminal_text(&n.to_string()));
                     let _ = writeln!(std::io::stdout(), "{name} {} ({} bytes)", info.digest, info.size_bytes);
                     print_grants(&info);
+                    print_policy(&info);
                 }
                 Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        PluginsCommand::Approval { conn, reference, require } => {
+            let json_out = conn.json;
+            let path = format!("/v1/plugins/{}/approval", url_encode(&reference));
+            with_client(&conn, false, async move |client| {
+                let info = client.json(Method::PUT, &path, Some(json!({ "require": require }))).await?;
+                print_registration(info, json_out, print_policy)
             })
             .await
         }
@@ -42,15 +55,7 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
             let grants = grants.grants();
             with_client(&conn, false, async move |client| {
                 let info = put_grants(client, &reference, &grants).await?;
-                if json_out {
-                    print_json(&info)?;
-                } else {
-                    let info: PluginInfo = typed(info)?;
-                    let name = info.name.as_ref().map_or_else(|| "-".to_owned(), |n| terminal_text(&n.to_string()));
-                    let _ = writeln!(std::io::stdout(), "{name} {}", info.digest);
-                    print_grants(&info);
-                }
-                Ok(ExitStatus::Success)
+                print_registration(info, json_out, print_grants)
             })
             .await
         }
@@ -95,6 +100,7 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
                 }
                 let info: PluginInfo = typed(info)?;
                 table.add_row(vec!["grants".to_owned(), grants_text(&info.grants)]);
+                table.add_row(vec!["approval".to_owned(), policy_text(&info)]);
                 if let Some(requests) = &info.requests {
                     table.add_row(vec!["requests".to_owned(), requests_text(requests)]);
                     let effective = info.grants.within(requests);
@@ -160,4 +166,31 @@ fn print_grants(info: &PluginInfo) {
             let _ = writeln!(std::io::stdout(), "  requests {line}");
         }
     }
+}
+
+/// The targets a registration gates, one line: `apply, action:deploy`.
+fn policy_text(info: &PluginInfo) -> String {
+    if info.approval.is_none() {
+        return "none".to_owned();
+    }
+    let rules: Vec<String> = info.approval.require.iter().map(ToString::to_string).collect();
+    terminal_text(&rules.join(", "))
+}
+
+fn print_policy(info: &PluginInfo) {
+    let _ = writeln!(std::io::stdout(), "  approval required for {}", policy_text(info));
+}
+
+/// A changed registration: as JSON, or its name and digest and then what
+/// `detail` prints of it.
+fn print_registration(info: Value, json_out: bool, detail: fn(&PluginInfo)) -> Result<ExitStatus, CliError> {
+    if json_out {
+        print_json(&info)?;
+    } else {
+        let info: PluginInfo = typed(info)?;
+        let name = info.name.as_ref().map_or_else(|| "-".to_owned(), |n| terminal_text(&n.to_string()));
+        let _ = writeln!(std::io::stdout(), "{name} {}", info.digest);
+        detail(&info);
+    }
+    Ok(ExitStatus::Success)
 }

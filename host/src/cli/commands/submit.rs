@@ -42,6 +42,8 @@ pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliEr
             ("backoff_cap_ms", args.retry_backoff_cap.map(|d| json!(d.as_millis() as u64))),
             ("run_at", args.run_after.clone().map(|t| json!(t))),
             ("delay_ms", args.delay.map(|d| json!(d.as_millis() as u64))),
+            ("gate", args.gate.clone().map(|g| json!(g))),
+            ("run_on_approve", args.hold_after_approval.then_some(json!(false))),
         ];
         for (key, value) in optional {
             if let Some(value) = value {
@@ -50,14 +52,22 @@ pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliEr
         }
         let accepted = client.create("/v1/jobs", body).await?;
         let id = text(&accepted["job_id"]);
+        let gated = accepted["status"] == "pending_approval";
         let Some(wait) = wait else {
             if json_out {
-                print_json(&json!({ "job_id": id, "status": "queued" }))?;
+                let status = if gated { "pending_approval" } else { "queued" };
+                print_json(&json!({ "job_id": id, "status": status }))?;
             } else {
                 let _ = writeln!(std::io::stdout(), "{id}");
+                if gated {
+                    say!("leash: {id} waits for approval: leash jobs approve {id}");
+                }
             }
             return Ok(ExitStatus::Success);
         };
+        if gated && !json_out {
+            say!("leash: {id} waits for approval (leash jobs approve {id}); waiting");
+        }
         wait_for(client, &id, wait, json_out).await
     })
     .await

@@ -36,6 +36,7 @@ pub(in crate::cli) async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime,
         .max_timeout(args.max_timeout)
         .default_max_attempts(args.max_attempts)
         .free_rerun_limit(args.free_reruns)
+        .approval_ttl(args.approval_ttl)
         .default_backoff(Backoff {
             base_ms: args.retry_backoff.as_millis() as u64,
             cap_ms: args.retry_backoff_cap.as_millis() as u64,
@@ -44,7 +45,7 @@ pub(in crate::cli) async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime,
         .await
         .map_err(|e| match e {
             crate::runtime::RuntimeError::InvalidJob(message) => {
-                CliError::usage(format!("--retry-backoff/--retry-backoff-cap: {message}"))
+                CliError::usage(format!("--retry-backoff/--retry-backoff-cap/--approval-ttl: {message}"))
             }
             other => CliError::internal(other.to_string()),
         })?;

@@ -37,8 +37,8 @@ mod schema;
 mod stats;
 
 use rows::{
-    count_jobs, db_err, describe, is_transient, job_columns, list_columns, pool_err, row_to_job, row_to_plugin,
-    rows_to_jobs,
+    count_jobs, db_err, describe, is_transient, job_columns, list_columns, pool_err, row_to_job, row_to_plan,
+    row_to_plugin, rows_to_jobs,
 };
 use schema::{connect_when_up, migrate};
 
@@ -53,21 +53,24 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
+use super::approval::{self as gate, GatedRow};
 use super::codec::{
-    EFFECT_COLUMNS, EffectRow, corrupt, grants_of, grants_to_column, i64_of, json_column, list_filters, ms,
-    outcome_columns, target_columns, target_of, to_json,
+    EFFECT_COLUMNS, EffectRow, InsertTimes, approval_to_column, corrupt, grants_of, grants_to_column, i64_of,
+    json_column, list_filters, ms, outcome_columns, policy_of, policy_to_column, target_columns, target_of, to_json,
 };
+use super::plan::{DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, apply_job};
 use super::{
-    CancelResult, EffectBeginParams, EffectEndParams, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams,
-    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
-    LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams,
-    ReclaimReport, StoreError,
+    CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, JobClaimParams, JobDecideParams, JobFinishParams,
+    JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams,
+    JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PlanInsertParams, PlanListParams,
+    PlansAdvanceParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, ReclaimReport,
+    StoreError,
 };
 use super::{WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
 use crate::job::{
-    Backoff, Counts, Digest, Effect, ErrorKind, Job, JobId, JobLogs, JobStatus, NewJob, PluginInfo, PluginName,
-    PluginRef, SCHEMA_VERSION,
+    Backoff, Counts, Digest, Effect, ErrorKind, Job, JobId, JobLogs, JobStatus, NewJob, PlanRecord, PluginInfo,
+    PluginName, PluginRef, SCHEMA_VERSION,
 };
 
 /// Connections per process unless the URL's `pool_size` says otherwise.
@@ -406,15 +409,17 @@ struct InsertColumns {
     backoff_cap: Vec<i64>,
     grants: Vec<Option<String>>,
     free_rerun_limit: Vec<i32>,
+    status: Vec<&'static str>,
+    approval: Vec<Option<String>>,
 }
 
 impl InsertColumns {
     fn push(&mut self, job: NewJob, id: JobId, now: Timestamp) -> Result<(), StoreError> {
         let (phase, action) = target_columns(&job.target);
         let action = action.map(str::to_owned);
-        let run_after = job.run_at.map_or(now, |at| at.max(now));
-        let deadline = job.deadline.map(|d| now.plus(d));
-        let expires_at = run_after.plus(job.queue_ttl).min(deadline.unwrap_or(Timestamp::from_unix_ms(i64::MAX)));
+        let times = InsertTimes::of(&job, now);
+        self.status.push(times.status);
+        self.approval.push(approval_to_column(job.approval.map(Into::into).as_ref())?);
         self.id.push(id.to_string());
         self.plan.push(job.plan_id);
         self.phase.push(phase);
@@ -422,15 +427,15 @@ impl InsertColumns {
         self.digest.push(job.plugin.to_string());
         self.payload.push(job.input);
         self.limits.push(to_json(&job.limits)?);
-        self.expires.push(expires_at.unix_ms());
+        self.expires.push(times.expires_at.unix_ms());
         self.max_attempts.push(i32::try_from(job.max_attempts).unwrap_or(i32::MAX));
         self.key.push(job.concurrency_key);
         self.plugin_name.push(job.plugin_name.as_ref().map(|n| n.name.clone()));
         self.plugin_version.push(job.plugin_name.map(|n| n.version));
         self.idempotency_key.push(job.idempotency.as_ref().map(|i| i.key.clone()));
         self.request_digest.push(job.idempotency.map(|i| i.request_digest));
-        self.run_after.push(run_after.unix_ms());
-        self.deadline.push(deadline.map(Timestamp::unix_ms));
+        self.run_after.push(times.run_after.unix_ms());
+        self.deadline.push(times.deadline_at.map(Timestamp::unix_ms));
         self.backoff_base.push(i64_of(job.backoff.base_ms));
         self.backoff_cap.push(i64_of(job.backoff.cap_ms));
         self.grants.push(grants_to_column(&job.grants)?);
@@ -449,14 +454,15 @@ async fn insert_rows(
             "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
              schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
              idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-             free_rerun_limit) SELECT n.id, n.plan, n.phase, n.action, n.digest, 'queued', n.payload, n.limits, $19, $20, n.expires, \
+             free_rerun_limit, approval_json) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
+             n.limits, $19, $20, n.expires, \
              n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap, \
-             n.grants, n.free \
+             n.grants, n.free, n.approval \
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
                $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
-               $16::int8[], $17::int8[], $18::int8[], $21::text[], $22::int4[]) \
+               $16::int8[], $17::int8[], $18::int8[], $21::text[], $22::int4[], $23::text[], $24::text[]) \
              AS n(id, plan, phase, action, digest, payload, limits, expires, max_attempts, key, pname, pversion, \
-               ikey, rdigest, run_after, deadline, bbase, bcap, grants, free) \
+               ikey, rdigest, run_after, deadline, bbase, bcap, grants, free, status, approval) \
              RETURNING {}",
             job_columns("")
         )
@@ -490,6 +496,8 @@ async fn insert_rows(
                 &now.unix_ms(),
                 &c.grants,
                 &c.free_rerun_limit,
+                &c.status,
+                &c.approval,
             ],
         )
         .await
@@ -671,11 +679,16 @@ impl JobStore for PostgresStore {
             .map(|r| r.get(0));
         let Some(status) = status else { return Ok(CancelResult::NotFound) };
         let result = match status.parse().map_err(|e: String| corrupt(&id, e))? {
-            JobStatus::Queued => {
+            status @ (JobStatus::Queued | JobStatus::PendingApproval | JobStatus::Approved) => {
+                let message = if status == JobStatus::Queued {
+                    "Cancelled: cancelled while queued"
+                } else {
+                    "Cancelled: cancelled while waiting for approval"
+                };
                 tx.execute(
                     "UPDATE jobs SET status = 'cancelled', finished_at = $1, error_kind = 'cancelled', \
-                     error_message = 'Cancelled: cancelled while queued' WHERE job_id = $2",
-                    &[&now.unix_ms(), &id],
+                     error_message = $3 WHERE job_id = $2",
+                    &[&now.unix_ms(), &id, &message],
                 )
                 .await
                 .map_err(&err)?;
@@ -689,6 +702,56 @@ impl JobStore for PostgresStore {
         };
         tx.commit().await.map_err(&err)?;
         Ok(result)
+    }
+
+    async fn job_decide(&self, params: JobDecideParams) -> Result<Result<Job, DecideRefusal>, StoreError> {
+        let err = db_err("deciding on a job");
+        let mut client = self.client("deciding on a job").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let id = params.id.to_string();
+        // The row lock makes two decisions racing take turns: the second
+        // reads what the first wrote and is refused.
+        let row = tx
+            .query_opt("SELECT status, approval_json, run_after FROM jobs WHERE job_id = $1 FOR UPDATE", &[&id])
+            .await
+            .map_err(&err)?;
+        let Some(row) = row else { return Ok(Err(DecideRefusal::NotFound)) };
+        let status: String = row.get(0);
+        let gated = GatedRow {
+            status: status.parse().map_err(|e: String| corrupt(&id, e))?,
+            approval: json_column(&id, "approval", row.get(1))?,
+            run_after: Timestamp::from_unix_ms(row.get(2)),
+        };
+        let change = match gate::decide(gated, &params) {
+            Ok(change) => change,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let approval = to_json(change.approval())?;
+        let c = change.columns(params.now);
+        let sql = gate::update_sql('$') + &job_columns("");
+        let rows = tx
+            .query(
+                &sql,
+                &[
+                    &id,
+                    &change.status().as_str(),
+                    &approval,
+                    &c.run_after,
+                    &c.expires_at,
+                    &c.deadline_at,
+                    &c.finished_at,
+                    &c.error_kind,
+                    &c.error_message,
+                ],
+            )
+            .await
+            .map_err(&err)?;
+        if change.status() == JobStatus::Queued {
+            tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+        }
+        tx.commit().await.map_err(&err)?;
+        let job = rows.first().map(row_to_job).transpose()?;
+        job.map(Ok).ok_or_else(|| corrupt(&id, "decided but not returned"))
     }
 
     async fn job_retry(&self, params: JobRetryParams) -> Result<bool, StoreError> {
@@ -759,11 +822,13 @@ impl JobStore for PostgresStore {
     async fn jobs_expire_queued(&self, params: JobsExpireParams) -> Result<u64, StoreError> {
         self.in_batches(
             "expiring queued jobs",
-            "WITH due AS (SELECT job_id FROM jobs WHERE status = 'queued' AND expires_at <= $1 \
-               ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+            "WITH due AS (SELECT job_id FROM jobs WHERE status IN ('queued', 'pending_approval', 'approved') \
+               AND expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
              UPDATE jobs j SET status = 'failed', finished_at = $1, error_kind = 'expired', \
-               error_message = CASE WHEN j.deadline_at <= $1 \
-                 THEN 'Expired: the job could not start before its deadline' \
+               error_message = CASE \
+                 WHEN j.status = 'pending_approval' THEN 'Expired: no decision came within its approval TTL' \
+                 WHEN j.status = 'approved' THEN 'Expired: approved, but its run was never triggered' \
+                 WHEN j.deadline_at <= $1 THEN 'Expired: the job could not start before its deadline' \
                  ELSE 'Expired: the job waited in the queue past its expiry' END \
              FROM due WHERE j.job_id = due.job_id",
             params.now.unix_ms(),
@@ -772,13 +837,15 @@ impl JobStore for PostgresStore {
     }
 
     async fn jobs_delete_expired(&self, params: JobsDeleteParams) -> Result<u64, StoreError> {
-        self.in_batches(
-            "deleting old jobs",
-            "DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE finished_at IS NOT NULL \
-               AND finished_at < $1 ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-            params.finished_before.unix_ms(),
-        )
-        .await
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE finished_at IS NOT NULL \
+                   AND finished_at < $1 AND {NOT_HELD_BY_A_PLAN} ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            )
+        });
+        let n = self.in_batches("deleting old jobs", &SQL, params.finished_before.unix_ms()).await?;
+        self.execute("deleting old plans", DELETE_EMPTY_PLANS, &[]).await?;
+        Ok(n)
     }
 
     async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
@@ -815,21 +882,25 @@ impl JobStore for PostgresStore {
         let mut client = self.client("naming a plugin").await?;
         let tx = client.transaction().await.map_err(&err)?;
         let (name, version, digest) = (&params.name.name, &params.name.version, params.digest.to_string());
-        // A replaced pair keeps its grants.
-        let grants: Option<String> = tx
+        // A replaced pair keeps its grants and its approval policy.
+        let (grants, policy): (Option<String>, Option<String>) = tx
             .query_opt(
-                "DELETE FROM plugin_names WHERE name = $1 AND version = $2 RETURNING grants_json",
+                "DELETE FROM plugin_names WHERE name = $1 AND version = $2 RETURNING grants_json, approval_json",
                 &[name, version],
             )
             .await
             .map_err(&err)?
-            .and_then(|r| r.get(0));
+            .map_or((None, None), |r| (r.get(0), r.get(1)));
+        let policy = match &params.policy {
+            Some(policy) => policy_to_column(policy)?,
+            None => policy,
+        };
         let size: Option<i64> = tx
             .query_opt(
-                "INSERT INTO plugin_names (name, version, digest, created_at, grants_json) \
-                 SELECT $1, $2, digest, $4, $5 FROM plugins WHERE digest = $3 \
+                "INSERT INTO plugin_names (name, version, digest, created_at, grants_json, approval_json) \
+                 SELECT $1, $2, digest, $4, $5, $6 FROM plugins WHERE digest = $3 \
                  RETURNING (SELECT size_bytes FROM plugins WHERE digest = $3)",
-                &[name, version, &digest, &params.now.unix_ms(), &grants],
+                &[name, version, &digest, &params.now.unix_ms(), &grants, &policy],
             )
             .await
             .map_err(&err)?
@@ -840,6 +911,7 @@ impl JobStore for PostgresStore {
         tx.commit().await.map_err(&err)?;
         Ok(PluginInfo {
             grants: grants_of(&digest, grants)?,
+            approval: policy_of(&digest, policy)?,
             name: Some(params.name),
             digest: params.digest,
             size_bytes: size as u64,
@@ -938,15 +1010,131 @@ impl JobStore for PostgresStore {
         self.plugin_resolve(PluginRef::Version(params.name)).await
     }
 
+    async fn plugin_policy_set(&self, params: PluginPolicyParams) -> Result<Option<PluginInfo>, StoreError> {
+        let policy = policy_to_column(&params.policy)?;
+        let changed = self
+            .execute(
+                "setting a plugin's approval policy",
+                "UPDATE plugin_names SET approval_json = $3 WHERE name = $1 AND version = $2",
+                &[&params.name.name, &params.name.version, &policy],
+            )
+            .await?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.plugin_resolve(PluginRef::Version(params.name)).await
+    }
+
+    async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError> {
+        params.execute.check().map_err(StoreError::Invalid)?;
+        let err = db_err("creating a plan");
+        let mut client = self.client("creating a plan").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let (queue_ttl, approval_ttl) = (params.execute.queue_ttl, params.execute.approval_ttl);
+        let mut columns = InsertColumns::default();
+        columns.push(params.execute, JobId::new(params.now), params.now)?;
+        let execute = insert_rows(&tx, &columns, params.now).await?.remove(0);
+        tx.execute(
+            &format!("INSERT INTO plans ({PLAN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL)"),
+            &[
+                &params.plan_id,
+                &params.apply_mode.as_str(),
+                &params.input,
+                &ms(queue_ttl),
+                &ms(approval_ttl),
+                &params.now.unix_ms(),
+                &execute.id.to_string(),
+            ],
+        )
+        .await
+        .map_err(&err)?;
+        if execute.status == JobStatus::Queued {
+            tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+        }
+        tx.commit().await.map_err(&err)?;
+        let record = PlanRecord {
+            plan_id: params.plan_id,
+            apply_mode: params.apply_mode,
+            input: params.input,
+            created_at: params.now,
+            execute_job: execute.id,
+            apply_job: None,
+            cancelled_at: None,
+        };
+        Ok((record, execute))
+    }
+
+    async fn plan_get(&self, plan_id: String) -> Result<Option<PlanRecord>, StoreError> {
+        let sql = format!("SELECT {PLAN_COLUMNS} FROM plans WHERE plan_id = $1");
+        let rows = self.read("reading a plan", &sql, &[&plan_id]).await?;
+        rows.first().map(|r| row_to_plan(r).map(|p| p.record)).transpose()
+    }
+
+    async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {PLAN_COLUMNS} FROM plans WHERE $1::text IS NULL OR plan_id < $1 ORDER BY plan_id DESC LIMIT $2"
+        );
+        let rows = self.read("listing plans", &sql, &[&params.before, &i64::from(params.limit.max(1))]).await?;
+        rows.iter().map(|r| row_to_plan(r).map(|p| p.record)).collect()
+    }
+
+    async fn plans_advance(&self, params: PlansAdvanceParams) -> Result<Vec<Job>, StoreError> {
+        let err = db_err("advancing plans");
+        let mut client = self.client("advancing plans").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        // Plans another replica is advancing are its to advance: each apply
+        // job is created once.
+        let sql = format!(
+            "SELECT {PLAN_COLUMNS} FROM plans p WHERE apply_job_id IS NULL AND cancelled_at IS NULL \
+             AND ($1::text IS NULL OR plan_id = $1) \
+             AND EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = p.execute_job_id AND j.status = 'succeeded') \
+             ORDER BY plan_id LIMIT 100 FOR UPDATE SKIP LOCKED"
+        );
+        let due = tx.query(&sql, &[&params.plan_id]).await.map_err(&err)?;
+        let one = format!("SELECT {} FROM jobs WHERE job_id = $1", job_columns(""));
+        let mut created = Vec::with_capacity(due.len());
+        for row in &due {
+            let plan = row_to_plan(row)?;
+            let execute = tx.query(&one, &[&plan.record.execute_job.to_string()]).await.map_err(&err)?;
+            let execute = rows_to_jobs(&execute)?
+                .pop()
+                .ok_or_else(|| corrupt(&plan.record.plan_id, "its execute job is missing"))?;
+            let mut columns = InsertColumns::default();
+            columns.push(apply_job(&plan, &execute), JobId::new(params.now), params.now)?;
+            let apply = insert_rows(&tx, &columns, params.now).await?.remove(0);
+            tx.execute(
+                "UPDATE plans SET apply_job_id = $2 WHERE plan_id = $1 AND apply_job_id IS NULL",
+                &[&plan.record.plan_id, &apply.id.to_string()],
+            )
+            .await
+            .map_err(&err)?;
+            created.push(apply);
+        }
+        if created.iter().any(|j| j.status == JobStatus::Queued) {
+            tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+        }
+        tx.commit().await.map_err(&err)?;
+        Ok(created)
+    }
+
+    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError> {
+        let sql = format!(
+            "UPDATE plans SET cancelled_at = COALESCE(cancelled_at, $2) WHERE plan_id = $1 RETURNING {PLAN_COLUMNS}"
+        );
+        let client = self.client("cancelling a plan").await?;
+        let rows = client.query(&sql, &[&plan_id, &now.unix_ms()]).await.map_err(db_err("cancelling a plan"))?;
+        rows.first().map(|r| row_to_plan(r).map(|p| p.record)).transpose()
+    }
+
     async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {
         let rows = self
             .read(
                 "listing plugins",
-                "SELECT name, version, digest, size_bytes, created_at, grants_json FROM ( \
-                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.seq \
-                   FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
+                "SELECT name, version, digest, size_bytes, created_at, grants_json, approval_json FROM ( \
+                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json, \
+                   n.seq FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
                    UNION ALL \
-                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, 0 FROM plugins p \
+                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, NULL, 0 FROM plugins p \
                    WHERE NOT EXISTS (SELECT 1 FROM plugin_names n WHERE n.digest = p.digest)) listed \
                  ORDER BY name IS NULL, name, seq DESC, created_at DESC",
                 &[],
@@ -962,7 +1150,7 @@ impl JobStore for PostgresStore {
                 self.read(
                     operation,
                     "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at), \
-                     n.grants_json FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
+                     n.grants_json, n.approval_json FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
                      WHERE p.digest = $1 ORDER BY n.seq DESC NULLS LAST LIMIT 1",
                     &[&digest.to_string()],
                 )
@@ -971,8 +1159,9 @@ impl JobStore for PostgresStore {
             PluginRef::Name(name) => {
                 self.read(
                     operation,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json FROM plugin_names n \
-                     JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 ORDER BY n.seq DESC LIMIT 1",
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
+                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 \
+                     ORDER BY n.seq DESC LIMIT 1",
                     &[&name],
                 )
                 .await?
@@ -980,8 +1169,8 @@ impl JobStore for PostgresStore {
             PluginRef::Version(v) => {
                 self.read(
                     operation,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json FROM plugin_names n \
-                     JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 AND n.version = $2",
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
+                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 AND n.version = $2",
                     &[&v.name, &v.version],
                 )
                 .await?

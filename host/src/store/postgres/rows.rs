@@ -46,6 +46,7 @@ pub(super) const JOB_COLUMNS: &[&str] = &[
     "grants_json",
     "free_reruns",
     "free_rerun_limit",
+    "approval_json",
 ];
 
 /// The job columns, each prefixed with `alias.` when one is given.
@@ -182,6 +183,7 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
         grants: grants_of(&id_text, row.try_get(38).map_err(&read)?)?,
         free_reruns: count(row.try_get(39).map_err(&read)?),
         free_rerun_limit: count(row.try_get(40).map_err(&read)?),
+        approval: json_column(&id_text, "approval", row.try_get(41).map_err(&read)?)?,
     })
 }
 
@@ -189,7 +191,8 @@ pub(super) fn rows_to_jobs(rows: &[Row]) -> Result<Vec<Job>, StoreError> {
     rows.iter().map(row_to_job).collect()
 }
 
-/// A plugin row: name, version, digest, size, created, grants.
+/// A plugin row: name, version, digest, size, created, grants, approval
+/// policy.
 pub(super) fn row_to_plugin(row: &Row) -> Result<PluginInfo, StoreError> {
     let read = db_err("reading a plugin row");
     let digest: String = row.try_get(2).map_err(&read)?;
@@ -202,6 +205,7 @@ pub(super) fn row_to_plugin(row: &Row) -> Result<PluginInfo, StoreError> {
         size_bytes: row.try_get::<_, i64>(3).map_err(&read)?.max(0) as u64,
         created_at: Timestamp::from_unix_ms(row.try_get(4).map_err(&read)?),
         grants: grants_of(&digest, row.try_get(5).map_err(&read)?)?,
+        approval: policy_of(&digest, row.try_get(6).map_err(&read)?)?,
         requests: None,
     })
 }
@@ -218,4 +222,26 @@ pub(super) async fn count_jobs(client: &impl GenericClient) -> Result<Counts, St
         *counts.of_mut(status) = n.max(0) as u64;
     }
     Ok(counts)
+}
+
+/// A plan row, as [`crate::store::plan::PLAN_COLUMNS`] lists them.
+pub(super) fn row_to_plan(row: &Row) -> Result<crate::store::plan::PlanRow, StoreError> {
+    let read = db_err("reading a plan row");
+    let id: String = row.try_get(0).map_err(&read)?;
+    let mode: String = row.try_get(1).map_err(&read)?;
+    let job_id = |text: String| -> Result<JobId, StoreError> { text.parse().map_err(|e: String| corrupt(&id, e)) };
+    let ms = |n: i64| Duration::from_millis(n.max(0) as u64);
+    Ok(crate::store::plan::PlanRow {
+        record: crate::job::PlanRecord {
+            apply_mode: mode.parse().map_err(|e: String| corrupt(&id, e))?,
+            input: row.try_get(2).map_err(&read)?,
+            created_at: Timestamp::from_unix_ms(row.try_get(5).map_err(&read)?),
+            execute_job: job_id(row.try_get(6).map_err(&read)?)?,
+            apply_job: row.try_get::<_, Option<String>>(7).map_err(&read)?.map(job_id).transpose()?,
+            cancelled_at: ts(row.try_get(8).map_err(&read)?),
+            plan_id: id.clone(),
+        },
+        queue_ttl: ms(row.try_get(3).map_err(&read)?),
+        approval_ttl: ms(row.try_get(4).map_err(&read)?),
+    })
 }

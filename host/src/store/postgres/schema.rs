@@ -144,6 +144,37 @@ CREATE TABLE effects (
 ALTER TABLE jobs ADD COLUMN free_reruns INTEGER NOT NULL DEFAULT 0 CHECK (free_reruns >= 0);
 ALTER TABLE jobs ADD COLUMN free_rerun_limit INTEGER NOT NULL DEFAULT 0 CHECK (free_rerun_limit >= 0);
 "#,
+    r#"
+-- Approval gates: two states before `queued` (pending_approval, approved)
+-- and the gate's record; the queue-expiry sweep covers gated jobs too.
+ALTER TABLE jobs ADD COLUMN approval_json TEXT;
+ALTER TABLE jobs DROP CONSTRAINT jobs_status_check;
+ALTER TABLE jobs ADD CONSTRAINT jobs_status_check CHECK (status IN ('pending_approval', 'approved', 'queued',
+    'running', 'succeeded', 'failed', 'cancelled'));
+ALTER TABLE jobs ADD CONSTRAINT jobs_gate_check
+    CHECK (status NOT IN ('pending_approval', 'approved') OR approval_json IS NOT NULL);
+DROP INDEX jobs_queue_expiry;
+CREATE INDEX jobs_queue_expiry ON jobs (expires_at) WHERE status IN ('queued', 'pending_approval', 'approved');
+-- Which targets of a registration wait for approval (JSON; NULL: none).
+ALTER TABLE plugin_names ADD COLUMN approval_json TEXT;
+"#,
+    r#"
+-- Plans: an execute job and the apply job created from its output. The
+-- status is derived from the jobs; the row keeps what the apply job needs.
+CREATE TABLE plans (
+    plan_id          TEXT COLLATE "C" PRIMARY KEY,
+    apply_mode       TEXT NOT NULL CHECK (apply_mode IN ('approval', 'auto')),
+    input            BYTEA NOT NULL,
+    queue_ttl_ms     BIGINT NOT NULL CHECK (queue_ttl_ms > 0),
+    approval_ttl_ms  BIGINT NOT NULL CHECK (approval_ttl_ms > 0),
+    created_at       BIGINT NOT NULL,
+    execute_job_id   TEXT COLLATE "C" NOT NULL UNIQUE,
+    apply_job_id     TEXT COLLATE "C" UNIQUE,
+    cancelled_at     BIGINT
+);
+-- Plans still to advance: their apply job is not created yet.
+CREATE INDEX plans_unapplied ON plans (execute_job_id) WHERE apply_job_id IS NULL AND cancelled_at IS NULL;
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

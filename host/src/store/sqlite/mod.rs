@@ -22,7 +22,7 @@ mod rows;
 mod schema;
 mod writer;
 
-use rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs, query_plugins, row_to_job};
+use rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs, query_plans, query_plugins, row_to_job};
 use schema::{create_private, open_when_free};
 use writer::{WriteOp, in_savepoint, writer_loop};
 
@@ -36,21 +36,24 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 use tokio::sync::oneshot;
 
+use super::approval::{self as gate, GatedRow};
 use super::codec::{
-    EFFECT_COLUMNS, EffectRow, corrupt, grants_of, grants_to_column, i64_of, json_column, list_filters, ms,
-    outcome_columns, target_columns, target_of, to_json,
+    EFFECT_COLUMNS, EffectRow, InsertTimes, approval_to_column, corrupt, grants_of, grants_to_column, i64_of,
+    json_column, list_filters, ms, outcome_columns, policy_of, policy_to_column, target_columns, target_of, to_json,
 };
+use super::plan::{DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, apply_job};
 use super::{
-    CancelResult, EffectBeginParams, EffectEndParams, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams,
-    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
-    LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams,
-    ReclaimReport, StoreError,
+    CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, JobClaimParams, JobDecideParams, JobFinishParams,
+    JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams,
+    JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PlanInsertParams, PlanListParams,
+    PlansAdvanceParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, ReclaimReport,
+    StoreError,
 };
 use super::{Durability, WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
 use crate::job::{
-    Backoff, Counts, Digest, Effect, ErrorKind, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, PluginInfo,
-    PluginName, PluginRef, SCHEMA_VERSION,
+    Backoff, Counts, Digest, Effect, ErrorKind, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, PlanRecord,
+    PluginInfo, PluginName, PluginRef, SCHEMA_VERSION,
 };
 
 /// The SQLite [`JobStore`].
@@ -77,24 +80,25 @@ impl Drop for Inner {
     }
 }
 
-/// Rows per multi-row `INSERT` of a large submit (20 parameters each).
+/// Rows per multi-row `INSERT` of a large submit (24 parameters each).
 const INSERT_CHUNK: usize = 256;
 
-/// Insert `jobs` as queued in one statement; returned in the given order.
+/// Insert `jobs` in one statement, queued or (gated) pending approval;
+/// returned in the given order.
 fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
     use rusqlite::types::Value;
     let err = db_err("inserting jobs");
-    let row = "(?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     let sql = format!(
         "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
          schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
          idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-         free_rerun_limit) VALUES {} RETURNING {JOB_COLUMNS}",
+         free_rerun_limit, approval_json) VALUES {} RETURNING {JOB_COLUMNS}",
         vec![row; jobs.len()].join(", ")
     );
     let text = |s: Option<&str>| s.map_or(Value::Null, |s| Value::Text(s.to_owned()));
     let mut ids = Vec::with_capacity(jobs.len());
-    let mut values = Vec::with_capacity(jobs.len() * 22);
+    let mut values = Vec::with_capacity(jobs.len() * 24);
     for job in jobs {
         if let Some(idempotency) = &job.idempotency {
             check_idempotency_key(conn, idempotency)?;
@@ -102,32 +106,33 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
         let id = JobId::new(now);
         let (phase, action) = target_columns(&job.target);
         let limits = serde_json::to_string(&job.limits).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let run_after = job.run_at.map_or(now, |at| at.max(now));
-        let deadline = job.deadline.map(|d| now.plus(d));
-        let expires_at = run_after.plus(job.queue_ttl).min(deadline.unwrap_or(Timestamp::from_unix_ms(i64::MAX)));
+        let times = InsertTimes::of(&job, now);
+        let approval = approval_to_column(job.approval.map(Into::into).as_ref())?;
         values.extend([
             Value::Text(id.to_string()),
             text(job.plan_id.as_deref()),
             Value::Text(phase.to_owned()),
             text(action),
             Value::Text(job.plugin.to_string()),
+            Value::Text(times.status.to_owned()),
             Value::Blob(job.input),
             Value::Text(limits),
             Value::Integer(i64::from(SCHEMA_VERSION)),
             Value::Integer(now.unix_ms()),
-            Value::Integer(expires_at.unix_ms()),
+            Value::Integer(times.expires_at.unix_ms()),
             Value::Integer(i64::from(job.max_attempts)),
             text(job.concurrency_key.as_deref()),
             text(job.plugin_name.as_ref().map(|n| n.name.as_str())),
             text(job.plugin_name.as_ref().map(|n| n.version.as_str())),
             text(job.idempotency.as_ref().map(|i| i.key.as_str())),
             text(job.idempotency.as_ref().map(|i| i.request_digest.as_str())),
-            Value::Integer(run_after.unix_ms()),
-            deadline.map_or(Value::Null, |d| Value::Integer(d.unix_ms())),
+            Value::Integer(times.run_after.unix_ms()),
+            times.deadline_at.map_or(Value::Null, |d| Value::Integer(d.unix_ms())),
             Value::Integer(i64_of(job.backoff.base_ms)),
             Value::Integer(i64_of(job.backoff.cap_ms)),
             grants_to_column(&job.grants)?.map_or(Value::Null, Value::Text),
             Value::Integer(i64::from(job.free_rerun_limit)),
+            approval.map_or(Value::Null, Value::Text),
         ]);
         ids.push(id);
     }
@@ -451,7 +456,9 @@ impl JobStore for SqliteStore {
             let cancelled = conn
                 .execute(
                     "UPDATE jobs SET status = 'cancelled', finished_at = ?1, error_kind = 'cancelled', \
-                     error_message = 'Cancelled: cancelled while queued' WHERE job_id = ?2 AND status = 'queued'",
+                     error_message = CASE status WHEN 'queued' THEN 'Cancelled: cancelled while queued' \
+                       ELSE 'Cancelled: cancelled while waiting for approval' END \
+                     WHERE job_id = ?2 AND status IN ('queued', 'pending_approval', 'approved')",
                     params![now.unix_ms(), id],
                 )
                 .map_err(&err)?;
@@ -472,6 +479,48 @@ impl JobStore for SqliteStore {
                 None => Ok(CancelResult::NotFound),
                 Some(s) => Ok(CancelResult::AlreadyTerminal(s.parse().map_err(|e: String| corrupt(&id, e))?)),
             }
+        })
+        .await
+    }
+
+    async fn job_decide(&self, params: JobDecideParams) -> Result<Result<Job, DecideRefusal>, StoreError> {
+        self.write(move |conn| {
+            let err = db_err("deciding on a job");
+            let id = params.id.to_string();
+            let row: Option<(String, Option<String>, i64)> = conn
+                .prepare_cached("SELECT status, approval_json, run_after FROM jobs WHERE job_id = ?1")
+                .and_then(|mut s| s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+                .map_err(&err)?;
+            let Some((status, approval, run_after)) = row else { return Ok(Err(DecideRefusal::NotFound)) };
+            let row = GatedRow {
+                status: status.parse().map_err(|e: String| corrupt(&id, e))?,
+                approval: json_column(&id, "approval", approval)?,
+                run_after: Timestamp::from_unix_ms(run_after),
+            };
+            let change = match gate::decide(row, &params) {
+                Ok(change) => change,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            let approval = to_json(change.approval())?;
+            let c = change.columns(params.now);
+            let sql = gate::update_sql('?') + JOB_COLUMNS;
+            let status = change.status().as_str();
+            let mut jobs = query_jobs(
+                conn,
+                &sql,
+                params![
+                    id,
+                    status,
+                    approval,
+                    c.run_after,
+                    c.expires_at,
+                    c.deadline_at,
+                    c.finished_at,
+                    c.error_kind,
+                    c.error_message
+                ],
+            )?;
+            jobs.pop().map(Ok).ok_or_else(|| corrupt(&id, "decided but not returned"))
         })
         .await
     }
@@ -535,10 +584,12 @@ impl JobStore for SqliteStore {
             let n = conn
                 .execute(
                     "UPDATE jobs SET status = 'failed', finished_at = ?1, error_kind = 'expired', \
-                     error_message = CASE WHEN deadline_at <= ?1 \
-                       THEN 'Expired: the job could not start before its deadline' \
+                     error_message = CASE \
+                       WHEN status = 'pending_approval' THEN 'Expired: no decision came within its approval TTL' \
+                       WHEN status = 'approved' THEN 'Expired: approved, but its run was never triggered' \
+                       WHEN deadline_at <= ?1 THEN 'Expired: the job could not start before its deadline' \
                        ELSE 'Expired: the job waited in the queue past its expiry' END \
-                     WHERE status = 'queued' AND expires_at <= ?1",
+                     WHERE status IN ('queued', 'pending_approval', 'approved') AND expires_at <= ?1",
                     params![now],
                 )
                 .map_err(db_err("expiring queued jobs"))?;
@@ -551,15 +602,14 @@ impl JobStore for SqliteStore {
         let cutoff = params.finished_before.unix_ms();
         self.write_all_or_nothing(move |conn| {
             let err = db_err("deleting old jobs");
+            let old = format!("finished_at IS NOT NULL AND finished_at < ?1 AND {NOT_HELD_BY_A_PLAN}");
             conn.execute(
-                "DELETE FROM effects WHERE job_id IN \
-                 (SELECT job_id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?1)",
+                &format!("DELETE FROM effects WHERE job_id IN (SELECT job_id FROM jobs WHERE {old})"),
                 params![cutoff],
             )
             .map_err(&err)?;
-            let n = conn
-                .execute("DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?1", params![cutoff])
-                .map_err(&err)?;
+            let n = conn.execute(&format!("DELETE FROM jobs WHERE {old}"), params![cutoff]).map_err(&err)?;
+            conn.execute(DELETE_EMPTY_PLANS, []).map_err(&err)?;
             Ok(n as u64)
         })
         .await
@@ -669,26 +719,30 @@ impl JobStore for SqliteStore {
         self.write_all_or_nothing(move |conn| {
             let err = db_err("naming a plugin");
             let (name, version) = (&params.name.name, &params.name.version);
-            // A replaced pair keeps its grants.
-            let grants: Option<String> = conn
+            // A replaced pair keeps its grants and its approval policy.
+            let kept: Option<(Option<String>, Option<String>)> = conn
                 .query_row(
-                    "SELECT grants_json FROM plugin_names WHERE name = ?1 AND version = ?2",
+                    "SELECT grants_json, approval_json FROM plugin_names WHERE name = ?1 AND version = ?2",
                     params![name, version],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .optional()
-                .map_err(&err)?
-                .flatten();
+                .map_err(&err)?;
+            let (grants, kept_policy) = kept.unwrap_or_default();
+            let policy = match &params.policy {
+                Some(policy) => policy_to_column(policy)?,
+                None => kept_policy,
+            };
             conn.prepare_cached("DELETE FROM plugin_names WHERE name = ?1 AND version = ?2")
                 .and_then(|mut s| s.execute(params![name, version]))
                 .map_err(&err)?;
             let inserted = conn
                 .prepare_cached(
-                    "INSERT INTO plugin_names (name, version, digest, created_at, grants_json) \
-                     SELECT ?1, ?2, digest, ?4, ?5 FROM plugins WHERE digest = ?3",
+                    "INSERT INTO plugin_names (name, version, digest, created_at, grants_json, approval_json) \
+                     SELECT ?1, ?2, digest, ?4, ?5, ?6 FROM plugins WHERE digest = ?3",
                 )
                 .and_then(|mut s| {
-                    s.execute(params![name, version, params.digest.to_string(), params.now.unix_ms(), grants])
+                    s.execute(params![name, version, params.digest.to_string(), params.now.unix_ms(), grants, policy])
                 })
                 .map_err(&err)?;
             if inserted == 0 {
@@ -703,6 +757,7 @@ impl JobStore for SqliteStore {
                 .map_err(&err)?;
             Ok(PluginInfo {
                 grants: grants_of(&params.digest.to_string(), grants)?,
+                approval: policy_of(&params.digest.to_string(), policy)?,
                 name: Some(params.name),
                 digest: params.digest,
                 size_bytes: size as u64,
@@ -729,15 +784,125 @@ impl JobStore for SqliteStore {
         self.plugin_resolve(PluginRef::Version(params.name)).await
     }
 
+    async fn plugin_policy_set(&self, params: PluginPolicyParams) -> Result<Option<PluginInfo>, StoreError> {
+        let policy = policy_to_column(&params.policy)?;
+        let name = params.name.clone();
+        let changed = self
+            .write(move |conn| {
+                conn.prepare_cached("UPDATE plugin_names SET approval_json = ?3 WHERE name = ?1 AND version = ?2")
+                    .and_then(|mut s| s.execute(params![name.name, name.version, policy]))
+                    .map_err(db_err("setting a plugin's approval policy"))
+            })
+            .await?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.plugin_resolve(PluginRef::Version(params.name)).await
+    }
+
+    async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError> {
+        params.execute.check().map_err(StoreError::Invalid)?;
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("creating a plan");
+            let (queue_ttl, approval_ttl) = (params.execute.queue_ttl, params.execute.approval_ttl);
+            let execute = insert_rows(conn, vec![params.execute], params.now)?.remove(0);
+            conn.prepare_cached(&format!(
+                "INSERT INTO plans ({PLAN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL)"
+            ))
+            .and_then(|mut s| {
+                s.execute(params![
+                    params.plan_id,
+                    params.apply_mode.as_str(),
+                    params.input,
+                    ms(queue_ttl),
+                    ms(approval_ttl),
+                    params.now.unix_ms(),
+                    execute.id.to_string()
+                ])
+            })
+            .map_err(&err)?;
+            let record = PlanRecord {
+                plan_id: params.plan_id,
+                apply_mode: params.apply_mode,
+                input: params.input,
+                created_at: params.now,
+                execute_job: execute.id,
+                apply_job: None,
+                cancelled_at: None,
+            };
+            Ok((record, execute))
+        })
+        .await
+    }
+
+    async fn plan_get(&self, plan_id: String) -> Result<Option<PlanRecord>, StoreError> {
+        self.read(move |conn| {
+            let sql = format!("SELECT {PLAN_COLUMNS} FROM plans WHERE plan_id = ?1");
+            Ok(query_plans(conn, &sql, params![plan_id])?.pop().map(|p| p.record))
+        })
+        .await
+    }
+
+    async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError> {
+        self.read(move |conn| {
+            let sql = format!(
+                "SELECT {PLAN_COLUMNS} FROM plans WHERE ?1 IS NULL OR plan_id < ?1 ORDER BY plan_id DESC LIMIT ?2"
+            );
+            Ok(query_plans(conn, &sql, params![params.before, params.limit.max(1)])?
+                .into_iter()
+                .map(|p| p.record)
+                .collect())
+        })
+        .await
+    }
+
+    async fn plans_advance(&self, params: PlansAdvanceParams) -> Result<Vec<Job>, StoreError> {
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("advancing plans");
+            let sql = format!(
+                "SELECT {PLAN_COLUMNS} FROM plans p WHERE apply_job_id IS NULL AND cancelled_at IS NULL \
+                 AND (?1 IS NULL OR plan_id = ?1) \
+                 AND EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = p.execute_job_id AND j.status = 'succeeded') \
+                 ORDER BY plan_id LIMIT 100"
+            );
+            let due = query_plans(conn, &sql, params![params.plan_id])?;
+            let one = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?1");
+            let mut created = Vec::with_capacity(due.len());
+            for plan in due {
+                let execute = query_jobs(conn, &one, params![plan.record.execute_job.to_string()])?
+                    .pop()
+                    .ok_or_else(|| corrupt(&plan.record.plan_id, "its execute job is missing"))?;
+                let apply = insert_rows(conn, vec![apply_job(&plan, &execute)], params.now)?.remove(0);
+                conn.prepare_cached("UPDATE plans SET apply_job_id = ?2 WHERE plan_id = ?1 AND apply_job_id IS NULL")
+                    .and_then(|mut s| s.execute(params![plan.record.plan_id, apply.id.to_string()]))
+                    .map_err(&err)?;
+                created.push(apply);
+            }
+            Ok(created)
+        })
+        .await
+    }
+
+    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError> {
+        self.write(move |conn| {
+            conn.prepare_cached("UPDATE plans SET cancelled_at = COALESCE(cancelled_at, ?2) WHERE plan_id = ?1")
+                .and_then(|mut s| s.execute(params![plan_id, now.unix_ms()]))
+                .map_err(db_err("cancelling a plan"))?;
+            let sql = format!("SELECT {PLAN_COLUMNS} FROM plans WHERE plan_id = ?1");
+            Ok(query_plans(conn, &sql, params![plan_id])?.pop().map(|p| p.record))
+        })
+        .await
+    }
+
     async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {
         self.read(|conn| {
             query_plugins(
                 conn,
-                "SELECT name, version, digest, size_bytes, created_at, grants_json FROM ( \
-                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.rowid AS seq \
-                   FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
+                "SELECT name, version, digest, size_bytes, created_at, grants_json, approval_json FROM ( \
+                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json, \
+                   n.rowid AS seq FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
                    UNION ALL \
-                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, 0 FROM plugins p \
+                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, NULL, 0 FROM plugins p \
                    WHERE NOT EXISTS (SELECT 1 FROM plugin_names n WHERE n.digest = p.digest)) \
                  ORDER BY name IS NULL, name, seq DESC, created_at DESC",
                 [],
@@ -752,20 +917,21 @@ impl JobStore for SqliteStore {
                 PluginRef::Digest(digest) => query_plugins(
                     conn,
                     "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at), \
-                     n.grants_json FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
+                     n.grants_json, n.approval_json FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
                      WHERE p.digest = ?1 ORDER BY n.rowid DESC LIMIT 1",
                     params![digest.to_string()],
                 )?,
                 PluginRef::Name(name) => query_plugins(
                     conn,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json FROM plugin_names n \
-                     JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 ORDER BY n.rowid DESC LIMIT 1",
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
+                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 \
+                     ORDER BY n.rowid DESC LIMIT 1",
                     params![name],
                 )?,
                 PluginRef::Version(v) => query_plugins(
                     conn,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json FROM plugin_names n \
-                     JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 AND n.version = ?2",
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
+                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 AND n.version = ?2",
                     params![v.name, v.version],
                 )?,
             };
@@ -1035,8 +1201,9 @@ mod tests {
         let plan: String = conn
             .query_row("EXPLAIN QUERY PLAN SELECT COUNT(*) FROM jobs WHERE status = 'queued'", [], |r| r.get(3))
             .unwrap();
-        // Both partial indexes hold queued rows only; either will do.
-        assert!(plan.contains("INDEX jobs_claim") || plan.contains("INDEX jobs_queue_expiry"), "{plan}");
+        // The claim index holds queued rows only (the expiry index holds
+        // gated ones too, so it would need the table).
+        assert!(plan.contains("COVERING INDEX jobs_claim_due"), "{plan}");
     }
 
     #[test]
@@ -1071,6 +1238,62 @@ mod tests {
              ('b', 'execute', 'd', 'running', x'', '{}', 1, 0, 0, 1, 'w', 't2', 1, 0, 'plan-1')",
         );
         assert!(second.is_err());
+    }
+
+    /// A database made before approval gates (the table rebuild) keeps its
+    /// rows, gains the new states and still refuses the old bad ones.
+    #[test]
+    fn the_approval_migration_keeps_every_row_and_widens_the_states() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let rebuild = MIGRATIONS.iter().position(|m| m.contains("CREATE TABLE jobs_next")).unwrap();
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+            )
+            .unwrap();
+            for (i, sql) in MIGRATIONS[..rebuild].iter().enumerate() {
+                conn.execute_batch(sql).unwrap();
+                conn.execute("INSERT INTO schema_migrations VALUES (?1, 0)", params![i as i64 + 1]).unwrap();
+            }
+            conn.execute_batch(
+                "INSERT INTO jobs (job_id, phase, plugin_digest, status, payload, limits_json, schema_version, \
+                 created_at, expires_at, max_attempts, concurrency_key, idempotency_key, free_rerun_limit, releases) \
+                 VALUES ('q', 'execute', 'sha256:00', 'queued', x'', '{}', 1, 0, 0, 1, 'k', 'idem', 3, 2); \
+                 INSERT INTO jobs (job_id, phase, plugin_digest, status, payload, limits_json, schema_version, \
+                 created_at, expires_at, max_attempts, finished_at, error_kind, error_message) VALUES \
+                 ('f', 'execute', 'sha256:00', 'failed', x'', '{}', 1, 0, 0, 1, 5, 'trap', 'Trap: x');",
+            )
+            .unwrap();
+        }
+        drop(SqliteStore::open(&path, Durability::Normal).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let kept: (String, String, i64, i64) = conn
+            .query_row(
+                "SELECT concurrency_key, idempotency_key, free_rerun_limit, releases FROM jobs WHERE job_id = 'q'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(kept, ("k".to_owned(), "idem".to_owned(), 3, 2), "every column survives the rebuild");
+        let n: i64 = conn.query_row("SELECT COUNT(*) FROM jobs", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 2);
+        assert!(insert_raw(&conn, "p", "pending_approval", "").is_err(), "a gated state needs its record");
+        conn.execute(
+            "INSERT INTO jobs (job_id, phase, plugin_digest, status, payload, limits_json, schema_version, created_at,              expires_at, max_attempts, approval_json) VALUES ('p', 'execute', 'sha256:00', 'pending_approval', x'',              '{}', 1, 0, 0, 1, '{}')",
+            [],
+        )
+        .unwrap();
+        assert!(insert_raw(&conn, "b", "bogus", "").is_err(), "unknown states are still refused");
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' AND sql IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(indexes, 10, "every index is rebuilt");
     }
 
     #[test]

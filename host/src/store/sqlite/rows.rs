@@ -2,12 +2,13 @@
 //! SQL needs.
 
 use super::*;
+use crate::store::plan::PlanRow;
 
 pub(super) const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
     schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, \
     lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, \
     error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, \
-    run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases, grants_json, free_reruns, free_rerun_limit";
+    run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases, grants_json, free_reruns, free_rerun_limit, approval_json";
 
 pub(super) fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
@@ -83,17 +84,19 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
         grants: grants_of(&id_text, row.get(38).map_err(&read)?)?,
         free_reruns: row.get(39).map_err(&read)?,
         free_rerun_limit: row.get(40).map_err(&read)?,
+        approval: json_column(&id_text, "approval", row.get(41).map_err(&read)?)?,
     })
 }
 
-/// A plugin row as read: name, version, digest, size, created, grants.
-type PluginRow = (Option<String>, Option<String>, String, i64, i64, Option<String>);
+/// A plugin row as read: name, version, digest, size, created, grants,
+/// approval policy.
+type PluginRow = (Option<String>, Option<String>, String, i64, i64, Option<String>, Option<String>);
 
 fn row_to_plugin(row: &Row<'_>) -> rusqlite::Result<PluginRow> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?))
 }
 
-fn plugin_info((name, version, digest, size, created, grants): PluginRow) -> Result<PluginInfo, StoreError> {
+fn plugin_info((name, version, digest, size, created, grants, policy): PluginRow) -> Result<PluginInfo, StoreError> {
     Ok(PluginInfo {
         name: match (name, version) {
             (Some(name), Some(version)) => Some(PluginName { name, version }),
@@ -103,6 +106,7 @@ fn plugin_info((name, version, digest, size, created, grants): PluginRow) -> Res
         size_bytes: size as u64,
         created_at: Timestamp::from_unix_ms(created),
         grants: grants_of(&digest, grants)?,
+        approval: policy_of(&digest, policy)?,
         requests: None,
     })
 }
@@ -141,4 +145,43 @@ pub(super) fn count_jobs(conn: &Connection) -> Result<Counts, StoreError> {
         *counts.of_mut(status) = n.max(0) as u64;
     }
     Ok(counts)
+}
+
+/// A plan row, as [`super::super::plan::PLAN_COLUMNS`] lists them.
+pub(super) fn row_to_plan(row: &Row<'_>) -> Result<PlanRow, StoreError> {
+    let read = db_err("reading a plan row");
+    let id: String = row.get(0).map_err(&read)?;
+    let mode: String = row.get(1).map_err(&read)?;
+    let job_id = |text: Option<String>| -> Result<Option<JobId>, StoreError> {
+        text.map(|t| t.parse().map_err(|e: String| corrupt(&id, e))).transpose()
+    };
+    let ms = |n: i64| Duration::from_millis(n.max(0) as u64);
+    Ok(PlanRow {
+        record: PlanRecord {
+            apply_mode: mode.parse().map_err(|e: String| corrupt(&id, e))?,
+            input: row.get(2).map_err(&read)?,
+            created_at: Timestamp::from_unix_ms(row.get(5).map_err(&read)?),
+            execute_job: job_id(Some(row.get(6).map_err(&read)?))?.expect("present"),
+            apply_job: job_id(row.get(7).map_err(&read)?)?,
+            cancelled_at: ts(row.get(8).map_err(&read)?),
+            plan_id: id.clone(),
+        },
+        queue_ttl: ms(row.get(3).map_err(&read)?),
+        approval_ttl: ms(row.get(4).map_err(&read)?),
+    })
+}
+
+pub(super) fn query_plans(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<PlanRow>, StoreError> {
+    let err = db_err("querying plans");
+    let mut stmt = conn.prepare_cached(sql).map_err(&err)?;
+    let mut rows = stmt.query(params).map_err(&err)?;
+    let mut plans = Vec::new();
+    while let Some(row) = rows.next().map_err(&err)? {
+        plans.push(row_to_plan(row)?);
+    }
+    Ok(plans)
 }

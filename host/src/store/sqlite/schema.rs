@@ -174,6 +174,100 @@ CREATE TABLE effects (
 ALTER TABLE jobs ADD COLUMN free_reruns INTEGER NOT NULL DEFAULT 0 CHECK (free_reruns >= 0);
 ALTER TABLE jobs ADD COLUMN free_rerun_limit INTEGER NOT NULL DEFAULT 0 CHECK (free_rerun_limit >= 0);
 "#,
+    r#"
+-- Approval gates: two states before `queued` (pending_approval, approved)
+-- and the gate's record. SQLite cannot change a CHECK in place, so the
+-- table is rebuilt (https://sqlite.org/lang_altertable.html#otheralter):
+-- the same columns and rows, the wider status CHECK, then every index.
+CREATE TABLE jobs_next (
+    job_id            TEXT PRIMARY KEY,
+    plan_id           TEXT,
+    phase             TEXT NOT NULL CHECK (phase IN ('execute', 'apply', 'action')),
+    action            TEXT,
+    plugin_digest     TEXT NOT NULL,
+    status            TEXT NOT NULL CHECK (status IN ('pending_approval', 'approved', 'queued', 'running',
+                                                      'succeeded', 'failed', 'cancelled')),
+    payload           BLOB NOT NULL,
+    limits_json       TEXT NOT NULL,
+    schema_version    INTEGER NOT NULL,
+    created_at        INTEGER NOT NULL,
+    started_at        INTEGER,
+    finished_at       INTEGER,
+    last_heartbeat    INTEGER,
+    expires_at        INTEGER NOT NULL,
+    worker_id         TEXT,
+    lease_token       TEXT,
+    lease_expires_at  INTEGER,
+    attempt           INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    lost_leases       INTEGER NOT NULL DEFAULT 0 CHECK (lost_leases >= 0),
+    max_attempts      INTEGER NOT NULL CHECK (max_attempts >= 1),
+    cancel_requested  INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
+    concurrency_key   TEXT,
+    error_kind        TEXT,
+    error_message     TEXT,
+    backtrace         TEXT,
+    output            BLOB,
+    fuel_used         INTEGER,
+    peak_memory_bytes INTEGER,
+    plugin_name       TEXT,
+    plugin_version    TEXT,
+    progress_json     TEXT,
+    logs_json         TEXT,
+    idempotency_key   TEXT,
+    request_digest    TEXT,
+    run_after         INTEGER NOT NULL DEFAULT 0,
+    deadline_at       INTEGER,
+    retries           INTEGER NOT NULL DEFAULT 0 CHECK (retries >= 0),
+    backoff_base_ms   INTEGER NOT NULL DEFAULT 1000,
+    backoff_cap_ms    INTEGER NOT NULL DEFAULT 300000,
+    last_error        TEXT,
+    releases          INTEGER NOT NULL DEFAULT 0 CHECK (releases >= 0),
+    grants_json       TEXT,
+    free_reruns       INTEGER NOT NULL DEFAULT 0 CHECK (free_reruns >= 0),
+    free_rerun_limit  INTEGER NOT NULL DEFAULT 0 CHECK (free_rerun_limit >= 0),
+    approval_json     TEXT,
+    CHECK ((phase = 'action') = (action IS NOT NULL)),
+    CHECK ((status = 'running') = (lease_token IS NOT NULL)),
+    CHECK (status <> 'running' OR (worker_id IS NOT NULL AND lease_expires_at IS NOT NULL AND started_at IS NOT NULL)),
+    CHECK ((status IN ('succeeded', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
+    CHECK ((status IN ('failed', 'cancelled')) = (error_kind IS NOT NULL)),
+    CHECK (status = 'succeeded' OR output IS NULL),
+    CHECK (status NOT IN ('pending_approval', 'approved') OR approval_json IS NOT NULL)
+);
+INSERT INTO jobs_next (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, logs_json, idempotency_key, request_digest, run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases, grants_json, free_reruns, free_rerun_limit) SELECT job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, logs_json, idempotency_key, request_digest, run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases, grants_json, free_reruns, free_rerun_limit FROM jobs;
+DROP TABLE jobs;
+ALTER TABLE jobs_next RENAME TO jobs;
+CREATE INDEX jobs_claim_due ON jobs (run_after, job_id) WHERE status = 'queued';
+CREATE INDEX jobs_queued_key ON jobs (concurrency_key, job_id) WHERE status = 'queued' AND concurrency_key IS NOT NULL;
+CREATE UNIQUE INDEX jobs_running_key ON jobs (concurrency_key) WHERE status = 'running' AND concurrency_key IS NOT NULL;
+CREATE INDEX jobs_lease_expiry ON jobs (lease_expires_at) WHERE status = 'running';
+CREATE INDEX jobs_running_worker ON jobs (worker_id) WHERE status = 'running';
+-- Queue-expiry sweep: queued jobs, and gated ones past their approval TTL.
+CREATE INDEX jobs_queue_expiry ON jobs (expires_at) WHERE status IN ('queued', 'pending_approval', 'approved');
+CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX jobs_plan ON jobs (plan_id) WHERE plan_id IS NOT NULL;
+CREATE INDEX jobs_plugin_name ON jobs (plugin_name, job_id) WHERE plugin_name IS NOT NULL;
+CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+-- Which targets of a registration wait for approval (JSON; NULL: none).
+ALTER TABLE plugin_names ADD COLUMN approval_json TEXT;
+"#,
+    r#"
+-- Plans: an execute job and the apply job created from its output. The
+-- status is derived from the jobs; the row keeps what the apply job needs.
+CREATE TABLE plans (
+    plan_id          TEXT PRIMARY KEY,
+    apply_mode       TEXT NOT NULL CHECK (apply_mode IN ('approval', 'auto')),
+    input            BLOB NOT NULL,
+    queue_ttl_ms     INTEGER NOT NULL CHECK (queue_ttl_ms > 0),
+    approval_ttl_ms  INTEGER NOT NULL CHECK (approval_ttl_ms > 0),
+    created_at       INTEGER NOT NULL,
+    execute_job_id   TEXT NOT NULL UNIQUE,
+    apply_job_id     TEXT UNIQUE,
+    cancelled_at     INTEGER
+);
+-- Plans still to advance: their apply job is not created yet.
+CREATE INDEX plans_unapplied ON plans (execute_job_id) WHERE apply_job_id IS NULL AND cancelled_at IS NULL;
+"#,
 ];
 
 /// Create a missing database file readable by its owner only; SQLite gives

@@ -25,17 +25,24 @@ use tokio::sync::watch;
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::job::grant::Requests;
 use crate::job::{
-    Backoff, Counts, Digest, Effect, Grants, IdempotencyKey, Job, JobId, JobLimits, JobLogs, JobStatus,
-    MAX_ATTEMPTS_CEILING, NewJob, PluginInfo, PluginName, PluginRef, Target,
+    ApprovalPolicy, Backoff, Counts, DEFAULT_APPROVAL_TTL, Digest, Effect, ExecutionMode, Gate, GateSource, Grants,
+    IdempotencyKey, Job, JobId, JobLimits, JobLogs, JobStatus, MAX_ATTEMPTS_CEILING, NewJob, PluginInfo, PluginName,
+    PluginRef, Target,
 };
 use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
 use crate::store::{
-    CancelResult, Database, Durability, JobInsertParams, JobListParams, JobStore, JobsExpireParams, PluginGrantsParams,
-    PluginNameParams, PluginPutParams, StoreError, WorkerRecord, WorkerState,
+    CancelResult, Database, DecideRefusal, Durability, JobDecideParams, JobDecision, JobInsertParams, JobListParams,
+    JobStore, JobsExpireParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, StoreError,
+    WorkerRecord, WorkerState,
 };
 use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};
+
+mod approval;
+mod plan;
+pub use approval::DecisionBy;
+pub use plan::{PlanSubmit, PlanView};
 
 /// Default job slots per process.
 pub const DEFAULT_MAX_WORKERS: usize = 4;
@@ -116,6 +123,14 @@ pub struct Submit {
     pub deadline: Option<Duration>,
     /// The pause before each retry (default: the runtime's).
     pub backoff: Option<Backoff>,
+    /// Approval: `None` leaves it to the plugin's policy; `Some(true)`
+    /// gates the job whatever the policy says; `Some(false)` asks for no
+    /// gate, and is refused ([`RuntimeError::ApprovalRequired`]) where the
+    /// policy requires one: a submitter can add a gate, never remove one.
+    pub approval: Option<bool>,
+    /// A gated job's approval queues it (`true`, the default), or leaves
+    /// it `approved` until [`Runtime::run_approved`] triggers its run.
+    pub run_on_approve: bool,
 }
 
 impl Submit {
@@ -137,8 +152,23 @@ impl Submit {
             run_at: None,
             deadline: None,
             backoff: None,
+            approval: None,
+            run_on_approve: true,
         }
     }
+}
+
+/// What [`Runtime::submit_once`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Submitted {
+    /// The job.
+    pub id: JobId,
+    /// Its state now: `queued`, or `pending_approval` when it waits for a
+    /// person (a replay answers the first job's state now).
+    pub status: JobStatus,
+    /// The idempotency key already belonged to this same request: nothing
+    /// new was queued.
+    pub replayed: bool,
 }
 
 /// Why a runtime call failed.
@@ -167,6 +197,9 @@ pub enum RuntimeError {
     /// No job with this id.
     #[error("no job {0}")]
     NotFound(JobId),
+    /// No plan with this id.
+    #[error("no plan {0}")]
+    UnknownPlan(String),
     /// The job already ended; it cannot be cancelled.
     #[error("job {id} already ended ({status})")]
     AlreadyTerminal {
@@ -183,6 +216,31 @@ pub enum RuntimeError {
         key: String,
         /// The job it belongs to.
         job: JobId,
+    },
+    /// The plugin's approval policy gates this target, and the submit
+    /// asked for no gate.
+    #[error(
+        "{plugin}'s approval policy requires approval for {target} jobs: a submit cannot lower it \
+         (leave the gate out, or ask for approval)"
+    )]
+    ApprovalRequired {
+        /// The plugin, as named.
+        plugin: String,
+        /// The gated target.
+        target: Target,
+    },
+    /// A decision the job's state does not allow.
+    #[error("job {id} is {status}: {why}")]
+    Undecidable {
+        /// The job.
+        id: JobId,
+        /// Its state.
+        status: JobStatus,
+        /// Why nothing changed.
+        why: &'static str,
+        /// The reason as a machine-readable code: `not_gated`,
+        /// `already_decided` or `not_approved`.
+        code: &'static str,
     },
     /// The job did not end within the wait (it keeps running).
     #[error("job {0} did not finish within the wait; it is still running")]
@@ -309,6 +367,7 @@ pub struct RuntimeBuilder {
     default_output_bytes: u64,
     default_max_attempts: u32,
     free_rerun_limit: u32,
+    approval_ttl: Duration,
     default_backoff: Backoff,
     clock: Arc<dyn Clock>,
     workers: bool,
@@ -492,6 +551,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long a gated job waits for a decision before it fails as
+    /// `expired` (default 7 days); also how long an approved job waits for
+    /// its run trigger. Pinned on each job when it starts waiting; at most
+    /// the queue TTL ceiling.
+    pub fn approval_ttl(mut self, d: Duration) -> Self {
+        self.approval_ttl = d;
+        self
+    }
+
     /// The time source (tests inject a manual clock).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -507,6 +575,13 @@ impl RuntimeBuilder {
     /// Open the store, build the sandbox, start the pool and sweeps.
     pub async fn build(mut self) -> Result<Runtime, RuntimeError> {
         check_backoff(self.default_backoff).map_err(|e| RuntimeError::InvalidJob(format!("default {e}")))?;
+        if self.approval_ttl.is_zero() || self.approval_ttl > self.max_queue_ttl {
+            return Err(RuntimeError::InvalidJob(format!(
+                "approval TTL {} is out of range: use 1ms to {}",
+                humantime::format_duration(self.approval_ttl),
+                humantime::format_duration(self.max_queue_ttl)
+            )));
+        }
         let store: Arc<dyn JobStore> = match &self.store {
             Some(store) => store.clone(),
             None => crate::store::open(&self.database, self.durability).await?,
@@ -519,6 +594,9 @@ impl RuntimeBuilder {
         }
         for subscriber in self.subscribers.drain(..) {
             pool.subscribe(subscriber);
+        }
+        if self.workers {
+            plan::spawn_advancer(&pool, store.clone(), self.clock.clone());
         }
         let lag_watch = tokio::spawn(metrics.clone().watch_event_loop());
         let (stop_sweeps, stop_rx) = watch::channel(false);
@@ -644,6 +722,7 @@ impl Runtime {
             default_output_bytes: sandbox::DEFAULT_OUTPUT_BYTES,
             default_max_attempts: 1,
             free_rerun_limit: DEFAULT_FREE_RERUNS,
+            approval_ttl: DEFAULT_APPROVAL_TTL,
             default_backoff: Backoff::default(),
             clock: Arc::new(SystemClock),
             workers: true,
@@ -666,9 +745,24 @@ impl Runtime {
     /// `name@version` (replacing what that pair pointed at: jobs already
     /// queued keep their digest).
     pub async fn plugin_register(&self, bytes: Vec<u8>, name: PluginName) -> Result<PluginInfo, RuntimeError> {
+        self.plugin_register_with(bytes, name, None).await
+    }
+
+    /// [`Runtime::plugin_register`] with an approval policy set in the same
+    /// step, so no job is submitted under the name ungated in between
+    /// (`None` keeps a replaced pair's policy).
+    pub async fn plugin_register_with(
+        &self,
+        bytes: Vec<u8>,
+        name: PluginName,
+        policy: Option<ApprovalPolicy>,
+    ) -> Result<PluginInfo, RuntimeError> {
+        if let Some(policy) = &policy {
+            policy.check().map_err(RuntimeError::InvalidJob)?;
+        }
         let digest = self.plugin_add(bytes).await?;
         let now = self.inner.settings.clock.now();
-        let info = self.inner.store.plugin_name_set(PluginNameParams { name, digest, now }).await?;
+        let info = self.inner.store.plugin_name_set(PluginNameParams { name, digest, policy, now }).await?;
         self.with_requests(info).await
     }
 
@@ -745,47 +839,77 @@ impl Runtime {
     /// Validate and queue jobs in one transaction. All validation happens
     /// here: a bad job is refused, never queued to fail later.
     pub async fn submit_many(&self, jobs: Vec<Submit>) -> Result<Vec<JobId>, RuntimeError> {
+        Ok(self.insert(jobs).await?.into_iter().map(|j| j.id).collect())
+    }
+
+    /// [`Runtime::submit_many`], answering the jobs as stored.
+    async fn insert(&self, jobs: Vec<Submit>) -> Result<Vec<Job>, RuntimeError> {
+        let new_jobs = self.prepare(jobs).await?;
+        let now = self.inner.settings.clock.now();
+        let inserted = match self.inner.store.job_insert(JobInsertParams { jobs: new_jobs, now }).await {
+            Err(StoreError::IdempotencyKeyTaken { key, job, same_request: false }) => {
+                return Err(RuntimeError::IdempotencyConflict { key, job });
+            }
+            other => other?,
+        };
+        self.count_queued(&inserted);
+        Ok(inserted)
+    }
+
+    /// Count the queued ones of jobs this process just stored, and wake
+    /// the pool for them. Gated jobs wait for a person, not for a worker.
+    fn count_queued(&self, jobs: &[Job]) {
+        let queued = jobs.iter().filter(|j| j.status == JobStatus::Queued).count() as u64;
+        if queued > 0 {
+            self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued += queued;
+            self.inner.pool.wake.notify_one();
+        }
+    }
+
+    /// Admission, then every check a job must pass, and the jobs as the
+    /// store takes them.
+    async fn prepare(&self, jobs: Vec<Submit>) -> Result<Vec<NewJob>, RuntimeError> {
         let settings = &self.inner.settings;
         let queued = self.queue_depth().await?;
         if queued + jobs.len() as u64 > settings.max_queued {
             return Err(RuntimeError::Backpressure { queued, limit: settings.max_queued });
         }
-        let mut checked: Vec<(Digest, Option<PluginName>, Grants, Submit)> = Vec::with_capacity(jobs.len());
+        let mut checked: Vec<(Digest, Option<PluginName>, Grants, bool, Submit)> = Vec::with_capacity(jobs.len());
         for job in jobs {
             // A job is granted what its plugin's registration grants now,
             // narrowed to what its component declares (if it declares
-            // anything), pinned; bytes and bare digests are granted nothing.
-            let (digest, name, grants) = match &job.plugin {
-                PluginSource::Bytes(bytes) => (self.plugin_add(bytes.clone()).await?, None, Grants::default()),
+            // anything), pinned; bytes and bare digests are granted nothing
+            // and have no approval policy (there is nothing granted to
+            // guard).
+            let (digest, name, grants, gated_by_policy) = match &job.plugin {
+                PluginSource::Bytes(bytes) => (self.plugin_add(bytes.clone()).await?, None, Grants::default(), false),
                 PluginSource::Digest(digest) | PluginSource::Ref(PluginRef::Digest(digest)) => {
                     self.check_plugin_known(*digest).await?;
-                    (*digest, None, Grants::default())
+                    (*digest, None, Grants::default(), false)
                 }
                 PluginSource::Ref(named) => {
                     let info = self.plugin(named.clone()).await?;
+                    let gated = info.approval.gates(&job.target);
+                    if gated && job.approval == Some(false) {
+                        return Err(RuntimeError::ApprovalRequired {
+                            plugin: named.to_string(),
+                            target: job.target.clone(),
+                        });
+                    }
                     let grants = match &info.requests {
                         Some(requests) => info.grants.within(requests),
                         None => info.grants,
                     };
-                    (info.digest, info.name, grants)
+                    (info.digest, info.name, grants, gated)
                 }
             };
-            checked.push((digest, name, grants, job));
+            checked.push((digest, name, grants, gated_by_policy, job));
         }
         let mut new_jobs = Vec::with_capacity(checked.len());
-        for (digest, name, grants, job) in checked {
-            new_jobs.push(self.new_job(digest, name, grants, job)?);
+        for (digest, name, grants, gated_by_policy, job) in checked {
+            new_jobs.push(self.new_job(digest, name, grants, gated_by_policy, job)?);
         }
-        let inserted =
-            match self.inner.store.job_insert(JobInsertParams { jobs: new_jobs, now: settings.clock.now() }).await {
-                Err(StoreError::IdempotencyKeyTaken { key, job, same_request: false }) => {
-                    return Err(RuntimeError::IdempotencyConflict { key, job });
-                }
-                other => other?,
-            };
-        self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued += inserted.len() as u64;
-        self.inner.pool.wake.notify_one();
-        Ok(inserted.into_iter().map(|j| j.id).collect())
+        Ok(new_jobs)
     }
 
     /// Queued jobs, for admission: counted in the store at most once per
@@ -823,17 +947,20 @@ impl Runtime {
 
     /// Validate and queue one job.
     pub async fn submit(&self, job: Submit) -> Result<JobId, RuntimeError> {
-        Ok(self.submit_once(job).await?.0)
+        Ok(self.submit_once(job).await?.id)
     }
 
-    /// Validate and queue one job, honouring its idempotency key: `true`
-    /// with the id when the key already belonged to this same request (a
-    /// replay: nothing new was queued).
-    pub async fn submit_once(&self, job: Submit) -> Result<(JobId, bool), RuntimeError> {
-        match self.submit_many(vec![job]).await {
-            Ok(mut ids) => Ok((ids.remove(0), false)),
+    /// Validate and queue one job, honouring its idempotency key: a replay
+    /// (the key already belonged to this same request) queues nothing new
+    /// and answers the first request's job.
+    pub async fn submit_once(&self, job: Submit) -> Result<Submitted, RuntimeError> {
+        match self.insert(vec![job]).await {
+            Ok(mut jobs) => {
+                let job = jobs.remove(0);
+                Ok(Submitted { id: job.id, status: job.status, replayed: false })
+            }
             Err(RuntimeError::Store(StoreError::IdempotencyKeyTaken { job, same_request: true, .. })) => {
-                Ok((job, true))
+                Ok(Submitted { id: job, status: self.get(job).await?.status, replayed: true })
             }
             Err(e) => Err(e),
         }
@@ -844,6 +971,7 @@ impl Runtime {
         plugin: Digest,
         plugin_name: Option<PluginName>,
         grants: Grants,
+        gated_by_policy: bool,
         job: Submit,
     ) -> Result<NewJob, RuntimeError> {
         let settings = &self.inner.settings;
@@ -899,6 +1027,24 @@ impl Runtime {
         }
         let backoff = job.backoff.unwrap_or(settings.default_backoff);
         check_backoff(backoff).map_err(RuntimeError::InvalidJob)?;
+        // The execution mode is stamped on the gate: a sync submit's
+        // deadline counts from the run's trigger, not from the submit.
+        let source = if gated_by_policy {
+            Some(GateSource::Policy)
+        } else {
+            (job.approval == Some(true)).then_some(GateSource::Request)
+        };
+        let approval = source.map(|source| Gate {
+            source,
+            run_on_approve: job.run_on_approve,
+            execution: if job.deadline.is_some() { ExecutionMode::Sync } else { ExecutionMode::Async },
+            deadline_ms: job.deadline.map(|d| d.as_millis() as u64),
+        });
+        if approval.is_none() && !job.run_on_approve {
+            return Err(RuntimeError::InvalidJob(
+                "run_on_approve = false only applies to a job that waits for approval".into(),
+            ));
+        }
         let new = NewJob {
             plugin,
             plugin_name,
@@ -915,6 +1061,8 @@ impl Runtime {
             run_at: job.run_at,
             deadline: job.deadline,
             backoff,
+            approval,
+            approval_ttl: settings.approval_ttl,
         };
         new.check().map_err(RuntimeError::InvalidJob)?;
         Ok(new)
@@ -1015,9 +1163,17 @@ impl Runtime {
     /// started in time runs on to its own limits when the wait ends: the
     /// caller gets [`RuntimeError::WaitTimeout`], counted as an abandoned
     /// wait, and reads the outcome later.
+    ///
+    /// A job that must wait for approval is answered at once, in
+    /// `pending_approval`; whoever triggers its run ([`Runtime::approve`],
+    /// [`Runtime::run_approved`]) can wait for the outcome.
     pub async fn call(&self, mut job: Submit, deadline: Duration) -> Result<Job, RuntimeError> {
         job.queue_ttl = Some(job.queue_ttl.map_or(deadline, |ttl| ttl.min(deadline)));
         let id = self.submit(job).await?;
+        let submitted = self.get(id).await?;
+        if submitted.status.is_gated() {
+            return Ok(submitted);
+        }
         if let Some(job) = self.wait_then_expire(id, deadline).await? {
             return Ok(job);
         }

@@ -1,0 +1,166 @@
+//! `leash plan`: submit, show, list, approve, reject and cancel plans.
+
+use super::*;
+use crate::api::types::PlanAnswer;
+
+pub(in crate::cli) async fn plan(command: PlanCommand) -> Result<ExitStatus, CliError> {
+    match command {
+        PlanCommand::Submit { conn, plugin, input, apply, wait } => {
+            let input = read_input(input.as_deref())?;
+            let body = json!({
+                "plugin": plugin,
+                "input_base64": base64::engine::general_purpose::STANDARD.encode(&input),
+                "apply": apply,
+            });
+            let json_out = conn.json;
+            with_client(&conn, wait.is_some(), async move |client| {
+                let plan = client.json(Method::POST, "/v1/plans", Some(body)).await?;
+                let id = text(&plan["plan_id"]);
+                match wait {
+                    None if json_out => print_json(&plan).map(|()| ExitStatus::Success),
+                    None => {
+                        let _ = writeln!(std::io::stdout(), "{id}");
+                        Ok(ExitStatus::Success)
+                    }
+                    Some(wait) => wait_for_plan(client, &id, wait, json_out).await,
+                }
+            })
+            .await
+        }
+        PlanCommand::Show { conn, id } => {
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let plan = client.json(Method::GET, &format!("/v1/plans/{id}"), None).await?;
+                show(plan, json_out)
+            })
+            .await
+        }
+        PlanCommand::List { conn, limit, before } => {
+            let mut path = format!("/v1/plans?limit={limit}");
+            if let Some(before) = before {
+                path.push_str(&format!("&before={}", url_encode(&before)));
+            }
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let page = client.json(Method::GET, &path, None).await?;
+                if json_out {
+                    return print_json(&page).map(|()| ExitStatus::Success);
+                }
+                let page: crate::api::types::PlanPage = typed(page)?;
+                let mut table = new_table(&["PLAN", "STATUS", "PLUGIN", "APPLY", "CREATED", "APPROVED BY"]);
+                for plan in page.plans {
+                    let job = &plan.execute.job.job;
+                    let plugin = match &job.plugin_name {
+                        Some(name) => terminal_text(&name.to_string()),
+                        None => short_digest(&job.plugin.to_string()),
+                    };
+                    table.add_row(vec![
+                        plan.plan_id,
+                        plan.status.to_string(),
+                        plugin,
+                        plan.apply_mode.as_str().to_owned(),
+                        plan.created_at.to_string(),
+                        plan.approved_by.as_deref().map_or_else(|| "-".to_owned(), terminal_text),
+                    ]);
+                }
+                print_table(table);
+                if let Some(next) = page.next_before {
+                    say!("leash: more plans: --before {next}");
+                }
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        PlanCommand::Approve { conn, id, decision } => {
+            decide(conn, format!("/v1/plans/{id}/approve"), Some(decision.body())).await
+        }
+        PlanCommand::Reject { conn, id, decision } => {
+            decide(conn, format!("/v1/plans/{id}/reject"), Some(decision.body())).await
+        }
+        PlanCommand::Cancel { conn, id } => decide(conn, format!("/v1/plans/{id}/cancel"), None).await,
+    }
+}
+
+async fn decide(conn: ConnArgs, path: String, body: Option<Value>) -> Result<ExitStatus, CliError> {
+    let json_out = conn.json;
+    with_client(&conn, false, async move |client| {
+        let plan = client.json(Method::POST, &path, body).await?;
+        if json_out {
+            return print_json(&plan).map(|()| ExitStatus::Success);
+        }
+        let _ = writeln!(std::io::stdout(), "{} {}", text(&plan["plan_id"]), text(&plan["status"]));
+        Ok(ExitStatus::Success)
+    })
+    .await
+}
+
+/// Poll a plan until it needs a decision or ends, showing its phase; then
+/// show it. The exit status is the outcome of its last phase.
+async fn wait_for_plan(client: &Client, id: &str, wait: Duration, json_out: bool) -> Result<ExitStatus, CliError> {
+    let poll = if client.runtime().is_some() { Duration::from_millis(50) } else { Duration::from_millis(200) };
+    let bar = super::submit::progress_bar(json_out);
+    let deadline = tokio::time::Instant::now() + wait;
+    let path = format!("/v1/plans/{id}");
+    loop {
+        let plan = client.json(Method::GET, &path, None).await?;
+        let status = text(&plan["status"]);
+        if !matches!(status.as_str(), "planning" | "applying") {
+            bar.finish_and_clear();
+            return show(plan, json_out);
+        }
+        let phase = if status == "planning" { &plan["execute"]["job"] } else { &plan["apply"]["job"] };
+        let progress = &phase["progress"];
+        match (progress["done"].as_u64(), progress["total"].as_u64()) {
+            (Some(done), Some(total)) => {
+                if total > 0 {
+                    bar.set_length(total);
+                }
+                bar.set_position(done);
+                bar.set_message(format!("{status}: {}", text(&progress["note"])));
+            }
+            _ => bar.set_message(status),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bar.finish_and_clear();
+            say!("leash: plan {id} is still running after {wait:?}; `leash plan show {id}` shows it");
+            return Ok(ExitStatus::Timeout);
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// Print a plan: as JSON, or its status, phases and the execute output —
+/// the change a person approves — with what to run next.
+fn show(plan: Value, json_out: bool) -> Result<ExitStatus, CliError> {
+    let answer: PlanAnswer = typed(plan.clone())?;
+    let last = answer.apply.as_ref().unwrap_or(&answer.execute);
+    let exit = last.job.job.error_kind.map_or(ExitStatus::Success, ExitStatus::for_kind);
+    if json_out {
+        print_json(&plan)?;
+        return Ok(exit);
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "plan {} {}", answer.plan_id, answer.status);
+    for (name, phase) in [("execute", Some(&answer.execute)), ("apply", answer.apply.as_ref())] {
+        let Some(phase) = phase else { continue };
+        let job = &phase.job.job;
+        let error = job.error_message.as_deref().map(|m| format!(": {}", terminal_text(m))).unwrap_or_default();
+        let _ = writeln!(out, "  {name:<8} {} {}{error}", job.id, job.status);
+    }
+    if let Some(by) = &answer.approved_by {
+        let _ = writeln!(out, "  approved by {}", terminal_text(by));
+    }
+    if let Some(output) = &answer.execute.output_base64 {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(output).unwrap_or_default();
+        let _ = writeln!(out, "execute output:");
+        let _ = out.write_all(&bytes);
+        if !bytes.ends_with(b"\n") {
+            let _ = writeln!(out);
+        }
+    }
+    if answer.status == crate::job::PlanStatus::AwaitingApproval {
+        let id = &answer.plan_id;
+        let _ = writeln!(out, "approve: leash plan approve {id}    reject: leash plan reject {id}");
+    }
+    Ok(exit)
+}

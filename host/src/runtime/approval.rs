@@ -1,0 +1,114 @@
+//! Approval gates through the embedding API: decide on a gated job,
+//! trigger an approved one's run, and set a registration's policy.
+
+use super::*;
+
+/// Who decides and why, for [`Runtime::approve`] and [`Runtime::reject`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionBy {
+    /// Who decides, as they name themselves (1–128 printable characters).
+    pub by: String,
+    /// Why, if they say (at most 4 KiB).
+    pub comment: Option<String>,
+}
+
+impl DecisionBy {
+    /// `by` deciding without a comment.
+    pub fn new(by: impl Into<String>) -> Self {
+        DecisionBy { by: by.into(), comment: None }
+    }
+
+    /// With a comment.
+    pub fn comment(mut self, comment: impl Into<String>) -> Self {
+        self.comment = Some(comment.into());
+        self
+    }
+}
+
+impl Runtime {
+    /// Approve a job waiting for approval: it is queued at once, or (when
+    /// it was submitted with `run_on_approve = false`) left `approved` until
+    /// [`Runtime::run_approved`]. Of two decisions racing on one job, one
+    /// wins; the other gets [`RuntimeError::Undecidable`].
+    pub async fn approve(&self, id: JobId, who: DecisionBy) -> Result<Job, RuntimeError> {
+        self.decide(id, JobDecision::Approve, who).await
+    }
+
+    /// Reject a job waiting for approval: it is cancelled with kind
+    /// `rejected`, and never runs.
+    pub async fn reject(&self, id: JobId, who: DecisionBy) -> Result<Job, RuntimeError> {
+        self.decide(id, JobDecision::Reject, who).await
+    }
+
+    /// Trigger the run of an approved job that waits for it: queued now,
+    /// its queue TTL and any sync deadline counted from now.
+    pub async fn run_approved(&self, id: JobId) -> Result<Job, RuntimeError> {
+        self.decide(id, JobDecision::Run, DecisionBy::new("-")).await
+    }
+
+    async fn decide(&self, id: JobId, decision: JobDecision, who: DecisionBy) -> Result<Job, RuntimeError> {
+        if decision != JobDecision::Run {
+            crate::job::Decision::check(&who.by, who.comment.as_deref()).map_err(RuntimeError::InvalidJob)?;
+        }
+        let settings = &self.inner.settings;
+        let params = JobDecideParams {
+            id,
+            decision,
+            by: who.by,
+            comment: who.comment,
+            queue_ttl: settings.worker.queue_ttl,
+            approval_ttl: settings.approval_ttl,
+            now: settings.clock.now(),
+        };
+        let job = match self.inner.store.job_decide(params).await? {
+            Ok(job) => job,
+            Err(refusal) => return Err(refused(id, refusal)),
+        };
+        if job.status == JobStatus::Queued {
+            self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued += 1;
+            self.inner.pool.wake.notify_one();
+        }
+        Ok(job)
+    }
+
+    /// Replace which targets of a registered `name@version` wait for
+    /// approval (jobs already submitted keep their state).
+    pub async fn plugin_require_approval(
+        &self,
+        name: PluginName,
+        policy: ApprovalPolicy,
+    ) -> Result<PluginInfo, RuntimeError> {
+        policy.check().map_err(RuntimeError::InvalidJob)?;
+        let shown = name.to_string();
+        let info = self
+            .inner
+            .store
+            .plugin_policy_set(PluginPolicyParams { name, policy })
+            .await?
+            .ok_or(RuntimeError::UnknownPlugin(shown))?;
+        self.with_requests(info).await
+    }
+}
+
+/// The error a refused decision earns.
+fn refused(id: JobId, refusal: DecideRefusal) -> RuntimeError {
+    match refusal {
+        DecideRefusal::NotFound => RuntimeError::NotFound(id),
+        DecideRefusal::Terminal(status) => RuntimeError::AlreadyTerminal { id, status },
+        DecideRefusal::NotGated(status) => {
+            RuntimeError::Undecidable { id, status, why: "it was never waiting for approval", code: "not_gated" }
+        }
+        DecideRefusal::AlreadyDecided(status) => RuntimeError::Undecidable {
+            id,
+            status,
+            why: "it was already approved (to stop it, cancel it)",
+            code: "already_decided",
+        },
+        DecideRefusal::NotApproved(status) => RuntimeError::Undecidable {
+            id,
+            status,
+            why: "it must be approved before its run is triggered",
+            code: "not_approved",
+        },
+    }
+}

@@ -1,0 +1,171 @@
+//! Plans through the embedding API: create one (its execute job), see it
+//! with its phases, decide on and cancel it. The apply job is created by
+//! the store when the execute job has succeeded: at once by the process
+//! that ran it ([`spawn_advancer`]), and by every sweep for a process that
+//! died in between.
+
+use std::sync::Weak;
+
+use tokio::sync::broadcast::error::RecvError;
+
+use super::*;
+use crate::job::{ApplyMode, PlanRecord, PlanStatus};
+use crate::store::{PlanInsertParams, PlanListParams, PlansAdvanceParams};
+use crate::worker::Pool;
+
+/// A plan to create: its plugin and input, and how its apply phase starts.
+#[derive(Debug, Clone)]
+pub struct PlanSubmit {
+    /// The execute job: plugin, input and limits (its target is `execute`;
+    /// its plan id and concurrency key are the plan's, and may not be set).
+    /// The apply job gets the same plugin, limits, grants and attempts.
+    pub job: Submit,
+    /// `approval` (default): apply waits for a person; `auto`: it is queued
+    /// at once. `auto` is refused where the plugin's policy gates `apply`.
+    pub apply: ApplyMode,
+}
+
+/// A plan with its phases as they are now, and its derived status.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct PlanView {
+    /// The plan.
+    #[serde(flatten)]
+    pub plan: PlanRecord,
+    /// Derived from its phases.
+    pub status: PlanStatus,
+    /// The execute job (with its output).
+    pub execute: Job,
+    /// The apply job, once created (with its output).
+    pub apply: Option<Job>,
+}
+
+impl PlanView {
+    /// The phase a decision or a cancel is about: apply once it exists,
+    /// else execute.
+    pub fn current(&self) -> &Job {
+        self.apply.as_ref().unwrap_or(&self.execute)
+    }
+}
+
+impl Runtime {
+    /// Create a plan: validate its execute job as any submit, then store
+    /// the plan and the job in one transaction.
+    pub async fn plan_submit(&self, plan: PlanSubmit) -> Result<PlanView, RuntimeError> {
+        let PlanSubmit { mut job, apply } = plan;
+        if job.concurrency_key.is_some() || job.plan_id.is_some() {
+            return Err(RuntimeError::InvalidJob(
+                "a plan sets its jobs' plan id and concurrency key itself: leave them out".into(),
+            ));
+        }
+        if job.idempotency.is_some() || job.run_at.is_some() || job.deadline.is_some() {
+            return Err(RuntimeError::InvalidJob("a plan takes no idempotency key, run_at or deadline".into()));
+        }
+        if apply == ApplyMode::Auto
+            && let PluginSource::Ref(named @ (PluginRef::Name(_) | PluginRef::Version(_))) = &job.plugin
+            && self.plugin(named.clone()).await?.approval.gates(&Target::Apply)
+        {
+            return Err(RuntimeError::ApprovalRequired { plugin: named.to_string(), target: Target::Apply });
+        }
+        let now = self.now();
+        let plan_id = JobId::new(now).to_string();
+        let input = job.input.clone();
+        job.target = Target::Execute;
+        job.plan_id = Some(plan_id.clone());
+        job.concurrency_key = Some(plan_id.clone());
+        let execute = self.prepare(vec![job]).await?.remove(0);
+        let params = PlanInsertParams { plan_id, apply_mode: apply, input, execute, now };
+        let (plan, execute) = self.inner.store.plan_insert(params).await?;
+        self.count_queued(std::slice::from_ref(&execute));
+        Ok(PlanView { status: PlanStatus::of(&execute, None, false), plan, execute, apply: None })
+    }
+
+    /// One plan with its phases.
+    pub async fn plan(&self, plan_id: &str) -> Result<PlanView, RuntimeError> {
+        let plan = self.inner.store.plan_get(plan_id.to_owned()).await?;
+        let plan = plan.ok_or_else(|| RuntimeError::UnknownPlan(plan_id.to_owned()))?;
+        self.plan_view(plan).await
+    }
+
+    /// Plans, newest first, with their phases.
+    pub async fn plans(&self, params: PlanListParams) -> Result<Vec<PlanView>, RuntimeError> {
+        let mut views = Vec::new();
+        for plan in self.inner.store.plan_list(params).await? {
+            views.push(self.plan_view(plan).await?);
+        }
+        Ok(views)
+    }
+
+    async fn plan_view(&self, plan: PlanRecord) -> Result<PlanView, RuntimeError> {
+        let execute = self.get(plan.execute_job).await?;
+        let apply = match plan.apply_job {
+            Some(id) => Some(self.get(id).await?),
+            None => None,
+        };
+        let status = PlanStatus::of(&execute, apply.as_ref(), plan.cancelled_at.is_some());
+        Ok(PlanView { plan, status, execute, apply })
+    }
+
+    /// Approve the phase of a plan that waits for approval (apply; or
+    /// execute, where a policy gates it).
+    pub async fn plan_approve(&self, plan_id: &str, who: DecisionBy) -> Result<PlanView, RuntimeError> {
+        let id = self.plan(plan_id).await?.current().id;
+        self.approve(id, who).await?;
+        self.plan(plan_id).await
+    }
+
+    /// Reject the phase of a plan that waits for approval: the plan ends
+    /// `rejected`.
+    pub async fn plan_reject(&self, plan_id: &str, who: DecisionBy) -> Result<PlanView, RuntimeError> {
+        let id = self.plan(plan_id).await?.current().id;
+        self.reject(id, who).await?;
+        self.plan(plan_id).await
+    }
+
+    /// Cancel a plan: no apply job is created from now on, and the phase
+    /// that waits or runs is cancelled (a running one by asking its
+    /// worker). A plan that already ended is [`RuntimeError::AlreadyTerminal`].
+    pub async fn plan_cancel(&self, plan_id: &str) -> Result<PlanView, RuntimeError> {
+        let before = self.plan(plan_id).await?;
+        if before.status.is_terminal() {
+            let current = before.current();
+            return Err(RuntimeError::AlreadyTerminal { id: current.id, status: current.status });
+        }
+        let plan = self.inner.store.plan_cancel(plan_id.to_owned(), self.now()).await?;
+        let plan = plan.ok_or_else(|| RuntimeError::UnknownPlan(plan_id.to_owned()))?;
+        // Read after the mark: an apply job created before it is seen here.
+        let view = self.plan_view(plan).await?;
+        match self.cancel(view.current().id).await {
+            Ok(_) | Err(RuntimeError::AlreadyTerminal { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        self.plan(plan_id).await
+    }
+}
+
+/// Create the apply job of each plan whose execute job this process just
+/// finished with success, at once (the sweep would, within its interval).
+/// The task ends with the pool.
+pub(super) fn spawn_advancer(pool: &Arc<Pool>, store: Arc<dyn JobStore>, clock: Arc<dyn Clock>) {
+    let mut completions = pool.completions.subscribe();
+    let pool: Weak<Pool> = Arc::downgrade(pool);
+    tokio::spawn(async move {
+        loop {
+            let plan_id = match completions.recv().await {
+                Ok(done) if done.status == JobStatus::Succeeded && done.plan_id.is_some() => done.plan_id,
+                Ok(_) => continue,
+                // Missed some: advance every plan that is due.
+                Err(RecvError::Lagged(_)) => None,
+                Err(RecvError::Closed) => return,
+            };
+            match store.plans_advance(PlansAdvanceParams { plan_id, now: clock.now() }).await {
+                Ok(created) if created.iter().any(|j| j.status == JobStatus::Queued) => {
+                    if let Some(pool) = pool.upgrade() {
+                        pool.wake.notify_one();
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "a plan's apply job could not be created; the sweep will"),
+            }
+        }
+    });
+}

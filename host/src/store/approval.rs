@@ -1,0 +1,268 @@
+//! The one decision on a gated job, shared by every backend: each reads
+//! the job's row under its write lock, asks [`decide`] what changes, and
+//! writes that (or reports the refusal). The SQL differs; the rules do not.
+
+use std::time::Duration;
+
+use super::{DecideRefusal, JobDecideParams, JobDecision};
+use crate::clock::Timestamp;
+use crate::job::{Approval, Decision, ErrorKind, JobStatus, Verdict};
+
+/// The columns of a gated job that a decision reads.
+pub(crate) struct GatedRow {
+    /// Its state now.
+    pub(crate) status: JobStatus,
+    /// Its approval record (`None`: it was never gated).
+    pub(crate) approval: Option<Approval>,
+    /// Not claimed before this.
+    pub(crate) run_after: Timestamp,
+}
+
+/// The columns of a [`Change`], as every backend binds them.
+#[derive(Debug, Default)]
+pub(crate) struct ChangeColumns {
+    pub(crate) run_after: Option<i64>,
+    pub(crate) expires_at: Option<i64>,
+    pub(crate) deadline_at: Option<i64>,
+    pub(crate) finished_at: Option<i64>,
+    pub(crate) error_kind: Option<&'static str>,
+    pub(crate) error_message: Option<String>,
+}
+
+/// The statement that writes a [`Change`], after the job id (1), status
+/// (2), record (3) and the [`ChangeColumns`] in order (4–9); the caller
+/// appends its backend's `RETURNING` list.
+pub(crate) fn update_sql(placeholder: char) -> String {
+    let p = |n: u8| format!("{placeholder}{n}");
+    format!(
+        "UPDATE jobs SET status = {}, approval_json = {}, run_after = COALESCE({}, run_after), \
+         expires_at = COALESCE({}, expires_at), deadline_at = {}, finished_at = {}, error_kind = {}, \
+         error_message = {} WHERE job_id = {} RETURNING ",
+        p(2),
+        p(3),
+        p(4),
+        p(5),
+        p(6),
+        p(7),
+        p(8),
+        p(9),
+        p(1)
+    )
+}
+
+/// What a decision writes.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Queue it: the run is triggered now.
+    Queue {
+        /// The record with the decision (if one was made now) and the
+        /// trigger.
+        approval: Approval,
+        /// Not claimed before this: its `run_at`, if still ahead.
+        run_after: Timestamp,
+        /// When it expires if still queued.
+        expires_at: Timestamp,
+        /// A sync job's deadline, counted from now.
+        deadline_at: Option<Timestamp>,
+    },
+    /// Approved; it waits for its run to be triggered until `expires_at`.
+    Approve {
+        /// The record with the decision.
+        approval: Approval,
+        /// When it expires if no run is triggered.
+        expires_at: Timestamp,
+    },
+    /// Rejected: cancelled with kind `rejected` and this message.
+    Reject {
+        /// The record with the decision.
+        approval: Approval,
+        /// `"Rejected: …"`.
+        message: String,
+    },
+}
+
+impl Change {
+    /// The state it leaves the job in.
+    pub(crate) fn status(&self) -> JobStatus {
+        match self {
+            Change::Queue { .. } => JobStatus::Queued,
+            Change::Approve { .. } => JobStatus::Approved,
+            Change::Reject { .. } => JobStatus::Cancelled,
+        }
+    }
+
+    /// The columns it writes besides status and record, as milliseconds
+    /// and text: `run_after` and `expires_at` (`None`: unchanged),
+    /// `deadline_at`, `finished_at`, `error_kind`, `error_message`.
+    pub(crate) fn columns(&self, now: Timestamp) -> ChangeColumns {
+        let ms = |t: &Timestamp| t.unix_ms();
+        match self {
+            Change::Queue { run_after, expires_at, deadline_at, .. } => ChangeColumns {
+                run_after: Some(ms(run_after)),
+                expires_at: Some(ms(expires_at)),
+                deadline_at: deadline_at.as_ref().map(ms),
+                ..ChangeColumns::default()
+            },
+            Change::Approve { expires_at, .. } => {
+                ChangeColumns { expires_at: Some(ms(expires_at)), ..ChangeColumns::default() }
+            }
+            Change::Reject { message, .. } => ChangeColumns {
+                finished_at: Some(now.unix_ms()),
+                error_kind: Some(ErrorKind::Rejected.as_str()),
+                error_message: Some(message.clone()),
+                ..ChangeColumns::default()
+            },
+        }
+    }
+
+    /// The approval record it stores.
+    pub(crate) fn approval(&self) -> &Approval {
+        match self {
+            Change::Queue { approval, .. } | Change::Approve { approval, .. } | Change::Reject { approval, .. } => {
+                approval
+            }
+        }
+    }
+}
+
+/// What `params` does to a job in `row`, or why it may not.
+pub(crate) fn decide(row: GatedRow, params: &JobDecideParams) -> Result<Change, DecideRefusal> {
+    let now = params.now;
+    let Some(mut approval) = row.approval else {
+        return Err(if row.status.is_terminal() {
+            DecideRefusal::Terminal(row.status)
+        } else {
+            DecideRefusal::NotGated(row.status)
+        });
+    };
+    let decision = |verdict| Decision { verdict, by: params.by.clone(), comment: params.comment.clone(), at: now };
+    match (&params.decision, row.status) {
+        (_, status) if status.is_terminal() => Err(DecideRefusal::Terminal(status)),
+        (JobDecision::Approve, JobStatus::PendingApproval) => {
+            approval.decision = Some(decision(Verdict::Approved));
+            if approval.run_on_approve {
+                Ok(queue(approval, row.run_after, params.queue_ttl, now))
+            } else {
+                Ok(Change::Approve { approval, expires_at: now.plus(params.approval_ttl) })
+            }
+        }
+        (JobDecision::Reject, JobStatus::PendingApproval) => {
+            approval.decision = Some(decision(Verdict::Rejected));
+            let message = match &params.comment {
+                Some(comment) => format!("Rejected: by {}: {comment}", params.by),
+                None => format!("Rejected: by {}", params.by),
+            };
+            Ok(Change::Reject { approval, message })
+        }
+        (JobDecision::Run, JobStatus::Approved) => Ok(queue(approval, row.run_after, params.queue_ttl, now)),
+        (JobDecision::Run, JobStatus::PendingApproval) => Err(DecideRefusal::NotApproved(row.status)),
+        (_, status) => Err(DecideRefusal::AlreadyDecided(status)),
+    }
+}
+
+/// The run is triggered now: queued, due at its `run_at` if that is still
+/// ahead, its queue TTL and any sync deadline counted from now.
+fn queue(mut approval: Approval, run_after: Timestamp, queue_ttl: Duration, now: Timestamp) -> Change {
+    approval.triggered_at = Some(now);
+    let run_after = run_after.max(now);
+    let deadline_at = approval.deadline_ms.map(|ms| now.plus(Duration::from_millis(ms)));
+    let expires_at = deadline_at.map_or(run_after.plus(queue_ttl), |d| run_after.plus(queue_ttl).min(d));
+    Change::Queue { approval, run_after, expires_at, deadline_at }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{ExecutionMode, GateSource, JobId};
+
+    fn gated(run_on_approve: bool) -> Approval {
+        Approval {
+            required_by: GateSource::Request,
+            run_on_approve,
+            execution: ExecutionMode::Sync,
+            deadline_ms: Some(5_000),
+            decision: None,
+            triggered_at: None,
+        }
+    }
+
+    fn params(decision: JobDecision, now: Timestamp) -> JobDecideParams {
+        JobDecideParams {
+            id: JobId::new(now),
+            decision,
+            by: "alice".into(),
+            comment: Some("looks right".into()),
+            queue_ttl: Duration::from_secs(60),
+            approval_ttl: Duration::from_secs(600),
+            now,
+        }
+    }
+
+    fn row(status: JobStatus, approval: Option<Approval>) -> GatedRow {
+        GatedRow { status, approval, run_after: Timestamp::from_unix_ms(0) }
+    }
+
+    #[test]
+    fn approval_queues_with_the_sync_deadline_counted_from_the_trigger() {
+        let now = Timestamp::from_unix_ms(1_000_000);
+        let change = decide(row(JobStatus::PendingApproval, Some(gated(true))), &params(JobDecision::Approve, now));
+        let Ok(Change::Queue { approval, run_after, expires_at, deadline_at }) = change else { panic!("{change:?}") };
+        assert_eq!(run_after, now);
+        assert_eq!(deadline_at, Some(now.plus(Duration::from_secs(5))));
+        assert_eq!(expires_at, now.plus(Duration::from_secs(5)), "the deadline caps the queue TTL");
+        assert_eq!(approval.triggered_at, Some(now));
+        assert_eq!(approval.decision.unwrap().by, "alice");
+    }
+
+    #[test]
+    fn without_run_on_approve_the_run_waits_for_its_trigger() {
+        let now = Timestamp::from_unix_ms(1_000_000);
+        let approved =
+            decide(row(JobStatus::PendingApproval, Some(gated(false))), &params(JobDecision::Approve, now)).unwrap();
+        assert_eq!(approved.status(), JobStatus::Approved);
+        assert_eq!(approved.approval().triggered_at, None);
+        let later = now.plus(Duration::from_secs(30));
+        let run = decide(row(JobStatus::Approved, Some(approved.approval().clone())), &params(JobDecision::Run, later))
+            .unwrap();
+        assert_eq!(run.status(), JobStatus::Queued);
+        assert_eq!(run.approval().triggered_at, Some(later));
+        assert_eq!(run.approval().decision.as_ref().unwrap().at, now, "the decision keeps its own time");
+    }
+
+    #[test]
+    fn refusals_name_the_state() {
+        let now = Timestamp::from_unix_ms(1);
+        let refuse = |status, approval, decision| decide(row(status, approval), &params(decision, now)).unwrap_err();
+        assert_eq!(refuse(JobStatus::Queued, None, JobDecision::Approve), DecideRefusal::NotGated(JobStatus::Queued));
+        assert_eq!(
+            refuse(JobStatus::Cancelled, Some(gated(true)), JobDecision::Approve),
+            DecideRefusal::Terminal(JobStatus::Cancelled)
+        );
+        assert_eq!(
+            refuse(JobStatus::Queued, Some(gated(true)), JobDecision::Approve),
+            DecideRefusal::AlreadyDecided(JobStatus::Queued)
+        );
+        assert_eq!(
+            refuse(JobStatus::Approved, Some(gated(false)), JobDecision::Reject),
+            DecideRefusal::AlreadyDecided(JobStatus::Approved)
+        );
+        assert_eq!(
+            refuse(JobStatus::PendingApproval, Some(gated(false)), JobDecision::Run),
+            DecideRefusal::NotApproved(JobStatus::PendingApproval)
+        );
+        assert_eq!(
+            refuse(JobStatus::Running, Some(gated(true)), JobDecision::Run),
+            DecideRefusal::AlreadyDecided(JobStatus::Running)
+        );
+    }
+
+    #[test]
+    fn a_rejection_names_who_and_why() {
+        let now = Timestamp::from_unix_ms(1);
+        let change =
+            decide(row(JobStatus::PendingApproval, Some(gated(true))), &params(JobDecision::Reject, now)).unwrap();
+        let Change::Reject { message, approval } = change else { panic!() };
+        assert_eq!(message, "Rejected: by alice: looks right");
+        assert_eq!(approval.decision.unwrap().verdict, Verdict::Rejected);
+    }
+}

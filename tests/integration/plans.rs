@@ -1,0 +1,248 @@
+//! Plans through the HTTP API and the CLI, against a real `leash serve`
+//! and the `file-sync` example: execute computes a diff against a record
+//! store upstream, a person approves it, apply makes exactly that diff.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::cli_ops::leash;
+use crate::server::Server;
+
+/// A record store on loopback: `GET /records` lists, `PUT` and `DELETE
+/// /records/{key}` change one record; every change is logged. A `PUT` of
+/// the key `slow` never answers.
+struct Records {
+    addr: std::net::SocketAddr,
+    records: Arc<Mutex<BTreeMap<String, String>>>,
+    changes: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Records {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Records {
+    async fn start(initial: &[(&str, &str)]) -> Records {
+        use axum::extract::{Path, State};
+        use axum::routing::get;
+        type Shared = (Arc<Mutex<BTreeMap<String, String>>>, Arc<Mutex<Vec<String>>>);
+        let records: Arc<Mutex<BTreeMap<String, String>>> =
+            Arc::new(Mutex::new(initial.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()));
+        let changes = Arc::new(Mutex::new(Vec::new()));
+        let app = axum::Router::new()
+            .route(
+                "/records",
+                get(|State((records, _)): State<Shared>| async move { axum::Json(records.lock().unwrap().clone()) }),
+            )
+            .route(
+                "/records/{key}",
+                axum::routing::put(
+                    |State((records, changes)): State<Shared>, Path(key): Path<String>, body: String| async move {
+                        changes.lock().unwrap().push(format!("PUT {key}={body}"));
+                        if key == "slow" {
+                            std::future::pending::<()>().await;
+                        }
+                        records.lock().unwrap().insert(key, body);
+                    },
+                )
+                .delete(
+                    |State((records, changes)): State<Shared>, Path(key): Path<String>| async move {
+                        changes.lock().unwrap().push(format!("DELETE {key}"));
+                        records.lock().unwrap().remove(&key);
+                    },
+                ),
+            )
+            .with_state((records.clone(), changes.clone()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Records { addr, records, changes, task }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/records", self.addr)
+    }
+
+    fn now(&self) -> BTreeMap<String, String> {
+        self.records.lock().unwrap().clone()
+    }
+
+    fn changes(&self) -> Vec<String> {
+        self.changes.lock().unwrap().clone()
+    }
+}
+
+/// Register `file-sync` with a grant to reach `records`.
+async fn add_file_sync(server: &Server, records: &Records) {
+    server.add_plugin("file-sync").await;
+    let grants = json!({ "http": { "hosts": [format!("GET,PUT,DELETE http://{}", records.addr)],
+                                   "private_ranges": ["127.0.0.0/8"] } });
+    let (status, answer) = server.call(Method::PUT, "/v1/plugins/file_sync@0.0.0/grants", Some(grants)).await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+fn error_kind(answer: &Value) -> &str {
+    answer["error"]["kind"].as_str().unwrap_or_else(|| panic!("not an error body: {answer}"))
+}
+
+async fn poll_plan(server: &Server, id: &str, done: impl Fn(&str) -> bool) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let (status, plan) = server.call(Method::GET, &format!("/v1/plans/{id}"), None).await;
+        assert_eq!(status, 200, "{plan}");
+        if done(plan["status"].as_str().unwrap()) {
+            return plan;
+        }
+        assert!(start.elapsed() < crate::support::GENEROUS, "plan {id} never got there: {plan}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_plan_runs_execute_waits_for_approval_and_applies_exactly_the_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let records = Records::start(&[("a", "1"), ("b", "old"), ("c", "gone")]).await;
+    add_file_sync(&server, &records).await;
+    let input = json!({ "store": records.url(), "desired": { "a": "1", "b": "new", "d": "4" } });
+    let (status, plan) =
+        server.call(Method::POST, "/v1/plans", Some(json!({ "plugin": "file_sync", "input": input }))).await;
+    assert_eq!(status, 201, "{plan}");
+    assert_eq!(plan["status"], "planning");
+    let id = plan["plan_id"].as_str().unwrap().to_owned();
+    assert_eq!(plan["execute"]["job"]["concurrency_key"], id.as_str(), "the plan id is its key");
+
+    let plan = poll_plan(&server, &id, |s| s != "planning").await;
+    assert_eq!(plan["status"], "awaiting_approval", "{plan}");
+    let diff = &plan["execute"]["output"];
+    assert_eq!(
+        diff["changes"],
+        json!([{"op": "put", "key": "b", "value": "new"}, {"op": "put", "key": "d", "value": "4"},
+               {"op": "delete", "key": "c"}])
+    );
+    assert_eq!(plan["apply"]["job"]["status"], "pending_approval");
+    assert!(records.changes().is_empty(), "nothing changes before the approval");
+    // Someone changes the store meanwhile: apply applies the approved diff,
+    // not a newer one.
+    records.records.lock().unwrap().insert("e".into(), "late".into());
+
+    let (status, approved) = server
+        .call(Method::POST, &format!("/v1/plans/{id}/approve"), Some(json!({ "by": "alice", "comment": "ok" })))
+        .await;
+    assert_eq!(status, 200, "{approved}");
+    assert_eq!(approved["approved_by"], "alice");
+    let plan = poll_plan(&server, &id, |s| s != "applying" && s != "awaiting_approval").await;
+    assert_eq!(plan["status"], "applied", "{plan}");
+    assert_eq!(plan["apply"]["output"], json!({ "applied": 3 }));
+    assert_eq!(records.changes(), ["PUT b=new", "PUT d=4", "DELETE c"]);
+    let expected: BTreeMap<String, String> = [("a", "1"), ("b", "new"), ("d", "4"), ("e", "late")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(records.now(), expected);
+    // Each change is an effect of the apply job, in its ledger.
+    let apply_id = plan["apply"]["job"]["id"].as_str().unwrap();
+    let (_, effects) = server.call(Method::GET, &format!("/v1/jobs/{apply_id}/effects"), None).await;
+    assert_eq!(effects["effects"].as_array().unwrap().len(), 3, "{effects}");
+
+    let (_, page) = server.call(Method::GET, "/v1/plans", None).await;
+    assert_eq!(page["plans"][0]["plan_id"], id.as_str());
+    let (status, answer) = server.call(Method::POST, &format!("/v1/plans/{id}/cancel"), None).await;
+    assert_eq!((status, error_kind(&answer)), (409, "already_terminal"));
+    let (status, answer) = server.call(Method::GET, "/v1/plans/01M8NXTW9W53S6M6JQYFF54HBH", None).await;
+    assert_eq!((status, error_kind(&answer)), (404, "not_found"));
+}
+
+#[tokio::test]
+async fn a_failed_execute_never_applies_and_a_rejected_plan_never_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let records = Records::start(&[("a", "1")]).await;
+    add_file_sync(&server, &records).await;
+    // The store is not reachable at this URL: execute fails.
+    let input = json!({ "store": format!("http://{}/nowhere", records.addr), "desired": {} });
+    let (_, plan) = server
+        .call(Method::POST, "/v1/plans", Some(json!({ "plugin": "file_sync", "input": input, "apply": "auto" })))
+        .await;
+    let id = plan["plan_id"].as_str().unwrap().to_owned();
+    let plan = poll_plan(&server, &id, |s| s != "planning").await;
+    assert_eq!(plan["status"], "failed", "{plan}");
+    assert!(plan["apply"].is_null(), "apply never exists after a failed execute: {plan}");
+
+    let input = json!({ "store": records.url(), "desired": {} });
+    let (_, plan) =
+        server.call(Method::POST, "/v1/plans", Some(json!({ "plugin": "file_sync", "input": input }))).await;
+    let id = plan["plan_id"].as_str().unwrap().to_owned();
+    poll_plan(&server, &id, |s| s == "awaiting_approval").await;
+    let (status, plan) =
+        server.call(Method::POST, &format!("/v1/plans/{id}/reject"), Some(json!({ "by": "bob" }))).await;
+    assert_eq!((status, plan["status"].as_str()), (200, Some("rejected")), "{plan}");
+    assert_eq!(plan["apply"]["job"]["error_kind"], "rejected");
+    assert!(records.changes().is_empty(), "a rejected plan changes nothing");
+    assert_eq!(records.now().len(), 1);
+}
+
+#[tokio::test]
+async fn cancelling_a_plan_while_apply_runs_stops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--cancel-grace", "1s"]);
+    let records = Records::start(&[]).await;
+    add_file_sync(&server, &records).await;
+    // Its apply phase (auto) hangs on the store's answer until the plan is
+    // cancelled.
+    let input = json!({ "store": records.url(), "desired": { "slow": "x" } });
+    let (status, plan) = server
+        .call(Method::POST, "/v1/plans", Some(json!({ "plugin": "file_sync", "input": input, "apply": "auto" })))
+        .await;
+    assert_eq!(status, 201, "{plan}");
+    let id = plan["plan_id"].as_str().unwrap().to_owned();
+    let plan = poll_plan(&server, &id, |s| s != "planning").await;
+    assert_eq!(plan["status"], "applying", "{plan}");
+    let start = std::time::Instant::now();
+    while records.changes().is_empty() {
+        assert!(start.elapsed() < crate::support::GENEROUS, "apply never reached the store");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (status, plan) = server.call(Method::POST, &format!("/v1/plans/{id}/cancel"), None).await;
+    assert_eq!(status, 200, "{plan}");
+    let plan = poll_plan(&server, &id, |s| s != "applying").await;
+    assert_eq!(plan["status"], "cancelled", "{plan}");
+    assert_eq!(plan["apply"]["job"]["error_kind"], "cancelled");
+    assert!(plan["cancelled_at"].is_string());
+}
+
+// Multi-threaded: the CLI blocks this thread while the record store
+// upstream, on this runtime, answers the plan's requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_from_the_cli_shows_the_diff_to_approve() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let records = Records::start(&[("a", "1")]).await;
+    add_file_sync(&server, &records).await;
+    let input = dir.path().join("plan.json");
+    std::fs::write(&input, json!({ "store": records.url(), "desired": { "b": "2" } }).to_string()).unwrap();
+    let submitted =
+        leash(&server, &["plan", "submit", "file_sync", "--input", input.to_str().unwrap(), "--wait", "30s"]);
+    let shown = String::from_utf8_lossy(&submitted.stdout).into_owned();
+    assert_eq!(submitted.status.code(), Some(0), "{shown}\n{}", String::from_utf8_lossy(&submitted.stderr));
+    assert!(shown.contains("awaiting_approval"), "{shown}");
+    assert!(shown.contains(r#""op":"put","key":"b","value":"2""#), "the diff is shown: {shown}");
+    let id = shown.split_whitespace().nth(1).unwrap().to_owned();
+    let approved = leash(&server, &["plan", "approve", &id, "--by", "alice"]);
+    assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
+    poll_plan(&server, &id, |s| s == "applied").await;
+    let listed = leash(&server, &["plan", "list"]);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(listed.contains(&id) && listed.contains("applied") && listed.contains("alice"), "{listed}");
+    assert_eq!(records.changes(), ["PUT b=2", "DELETE a"]);
+    let again = leash(&server, &["plan", "approve", &id, "--by", "bob"]);
+    assert_eq!(again.status.code(), Some(7), "nothing waits: refused");
+}
