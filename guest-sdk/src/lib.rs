@@ -216,6 +216,28 @@ pub mod plan {
                 .map_err(|e| Error::invalid_input(format!("the execute output is not the JSON expected: {e}")))
         }
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn an_apply_input_reads_back_both_parts() {
+            // As the host writes it (leash::job::ApplyInput).
+            let wire = br#"{"leash_apply":1,"plan_id":"01P","execute_job_id":"01E","input":{"want":1},
+                "input_base64":"eyJ3YW50IjoxfQ==","execute_output":null,"execute_output_base64":"/wA="}"#;
+            let input = ApplyInput::parse(wire).unwrap();
+            assert_eq!((input.plan_id.as_str(), input.execute_job_id.as_str()), ("01P", "01E"));
+            assert_eq!(input.input, br#"{"want":1}"#);
+            assert_eq!(input.execute_output, [0xff, 0x00]);
+            assert_eq!(input.input_json::<serde_json::Value>().unwrap()["want"], 1);
+            assert!(input.execute_output_json::<serde_json::Value>().is_err(), "binary output is not JSON");
+            assert!(matches!(ApplyInput::parse(b"{\"name\":\"x\"}"), Err(Error::InvalidInput(_))));
+            let newer =
+                br#"{"leash_apply":2,"plan_id":"","execute_job_id":"","input_base64":"","execute_output_base64":""}"#;
+            assert!(matches!(ApplyInput::parse(newer), Err(Error::InvalidInput(m)) if m.contains("version 2")));
+        }
+    }
 }
 
 /// Report progress: `done` of `total` units, with a short note. Returns

@@ -960,6 +960,21 @@ fn check(
     report
 }
 
+/// Stop every process with SIGTERM at the end of a run; each that does not
+/// exit 0, and every panic any process printed, is a violation.
+pub(crate) fn stop_all(procs: &mut [Proc]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for p in procs.iter_mut() {
+        p.signal("-TERM");
+        let status = p.child.take().expect("running").wait().expect("wait");
+        if !status.success() {
+            problems.push(format!("{} exited {status} at the end", p.name));
+        }
+    }
+    problems.extend(panics(procs));
+    problems
+}
+
 /// Panics printed by any process: each is a violation.
 pub(crate) fn panics(procs: &[Proc]) -> Vec<String> {
     let mut panics = Vec::new();

@@ -35,7 +35,7 @@ use leash::runtime::{PluginSource, Runtime, Submit};
 use leash::store::{Database, Durability};
 use serde_json::{Value, json};
 
-use crate::chaos::{Proc, Rng, all_jobs, chaos_args, panics, read_start_log, seed};
+use crate::chaos::{Proc, Rng, all_jobs, chaos_args, read_start_log, seed, stop_all};
 
 const LEASE_TTL: Duration = Duration::from_secs(1);
 const JOBS: u64 = 240;
@@ -210,14 +210,7 @@ fn webhook_jobs_agree_with_the_ledger_through_kills_pauses_and_shutdowns() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
-    for p in &mut procs {
-        p.signal("-TERM");
-        let status = p.child.take().expect("running").wait().expect("wait");
-        if !status.success() {
-            crashes.push(format!("{} exited {status} at the end", p.name));
-        }
-    }
-    crashes.extend(panics(&procs));
+    crashes.extend(stop_all(&mut procs));
 
     let (jobs, effects) = rt.block_on(async {
         let mut jobs = Vec::new();

@@ -3,6 +3,7 @@
 //! the `leash` binary.
 
 mod approval;
+mod approval_chaos;
 mod chaos;
 mod cli_config;
 mod cli_ops;
