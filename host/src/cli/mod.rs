@@ -154,10 +154,11 @@ enum Command {
     /// output and exits with its outcome's exit code.
     #[command(after_help = EXIT_CODES_HELP)]
     Submit(commands::SubmitArgs),
-    /// List, show, cancel, wait for and read the logs of jobs.
+    /// List, show, cancel, approve, reject, run, wait for and read the logs
+    /// of jobs.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Jobs(commands::JobsCommand),
-    /// Register, list and show plugins.
+    /// Register, list, show, grant and gate plugins.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Plugins(commands::PluginsCommand),
     /// Plans: an execute phase computes a change, a person approves it, an

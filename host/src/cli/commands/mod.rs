@@ -1,6 +1,6 @@
 //! The commands. `run` runs one component with no store; `worker` and
 //! `serve` run a pool until a signal. The operator commands — `submit`,
-//! `jobs`, `plugins` and `diagnostics` — each speak the HTTP API, to a
+//! `jobs`, `plugins`, `plan` and `diagnostics` — each speak the HTTP API, to a
 //! server (`--server`) or to an in-process router on a local database, so
 //! both behave alike.
 
@@ -170,7 +170,8 @@ pub(super) enum JobsCommand {
     List {
         #[command(flatten)]
         conn: ConnArgs,
-        /// Only jobs in this state (queued, running, succeeded, failed, cancelled).
+        /// Only jobs in this state (pending_approval, approved, queued, running,
+        /// succeeded, failed, cancelled).
         #[arg(long)]
         status: Option<String>,
         /// Only jobs of this plugin: name, name@version or digest.
@@ -276,7 +277,7 @@ pub(super) enum PlanCommand {
         apply: String,
         /// Wait (up to this long) until the plan needs a decision or ends,
         /// showing its phase, then print what execute produced: the change
-        /// to approve.
+        /// to approve. On a local database a worker must be running.
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
         wait: Option<Duration>,
     },

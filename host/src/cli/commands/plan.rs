@@ -13,7 +13,7 @@ pub(in crate::cli) async fn plan(command: PlanCommand) -> Result<ExitStatus, Cli
                 "apply": apply,
             });
             let json_out = conn.json;
-            with_client(&conn, wait.is_some(), async move |client| {
+            with_client(&conn, false, async move |client| {
                 let plan = client.json(Method::POST, "/v1/plans", Some(body)).await?;
                 let id = text(&plan["plan_id"]);
                 match wait {
