@@ -965,6 +965,9 @@ fn check(
 pub(crate) fn stop_all(procs: &mut [Proc]) -> Vec<String> {
     let mut problems = Vec::new();
     for p in procs.iter_mut() {
+        // One restarted just before the end may not handle signals yet: a
+        // SIGTERM then would kill it rather than stop it.
+        p.wait_ready(Instant::now() + Duration::from_secs(60));
         p.signal("-TERM");
         let status = p.child.take().expect("running").wait().expect("wait");
         if !status.success() {
