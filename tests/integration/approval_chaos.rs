@@ -3,8 +3,9 @@
 //! restarted and this process approves, rejects, triggers and cancels at
 //! random moments. Then the checker reads the store and the workers'
 //! shared start log (`--start-log`) and proves: every job and every plan
-//! ended; no gated job and no apply phase started without an approval, or
-//! before it; a rejected one never started; every plan has at most one
+//! ended; no gated job and no apply phase started without an approval, and
+//! none's last attempt started before its run was triggered; a rejected one
+//! never started; every plan has at most one
 //! apply job, and none unless its execute phase succeeded; no attempt
 //! started twice.
 //!

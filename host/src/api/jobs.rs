@@ -455,10 +455,16 @@ pub(super) async fn job_cancel(
 pub(super) struct DecisionBody {
     /// Who decides, as they name themselves; recorded with the decision.
     #[schema(min_length = 1, max_length = 128)]
-    pub(super) by: String,
+    by: String,
     /// Why; recorded with the decision.
     #[schema(max_length = 4096)]
-    pub(super) comment: Option<String>,
+    comment: Option<String>,
+}
+
+/// Who decides, read from a decision request's body.
+pub(super) fn decision_by(body: Result<Bytes, BytesRejection>) -> Result<DecisionBy, ApiError> {
+    let body: DecisionBody = parse_body(&body.map_err(body_error)?, "decision")?;
+    Ok(DecisionBy { by: body.by, comment: body.comment })
 }
 
 /// Approve a job waiting for approval. It is queued (or, submitted with
@@ -483,9 +489,7 @@ pub(super) async fn job_approve(
     ParsedPath(id): ParsedPath<JobId>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body: DecisionBody = parse_body(&body.map_err(body_error)?, "decision")?;
-    let who = DecisionBy { by: body.by, comment: body.comment };
-    let job = state.runtime.approve(id, who).await?;
+    let job = state.runtime.approve(id, decision_by(body)?).await?;
     triggered(&state.runtime, job).await
 }
 
@@ -505,8 +509,7 @@ pub(super) async fn job_reject(
     ParsedPath(id): ParsedPath<JobId>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body: DecisionBody = parse_body(&body.map_err(body_error)?, "decision")?;
-    let job = state.runtime.reject(id, DecisionBy { by: body.by, comment: body.comment }).await?;
+    let job = state.runtime.reject(id, decision_by(body)?).await?;
     Ok(Json(Finished::new(JobView::from(job), None)).into_response())
 }
 

@@ -1,7 +1,7 @@
 //! `/v1/plans`: create a plan (its execute job), show and list plans with
 //! their phases and outputs, approve, reject and cancel them.
 
-use super::jobs::{DecisionBody, Execution, SubmitBody};
+use super::jobs::{DecisionBody, Execution, SubmitBody, decision_by};
 use super::*;
 use crate::job::{ApplyMode, PlanStatus};
 use crate::runtime::{PlanSubmit, PlanView};
@@ -221,9 +221,8 @@ pub(super) async fn plan_approve(
     ParsedPath(id): ParsedPath<JobId>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body: DecisionBody = parse_body(&body.map_err(body_error)?, "decision")?;
-    let who = DecisionBy { by: body.by, comment: body.comment };
-    Ok(Json(PlanAnswer::from(state.runtime.plan_approve(&id.to_string(), who).await?)).into_response())
+    let view = state.runtime.plan_approve(&id.to_string(), decision_by(body)?).await?;
+    Ok(Json(PlanAnswer::from(view)).into_response())
 }
 
 /// Reject the phase of a plan that waits for approval: the plan ends
@@ -243,9 +242,8 @@ pub(super) async fn plan_reject(
     ParsedPath(id): ParsedPath<JobId>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body: DecisionBody = parse_body(&body.map_err(body_error)?, "decision")?;
-    let who = DecisionBy { by: body.by, comment: body.comment };
-    Ok(Json(PlanAnswer::from(state.runtime.plan_reject(&id.to_string(), who).await?)).into_response())
+    let view = state.runtime.plan_reject(&id.to_string(), decision_by(body)?).await?;
+    Ok(Json(PlanAnswer::from(view)).into_response())
 }
 
 /// Cancel a plan: whichever phase waits or runs is cancelled (a running

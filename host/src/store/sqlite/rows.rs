@@ -152,17 +152,15 @@ pub(super) fn row_to_plan(row: &Row<'_>) -> Result<PlanRow, StoreError> {
     let read = db_err("reading a plan row");
     let id: String = row.get(0).map_err(&read)?;
     let mode: String = row.get(1).map_err(&read)?;
-    let job_id = |text: Option<String>| -> Result<Option<JobId>, StoreError> {
-        text.map(|t| t.parse().map_err(|e: String| corrupt(&id, e))).transpose()
-    };
+    let job_id = |text: String| -> Result<JobId, StoreError> { text.parse().map_err(|e: String| corrupt(&id, e)) };
     let ms = |n: i64| Duration::from_millis(n.max(0) as u64);
     Ok(PlanRow {
         record: PlanRecord {
             apply_mode: mode.parse().map_err(|e: String| corrupt(&id, e))?,
             input: row.get(2).map_err(&read)?,
             created_at: Timestamp::from_unix_ms(row.get(5).map_err(&read)?),
-            execute_job: job_id(Some(row.get(6).map_err(&read)?))?.expect("present"),
-            apply_job: job_id(row.get(7).map_err(&read)?)?,
+            execute_job: job_id(row.get(6).map_err(&read)?)?,
+            apply_job: row.get::<_, Option<String>>(7).map_err(&read)?.map(job_id).transpose()?,
             cancelled_at: ts(row.get(8).map_err(&read)?),
             plan_id: id.clone(),
         },
