@@ -17,8 +17,8 @@ fn main() {
     let target_dir = plugins.join("target");
 
     watch(&root.join("wit"));
-    watch(&root.join("guest-sdk/src"));
-    watch(&root.join("guest-sdk/Cargo.toml"));
+    watch(&root.join("guest-sdk/rust/src"));
+    watch(&root.join("guest-sdk/rust/Cargo.toml"));
     watch(&plugins.join("Cargo.toml"));
     watch(&plugins.join("Cargo.lock"));
     let mut names = Vec::new();

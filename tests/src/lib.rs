@@ -1,5 +1,9 @@
 //! Test support shared by leash's integration tests and benchmarks: the
-//! built plugin components (see `build.rs`) and small helpers.
+//! built Rust plugin components (see `build.rs`), the Python and
+//! JavaScript example plugins ([`polyglot`], built on first use) and small
+//! helpers.
+
+pub mod polyglot;
 
 use std::path::PathBuf;
 

@@ -169,6 +169,13 @@ enum Command {
     /// ceilings.
     #[command(after_help = EXIT_CODES_HELP)]
     Diagnostics(commands::DiagnosticsArgs),
+    /// Create a plugin project in Rust, Python or JavaScript: source that
+    /// greets, logs, reports progress and honours cancellation, the WIT it
+    /// builds against, a README and a test.
+    ///
+    /// It writes into `./NAME` (or `--dir DIR/NAME`), which must not exist
+    /// or be empty, and prints the commands that build, run and test it.
+    New(commands::NewArgs),
 }
 
 /// What to run: a phase or an action, on some input.
@@ -499,6 +506,7 @@ pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Plugins(command) => commands::plugins(command).await,
         Command::Plan(command) => commands::plan(command).await,
         Command::Diagnostics(args) => commands::diagnostics(args).await,
+        Command::New(args) => commands::new_plugin(args),
     }
 }
 

@@ -75,7 +75,10 @@ impl Sandbox {
             )));
         }
         let digest = Digest::of(bytes);
-        let component = match self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest)) {
+        let started = Instant::now();
+        let cached = self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest));
+        let from_cache = cached.is_some();
+        let component = match cached {
             Some(component) => component,
             None => {
                 let shape = shape::Shape::of(bytes).map_err(SandboxError::InvalidComponent)?;
@@ -98,7 +101,7 @@ impl Sandbox {
         };
         let pre = self.linker.instantiate_pre(&component).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
         let pre = bindings::PluginPre::new(pre).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
-        Ok(Plugin { digest, pre })
+        Ok(Plugin { digest, pre, loaded: Loaded { duration: started.elapsed(), from_cache } })
     }
 
     /// [`Sandbox::load`] on a blocking thread, at most

@@ -161,6 +161,7 @@ fn one_line(err: &wasmtime::Error) -> String {
 pub struct Plugin {
     digest: Digest,
     pre: bindings::PluginPre<HostState>,
+    loaded: Loaded,
 }
 
 impl Plugin {
@@ -168,11 +169,25 @@ impl Plugin {
     pub fn digest(&self) -> Digest {
         self.digest
     }
+
+    /// How this plugin was made ready: compiled, or read from the cache.
+    pub fn loaded(&self) -> Loaded {
+        self.loaded
+    }
+}
+
+/// How [`Sandbox::load`] made a plugin ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loaded {
+    /// Validating, compiling (or reading the compile cache) and linking.
+    pub duration: Duration,
+    /// Whether the compiled code came from the on-disk compile cache.
+    pub from_cache: bool,
 }
 
 impl fmt::Debug for Plugin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Plugin").field("digest", &self.digest).finish_non_exhaustive()
+        f.debug_struct("Plugin").field("digest", &self.digest).field("loaded", &self.loaded).finish_non_exhaustive()
     }
 }
 
@@ -229,5 +244,13 @@ mod tests {
         let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:9:9:\nboom\nnote: run with RUST_BACKTRACE\n";
         assert_eq!(panic_message(stderr).unwrap(), "thread '<unnamed>' panicked at src/lib.rs:9:9: boom");
         assert_eq!(panic_message("nothing here"), None);
+    }
+
+    #[test]
+    fn a_python_exception_is_found_in_stderr() {
+        let stderr = "Traceback (most recent call last):\n  File \"app.py\", line 9, in handle\n    raise ValueError(\"boom\")\n\
+                      ValueError: boom\n\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\n\
+                      Python function threw an unexpected exception\n";
+        assert_eq!(panic_message(stderr).unwrap(), "Python ValueError: boom");
     }
 }

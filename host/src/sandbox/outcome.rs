@@ -215,17 +215,24 @@ pub(super) fn classify_error(
             let refused = state.limiter.refused_memory;
             // Only a panic printed after the last refusal explains this trap.
             let since = refused.map_or(0, |r| r.stderr_offset);
-            let panic = panic_message(&stderr.lossy_text_from(since));
+            let said = stderr.lossy_text_from(since);
+            let panic = panic_message(&said);
             match (refused, panic) {
                 // A Rust guest whose allocation fails aborts with `unreachable`
-                // and no panic: that is the refused growth, not a bug.
-                (Some(r), None) if trap == Trap::UnreachableCodeReached => failure(
-                    ErrorKind::MemoryLimit,
-                    format!(
-                        "MemoryLimit: the job asked for {} bytes of memory, over its limit of {}",
-                        r.wanted_bytes, limits.memory_bytes
-                    ),
-                ),
+                // and no panic: that is the refused growth, not a bug. So is
+                // an interpreter's out-of-memory error that nothing caught
+                // (Python's `MemoryError`) after the refusal.
+                (Some(r), panic)
+                    if trap == Trap::UnreachableCodeReached && (panic.is_none() || reports_out_of_memory(&said)) =>
+                {
+                    failure(
+                        ErrorKind::MemoryLimit,
+                        format!(
+                            "MemoryLimit: the job asked for {} bytes of memory, over its limit of {}",
+                            r.wanted_bytes, limits.memory_bytes
+                        ),
+                    )
+                }
                 (refused, panic) => {
                     let mut message = format!("Trap: {trap}");
                     if let Some(panic) = panic {
@@ -312,12 +319,35 @@ pub(super) fn root_line(error: &wasmtime::Error) -> String {
     cut_text(line.to_owned(), MAX_ERROR_MESSAGE_BYTES)
 }
 
-/// The panic line a Rust guest prints to stderr before it aborts.
+/// Whether a guest's stderr reports that it ran out of memory: an
+/// uncaught Python `MemoryError` (componentize-py prints the exception's
+/// type before it aborts).
+fn reports_out_of_memory(stderr: &str) -> bool {
+    stderr.lines().any(|line| {
+        let line = line.trim();
+        line == "MemoryError" || line.starts_with("MemoryError:") || line.ends_with("type name: MemoryError")
+    })
+}
+
+/// Why a guest says it crashed: the panic line a Rust guest prints to
+/// stderr before it aborts, or a Python guest's uncaught exception.
 pub(super) fn panic_message(stderr: &str) -> Option<String> {
+    if let Some(exception) = python_exception(stderr) {
+        return Some(exception);
+    }
     let mut lines = stderr.lines().skip_while(|l| !l.contains("panicked at"));
     let header = lines.next()?.trim();
     let detail = lines.next().map(str::trim).unwrap_or_default();
     Some(if detail.is_empty() { header.to_owned() } else { format!("{header} {detail}") })
+}
+
+/// The last line of the last Python traceback on stderr (`ValueError:
+/// boom`): what a componentize-py guest's uncaught exception was. Its
+/// runtime then panics with a message that names no exception.
+fn python_exception(stderr: &str) -> Option<String> {
+    let (_, after) = stderr.rsplit_once("Traceback (most recent call last):")?;
+    let line = after.lines().skip(1).find(|l| !l.is_empty() && !l.starts_with(char::is_whitespace))?;
+    Some(format!("Python {}", line.trim()))
 }
 
 /// The guest's frames, innermost first, demangled; deep stacks are cut to

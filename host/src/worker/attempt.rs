@@ -2,13 +2,28 @@
 //! guest while the lease is renewed and progress is written, and record the
 //! outcome (a finish, a retry or a release), fenced by the lease token.
 
+use std::time::Instant;
+
 use super::*;
+use crate::sandbox::LogRecord;
 
 impl Pool {
-    async fn plugin(&self, digest: Digest) -> Result<Plugin, HostFailure> {
-        if let Some(plugin) = self.plugins.lock().unwrap_or_else(|e| e.into_inner()).get(&digest) {
-            return Ok(plugin.clone());
+    /// The job's plugin, and when this job had to wait for it (the first
+    /// jobs of a digest in this process), how long and what it waited for.
+    async fn plugin(&self, digest: Digest) -> Result<(Plugin, Option<LogRecord>), HostFailure> {
+        let cell = self.plugins.lock().unwrap_or_else(|e| e.into_inner()).entry(digest).or_default().clone();
+        if let Some(plugin) = cell.get() {
+            return Ok((plugin.clone(), None));
         }
+        let started = Instant::now();
+        // Concurrent first jobs share one compile; a failed one leaves the
+        // cell empty, so the next job tries again.
+        let plugin = cell.get_or_try_init(|| self.compile(digest)).await?.clone();
+        let record = compile_wait_record(&plugin, started.elapsed());
+        Ok((plugin, Some(record)))
+    }
+
+    async fn compile(&self, digest: Digest) -> Result<Plugin, HostFailure> {
         let bytes = self
             .store
             .plugin_get(digest)
@@ -22,13 +37,10 @@ impl Pool {
             .ok_or_else(|| {
                 HostFailure::new(ErrorKind::HostError, format!("HostError: plugin {digest} is not in the store"))
             })?;
-        let plugin = self
-            .sandbox
+        self.sandbox
             .compile(Arc::new(bytes))
             .await
-            .map_err(|e| HostFailure::new(ErrorKind::HostError, format!("HostError: plugin {digest}: {e}")))?;
-        self.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, plugin.clone());
-        Ok(plugin)
+            .map_err(|e| HostFailure::new(ErrorKind::HostError, format!("HostError: plugin {digest}: {e}")))
     }
 
     /// Run one claimed job to its recorded end. Returns the slot's next
@@ -56,7 +68,7 @@ impl Pool {
         let (may_retry, backoff, deadline) = (spent < job.max_attempts, job.backoff, job.deadline_at);
         let outcome = match self.plugin(job.plugin).await {
             Err(failure) => Err(failure),
-            Ok(plugin) => {
+            Ok((plugin, waited)) => {
                 let mut request = RunRequest {
                     job_id: id.to_string(),
                     target: job.target.clone(),
@@ -99,7 +111,7 @@ impl Pool {
                             let progress = Arc::new(ProgressWatch::default());
                             let run = self.run_guest(plugin, request, stop.clone(), progress.clone());
                             tokio::select! {
-                                outcome = run => Ok(outcome),
+                                outcome = run => Ok(with_first_record(outcome, waited)),
                                 _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
                                 _ = self.write_progress(&progress, id, &token) => unreachable!("never returns"),
                             }
@@ -404,6 +416,35 @@ fn retry_for(outcome: &Result<Outcome, HostFailure>) -> Option<(ErrorKind, Strin
         Ok(o) => o.result.as_ref().err().filter(|f| f.retryable).map(|f| (f.kind, f.message.clone())),
         Err(_) => None,
     }
+}
+
+/// What a job that waited for its plugin (one of the first of a digest in
+/// this process) finds first in its log: leash's own words, with the wait
+/// in `leash.compile_ms` and whether the compile cache had it in
+/// `leash.compile_cached`. Later jobs of the digest start at once.
+fn compile_wait_record(plugin: &Plugin, waited: Duration) -> LogRecord {
+    let from_cache = plugin.loaded().from_cache;
+    let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+    let how = if from_cache { "load from the compile cache" } else { "compile" };
+    tracing::info!(wait_ms = ms, from_cache, "plugin ready");
+    LogRecord {
+        level: LogLevel::Info,
+        message: format!(
+            "leash: this job waited {ms} ms for its plugin to {how} (the first jobs of a plugin in a process do)"
+        ),
+        fields: vec![
+            ("leash.compile_ms".into(), ms.to_string()),
+            ("leash.compile_cached".into(), from_cache.to_string()),
+        ],
+        elapsed_ms: 0,
+    }
+}
+
+fn with_first_record(mut outcome: Outcome, record: Option<LogRecord>) -> Outcome {
+    if let Some(record) = record {
+        outcome.logs.insert(0, record);
+    }
+    outcome
 }
 
 /// What an attempt logged, as the store keeps it (`None` when it was

@@ -163,7 +163,9 @@ pub(crate) struct Pool {
     pub(crate) completions: broadcast::Sender<Completion>,
     pub(crate) metrics: Arc<Metrics>,
     running: Mutex<HashMap<JobId, RunningJob>>,
-    plugins: Mutex<HashMap<Digest, Plugin>>,
+    /// Each digest's plugin, compiled once per process: a job that finds
+    /// its plugin being compiled waits for that compile, not a second one.
+    plugins: Mutex<HashMap<Digest, Arc<tokio::sync::OnceCell<Plugin>>>>,
     subscribers: Mutex<Vec<Arc<Subscriber>>>,
     start_subscribers: Mutex<Vec<Arc<StartSubscriber>>>,
     shutting_down: AtomicBool,

@@ -137,8 +137,29 @@ pub(crate) async fn sqlite() -> Option<Fresh> {
 
 pub(crate) fn sqlite_with(durability: Durability) -> Fresh {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("jobs.db"), durability).unwrap();
+    let file = dir.path().join("jobs.db");
+    std::fs::copy(migrated_sqlite_file(), &file).unwrap();
+    let store = SqliteStore::open(&file, durability).unwrap();
     Fresh::new(Arc::new(store), dir)
+}
+
+/// An empty store's file, migrated once per test process and closed: a
+/// copy opens as a fresh store without running every migration again
+/// (which is most of what a fresh store costs, and the lease model opens
+/// thousands). Migrating itself is tested where the migrations are.
+fn migrated_sqlite_file() -> &'static std::path::Path {
+    static FILE: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> = std::sync::OnceLock::new();
+    &FILE
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("template.db");
+            drop(SqliteStore::open(&file, Durability::Normal).unwrap());
+            // Closing the last connection checkpointed the log into the file.
+            let wal = dir.path().join("template.db-wal");
+            assert!(std::fs::metadata(&wal).map_or(true, |m| m.len() == 0), "the template's log was not checkpointed");
+            (dir, file)
+        })
+        .1
 }
 
 /// A new schema in the test PostgreSQL (`None`: skipped, and said why).

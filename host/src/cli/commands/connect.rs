@@ -74,7 +74,11 @@ pub(super) async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliEr
             ..SandboxConfig::default()
         })
     } else {
-        builder.without_workers()
+        // `plugins add` compiles what it registers: into the cache the
+        // workers on this machine read, so their first job does not wait.
+        builder
+            .sandbox(SandboxConfig { cache_dir: super::worker::default_cache_dir(), ..SandboxConfig::default() })
+            .without_workers()
     };
     let runtime = builder.build().await.map_err(|e| match e {
         crate::runtime::RuntimeError::InvalidJob(message) => {

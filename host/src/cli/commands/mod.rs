@@ -2,11 +2,13 @@
 //! `serve` run a pool until a signal. The operator commands — `submit`,
 //! `jobs`, `plugins`, `plan` and `diagnostics` — each speak the HTTP API, to a
 //! server (`--server`) or to an in-process router on a local database, so
-//! both behave alike.
+//! both behave alike. `new` writes a plugin project and touches nothing
+//! else.
 
 mod connect;
 mod diagnostics;
 mod jobs;
+mod new;
 mod plan;
 mod plugins;
 mod run;
@@ -18,6 +20,7 @@ use connect::{new_table, print_json, print_table, text, with_client};
 pub(super) use diagnostics::diagnostics;
 pub(super) use jobs::jobs;
 use jobs::{short_digest, url_encode};
+pub(super) use new::{NewArgs, new_plugin};
 pub(super) use plan::plan;
 pub(super) use plugins::plugins;
 pub(super) use run::run_once;

@@ -3,6 +3,7 @@
 
 use super::worker::default_cache_dir;
 use crate::cli::*;
+use crate::sandbox::Loaded;
 
 /// Prints guest logs to stderr as they arrive.
 struct StderrLogs;
@@ -64,6 +65,11 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
 
     let stop = StopHandle::new();
     let interrupts = tokio::spawn(stop_on_interrupt(stop.clone(), interrupt_signal()?));
+    let loaded = plugin.loaded();
+    if !args.json {
+        let how = if loaded.from_cache { "loaded from the compile cache" } else { "compiled" };
+        say!("leash: {how} {} in {:.1} ms", args.component.display(), loaded.duration.as_secs_f64() * 1000.0);
+    }
     say!("leash: running {} ({})", args.component.display(), plugin.digest());
     let limits = RunLimits {
         timeout: args.timeout,
@@ -79,7 +85,7 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
     let observer: Arc<dyn RunObserver> = if args.json { Arc::new(sandbox::NoObserver) } else { Arc::new(StderrLogs) };
     let outcome = sandbox.run(&plugin, request, &stop, observer).await;
     interrupts.abort();
-    report(&outcome, args.json)?;
+    report(&outcome, loaded, args.json)?;
     Ok(outcome.error_kind().map_or(ExitStatus::Success, ExitStatus::for_kind))
 }
 
@@ -121,6 +127,11 @@ struct RunReport<'a> {
     output_base64: Option<String>,
     fuel_used: u64,
     peak_memory_bytes: u64,
+    /// Making the component ready before the run: compiling it, or reading
+    /// it from the compile cache (`compile_cached`).
+    compile_ms: f64,
+    compile_cached: bool,
+    /// The run itself, instantiation included.
     duration_ms: f64,
     http_requests: u64,
     http_denied: u64,
@@ -142,7 +153,7 @@ fn status_name(outcome: &Outcome) -> &'static str {
     }
 }
 
-fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
+fn report(outcome: &Outcome, loaded: Loaded, json: bool) -> Result<(), CliError> {
     let write_err = |e: std::io::Error| CliError::internal(format!("cannot write to stdout: {e}"));
     let failure = outcome.result.as_ref().err();
     if json {
@@ -160,6 +171,8 @@ fn report(outcome: &Outcome, json: bool) -> Result<(), CliError> {
                 .map(|o| base64::engine::general_purpose::STANDARD.encode(o)),
             fuel_used: outcome.usage.fuel_used,
             peak_memory_bytes: outcome.usage.peak_memory_bytes,
+            compile_ms: loaded.duration.as_secs_f64() * 1000.0,
+            compile_cached: loaded.from_cache,
             duration_ms: outcome.usage.duration.as_secs_f64() * 1000.0,
             http_requests: outcome.usage.http_requests,
             http_denied: outcome.usage.http_denied,

@@ -120,7 +120,11 @@ pub(in crate::cli) async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, C
     Ok(ExitStatus::Success)
 }
 
+/// `LEASH_CACHE_DIR`, else `$XDG_CACHE_HOME/leash`, else `~/.cache/leash`.
 pub(in crate::cli) fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("LEASH_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;

@@ -44,7 +44,7 @@ use std::fmt;
 #[allow(clippy::too_many_arguments, reason = "generated code: one parameter per lowered WIT value")]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "../../wit",
         world: "leash:plugin/plugin",
         pub_export_macro: true,
         export_macro_name: "export_world",

@@ -1,0 +1,211 @@
+//! Python and JavaScript guests (`plugins/python`, `plugins/js`), built
+//! from source with the pinned componentize-py and componentize-js (see
+//! `leash_tests::polyglot`): through `leash run`, as durable jobs, and
+//! against every limit a Rust guest meets. Where a tool is missing each
+//! test says it was skipped; CI installs both and makes them mandatory.
+
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use leash::job::{ErrorKind, JobStatus, Target};
+use leash::runtime::{PluginSource, Runtime, Submit};
+use leash::sandbox::{NoObserver, Outcome, Plugin, RunLimits, Sandbox, SandboxConfig, StopHandle, StopMode};
+use leash_tests::polyglot::{self, Lang};
+
+use crate::support::{GENEROUS, ProgressTap, cache_dir, limits, output_json, request, sandbox_config};
+
+/// One sandbox for these tests: its one compile at a time, with the shared
+/// compile cache, means concurrent tests compile each guest once.
+fn shared_sandbox() -> Arc<Sandbox> {
+    static SANDBOX: OnceLock<Arc<Sandbox>> = OnceLock::new();
+    SANDBOX.get_or_init(|| Arc::new(Sandbox::new(sandbox_config()).expect("sandbox"))).clone()
+}
+
+/// The built example, loaded; `None` when the test is skipped.
+async fn load(lang: Lang, name: &'static str) -> Option<Plugin> {
+    let bytes = tokio::task::spawn_blocking(move || polyglot::guest_bytes(lang, name)).await.unwrap()?;
+    let sandbox = shared_sandbox();
+    Some(sandbox.compile(Arc::new(bytes)).await.unwrap_or_else(|e| panic!("loading {lang:?} {name}: {e}")))
+}
+
+async fn run(plugin: &Plugin, input: &str, limits: RunLimits) -> Outcome {
+    shared_sandbox().run(plugin, request(input.as_bytes(), limits), &StopHandle::new(), Arc::new(NoObserver)).await
+}
+
+fn kind(outcome: &Outcome) -> Option<ErrorKind> {
+    outcome.result.as_ref().err().map(|f| f.kind)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_greets_logs_and_reports_progress_in_every_language() {
+    for lang in Lang::ALL {
+        let Some(plugin) = load(lang, "hello").await else { return };
+        let (tap, mut progress) = ProgressTap::new();
+        let outcome =
+            shared_sandbox().run(&plugin, request(br#"{"name":"Ada"}"#, limits()), &StopHandle::new(), tap).await;
+        let output = output_json(&outcome);
+        assert_eq!(output["greeting"], "Hello, Ada!", "{lang:?}");
+        assert_eq!((output["target"].as_str(), output["attempt"].as_u64()), (Some("execute"), Some(1)), "{lang:?}");
+        let log = outcome.logs.iter().find(|r| r.message == "greeting Ada").unwrap_or_else(|| panic!("{lang:?}"));
+        assert_eq!(log.fields, [("language".to_owned(), lang.name().to_owned())]);
+        let reported = progress.recv().await.unwrap();
+        assert_eq!((reported.done, reported.total, reported.note.as_str()), (1, 1, "greeted"), "{lang:?}");
+
+        let blank = run(&plugin, r#"{"name":" "}"#, limits()).await;
+        assert_eq!(kind(&blank), Some(ErrorKind::InvalidInput), "{lang:?}");
+        let not_json = run(&plugin, "{", limits()).await;
+        let failure = not_json.result.unwrap_err();
+        assert_eq!(failure.kind, ErrorKind::InvalidInput, "{lang:?}");
+        assert!(failure.message.contains("not valid JSON"), "{lang:?}: {}", failure.message);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_returns_every_byte_unchanged_in_every_language() {
+    let input: Vec<u8> = (0..=255u8).chain([0, 0xff, b'\n']).collect();
+    for lang in Lang::ALL {
+        let Some(plugin) = load(lang, "echo").await else { return };
+        let outcome =
+            shared_sandbox().run(&plugin, request(&input, limits()), &StopHandle::new(), Arc::new(NoObserver)).await;
+        assert_eq!(outcome.result.as_deref().ok(), Some(input.as_slice()), "{lang:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_that_never_ends_is_stopped_by_its_timeout_in_every_language() {
+    for lang in Lang::ALL {
+        let Some(plugin) = load(lang, "loop").await else { return };
+        let outcome = run(&plugin, "{}", RunLimits { timeout: Duration::from_millis(1500), ..limits() }).await;
+        assert_eq!(kind(&outcome), Some(ErrorKind::Timeout), "{lang:?}: {:?}", outcome.result);
+        assert!(outcome.usage.duration < Duration::from_secs(10), "{lang:?}: {:?}", outcome.usage.duration);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_that_never_ends_runs_out_of_fuel_in_every_language() {
+    for lang in Lang::ALL {
+        let Some(plugin) = load(lang, "loop").await else { return };
+        let outcome = run(&plugin, "{}", RunLimits { fuel: Some(200_000_000), ..limits() }).await;
+        assert_eq!(kind(&outcome), Some(ErrorKind::OutOfFuel), "{lang:?}: {:?}", outcome.result);
+        assert_eq!(outcome.usage.fuel_used, 200_000_000, "{lang:?}");
+        // The same loop with an end finishes within a budget.
+        let bounded = run(&plugin, r#"{"iterations": 1000}"#, RunLimits { fuel: Some(200_000_000), ..limits() }).await;
+        assert_eq!(output_json(&bounded)["iterations"], 1000, "{lang:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocation_loop_is_stopped_by_its_memory_limit_in_every_language() {
+    for lang in Lang::ALL {
+        let Some(plugin) = load(lang, "loop").await else { return };
+        let memory_bytes = 48 << 20;
+        let outcome = run(&plugin, r#"{"grow_kib": 1024}"#, RunLimits { memory_bytes, ..limits() }).await;
+        assert_eq!(kind(&outcome), Some(ErrorKind::MemoryLimit), "{lang:?}: {:?}", outcome.result);
+        assert!(outcome.usage.peak_memory_bytes <= memory_bytes, "{lang:?}: {}", outcome.usage.peak_memory_bytes);
+        // Below the limit the same growth succeeds.
+        let some = run(&plugin, r#"{"grow_kib": 1024, "iterations": 4}"#, RunLimits { memory_bytes, ..limits() }).await;
+        assert_eq!(output_json(&some)["iterations"], 4, "{lang:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cooperative_loop_stops_when_cancelled_in_every_language() {
+    for lang in Lang::ALL {
+        let Some(plugin) = load(lang, "loop").await else { return };
+        let (tap, mut progress) = ProgressTap::new();
+        let stop = StopHandle::new();
+        // A grace longer than the test's bound: only the guest's own
+        // return can end this run in time.
+        let limits = RunLimits { cancel_grace: GENEROUS * 2, ..limits() };
+        let sandbox = shared_sandbox();
+        let running = tokio::spawn({
+            let (plugin, stop) = (plugin.clone(), stop.clone());
+            async move { sandbox.run(&plugin, request(br#"{"cooperative": true}"#, limits), &stop, tap).await }
+        });
+        let first = progress.recv().await.unwrap();
+        assert_eq!((first.done, first.note.as_str()), (1000, "looping"), "{lang:?}");
+        stop.request();
+        let outcome = tokio::time::timeout(GENEROUS, running).await.expect("the guest returned").unwrap();
+        let failure = outcome.result.as_ref().unwrap_err();
+        assert_eq!((failure.kind, failure.stopped), (ErrorKind::Cancelled, Some(StopMode::Cooperative)), "{lang:?}");
+        assert!(outcome.logs.iter().any(|r| r.message.starts_with("stopping cleanly")), "{lang:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_runs_as_a_durable_job_in_every_language_and_its_first_job_says_it_waited() {
+    for lang in Lang::ALL {
+        let Some(bytes) = tokio::task::spawn_blocking(move || polyglot::guest_bytes(lang, "hello")).await.unwrap()
+        else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = Runtime::builder(dir.path().join("jobs.db"))
+            .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
+            .poll_interval(Duration::from_millis(50))
+            .build()
+            .await
+            .unwrap();
+        let digest = runtime.plugin_add(bytes).await.unwrap();
+        let submit = || Submit::new(PluginSource::Digest(digest), Target::Execute, br#"{"name":"Ada"}"#.to_vec());
+        let first = runtime.submit(submit()).await.unwrap();
+        let done = runtime.wait(first, GENEROUS).await.unwrap();
+        assert_eq!(done.status, JobStatus::Succeeded, "{lang:?}: {:?}", done.error_message);
+        let output: serde_json::Value = serde_json::from_slice(done.output.as_deref().unwrap()).unwrap();
+        assert_eq!(output["greeting"], "Hello, Ada!", "{lang:?}");
+        let progress = done.progress.expect("the job's last progress is kept");
+        assert_eq!((progress.done, progress.total, progress.note.as_str()), (1, 1, "greeted"), "{lang:?}");
+        let logs = runtime.logs(first).await.unwrap();
+        assert!(logs.records.iter().any(|r| r.message == "greeting Ada"), "{lang:?}: {:?}", logs.records);
+        let wait = &logs.records[0];
+        assert!(wait.message.starts_with("leash: this job waited"), "{lang:?}: {wait:?}");
+        assert!(wait.fields.iter().any(|(k, v)| k == "leash.compile_ms" && v.parse::<u64>().is_ok()), "{wait:?}");
+
+        // The plugin is ready now: the next job neither waits nor says so.
+        let second = runtime.submit(submit()).await.unwrap();
+        assert_eq!(runtime.wait(second, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
+        let logs = runtime.logs(second).await.unwrap();
+        assert!(!logs.records.iter().any(|r| r.message.starts_with("leash:")), "{lang:?}: {:?}", logs.records);
+        runtime.shutdown().await;
+    }
+}
+
+#[test]
+fn leash_run_shows_compilation_apart_from_the_run_in_every_language() {
+    for lang in Lang::ALL {
+        let Some(wasm) = polyglot::guest(lang, "hello") else { return };
+        let cache = tempfile::tempdir().unwrap();
+        let run = || {
+            let output = Command::new(env!("CARGO_BIN_EXE_leash"))
+                .args(["run", "--json", "--input", "-"])
+                .arg("--cache-dir")
+                .arg(cache.path())
+                .arg(&wasm)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .and_then(|mut child| {
+                    use std::io::Write;
+                    child.stdin.take().unwrap().write_all(br#"{"name":"Ada"}"#)?;
+                    child.wait_with_output()
+                })
+                .unwrap();
+            assert!(output.status.success(), "{lang:?}: {}", String::from_utf8_lossy(&output.stderr));
+            serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+        };
+        let cold = run();
+        assert_eq!(cold["status"], "succeeded", "{lang:?}");
+        let greeting: serde_json::Value = serde_json::from_str(cold["output"].as_str().unwrap()).unwrap();
+        assert_eq!(greeting["greeting"], "Hello, Ada!");
+        assert!(cold["logs"].as_array().unwrap().iter().any(|r| r["message"] == "greeting Ada"), "{cold}");
+        assert_eq!(cold["compile_cached"], false, "{lang:?}");
+        let warm = run();
+        assert_eq!(warm["compile_cached"], true, "{lang:?}");
+        let (cold_ms, warm_ms) = (cold["compile_ms"].as_f64().unwrap(), warm["compile_ms"].as_f64().unwrap());
+        // Compiling an interpreter takes seconds; reading it back, milliseconds.
+        assert!(warm_ms < cold_ms, "{lang:?}: cached {warm_ms} ms, compiled {cold_ms} ms");
+        assert!(cold["duration_ms"].as_f64().unwrap() < cold_ms, "{lang:?}: the run is counted apart: {cold}");
+    }
+}
