@@ -1,17 +1,42 @@
 #!/usr/bin/env bash
-# The README's test command again, with every core kept busy by a
-# background spin loop (one per core): tests must not depend on an idle
-# machine. Usage: bash tests/loaded.sh [extra cargo test args]
+# The README's test command again, with every core kept busy: tests must
+# not depend on an idle machine. The load is a spin loop per core; with
+# LEASH_LOAD_WITH="COMMAND" it is that command (a build, say: CI's fuzz
+# build) while it runs, and the spin loops from when it ends. A failing
+# COMMAND fails the run. Usage: bash tests/loaded.sh [extra cargo test args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cores=$(nproc)
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; }
+work="$(mktemp -d)"
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
+ended="$work/load-ended"
+if [[ -n "${LEASH_LOAD_WITH:-}" ]]; then
+    echo "loaded: running \`$LEASH_LOAD_WITH\` as the load; spin loops take over when it ends"
+    (
+        status=0
+        bash -c "$LEASH_LOAD_WITH" >"$work/load.log" 2>&1 || status=$?
+        echo "$status" >"$ended.tmp" && mv "$ended.tmp" "$ended"
+    ) &
+    load=$!
+else
+    : >"$ended"
+fi
 for _ in $(seq "$cores"); do
-    sh -c 'while :; do :; done' &
+    sh -c 'while [ ! -e "$1" ]; do sleep 0.2; done; while :; do :; done' _ "$ended" &
     pids+=($!)
 done
-echo "loaded: $cores spin loops running; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "loaded: $cores spin loops ready; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo test --workspace --locked "$@"
-echo "loaded: done; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "loaded: tests done; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ -n "${LEASH_LOAD_WITH:-}" ]]; then
+    wait "$load"
+    status="$(cat "$ended")"
+    tail -n 5 "$work/load.log"
+    if [[ "$status" != 0 ]]; then
+        tail -n 60 "$work/load.log"
+        echo "loaded: \`$LEASH_LOAD_WITH\` failed with status $status"
+        exit "$status"
+    fi
+fi
