@@ -148,6 +148,38 @@ async fn commands_work_on_a_local_database_without_a_server() {
     assert_eq!(mode & 0o077, 0, "the database is private to its owner");
 }
 
+/// `plugins add` on a local database compiles what it registers into the
+/// compile cache the workers on the machine read: a worker's first job of
+/// it loads the compiled code (and says so in its log), never compiles.
+#[test]
+fn plugins_add_compiles_into_the_cache_the_workers_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, cache) = (dir.path().join("local.db"), dir.path().join("cache"));
+    let local =
+        |args: &[&str]| leash_bin().args(args).arg("--db").arg(&db).env("LEASH_CACHE_DIR", &cache).output().unwrap();
+    let hello = leash_tests::plugin_path("hello");
+    assert!(local(&["plugins", "add", hello.to_str().unwrap(), "--name", "greeter"]).status.success());
+    let entries: Vec<_> = walkdir(&cache).into_iter().filter(|p| p.extension().is_some_and(|e| e == "cwasm")).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+
+    let done = json(&local(&["submit", "greeter", "--work", "--wait", "30s", "--json"]));
+    assert_eq!(done["job"]["status"], "succeeded");
+    let id = done["job"]["id"].as_str().unwrap();
+    let logs = json(&local(&["jobs", "logs", id, "--json"]));
+    let first = &logs["records"][0];
+    assert!(first["message"].as_str().unwrap().contains("to load from the compile cache"), "{logs}");
+    assert!(first["fields"].as_array().unwrap().iter().any(|f| f[0] == "leash.compile_cached" && f[1] == "true"));
+}
+
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() { found.extend(walkdir(&path)) } else { found.push(path) }
+    }
+    found
+}
+
 /// Seed 000: the job timeout and attempts are server-side defaults, read
 /// from the same variables by `serve`, `worker` and a local submit; and a
 /// submit can delay its job.

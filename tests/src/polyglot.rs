@@ -6,7 +6,8 @@
 //! The tools are not cargo's: componentize-py 0.25 from PyPI
 //! (`guest-sdk/python/requirements.txt`) and componentize-js 0.23 from npm
 //! (`guest-sdk/js/package.json`, installed with `npm ci --prefix
-//! guest-sdk/js`). Where one is missing, [`guest`] says the test is skipped
+//! guest-sdk/js`; it also pins `@bytecodealliance/preview2-shim`, which
+//! componentize-js 0.23 imports without declaring it). Where one is missing, [`guest`] says the test is skipped
 //! and why; with `CI` or `LEASH_TEST_POLYGLOT` set it fails instead, so CI
 //! (whose `.ci/run` installs both) never skips them.
 

@@ -321,19 +321,28 @@ pub(super) fn root_line(error: &wasmtime::Error) -> String {
 
 /// Whether a guest's stderr reports that it ran out of memory: an
 /// uncaught Python `MemoryError` (componentize-py prints the exception's
-/// type before it aborts).
+/// type before it aborts), or SpiderMonkey's `out of memory` as leash's
+/// JavaScript helper prints it.
 fn reports_out_of_memory(stderr: &str) -> bool {
     stderr.lines().any(|line| {
         let line = line.trim();
-        line == "MemoryError" || line.starts_with("MemoryError:") || line.ends_with("type name: MemoryError")
+        line == "MemoryError"
+            || line.starts_with("MemoryError:")
+            || line.ends_with("type name: MemoryError")
+            || line == "uncaught out of memory"
     })
 }
 
 /// Why a guest says it crashed: the panic line a Rust guest prints to
-/// stderr before it aborts, or a Python guest's uncaught exception.
+/// stderr before it aborts, a Python guest's uncaught exception, or the
+/// `uncaught …` line leash's JavaScript helper prints.
 pub(super) fn panic_message(stderr: &str) -> Option<String> {
     if let Some(exception) = python_exception(stderr) {
         return Some(exception);
+    }
+    // What leash's JavaScript helper prints of an error nothing caught.
+    if let Some(line) = stderr.lines().rev().find(|l| l.starts_with("uncaught ")) {
+        return Some(format!("JavaScript {}", line.trim_end()));
     }
     let mut lines = stderr.lines().skip_while(|l| !l.contains("panicked at"));
     let header = lines.next()?.trim();

@@ -66,9 +66,11 @@ impl Pool {
         watch.confirmed_at_ms.store(claimed_ms, Ordering::SeqCst);
         let spent = job.lost_leases + job.retries + 1;
         let (may_retry, backoff, deadline) = (spent < job.max_attempts, job.backoff, job.deadline_at);
-        let outcome = match self.plugin(job.plugin).await {
+        let mut compile_wait = None;
+        let mut outcome = match self.plugin(job.plugin).await {
             Err(failure) => Err(failure),
             Ok((plugin, waited)) => {
+                compile_wait = waited;
                 let mut request = RunRequest {
                     job_id: id.to_string(),
                     target: job.target.clone(),
@@ -111,7 +113,7 @@ impl Pool {
                             let progress = Arc::new(ProgressWatch::default());
                             let run = self.run_guest(plugin, request, stop.clone(), progress.clone());
                             tokio::select! {
-                                outcome = run => Ok(with_first_record(outcome, waited)),
+                                outcome = run => Ok(outcome),
                                 _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
                                 _ = self.write_progress(&progress, id, &token) => unreachable!("never returns"),
                             }
@@ -128,9 +130,14 @@ impl Pool {
 
         let user_cancel = cancelled.load(Ordering::SeqCst) || watch.cancel_requested.load(Ordering::SeqCst);
         let mut next = None;
-        if let Ok(o) = &outcome {
+        if let Ok(o) = &mut outcome {
             self.forward_guest_logs(o);
             self.metrics.http(o.usage.http_requests, o.usage.http_denied);
+            // leash's own words, kept with the job but not forwarded as the
+            // guest's.
+            if let Some(record) = compile_wait {
+                o.logs.insert(0, record);
+            }
         }
         // Released: a guest stopped for shutdown, at once; or, after a
         // backoff pause, a job whose guest never started because of a
@@ -438,13 +445,6 @@ fn compile_wait_record(plugin: &Plugin, waited: Duration) -> LogRecord {
         ],
         elapsed_ms: 0,
     }
-}
-
-fn with_first_record(mut outcome: Outcome, record: Option<LogRecord>) -> Outcome {
-    if let Some(record) = record {
-        outcome.logs.insert(0, record);
-    }
-    outcome
 }
 
 /// What an attempt logged, as the store keeps it (`None` when it was

@@ -5,6 +5,7 @@
 //   {"cooperative": true}  report progress every 1,000 iterations and return
 //                          as soon as the host says stop
 //   {"grow_kib": K}        keep K KiB more memory alive every iteration
+//   {"crash": true}        throw an error the plugin does not expect
 // Output on completion: {"iterations": N, "checksum": C}. Told to stop while
 // cooperative, it fails with "stopped after N iterations".
 
@@ -12,6 +13,9 @@ import * as leash from './leash.js';
 
 export const run = leash.plugin((ctx, input) => {
   const args = leash.jsonInput(input, {});
+  if (args.crash) {
+    throw new TypeError('a crash the input asked for');
+  }
   const limit = args.iterations ?? null;
   const cooperative = Boolean(args.cooperative);
   const grow = Number(args.grow_kib ?? 0) * 1024;

@@ -5,6 +5,7 @@ Input (optional JSON):
   {"cooperative": true}  report progress every 1,000 iterations and return
                          as soon as the host says stop
   {"grow_kib": K}     keep K KiB more memory alive every iteration
+  {"crash": true}     raise an exception the plugin does not expect
 Output on completion: {"iterations": N, "checksum": C}. Told to stop while
 cooperative, it fails with "stopped after N iterations".
 """
@@ -15,6 +16,8 @@ import leash
 class WitWorld(leash.Plugin):
     def handle(self, ctx, input):
         args = leash.json_input(input, default={})
+        if args.get("crash"):
+            raise ValueError("a crash the input asked for")
         limit = args.get("iterations")
         cooperative = bool(args.get("cooperative", False))
         grow = int(args.get("grow_kib", 0)) * 1024
