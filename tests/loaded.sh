@@ -9,14 +9,23 @@ cd "$(dirname "$0")/.."
 cores=$(nproc)
 pids=()
 work="$(mktemp -d)"
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
+cleanup() {
+    kill "${pids[@]}" 2>/dev/null || true
+    # The load runs in a session of its own: end all of it (a build's
+    # compilers included) if the tests end first.
+    [[ -s "$work/load.pid" ]] && kill -- "-$(cat "$work/load.pid")" 2>/dev/null
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
 trap cleanup EXIT
 ended="$work/load-ended"
 if [[ -n "${LEASH_LOAD_WITH:-}" ]]; then
     echo "loaded: running \`$LEASH_LOAD_WITH\` as the load; spin loops take over when it ends"
     (
         status=0
-        bash -c "$LEASH_LOAD_WITH" >"$work/load.log" 2>&1 || status=$?
+        setsid --wait bash -c 'echo $$ >"$0"; exec bash -c "$1"' "$work/load.pid" "$LEASH_LOAD_WITH" \
+            >"$work/load.log" 2>&1 || status=$?
+        rm -f "$work/load.pid"
         echo "$status" >"$ended.tmp" && mv "$ended.tmp" "$ended"
     ) &
     load=$!

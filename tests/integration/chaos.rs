@@ -50,6 +50,9 @@ use crate::server::leash_bin;
 const TOKEN: &str = "chaos-token-0123456789abcdef";
 const LEASE_TTL: Duration = Duration::from_secs(1);
 const SLOTS_PER_PROCESS: &str = "4";
+/// How long start-up (the servers answering, the plugins registering) may
+/// take: CI runs this beside a release build on two cores.
+const STARTUP_PATIENCE: Duration = Duration::from_secs(120);
 
 /// Which store the processes share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,6 +257,13 @@ impl Proc {
         self.child = Some(child);
     }
 
+    /// The last `n` lines the process (all its starts) wrote to stderr.
+    pub(crate) fn stderr_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
     fn ready_lines(&self) -> usize {
         let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
         text.lines().filter(|l| l.contains(self.ready_line)).count()
@@ -263,7 +273,12 @@ impl Proc {
     /// before the handlers are installed would end it by default action).
     pub(crate) fn wait_ready(&self, deadline: Instant) {
         while self.ready_lines() <= self.ready_before {
-            assert!(Instant::now() < deadline, "{} never became ready", self.name);
+            assert!(
+                Instant::now() < deadline,
+                "{} never became ready; its stderr ends:\n{}",
+                self.name,
+                self.stderr_tail(20)
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -359,24 +374,53 @@ impl Harness {
         self.request_to(0, method, path)
     }
 
-    async fn wait_up(&self) {
+    /// Wait for every `serve` to answer; a loaded machine (CI builds
+    /// beside the tests) may take a while to start debug binaries.
+    async fn wait_up(&self, serves: &[Proc]) {
         let start = Instant::now();
-        for url in &self.urls {
+        for (url, serve) in self.urls.iter().zip(serves) {
             while !self.http.get(format!("{url}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
-                assert!(start.elapsed() < Duration::from_secs(60), "leash serve never came up at {url}");
+                assert!(
+                    start.elapsed() < STARTUP_PATIENCE,
+                    "{} never came up at {url}; its stderr ends:\n{}",
+                    serve.name,
+                    serve.stderr_tail(20)
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
     }
 
-    async fn add_plugin(&self, name: &str) {
-        let response = self
-            .request(reqwest::Method::POST, &format!("/v1/plugins?name={name}"))
-            .body(leash_tests::plugin_bytes(name))
-            .send()
-            .await
-            .expect("upload");
-        assert_eq!(response.status().as_u16(), 201, "upload {name}");
+    /// Register `name`, sending the upload again after a transport error
+    /// or a busy answer (an upload is idempotent: stored by digest).
+    async fn add_plugin(&self, name: &str, serve: &Proc) {
+        let start = Instant::now();
+        loop {
+            let sent = self
+                .request(reqwest::Method::POST, &format!("/v1/plugins?name={name}"))
+                .timeout(STARTUP_PATIENCE)
+                .body(leash_tests::plugin_bytes(name))
+                .send()
+                .await;
+            let problem = match sent {
+                Ok(response) if response.status().as_u16() == 201 => return,
+                Ok(response) if matches!(response.status().as_u16(), 429 | 503) => {
+                    format!("answered {}", response.status())
+                }
+                Ok(response) => {
+                    let status = response.status();
+                    panic!("upload {name}: {status}: {}", response.text().await.unwrap_or_default())
+                }
+                Err(e) => format!("failed: {e}"),
+            };
+            assert!(
+                start.elapsed() < STARTUP_PATIENCE,
+                "upload {name} {problem}; {}'s stderr ends:\n{}",
+                serve.name,
+                serve.stderr_tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Submit until the job exists exactly once. A request that may have
@@ -500,9 +544,9 @@ fn run(plan: Plan) {
         p.spawn();
     }
     rt.block_on(async {
-        harness.wait_up().await;
+        harness.wait_up(&procs[..serves]).await;
         for plugin in ["hello", "coop", "sleep", "fail"] {
-            harness.add_plugin(plugin).await;
+            harness.add_plugin(plugin, &procs[0]).await;
         }
     });
     for p in &mut procs[serves..] {
@@ -592,7 +636,7 @@ fn run(plan: Plan) {
             // A clean stop while jobs run: stop claiming, stop the guests,
             // release their jobs (or keep what returned in the grace), exit 0.
             let victim = rng.below(procs.len() as u64) as usize;
-            procs[victim].wait_ready(Instant::now() + Duration::from_secs(60));
+            procs[victim].wait_ready(Instant::now() + STARTUP_PATIENCE);
             procs[victim].signal("-TERM");
             let asked = Instant::now();
             let status = procs[victim].child.take().expect("running").wait().expect("wait");
@@ -616,7 +660,7 @@ fn run(plan: Plan) {
             // lock is held. The server is up: its submits answer 503. (Held
             // for two busy timeouts: a submit queued behind a write already
             // waiting for the lock fails in the second.)
-            procs[0].wait_ready(Instant::now() + Duration::from_secs(60));
+            procs[0].wait_ready(Instant::now() + STARTUP_PATIENCE);
             hold_write_lock(Path::new(&harness.db), Duration::from_secs(11));
             chaos.lock_holds += 1;
         }
@@ -661,7 +705,7 @@ fn run(plan: Plan) {
 
     // A clean stop: SIGTERM, exit 0.
     for p in &mut procs {
-        p.wait_ready(Instant::now() + Duration::from_secs(60));
+        p.wait_ready(Instant::now() + STARTUP_PATIENCE);
         p.signal("-TERM");
         let status = p.child.take().expect("running").wait().expect("wait");
         if !status.success() {
@@ -769,9 +813,7 @@ fn hold_write_lock(db: &Path, hold: Duration) {
 fn check_alive(procs: &mut [Proc], chaos: &mut Chaos) {
     for p in procs {
         if let Some(status) = p.exited_on_its_own() {
-            let text = std::fs::read_to_string(&p.stderr).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(5).collect();
-            chaos.crashes.push(format!("{} exited on its own: {status}; stderr ends {tail:?}", p.name));
+            chaos.crashes.push(format!("{} exited on its own: {status}; stderr ends:\n{}", p.name, p.stderr_tail(5)));
             p.spawn();
         }
     }
@@ -967,7 +1009,7 @@ pub(crate) fn stop_all(procs: &mut [Proc]) -> Vec<String> {
     for p in procs.iter_mut() {
         // One restarted just before the end may not handle signals yet: a
         // SIGTERM then would kill it rather than stop it.
-        p.wait_ready(Instant::now() + Duration::from_secs(60));
+        p.wait_ready(Instant::now() + STARTUP_PATIENCE);
         p.signal("-TERM");
         let status = p.child.take().expect("running").wait().expect("wait");
         if !status.success() {
