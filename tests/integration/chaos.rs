@@ -245,6 +245,10 @@ pub(crate) struct Proc {
 
 impl Proc {
     pub(crate) fn spawn(&mut self) {
+        // Counted before the start: a loaded machine can delay this thread
+        // past the new process's own ready line, which must not count as
+        // an earlier one.
+        self.ready_before = self.ready_lines();
         let log = File::options().create(true).append(true).open(&self.stderr).expect("stderr file");
         let child = leash_bin()
             .args(&self.args)
@@ -253,7 +257,6 @@ impl Proc {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("start a leash process");
-        self.ready_before = self.ready_lines();
         self.child = Some(child);
     }
 
