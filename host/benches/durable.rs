@@ -3,7 +3,9 @@
 //!
 //! Run with `cargo bench -p leash --bench durable` (`-- --quick` for a short
 //! run without the 1M backlog; `LEASH_BENCH_DRAIN_ONLY=1` runs only the
-//! durable drain, five times, for a profiler).
+//! durable drain, five times, for a profiler; `LEASH_BENCH_EVENTS_AB=1`
+//! runs only the store-only pass, alternately with and without the event
+//! triggers, three times each).
 //!
 //! 1. Raw sandbox: fresh store + instantiate + call of `echo`, same thread
 //!    count and concurrency as the pool.
@@ -107,6 +109,23 @@ async fn main() {
         backlog_sizes(n, &[1_000, size.parse().unwrap()]).await;
         return;
     }
+    if std::env::var_os("LEASH_BENCH_EVENTS_AB").is_some() {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            with.push(store_only(n, true).await);
+            without.push(store_only(n, false).await);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (with, without) = (median(&mut with), median(&mut without));
+        println!(
+            "\nevent triggers A/B, store only, median of 3: with {with:.0} jobs/s, without {without:.0} jobs/s: {:.2}x",
+            with / without
+        );
+        return;
+    }
     if std::env::var_os("LEASH_BENCH_DRAIN_ONLY").is_some() {
         // For profilers: only the durable drain, five times.
         let dir = tempfile::tempdir().unwrap();
@@ -145,20 +164,29 @@ async fn main() {
         }
     }
 
-    store_only(n).await;
+    store_only(n, true).await;
     if !quick {
         backlog(n).await;
     }
 }
 
 /// The store's share: insert, claim and finish `n` jobs from 64 concurrent
-/// tasks, with no sandbox at all.
-async fn store_only(n: usize) {
+/// tasks, with no sandbox at all; jobs/s of the claims and finishes.
+/// Without `events`, the change feed's triggers are dropped first (an A/B
+/// of what recording events costs).
+async fn store_only(n: usize, events: bool) -> f64 {
     const CLAIM: u32 = 8;
     use leash::store::sqlite::SqliteStore;
     use leash::store::{Finish, JobClaimParams, JobFinishParams, JobStore};
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn JobStore> = Arc::new(SqliteStore::open(dir.path().join("jobs.db"), Durability::Normal).unwrap());
+    let file = dir.path().join("jobs.db");
+    let store: Arc<dyn JobStore> = Arc::new(SqliteStore::open(&file, Durability::Normal).unwrap());
+    if !events {
+        let conn = rusqlite::Connection::open(&file).unwrap();
+        for trigger in ["jobs_event_insert", "jobs_event_status", "jobs_event_progress", "jobs_event_cancel"] {
+            conn.execute_batch(&format!("DROP TRIGGER {trigger}")).unwrap();
+        }
+    }
     let start = Instant::now();
     for _ in 0..n / BATCH {
         let jobs = (0..BATCH).map(|_| raw_job(leash::job::Digest::of(b"p"))).collect();
@@ -205,11 +233,13 @@ async fn store_only(n: usize) {
         });
     }
     while tasks.join_next().await.is_some() {}
+    let rate = n as f64 / start.elapsed().as_secs_f64();
     println!(
-        "\nstore only ({SLOTS} tasks, claim {CLAIM} + finish each, no sandbox): {:.0} jobs/s; insert {:.0} jobs/s",
-        n as f64 / start.elapsed().as_secs_f64(),
+        "\nstore only ({SLOTS} tasks, claim {CLAIM} + finish each, no sandbox{}): {rate:.0} jobs/s; insert {:.0} jobs/s",
+        if events { "" } else { ", no event triggers" },
         n as f64 / inserted.as_secs_f64()
     );
+    rate
 }
 
 async fn latency(peak: f64) {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use bytes::Bytes;
+use futures_util::StreamExt;
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -66,6 +67,9 @@ impl std::fmt::Debug for Client {
         }
     }
 }
+
+/// An answer's body as it arrives.
+pub type BodyStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Bytes, ClientError>> + Send>>;
 
 /// An answer: status and body bytes.
 #[derive(Debug)]
@@ -174,6 +178,45 @@ impl Client {
                 Ok(Answer { status, body })
             }
         }
+    }
+
+    /// Open a `GET` whose answer is read as it arrives (an event stream):
+    /// an error status becomes [`ClientError::Api`].
+    pub async fn open_stream(&self, path: &str, headers: &[(&'static str, String)]) -> Result<BodyStream, ClientError> {
+        let (status, body): (StatusCode, BodyStream) = match &self.transport {
+            Transport::Http { base, token, http } => {
+                let mut request = http.get(format!("{base}{path}")).bearer_auth(token);
+                for (name, value) in headers {
+                    request = request.header(*name, value);
+                }
+                let base = base.clone();
+                let unreachable =
+                    move |e: reqwest::Error| ClientError::Unreachable { url: base.clone(), detail: e.to_string() };
+                let response = request.send().await.map_err(&unreachable)?;
+                (response.status(), Box::pin(response.bytes_stream().map(move |chunk| chunk.map_err(&unreachable))))
+            }
+            Transport::Local { router, token } => {
+                let mut request = Request::builder().uri(path).header(header::AUTHORIZATION, format!("Bearer {token}"));
+                for (name, value) in headers {
+                    request = request.header(*name, value);
+                }
+                let request = request.body(Body::empty()).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                let response = router.clone().oneshot(request).await.map_err(|e| match e {})?;
+                let status = response.status();
+                let chunks = response.into_body().into_data_stream();
+                (status, Box::pin(chunks.map(|chunk| chunk.map_err(|e| ClientError::Protocol(e.to_string())))))
+            }
+        };
+        if status.is_success() {
+            return Ok(body);
+        }
+        let mut bytes = Vec::new();
+        let mut body = body;
+        while let Some(chunk) = body.next().await {
+            bytes.extend_from_slice(&chunk?);
+        }
+        answer_json(&Answer { status, body: bytes.into() })?;
+        Err(ClientError::Protocol(format!("{status} without an error body")))
     }
 
     /// Send a request and read a JSON answer; an error status becomes

@@ -28,6 +28,7 @@ pub const FILE_KEYS: &[&str] = &[
     "poll_interval",
     "lease_ttl",
     "job_ttl",
+    "event_ttl",
     "cancel_grace",
     "shutdown_budget",
     "queue_ttl",
@@ -50,6 +51,9 @@ pub const FILE_KEYS: &[&str] = &[
     "token_file",
     "sync_timeout",
     "max_body",
+    "header_timeout",
+    "write_timeout",
+    "max_connections",
     "server",
 ];
 

@@ -74,6 +74,8 @@ pub struct Metrics {
     pub http_requests: Family<HttpLabels, Counter>,
     /// How late a 100 ms timer fires on the async runtime.
     pub event_loop_lag_seconds: Gauge<f64, AtomicU64>,
+    /// Event stream clients connected to this process.
+    pub event_clients: Gauge,
 }
 
 impl Default for Metrics {
@@ -135,8 +137,11 @@ impl Metrics {
             "How late a 100 ms timer last fired on the async runtime",
             event_loop_lag_seconds.clone(),
         );
+        let event_clients = Gauge::default();
+        registry.register("event_clients", "Event stream clients connected to this process", event_clients.clone());
         Metrics {
             registry,
+            event_clients,
             jobs_finished,
             queue_depth,
             running,

@@ -2,7 +2,7 @@
 //! and gated jobs that waited too long, create the apply jobs of plans
 //! whose execute job succeeded (the process that ran it does so at once;
 //! this catches a process that died in between), delete terminal jobs and
-//! silent or stopped workers past retention.
+//! silent or stopped workers past retention, and events past theirs.
 //!
 //! [`Sweeper::run_once`] takes `now` so tests drive time; [`Sweeper::run`]
 //! calls it every interval until told to stop.
@@ -26,6 +26,8 @@ pub struct SweepConfig {
     pub queue_ttl: Duration,
     /// How long terminal jobs are kept.
     pub job_ttl: Duration,
+    /// How long events are kept (a client can resume this far back).
+    pub event_ttl: Duration,
 }
 
 /// What one sweep did.
@@ -64,7 +66,9 @@ impl Sweeper {
         let expired = self.store.jobs_expire_queued(JobsExpireParams { now }).await?;
         let plans_advanced = self.store.plans_advance(PlansAdvanceParams { plan_id: None, now }).await?.len() as u64;
         let cutoff = now.minus(self.config.job_ttl);
-        let deleted = self.store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff }).await?;
+        let events_before = now.minus(self.config.event_ttl);
+        let deleted =
+            self.store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff, events_before }).await?;
         let workers_deleted = self.store.workers_delete_stale(cutoff).await?;
         if reclaimed.requeued + reclaimed.failed > 0 {
             tracing::warn!(

@@ -12,6 +12,7 @@ mod conformance;
 mod crash;
 mod effect_chaos;
 mod egress;
+mod events;
 mod faults;
 mod hostile;
 mod http;

@@ -22,6 +22,44 @@ async fn insert_one(store: &PostgresStore) {
     store.job_insert(JobInsertParams { jobs: vec![job], now: leash::clock::Timestamp::now() }).await.unwrap();
 }
 
+/// Transactions commit out of the order of their ids: an event of one
+/// still open must not be skipped by a reader that has already read a
+/// newer transaction's event. Events wait until every older transaction
+/// has ended, then come in transaction order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_of_a_transaction_that_commits_late_is_read_in_its_place_not_skipped() {
+    use leash::store::{EventKind, EventsAfterParams};
+    let Some(url) = crate::pg::url() else { return };
+    let schema = Schema::create(&url).await;
+    let store = PostgresStore::open(&schema.url).await.unwrap();
+    insert_one(&store).await;
+    let start = store.events_head().await.unwrap();
+    let queued =
+        store.job_list(leash::store::JobListParams { limit: 10, ..Default::default() }).await.unwrap().pop().unwrap();
+    // An older transaction changes the job and stays open...
+    let (slow, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    slow.batch_execute("BEGIN").await.unwrap();
+    let now = leash::clock::Timestamp::now().unix_ms();
+    slow.execute(
+        "UPDATE jobs SET status = 'cancelled', finished_at = $2, error_kind = 'cancelled', error_message = 'x' \
+         WHERE job_id = $1",
+        &[&queued.id.to_string(), &now],
+    )
+    .await
+    .unwrap();
+    // ...while a newer one commits.
+    insert_one(&store).await;
+    let read = |after| store.events_after(EventsAfterParams { after, limit: 10 });
+    let early = read(start).await.unwrap();
+    assert_eq!(early.events, [], "the newer event waits for the older transaction");
+    slow.batch_execute("COMMIT").await.unwrap();
+    let events = read(start).await.unwrap().events;
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::JobFinished, EventKind::JobSubmitted], "in transaction order, none skipped");
+    assert_eq!(events[0].job.as_ref().unwrap().id, queued.id);
+}
+
 /// The next change of `signal`, or a panic after `GENEROUS`.
 async fn next_signal(signal: &mut tokio::sync::watch::Receiver<u64>, what: &str) {
     tokio::time::timeout(GENEROUS, signal.changed())

@@ -5,6 +5,9 @@
 //! - A connection has [`ListenLimits::header_timeout`] to send a request's
 //!   headers, and an idle keep-alive connection is closed after the same
 //!   time (hyper arms one timer whenever it waits for a request head).
+//! - A write that the client leaves unread for
+//!   [`ListenLimits::write_timeout`] (its socket full: it stopped reading an
+//!   answer or an event stream) closes the connection.
 //! - At most [`ListenLimits::max_connections`] are open at once; one over
 //!   the cap is answered `503` with a JSON error and `Retry-After`, then
 //!   closed, rather than left waiting in the accept queue.
@@ -24,10 +27,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_io_timeout::TimeoutStream;
 
 /// Default time a connection has to send a request's headers, and an idle
 /// keep-alive connection stays open.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time a write may wait for a client to read.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default cap on open connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1000;
 /// How long accepting pauses after an accept error (file descriptors out).
@@ -42,13 +48,20 @@ const MAX_REFUSED_HEAD_BYTES: usize = 16 << 10;
 pub struct ListenLimits {
     /// Time to send request headers; also the idle keep-alive time.
     pub header_timeout: Duration,
+    /// Time a write may wait for the client to read before the connection
+    /// is closed.
+    pub write_timeout: Duration,
     /// Connections open at once; more are answered 503.
     pub max_connections: usize,
 }
 
 impl Default for ListenLimits {
     fn default() -> Self {
-        ListenLimits { header_timeout: DEFAULT_HEADER_TIMEOUT, max_connections: DEFAULT_MAX_CONNECTIONS }
+        ListenLimits {
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
     }
 }
 
@@ -96,7 +109,9 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ListenLimits, shu
             continue;
         };
         let service = TowerToHyperService::new(app.clone());
-        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let mut stream = TimeoutStream::new(stream);
+        stream.set_write_timeout(Some(limits.write_timeout));
+        let connection = http.serve_connection(TokioIo::new(Box::pin(stream)), service);
         connections.spawn(async move {
             let _ = connection.await;
             drop(permit);

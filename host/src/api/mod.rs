@@ -5,6 +5,7 @@
 //! [`listen`] serves the router with bounded connections.
 
 mod error;
+mod events;
 mod health;
 mod jobs;
 pub mod listen;
@@ -95,6 +96,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/plans/{id}/approve", post(plan_approve))
         .route("/v1/plans/{id}/reject", post(plan_reject))
         .route("/v1/plans/{id}/cancel", post(plan_cancel))
+        .route("/v1/events", get(events::events))
         .route("/v1/health", get(health))
         .route("/v1/workers", get(workers))
         .route("/v1/openapi.json", get(openapi_json))

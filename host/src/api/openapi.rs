@@ -13,6 +13,7 @@ use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 use crate::clock::Timestamp;
 use crate::job::approval::TargetPattern;
 use crate::job::{Digest, JobId, PluginInfo, Target};
+use crate::store::EventId;
 
 fn text(description: &str, pattern: Option<&str>, format: Option<SchemaFormat>) -> RefOr<Schema> {
     ObjectBuilder::new().schema_type(Type::String).description(Some(description)).pattern(pattern).format(format).into()
@@ -49,6 +50,17 @@ impl PartialSchema for TargetPattern {
     }
 }
 impl ToSchema for TargetPattern {}
+
+impl PartialSchema for EventId {
+    fn schema() -> RefOr<Schema> {
+        text(
+            "An event's place in the stream: send the last one back as `Last-Event-ID` to resume after it.",
+            Some("^[0-9]{1,20}-[0-9]{1,20}$"),
+            None,
+        )
+    }
+}
+impl ToSchema for EventId {}
 
 impl PartialSchema for Timestamp {
     fn schema() -> RefOr<Schema> {
@@ -124,6 +136,7 @@ impl Modify for BearerToken {
         super::plans::plan_approve,
         super::plans::plan_reject,
         super::plans::plan_cancel,
+        super::events::events,
         super::health::health,
         super::health::workers,
         super::openapi_json,
@@ -198,6 +211,7 @@ mod tests {
             "/v1/jobs",
             "/v1/jobs/{id}",
             "/v1/jobs/{id}/logs",
+            "/v1/events",
             "/v1/jobs/{id}/output",
             "/v1/jobs/{id}/cancel",
             "/v1/jobs/{id}/approve",

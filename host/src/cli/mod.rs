@@ -229,6 +229,10 @@ struct WorkerArgs {
     /// Retention of finished jobs.
     #[arg(long, env = "LEASH_JOB_TTL", value_parser = parse_duration, default_value = "86400s")]
     job_ttl: Duration,
+    /// Retention of events: how far back a `GET /v1/events` client (or
+    /// `leash jobs watch`) can resume.
+    #[arg(long, env = "LEASH_EVENT_TTL", value_parser = parse_duration, default_value = "3600s")]
+    event_ttl: Duration,
     /// Grace between a cancel and a forced stop.
     #[arg(long, env = "LEASH_CANCEL_GRACE", value_parser = parse_duration, default_value = "5s")]
     cancel_grace: Duration,

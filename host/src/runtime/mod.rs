@@ -32,16 +32,18 @@ use crate::job::{
 use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
 use crate::store::{
-    CancelResult, Database, DecideRefusal, Durability, JobDecideParams, JobDecision, JobInsertParams, JobListParams,
-    JobStore, JobsExpireParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, StoreError,
-    WorkerRecord, WorkerState,
+    CancelResult, Database, DecideRefusal, Durability, EventFilter, EventId, JobDecideParams, JobDecision,
+    JobInsertParams, JobListParams, JobStore, JobsExpireParams, PluginGrantsParams, PluginNameParams,
+    PluginPolicyParams, PluginPutParams, StoreError, WorkerRecord, WorkerState,
 };
 use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};
 
 mod approval;
+mod events;
 mod plan;
 pub use approval::DecisionBy;
+pub use events::{DEFAULT_EVENT_POLL, DEFAULT_EVENT_TTL, EventStream, StreamItem};
 pub use plan::{PlanSubmit, PlanView};
 
 /// Default job slots per process.
@@ -359,6 +361,8 @@ pub struct RuntimeBuilder {
     sandbox: SandboxConfig,
     worker: WorkerConfig,
     job_ttl: Duration,
+    event_ttl: Duration,
+    event_poll: Duration,
     sweep_interval: Option<Duration>,
     max_queued: u64,
     max_queue_ttl: Duration,
@@ -459,6 +463,20 @@ impl RuntimeBuilder {
     /// Retention of terminal jobs.
     pub fn job_ttl(mut self, d: Duration) -> Self {
         self.job_ttl = d;
+        self
+    }
+
+    /// Retention of events (default 1 h): how far back a client of the
+    /// event stream can resume.
+    pub fn event_ttl(mut self, d: Duration) -> Self {
+        self.event_ttl = d;
+        self
+    }
+
+    /// Time between reads of the store's change feed while an event
+    /// stream client listens (default 250 ms).
+    pub fn event_poll(mut self, d: Duration) -> Self {
+        self.event_poll = d.max(Duration::from_millis(1));
         self
     }
 
@@ -615,14 +633,21 @@ impl RuntimeBuilder {
             let sweeper = Sweeper::new(
                 store.clone(),
                 self.clock.clone(),
-                SweepConfig { interval, queue_ttl: self.worker.queue_ttl, job_ttl: self.job_ttl },
+                SweepConfig {
+                    interval,
+                    queue_ttl: self.worker.queue_ttl,
+                    job_ttl: self.job_ttl,
+                    event_ttl: self.event_ttl,
+                },
             );
             tokio::spawn(sweeper.run(stop_rx));
         } else {
             pool.state.send_replace(PoolState::Stopped);
         }
+        let events = events::EventHub::new(store.clone(), self.event_poll);
         Ok(Runtime {
             inner: Arc::new(Inner {
+                events,
                 queue: Default::default(),
                 known_plugins: Default::default(),
                 declared: Default::default(),
@@ -664,6 +689,7 @@ struct QueueDepth {
 
 #[derive(Debug)]
 struct Inner {
+    events: Arc<events::EventHub>,
     queue: std::sync::Mutex<QueueDepth>,
     known_plugins: std::sync::Mutex<std::collections::HashSet<Digest>>,
     /// Each digest's declared requests, read once per process.
@@ -714,6 +740,8 @@ impl Runtime {
                 guest_nice: 0,
             },
             job_ttl: DEFAULT_JOB_TTL,
+            event_ttl: DEFAULT_EVENT_TTL,
+            event_poll: DEFAULT_EVENT_POLL,
             sweep_interval: None,
             max_queued: DEFAULT_MAX_QUEUED,
             max_queue_ttl: DEFAULT_MAX_QUEUE_TTL,
@@ -734,6 +762,18 @@ impl Runtime {
     /// The store this runtime uses.
     pub fn store(&self) -> &Arc<dyn JobStore> {
         &self.inner.store
+    }
+
+    /// This process's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Job and worker events after `after` (`None`: from now on) that pass
+    /// `filter`, from every process sharing the store, in the store's
+    /// order (see [`crate::store::EventId`]).
+    pub async fn events(&self, after: Option<EventId>, filter: EventFilter) -> Result<EventStream, RuntimeError> {
+        self.inner.events.subscribe(after, filter).await
     }
 
     /// This process's worker id.

@@ -23,6 +23,7 @@ use super::{
     DecideRefusal, JobDecideParams, PlanInsertParams, PlanListParams, PlansAdvanceParams, PluginPolicyParams,
     WorkerRecord, WorkersSnapshot,
 };
+use super::{EventId, EventPage, EventsAfterParams};
 use crate::clock::Timestamp;
 use crate::job::PlanRecord;
 use crate::job::{Counts, Digest, Effect, Job, JobId, JobLogs, PluginInfo, PluginRef};
@@ -213,6 +214,14 @@ impl JobStore for FaultyStore {
 
     async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
         self.inner.counts_snapshot().await
+    }
+
+    async fn events_after(&self, params: EventsAfterParams) -> Result<EventPage, StoreError> {
+        self.inner.events_after(params).await
+    }
+
+    async fn events_head(&self) -> Result<Option<EventId>, StoreError> {
+        self.inner.events_head().await
     }
 
     async fn queued_count(&self) -> Result<u64, StoreError> {

@@ -14,11 +14,14 @@
 
 mod approval;
 mod codec;
+mod event;
 pub mod faults;
 mod plan;
 pub mod postgres;
 pub mod sqlite;
 mod unfinished;
+
+pub use event::{Event, EventFilter, EventId, EventKind, EventPage, EventsAfterParams, JobEvent, WorkerEvent};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -578,6 +581,8 @@ pub struct JobsExpireParams {
 pub struct JobsDeleteParams {
     /// Terminal jobs finished before this are deleted.
     pub finished_before: Timestamp,
+    /// Events recorded before this are deleted (as one prefix of the feed).
+    pub events_before: Timestamp,
 }
 
 /// Where a registered worker pool is in its life.
@@ -796,6 +801,14 @@ pub trait JobStore: Send + Sync + fmt::Debug {
 
     /// Counts by state from one consistent read.
     async fn counts_snapshot(&self) -> Result<Counts, StoreError>;
+
+    /// Events after `params.after`, in order, up to `params.limit`; and
+    /// whether retention deleted some of them (see [`EventPage::missed`]).
+    async fn events_after(&self, params: EventsAfterParams) -> Result<EventPage, StoreError>;
+
+    /// The newest event a reader can see now (`None`: none kept yet): a
+    /// reader that starts here sees what happens from now on.
+    async fn events_head(&self) -> Result<Option<EventId>, StoreError>;
 
     /// Queued jobs, for admission control. Called often: it must cost in
     /// proportion to the queue, not to the jobs kept for retention.

@@ -13,17 +13,20 @@ use leash::job::{
     Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob, PluginName, Target, Verdict,
 };
 use leash::store::{
-    CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, Finish, JobClaimParams, JobDecideParams,
-    JobDecision, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams, JobRetryParams,
-    JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState,
-    PlanInsertParams, PlanListParams, PlansAdvanceParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams,
-    PluginPutParams, ReclaimReport, StoreError,
+    CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, Event, EventId, EventKind, EventsAfterParams,
+    Finish, JobClaimParams, JobDecideParams, JobDecision, JobFinishParams, JobInsertParams, JobListParams,
+    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
+    LeaseExtendParams, LeaseReclaimParams, LeaseState, PlanInsertParams, PlanListParams, PlansAdvanceParams,
+    PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, ReclaimReport, StoreError,
 };
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
 const TTL: Duration = Duration::from_secs(30);
 const QUEUE_TTL: Duration = Duration::from_secs(3600);
 const APPROVAL_TTL: Duration = Duration::from_secs(7200);
+/// An event cutoff that deletes no event (the store stamps events with
+/// its own clock, not the cases' `now`).
+const KEEP_EVENTS: Timestamp = Timestamp::from_unix_ms(0);
 
 fn at(seconds: u64) -> Timestamp {
     T0.plus(Duration::from_secs(seconds))
@@ -221,7 +224,7 @@ pub(crate) async fn an_idempotency_key_belongs_to_one_job_while_it_is_kept(store
     // Retention deletes the job and, with it, the key.
     let lease = claim_one(&*store, at(3)).await;
     assert!(store.job_finish(succeed(&lease, at(4))).await.unwrap());
-    store.jobs_delete_expired(JobsDeleteParams { finished_before: at(5) }).await.unwrap();
+    store.jobs_delete_expired(JobsDeleteParams { finished_before: at(5), events_before: KEEP_EVENTS }).await.unwrap();
     let again = insert_one(&*store, keyed("d2"), at(6)).await;
     assert_ne!(again.id, first.id);
 }
@@ -502,7 +505,13 @@ pub(crate) async fn retention_deletes_only_old_terminal_jobs(store: Arc<dyn JobS
     insert_one(&*store, new_job("r"), at(0)).await;
     let running = claim(&*store, "w", 1, at(4)).await.pop().unwrap();
 
-    assert_eq!(store.jobs_delete_expired(JobsDeleteParams { finished_before: at(50) }).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .jobs_delete_expired(JobsDeleteParams { finished_before: at(50), events_before: KEEP_EVENTS })
+            .await
+            .unwrap(),
+        1
+    );
     assert!(store.job_get(old.job.id).await.unwrap().is_none());
     for id in [recent.job.id, queued.id, running.job.id] {
         assert!(store.job_get(id).await.unwrap().is_some(), "kept {id}");
@@ -959,7 +968,10 @@ pub(crate) async fn effects_are_recorded_only_under_the_lease_and_numbered_per_a
 
     // Retention takes a job's effects with it.
     store.job_finish(succeed(&second, at(9))).await.unwrap();
-    let deleted = store.jobs_delete_expired(JobsDeleteParams { finished_before: at(100) }).await.unwrap();
+    let deleted = store
+        .jobs_delete_expired(JobsDeleteParams { finished_before: at(100), events_before: KEEP_EVENTS })
+        .await
+        .unwrap();
     assert_eq!(deleted, 1);
     assert_eq!(store.effects(job.id).await.unwrap(), vec![]);
 }
@@ -1398,7 +1410,8 @@ pub(crate) async fn retention_keeps_a_plans_phases_until_the_last_ends(store: Ar
     let plan_id = "01PLANG0000000000000000000";
     let execute = new_plan(&*store, plan_id, ApplyMode::Approval, T0).await;
     run_to(&*store, Finish::Succeeded { output: b"diff".to_vec() }, at(1)).await;
-    let delete = |cutoff| store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff });
+    let delete =
+        |cutoff| store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff, events_before: KEEP_EVENTS });
     assert_eq!(delete(at(100)).await.unwrap(), 0, "an execute job whose apply is still to be created is kept");
     let apply = advance(&*store, None, at(2)).await.remove(0);
     assert_eq!(delete(at(100)).await.unwrap(), 0, "an execute job whose apply waits is kept");
@@ -1407,4 +1420,131 @@ pub(crate) async fn retention_keeps_a_plans_phases_until_the_last_ends(store: Ar
     assert_eq!(delete(at(100)).await.unwrap(), 2, "both phases go once the last has ended");
     assert!(store.job_get(execute.id).await.unwrap().is_none());
     assert!(store.plan_get(plan_id.into()).await.unwrap().is_none(), "and the plan with them");
+}
+
+/// Every event after `after`, read a few at a time.
+async fn events_since(store: &dyn JobStore, mut after: Option<EventId>) -> Vec<Event> {
+    let mut events = Vec::new();
+    loop {
+        let page = store.events_after(EventsAfterParams { after, limit: 3 }).await.expect("events");
+        assert!(!page.missed, "nothing was deleted");
+        let Some(last) = page.events.last() else { return events };
+        after = Some(last.id);
+        events.extend(page.events);
+    }
+}
+
+/// What happened to `id`, in order: each event's kind and the job's state.
+fn story(events: &[Event], id: JobId) -> Vec<(EventKind, JobStatus)> {
+    events.iter().filter_map(|e| e.job.as_ref().filter(|j| j.id == id).map(|j| (e.kind, j.status))).collect()
+}
+
+pub(crate) async fn every_change_appends_one_event_in_commit_order(store: Arc<dyn JobStore>) {
+    let start = store.events_head().await.unwrap();
+    let job = insert_one(&*store, NewJob { plan_id: Some("p-1".into()), ..new_job("e") }, T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    let report = JobProgressParams { id: job.id, token: lease.token.clone(), progress: progress_at(1), now: at(2) };
+    assert!(store.job_progress_set(report.clone()).await.unwrap());
+    assert!(store.job_progress_set(report).await.unwrap(), "the same report again is no new event");
+    assert_eq!(store.job_cancel(job.id, at(3)).await.unwrap(), CancelResult::Requested);
+    assert_eq!(store.job_cancel(job.id, at(3)).await.unwrap(), CancelResult::Requested, "nor a second ask");
+    assert!(store.job_finish(succeed(&lease, at(4))).await.unwrap());
+    let requeued = insert_one(&*store, NewJob { max_attempts: 2, ..new_job("r") }, at(5)).await;
+    let second = claim_one(&*store, at(6)).await;
+    assert!(store.job_release(release_params(&second, at(6), at(6))).await.unwrap());
+    let stale = JobProgressParams { id: job.id, token: "stale".into(), progress: progress_at(2), now: at(7) };
+    assert!(!store.job_progress_set(stale).await.unwrap(), "a refused write is no event");
+
+    let events = events_since(&*store, start).await;
+    use EventKind::*;
+    use JobStatus::*;
+    assert_eq!(
+        story(&events, job.id),
+        [
+            (JobSubmitted, Queued),
+            (JobStarted, Running),
+            (JobProgress, Running),
+            (JobCancelRequested, Running),
+            (JobFinished, Succeeded)
+        ]
+    );
+    assert_eq!(story(&events, requeued.id), [(JobSubmitted, Queued), (JobStarted, Running), (JobRequeued, Queued)]);
+    assert_eq!(events.len(), 8, "nothing else: {events:?}");
+    assert!(events.windows(2).all(|w| w[0].id < w[1].id), "ids rise in commit order");
+    assert_eq!(store.events_head().await.unwrap(), Some(events[7].id));
+    let about = |i: usize| events[i].job.clone().unwrap();
+    assert_eq!(
+        (about(0).plan_id.as_deref(), about(0).digest, about(0).target),
+        (Some("p-1"), job.plugin, Target::Execute)
+    );
+    assert_eq!((about(1).worker_id.as_deref(), about(1).attempt), (Some("worker-aaaaaaaa"), 1));
+    assert_eq!(about(2).progress, Some(progress_at(1)));
+    assert_eq!((about(4).previous_status, about(4).error_kind), (Some(Running), None));
+    assert_eq!(about(7).previous_status, Some(Running));
+}
+
+pub(crate) async fn a_decision_and_a_worker_change_are_events(store: Arc<dyn JobStore>) {
+    let start = store.events_head().await.unwrap();
+    let gated = insert_one(&*store, gated_job("g", true), T0).await;
+    decide(&*store, gated.id, JobDecision::Approve, "alice", at(1)).await.unwrap();
+    let rejected = insert_one(&*store, gated_job("h", true), at(2)).await;
+    decide(&*store, rejected.id, JobDecision::Reject, "bob", at(3)).await.unwrap();
+    store.worker_beat(worker_record("worker-0000000a", at(4))).await.unwrap();
+    store.worker_beat(worker_record("worker-0000000a", at(5))).await.unwrap();
+    let mut draining = worker_record("worker-0000000a", at(6));
+    draining.state = leash::store::WorkerState::Draining;
+    store.worker_beat(draining).await.unwrap();
+    assert_eq!(store.workers_delete_stale(at(7)).await.unwrap(), 1);
+
+    let events = events_since(&*store, start).await;
+    use EventKind::*;
+    use JobStatus::*;
+    assert_eq!(story(&events, gated.id), [(JobApprovalNeeded, PendingApproval), (JobApproved, Queued)]);
+    let finished = events.iter().find(|e| e.job.as_ref().is_some_and(|j| j.id == rejected.id && e.kind == JobFinished));
+    assert_eq!(finished.unwrap().job.as_ref().unwrap().error_kind, Some(ErrorKind::Rejected));
+    let workers: Vec<_> = events
+        .iter()
+        .filter_map(|e| e.worker.as_ref().map(|w| (e.kind, w.id.as_str(), w.state, w.previous_state)))
+        .collect();
+    use leash::store::WorkerState as W;
+    assert_eq!(
+        workers,
+        [
+            (WorkerJoined, "worker-0000000a", W::Running, None),
+            (WorkerChanged, "worker-0000000a", W::Draining, Some(W::Running)),
+            (WorkerLeft, "worker-0000000a", W::Draining, None),
+        ],
+        "a refresh that changes no state is no event"
+    );
+}
+
+pub(crate) async fn events_resume_after_any_id_and_page_in_order(store: Arc<dyn JobStore>) {
+    let start = store.events_head().await.unwrap();
+    let jobs = insert(&*store, (0..5).map(|i| new_job(&format!("j{i}"))).collect(), T0).await;
+    let first = store.events_after(EventsAfterParams { after: start, limit: 2 }).await.unwrap();
+    assert_eq!(first.events.len(), 2, "a page holds at most its limit");
+    let rest = events_since(&*store, Some(first.events[1].id)).await;
+    let all: Vec<JobId> = first.events.iter().chain(&rest).map(|e| e.job.as_ref().unwrap().id).collect();
+    assert_eq!(all, jobs.iter().map(|j| j.id).collect::<Vec<_>>(), "inserted together, in order");
+    let tail = store.events_after(EventsAfterParams { after: Some(rest[2].id), limit: 10 }).await.unwrap();
+    assert_eq!(tail.events, [], "nothing after the newest");
+}
+
+pub(crate) async fn retention_deletes_old_events_and_a_reader_behind_hears_it_missed_some(store: Arc<dyn JobStore>) {
+    let start = store.events_head().await.unwrap();
+    insert(&*store, vec![new_job("a"), new_job("b")], T0).await;
+    let old = events_since(&*store, start).await;
+    let everything = Timestamp::now().plus(Duration::from_secs(3600));
+    store.jobs_delete_expired(JobsDeleteParams { finished_before: T0, events_before: everything }).await.unwrap();
+    let behind = store.events_after(EventsAfterParams { after: Some(old[0].id), limit: 10 }).await.unwrap();
+    assert!(behind.missed && behind.events.is_empty(), "{behind:?}");
+    let from_oldest = store.events_after(EventsAfterParams { after: None, limit: 10 }).await.unwrap();
+    assert!(!from_oldest.missed && from_oldest.events.is_empty(), "{from_oldest:?}");
+    let newer = insert_one(&*store, new_job("c"), at(1)).await;
+    let caught_up = store.events_after(EventsAfterParams { after: Some(old[1].id), limit: 10 }).await.unwrap();
+    assert!(!caught_up.missed, "a reader that had read everything deleted missed nothing");
+    assert_eq!(story(&caught_up.events, newer.id), [(EventKind::JobSubmitted, JobStatus::Queued)]);
+    let behind = store.events_after(EventsAfterParams { after: Some(old[0].id), limit: 10 }).await.unwrap();
+    assert!(behind.missed && behind.events.len() == 1, "it missed one, then reads on: {behind:?}");
+    assert_eq!(store.events_head().await.unwrap(), Some(caught_up.events[0].id));
 }

@@ -96,6 +96,12 @@ macro_rules! with_cases {
             worker {
                 workers_register_refresh_and_are_deleted_at_retention,
             }
+            event {
+                every_change_appends_one_event_in_commit_order,
+                a_decision_and_a_worker_change_are_events,
+                events_resume_after_any_id_and_page_in_order,
+                retention_deletes_old_events_and_a_reader_behind_hears_it_missed_some,
+            }
             effect {
                 effects_are_recorded_only_under_the_lease_and_numbered_per_attempt,
                 a_lost_lease_without_effects_reruns_free_until_its_limit,

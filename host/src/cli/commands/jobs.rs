@@ -1,5 +1,5 @@
 //! `leash jobs`: list, show, cancel, approve, reject, run, wait for and
-//! read the logs of jobs.
+//! read the logs of jobs (`watch` is in its own module).
 
 use super::*;
 
@@ -166,6 +166,7 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
             decide(conn, format!("/v1/jobs/{id}/reject"), Some(decision.body())).await
         }
         JobsCommand::Run { conn, id } => decide(conn, format!("/v1/jobs/{id}/run"), None).await,
+        JobsCommand::Watch(args) => super::watch::watch(args).await,
         JobsCommand::Wait { conn, id, timeout } => {
             let json_out = conn.json;
             with_client(&conn, false, async move |client| wait_for(client, &id, timeout, json_out).await).await

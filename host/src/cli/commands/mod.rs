@@ -14,6 +14,7 @@ mod plugins;
 mod run;
 mod serve;
 mod submit;
+mod watch;
 mod worker;
 
 use connect::{new_table, print_json, print_table, text, with_client};
@@ -95,6 +96,11 @@ pub(super) struct ServeArgs {
     /// keep-alive connection is closed after the same time.
     #[arg(long, env = "LEASH_HEADER_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
     header_timeout: Duration,
+    /// Time an answer (or an event stream) may wait for its client to read
+    /// before the connection is closed: a client that stops reading is
+    /// dropped.
+    #[arg(long, env = "LEASH_WRITE_TIMEOUT", value_parser = parse_duration, default_value = "30s")]
+    write_timeout: Duration,
     /// Connections open at once; more are answered 503 and closed.
     #[arg(long, env = "LEASH_MAX_CONNECTIONS", default_value_t = crate::api::listen::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
@@ -249,6 +255,10 @@ pub(super) enum JobsCommand {
         /// The job id.
         id: String,
     },
+    /// Print job and worker events as they happen (every process sharing
+    /// the database), one line each; with `--json`, each event's JSON.
+    /// Runs until interrupted, or with `--job` until that job ends.
+    Watch(watch::WatchArgs),
     /// Wait for a job to end, showing its progress, and print its output.
     Wait {
         #[command(flatten)]

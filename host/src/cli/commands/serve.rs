@@ -39,7 +39,11 @@ pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliErro
     // its budget, and drop requests still open (a sync wait must not hold
     // the process past the budget).
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let limits = ListenLimits { header_timeout: args.header_timeout, max_connections: args.max_connections };
+    let limits = ListenLimits {
+        header_timeout: args.header_timeout,
+        write_timeout: args.write_timeout,
+        max_connections: args.max_connections,
+    };
     let server = tokio::spawn(crate::api::listen::serve(listener, app, limits, async move {
         let _ = stop_rx.await;
     }));

@@ -26,6 +26,7 @@ pub(in crate::cli) async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime,
         .poll_interval(args.poll_interval)
         .lease_ttl(args.lease_ttl)
         .job_ttl(args.job_ttl)
+        .event_ttl(args.event_ttl)
         .cancel_grace(args.cancel_grace)
         .shutdown_budget(args.shutdown_budget)
         .queue_ttl(args.queue_ttl)

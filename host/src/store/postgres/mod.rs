@@ -58,6 +58,7 @@ use super::codec::{
     EFFECT_COLUMNS, EffectRow, InsertTimes, approval_to_column, corrupt, grants_of, grants_to_column, i64_of,
     json_column, list_filters, ms, outcome_columns, policy_of, policy_to_column, target_columns, target_of, to_json,
 };
+use super::event::{EVENT_COLUMNS, EventRow};
 use super::plan::{DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, apply_job};
 use super::{
     CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, JobClaimParams, JobDecideParams, JobFinishParams,
@@ -66,12 +67,41 @@ use super::{
     PlansAdvanceParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, ReclaimReport,
     StoreError,
 };
+use super::{EventId, EventPage, EventsAfterParams};
 use super::{WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
 use crate::job::{
     Backoff, Counts, Digest, Effect, ErrorKind, Job, JobId, JobLogs, JobStatus, NewJob, PlanRecord, PluginInfo,
     PluginName, PluginRef, SCHEMA_VERSION,
 };
+
+/// The first transaction id still running when the statement began: every
+/// event of an older transaction is committed (or never will be), so a
+/// reader that stops below it never sees an older event appear later.
+const VISIBLE_TXN: &str = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
+
+/// An event row: `txn, seq`, then [`EVENT_COLUMNS`].
+fn row_to_event(r: &Row) -> Result<super::Event, StoreError> {
+    EventRow {
+        id: EventId { txn: r.get::<_, i64>(0) as u64, seq: r.get::<_, i64>(1) as u64 },
+        at_ms: r.get(2),
+        what: r.get(3),
+        job_id: r.get(4),
+        plan_id: r.get(5),
+        plugin_digest: r.get(6),
+        plugin_name: r.get(7),
+        plugin_version: r.get(8),
+        phase: r.get(9),
+        action: r.get(10),
+        status: r.get(11),
+        previous: r.get(12),
+        attempt: r.get(13),
+        worker_id: r.get(14),
+        error_kind: r.get(15),
+        progress_json: r.get(16),
+    }
+    .into_event()
+}
 
 /// Connections per process unless the URL's `pool_size` says otherwise.
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -239,6 +269,34 @@ impl PostgresStore {
         let err = db_err(operation);
         let stmt = client.prepare_cached(sql).await.map_err(&err)?;
         client.execute(&stmt, args).await.map_err(&err)
+    }
+
+    /// Delete the events recorded before `before`, as one prefix of the
+    /// feed, and move the horizon up to where it ends.
+    async fn events_delete_before(&self, before: Timestamp) -> Result<(), StoreError> {
+        static LAST_OLD: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT txn, seq FROM events WHERE at < $1 AND txn < {VISIBLE_TXN} \
+                 ORDER BY txn DESC, seq DESC LIMIT 1"
+            )
+        });
+        let err = db_err("deleting old events");
+        let mut client = self.client("deleting old events").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let Some(last) = tx.query_opt(LAST_OLD.as_str(), &[&before.unix_ms()]).await.map_err(&err)? else {
+            return Ok(());
+        };
+        let (txn, seq): (i64, i64) = (last.get(0), last.get(1));
+        tx.execute("DELETE FROM events WHERE (txn, seq) <= ($1, $2)", &[&txn, &seq]).await.map_err(&err)?;
+        tx.execute(
+            "INSERT INTO event_horizon (id, txn, seq) VALUES (1, $1, $2) ON CONFLICT (id) DO UPDATE \
+             SET txn = EXCLUDED.txn, seq = EXCLUDED.seq \
+             WHERE (event_horizon.txn, event_horizon.seq) < (EXCLUDED.txn, EXCLUDED.seq)",
+            &[&txn, &seq],
+        )
+        .await
+        .map_err(&err)?;
+        tx.commit().await.map_err(&err)
     }
 
     /// Run a bounded-batch statement (`$1` the cutoff, `$2` the batch
@@ -845,7 +903,46 @@ impl JobStore for PostgresStore {
         });
         let n = self.in_batches("deleting old jobs", &SQL, params.finished_before.unix_ms()).await?;
         self.execute("deleting old plans", DELETE_EMPTY_PLANS, &[]).await?;
+        self.events_delete_before(params.events_before).await?;
         Ok(n)
+    }
+
+    async fn events_after(&self, params: EventsAfterParams) -> Result<EventPage, StoreError> {
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT txn, seq, {EVENT_COLUMNS} FROM events WHERE (txn, seq) > ($1, $2) AND txn < {VISIBLE_TXN} \
+                 ORDER BY txn, seq LIMIT $3"
+            )
+        });
+        let err = db_err("reading events");
+        let mut client = self.client("reading events").await?;
+        // One snapshot for the horizon and the events.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(&err)?;
+        let horizon = tx.query_opt("SELECT txn, seq FROM event_horizon", &[]).await.map_err(&err)?;
+        let after = params.after.unwrap_or_default();
+        let missed = params.after.is_some()
+            && horizon
+                .is_some_and(|h| after < EventId { txn: h.get::<_, i64>(0) as u64, seq: h.get::<_, i64>(1) as u64 });
+        let stmt = tx.prepare_cached(&SQL).await.map_err(&err)?;
+        let (txn, seq, limit) = (after.txn as i64, after.seq as i64, i64::from(params.limit.max(1)));
+        let rows = tx.query(&stmt, &[&txn, &seq, &limit]).await.map_err(&err)?;
+        tx.commit().await.map_err(&err)?;
+        let events = rows.iter().map(row_to_event).collect::<Result<_, _>>()?;
+        Ok(EventPage { events, missed })
+    }
+
+    async fn events_head(&self) -> Result<Option<EventId>, StoreError> {
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!("SELECT txn, seq FROM events WHERE txn < {VISIBLE_TXN} ORDER BY txn DESC, seq DESC LIMIT 1")
+        });
+        let rows = self.read("reading events", &SQL, &[]).await?;
+        Ok(rows.first().map(|r| EventId { txn: r.get::<_, i64>(0) as u64, seq: r.get::<_, i64>(1) as u64 }))
     }
 
     async fn counts_snapshot(&self) -> Result<Counts, StoreError> {

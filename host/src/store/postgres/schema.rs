@@ -175,6 +175,88 @@ CREATE TABLE plans (
 -- Plans still to advance: their apply job is not created yet.
 CREATE INDEX plans_unapplied ON plans (execute_job_id) WHERE apply_job_id IS NULL AND cancelled_at IS NULL;
 "#,
+    r#"
+-- The change feed (`GET /v1/events`): one row per job or worker change,
+-- appended by the triggers below in the transaction that makes the change,
+-- whichever replica makes it. Transactions commit out of the order of their
+-- numbers, so an event is ordered by its transaction's id, then `seq`, and
+-- read only once every older transaction has ended (the snapshot's xmin).
+CREATE TABLE events (
+    txn            BIGINT NOT NULL DEFAULT (pg_current_xact_id()::text::bigint),
+    seq            BIGINT GENERATED ALWAYS AS IDENTITY,
+    at             BIGINT NOT NULL DEFAULT ((extract(epoch FROM clock_timestamp()) * 1000)::bigint),
+    what           TEXT NOT NULL CHECK (what IN ('insert', 'status', 'progress', 'cancel',
+                                                 'worker_insert', 'worker_state', 'worker_delete')),
+    job_id         TEXT COLLATE "C",
+    plan_id        TEXT COLLATE "C",
+    plugin_digest  TEXT,
+    plugin_name    TEXT COLLATE "C",
+    plugin_version TEXT COLLATE "C",
+    phase          TEXT,
+    action         TEXT,
+    status         TEXT NOT NULL,
+    previous       TEXT,
+    attempt        BIGINT,
+    worker_id      TEXT COLLATE "C",
+    error_kind     TEXT,
+    progress_json  TEXT,
+    PRIMARY KEY (txn, seq)
+);
+CREATE INDEX events_at ON events (at);
+-- How far retention has deleted: a reader resuming before it missed events.
+CREATE TABLE event_horizon (
+    id   INTEGER PRIMARY KEY CHECK (id = 1),
+    txn  BIGINT NOT NULL,
+    seq  BIGINT NOT NULL
+);
+CREATE FUNCTION leash_job_event() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    what TEXT;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        what := 'insert';
+    ELSIF NEW.status IS DISTINCT FROM OLD.status THEN
+        what := 'status';
+    ELSIF NEW.status = 'running' AND NEW.cancel_requested AND NOT OLD.cancel_requested THEN
+        what := 'cancel';
+    ELSIF NEW.status = 'running' AND OLD.status = 'running' AND NEW.progress_json IS NOT NULL
+          AND NEW.progress_json IS DISTINCT FROM OLD.progress_json THEN
+        -- A claim clears the progress and a finish keeps the last: only a
+        -- report from a running guest is an event of its own.
+        what := 'progress';
+    ELSE
+        RETURN NULL;
+    END IF;
+    INSERT INTO events (what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, phase, action, status,
+                        previous, attempt, worker_id, error_kind, progress_json)
+    VALUES (what, NEW.job_id, NEW.plan_id, NEW.plugin_digest, NEW.plugin_name, NEW.plugin_version, NEW.phase,
+            NEW.action, NEW.status, CASE WHEN what = 'status' THEN OLD.status END, NEW.attempt,
+            CASE WHEN what <> 'insert' THEN NEW.worker_id END, NEW.error_kind, NEW.progress_json);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobs_events AFTER INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION leash_job_event();
+CREATE TRIGGER jobs_events_update AFTER UPDATE ON jobs FOR EACH ROW
+    WHEN (NEW.status IS DISTINCT FROM OLD.status OR NEW.cancel_requested IS DISTINCT FROM OLD.cancel_requested
+          OR NEW.progress_json IS DISTINCT FROM OLD.progress_json)
+    EXECUTE FUNCTION leash_job_event();
+CREATE FUNCTION leash_worker_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO events (what, worker_id, status) VALUES ('worker_insert', NEW.worker_id, NEW.state);
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO events (what, worker_id, status) VALUES ('worker_delete', OLD.worker_id, OLD.state);
+    ELSE
+        INSERT INTO events (what, worker_id, status, previous)
+        VALUES ('worker_state', NEW.worker_id, NEW.state, OLD.state);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER workers_events AFTER INSERT OR DELETE ON workers FOR EACH ROW EXECUTE FUNCTION leash_worker_event();
+CREATE TRIGGER workers_events_update AFTER UPDATE ON workers FOR EACH ROW
+    WHEN (NEW.state IS DISTINCT FROM OLD.state) EXECUTE FUNCTION leash_worker_event();
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

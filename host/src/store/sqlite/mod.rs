@@ -22,7 +22,7 @@ mod rows;
 mod schema;
 mod writer;
 
-use rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs, query_plans, query_plugins, row_to_job};
+use rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs, query_plans, query_plugins, read_events, row_to_job};
 use schema::{create_private, open_when_free};
 use writer::{WriteOp, in_savepoint, writer_loop};
 
@@ -41,6 +41,7 @@ use super::codec::{
     EFFECT_COLUMNS, EffectRow, InsertTimes, approval_to_column, corrupt, grants_of, grants_to_column, i64_of,
     json_column, list_filters, ms, outcome_columns, policy_of, policy_to_column, target_columns, target_of, to_json,
 };
+use super::event::{EVENT_COLUMNS, EventRow};
 use super::plan::{DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, apply_job};
 use super::{
     CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, JobClaimParams, JobDecideParams, JobFinishParams,
@@ -50,6 +51,7 @@ use super::{
     StoreError,
 };
 use super::{Durability, WorkerRecord, WorkerState, WorkersSnapshot};
+use super::{EventId, EventPage, EventsAfterParams};
 use crate::clock::Timestamp;
 use crate::job::{
     Backoff, Counts, Digest, Effect, ErrorKind, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, PlanRecord,
@@ -600,6 +602,7 @@ impl JobStore for SqliteStore {
 
     async fn jobs_delete_expired(&self, params: JobsDeleteParams) -> Result<u64, StoreError> {
         let cutoff = params.finished_before.unix_ms();
+        let events_cutoff = params.events_before.unix_ms();
         self.write_all_or_nothing(move |conn| {
             let err = db_err("deleting old jobs");
             let old = format!("finished_at IS NOT NULL AND finished_at < ?1 AND {NOT_HELD_BY_A_PLAN}");
@@ -610,6 +613,20 @@ impl JobStore for SqliteStore {
             .map_err(&err)?;
             let n = conn.execute(&format!("DELETE FROM jobs WHERE {old}"), params![cutoff]).map_err(&err)?;
             conn.execute(DELETE_EMPTY_PLANS, []).map_err(&err)?;
+            // Events go as one prefix of the feed, up to the newest older
+            // than the cutoff; the horizon remembers how far.
+            let horizon: Option<i64> = conn
+                .query_row("SELECT MAX(seq) FROM events WHERE at < ?1", params![events_cutoff], |r| r.get(0))
+                .map_err(&err)?;
+            if let Some(horizon) = horizon {
+                conn.execute("DELETE FROM events WHERE seq <= ?1", params![horizon]).map_err(&err)?;
+                conn.execute(
+                    "INSERT INTO event_horizon (id, txn, seq) VALUES (1, 0, ?1) \
+                     ON CONFLICT (id) DO UPDATE SET seq = MAX(seq, excluded.seq)",
+                    params![horizon],
+                )
+                .map_err(&err)?;
+            }
             Ok(n as u64)
         })
         .await
@@ -997,6 +1014,19 @@ impl JobStore for SqliteStore {
 
     async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
         self.read(count_jobs).await
+    }
+
+    async fn events_after(&self, params: EventsAfterParams) -> Result<EventPage, StoreError> {
+        self.read(move |conn| read_events(conn, params.after, params.limit)).await
+    }
+
+    async fn events_head(&self) -> Result<Option<EventId>, StoreError> {
+        self.read(|conn| {
+            let seq: Option<i64> =
+                conn.query_row("SELECT MAX(seq) FROM events", [], |r| r.get(0)).map_err(db_err("reading events"))?;
+            Ok(seq.map(|seq| EventId { txn: 0, seq: seq as u64 }))
+        })
+        .await
     }
 
     async fn worker_beat(&self, worker: WorkerRecord) -> Result<(), StoreError> {

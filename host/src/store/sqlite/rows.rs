@@ -183,3 +183,42 @@ pub(super) fn query_plans(
     }
     Ok(plans)
 }
+
+/// Events after `after` (all kept, with `None`), at most `limit`, and
+/// whether retention deleted some after `after`: one read transaction.
+pub(super) fn read_events(conn: &Connection, after: Option<EventId>, limit: u32) -> Result<EventPage, StoreError> {
+    let err = db_err("reading events");
+    let tx = conn.unchecked_transaction().map_err(&err)?;
+    let horizon: Option<i64> =
+        tx.query_row("SELECT seq FROM event_horizon", [], |r| r.get(0)).optional().map_err(&err)?;
+    let after_seq = after.map_or(0, |id| id.seq as i64);
+    let missed = horizon.is_some_and(|h| after.is_some() && after_seq < h);
+    let mut stmt = tx
+        .prepare_cached(&format!("SELECT seq, {EVENT_COLUMNS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2"))
+        .map_err(&err)?;
+    let rows = stmt
+        .query_map(params![after_seq, limit.max(1)], |r| {
+            Ok(EventRow {
+                id: EventId { txn: 0, seq: r.get::<_, i64>(0)? as u64 },
+                at_ms: r.get(1)?,
+                what: r.get(2)?,
+                job_id: r.get(3)?,
+                plan_id: r.get(4)?,
+                plugin_digest: r.get(5)?,
+                plugin_name: r.get(6)?,
+                plugin_version: r.get(7)?,
+                phase: r.get(8)?,
+                action: r.get(9)?,
+                status: r.get(10)?,
+                previous: r.get(11)?,
+                attempt: r.get(12)?,
+                worker_id: r.get(13)?,
+                error_kind: r.get(14)?,
+                progress_json: r.get(15)?,
+            })
+        })
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(&err)?;
+    let events = rows.into_iter().map(EventRow::into_event).collect::<Result<_, _>>()?;
+    Ok(EventPage { events, missed })
+}

@@ -268,6 +268,82 @@ CREATE TABLE plans (
 -- Plans still to advance: their apply job is not created yet.
 CREATE INDEX plans_unapplied ON plans (execute_job_id) WHERE apply_job_id IS NULL AND cancelled_at IS NULL;
 "#,
+    r#"
+-- The change feed (`GET /v1/events`): one row per job or worker change,
+-- appended by the triggers below in the transaction that makes the change,
+-- whichever process makes it. Writers are serialised, so `seq` is commit
+-- order; AUTOINCREMENT never reuses a number, even after retention.
+CREATE TABLE events (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    at             INTEGER NOT NULL,
+    what           TEXT NOT NULL CHECK (what IN ('insert', 'status', 'progress', 'cancel',
+                                                 'worker_insert', 'worker_state', 'worker_delete')),
+    job_id         TEXT,
+    plan_id        TEXT,
+    plugin_digest  TEXT,
+    plugin_name    TEXT,
+    plugin_version TEXT,
+    phase          TEXT,
+    action         TEXT,
+    status         TEXT NOT NULL,
+    previous       TEXT,
+    attempt        INTEGER,
+    worker_id      TEXT,
+    error_kind     TEXT,
+    progress_json  TEXT
+);
+CREATE INDEX events_at ON events (at);
+-- How far retention has deleted: a reader resuming before it missed events.
+CREATE TABLE event_horizon (
+    id   INTEGER PRIMARY KEY CHECK (id = 1),
+    txn  INTEGER NOT NULL,
+    seq  INTEGER NOT NULL
+);
+CREATE TRIGGER jobs_event_insert AFTER INSERT ON jobs BEGIN
+    INSERT INTO events (at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, phase, action,
+                        status, attempt, progress_json)
+    VALUES (CAST(unixepoch('subsec') * 1000 AS INTEGER), 'insert', NEW.job_id, NEW.plan_id, NEW.plugin_digest,
+            NEW.plugin_name, NEW.plugin_version, NEW.phase, NEW.action, NEW.status, NEW.attempt, NEW.progress_json);
+END;
+CREATE TRIGGER jobs_event_status AFTER UPDATE OF status ON jobs WHEN NEW.status IS NOT OLD.status BEGIN
+    INSERT INTO events (at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, phase, action,
+                        status, previous, attempt, worker_id, error_kind, progress_json)
+    VALUES (CAST(unixepoch('subsec') * 1000 AS INTEGER), 'status', NEW.job_id, NEW.plan_id, NEW.plugin_digest,
+            NEW.plugin_name, NEW.plugin_version, NEW.phase, NEW.action, NEW.status, OLD.status, NEW.attempt,
+            NEW.worker_id, NEW.error_kind, NEW.progress_json);
+END;
+-- A claim clears the progress and a finish keeps the last: only a report
+-- from a running guest is an event of its own.
+CREATE TRIGGER jobs_event_progress AFTER UPDATE OF progress_json ON jobs
+WHEN NEW.status = 'running' AND OLD.status = 'running' AND NEW.progress_json IS NOT NULL
+     AND NEW.progress_json IS NOT OLD.progress_json BEGIN
+    INSERT INTO events (at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, phase, action,
+                        status, attempt, worker_id, progress_json)
+    VALUES (CAST(unixepoch('subsec') * 1000 AS INTEGER), 'progress', NEW.job_id, NEW.plan_id, NEW.plugin_digest,
+            NEW.plugin_name, NEW.plugin_version, NEW.phase, NEW.action, NEW.status, NEW.attempt, NEW.worker_id,
+            NEW.progress_json);
+END;
+CREATE TRIGGER jobs_event_cancel AFTER UPDATE OF cancel_requested ON jobs
+WHEN NEW.status = 'running' AND NEW.cancel_requested AND NOT OLD.cancel_requested BEGIN
+    INSERT INTO events (at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, phase, action,
+                        status, attempt, worker_id, progress_json)
+    VALUES (CAST(unixepoch('subsec') * 1000 AS INTEGER), 'cancel', NEW.job_id, NEW.plan_id, NEW.plugin_digest,
+            NEW.plugin_name, NEW.plugin_version, NEW.phase, NEW.action, NEW.status, NEW.attempt, NEW.worker_id,
+            NEW.progress_json);
+END;
+CREATE TRIGGER workers_event_insert AFTER INSERT ON workers BEGIN
+    INSERT INTO events (at, what, worker_id, status)
+    VALUES (CAST(unixepoch('subsec') * 1000 AS INTEGER), 'worker_insert', NEW.worker_id, NEW.state);
+END;
+CREATE TRIGGER workers_event_state AFTER UPDATE OF state ON workers WHEN NEW.state IS NOT OLD.state BEGIN
+    INSERT INTO events (at, what, worker_id, status, previous)
+    VALUES (CAST(unixepoch('subsec') * 1000 AS INTEGER), 'worker_state', NEW.worker_id, NEW.state, OLD.state);
+END;
+CREATE TRIGGER workers_event_delete AFTER DELETE ON workers BEGIN
+    INSERT INTO events (at, what, worker_id, status)
+    VALUES (CAST(unixepoch('subsec') * 1000 AS INTEGER), 'worker_delete', OLD.worker_id, OLD.state);
+END;
+"#,
 ];
 
 /// Create a missing database file readable by its owner only; SQLite gives
