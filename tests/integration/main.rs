@@ -27,3 +27,5 @@ mod scaffold;
 mod server;
 mod store;
 mod support;
+mod ui;
+mod webdriver;

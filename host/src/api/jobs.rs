@@ -426,6 +426,23 @@ pub(super) async fn job_output(
     }
 }
 
+/// A job's input bytes, as submitted.
+#[utoipa::path(get, path = "/v1/jobs/{id}/input", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+    ))]
+pub(super) async fn job_input(
+    State(state): State<Arc<AppState>>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
+    let job = state.runtime.get(id).await?;
+    Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))], job.input).into_response())
+}
+
 /// Cancel: a queued job at once, a running one by asking its worker.
 #[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs",
     params(("id" = JobId, Path)),

@@ -1,6 +1,7 @@
-//! The HTTP API that `leash serve` answers: plugins, jobs, health and
-//! metrics under bearer-token auth. Every route but `GET /healthz` needs
-//! `Authorization: Bearer <token>`. Bodies are JSON; errors are
+//! The HTTP API that `leash serve` answers: plugins, jobs, events, health
+//! and metrics under bearer-token auth, and the dashboard (`/ui`, in
+//! `ui.rs`). Every route but `GET /healthz` and the dashboard's own needs
+//! `Authorization: Bearer <token>` or a dashboard session. Bodies are JSON; errors are
 //! `{"error": {"kind", "message"}}`. `docs/http-api.md` lists every route.
 //! [`listen`] serves the router with bounded connections.
 
@@ -13,12 +14,14 @@ pub mod openapi;
 mod plans;
 mod plugins;
 pub mod types;
+mod ui;
 
 use error::{ApiError, ErrorBody, body_error, parse_body, path_error, query_error};
 use health::{health, workers};
 pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 use jobs::{
-    job_approve, job_cancel, job_effects, job_list, job_logs, job_output, job_reject, job_run, job_show, job_submit,
+    job_approve, job_cancel, job_effects, job_input, job_list, job_logs, job_output, job_reject, job_run, job_show,
+    job_submit,
 };
 use plans::{plan_approve, plan_cancel, plan_list, plan_reject, plan_show, plan_submit};
 use plugins::{plugin_approval, plugin_grants, plugin_list, plugin_show, plugin_upload};
@@ -86,6 +89,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/jobs/{id}", get(job_show))
         .route("/v1/jobs/{id}/logs", get(job_logs))
         .route("/v1/jobs/{id}/effects", get(job_effects))
+        .route("/v1/jobs/{id}/input", get(job_input))
         .route("/v1/jobs/{id}/output", get(job_output))
         .route("/v1/jobs/{id}/cancel", post(job_cancel))
         .route("/v1/jobs/{id}/approve", post(job_approve))
@@ -101,10 +105,11 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/workers", get(workers))
         .route("/v1/openapi.json", get(openapi_json))
         .route("/metrics", get(metrics))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_auth));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .merge(authed)
+        .merge(ui::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
@@ -113,19 +118,16 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .with_state(state)
 }
 
-async fn require_token(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
-    match given {
-        Some(token) if bool::from(token.as_bytes().ct_eq(state.config.token.as_bytes())) => next.run(request).await,
-        Some(_) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong bearer token").into_response(),
-        None => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing `Authorization: Bearer <token>`")
-            .into_response(),
+/// Every route but `/healthz` and `/ui`: the bearer token, or a
+/// dashboard session (whose changes must come from this server's pages).
+async fn require_auth(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    match ui::caller(&state, request.headers()) {
+        Ok(ui::Caller::Token) => next.run(request).await,
+        Ok(ui::Caller::Session) => match ui::check_origin(request.method(), request.headers()) {
+            Ok(()) => next.run(request).await,
+            Err(e) => e.into_response(),
+        },
+        Err(e) => e.into_response(),
     }
 }
 

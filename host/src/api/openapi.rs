@@ -125,6 +125,7 @@ impl Modify for BearerToken {
         super::jobs::job_show,
         super::jobs::job_logs,
         super::jobs::job_effects,
+        super::jobs::job_input,
         super::jobs::job_output,
         super::jobs::job_cancel,
         super::jobs::job_approve,

@@ -1,0 +1,293 @@
+//! The operator's dashboard at `/ui`, and the browser session it runs on.
+//!
+//! The pages are static files compiled into the binary (`host/ui/`): plain
+//! HTML, CSS and one script that reads the same `/v1` API and event stream
+//! every client uses, and writes guest text into the page only as text
+//! (`textContent`), never as markup. No build step, no CDN: the binary
+//! serves everything, offline.
+//!
+//! A browser signs in by posting the API token to `/ui/login`, which
+//! answers with a session cookie (`HttpOnly`, `SameSite=Strict`); the token
+//! itself never appears in a URL or in script. The cookie carries its
+//! expiry and an HMAC of it keyed by the API token, so every replica that
+//! shares the token accepts it and no session state is kept; changing the
+//! token ends every session. A request the cookie authenticates that
+//! changes something must carry an `Origin` of this server. Every `/ui`
+//! answer carries a Content-Security-Policy that allows only this
+//! server's own scripts, styles and connections.
+
+use std::time::Duration;
+
+use axum::Form;
+use axum::http::{Method, header};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::*;
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "leash_session";
+/// How long a browser session lasts.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
+const LOGIN_HTML: &str = include_str!("../../ui/login.html");
+const INDEX_HTML: &str = include_str!("../../ui/index.html");
+const APP_JS: &str = include_str!("../../ui/app.js");
+const APP_CSS: &str = include_str!("../../ui/app.css");
+
+/// Only this server's own files and connections; no inline script or
+/// style, no frames, forms posting only here.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The `/ui` routes (no auth layer: they check the session themselves).
+pub(super) fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/ui", get(page))
+        .route("/ui/", get(page))
+        .route("/ui/login", post(login))
+        .route("/ui/logout", post(logout))
+        .route("/ui/app.js", get(script))
+        .route("/ui/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
+}
+
+/// A session cookie value for `token` that expires at `expires`.
+pub(super) fn session_value(token: &str, expires: Timestamp, nonce: &[u8; 16]) -> String {
+    let claims = format!("{}.{}", expires.unix_ms(), hex::encode(nonce));
+    format!("{claims}.{}", hex::encode(mac(token, &claims)))
+}
+
+fn mac(token: &str, claims: &str) -> [u8; 32] {
+    let mut mac = Hmac::<Sha256>::new_from_slice(token.as_bytes()).expect("HMAC takes a key of any length");
+    mac.update(b"leash-session:");
+    mac.update(claims.as_bytes());
+    mac.finalize().into_bytes().into()
+}
+
+/// Whether `value` is a session this token issued that has not expired.
+pub(super) fn session_valid(token: &str, value: &str, now: Timestamp) -> bool {
+    let Some((claims, tag)) = value.rsplit_once('.') else { return false };
+    let Ok(tag) = hex::decode(tag) else { return false };
+    let Some(expires) = claims.split_once('.').and_then(|(ms, _)| ms.parse::<i64>().ok()) else { return false };
+    bool::from(mac(token, claims).ct_eq(&tag[..])) && now.unix_ms() < expires
+}
+
+/// The session cookie's value in `headers`, if any.
+fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix(SESSION_COOKIE)?.strip_prefix('='))
+}
+
+/// How a request proved who it is.
+pub(super) enum Caller {
+    /// `Authorization: Bearer` with the token.
+    Token,
+    /// A valid session cookie.
+    Session,
+}
+
+/// Who the request is from, if anyone: the bearer token or a session.
+pub(super) fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    match bearer {
+        Some(token) if bool::from(token.as_bytes().ct_eq(state.config.token.as_bytes())) => Ok(Caller::Token),
+        Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong bearer token")),
+        None => match session_cookie(headers) {
+            Some(value) if session_valid(&state.config.token, value, Timestamp::now()) => Ok(Caller::Session),
+            Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "the session has expired: sign in")),
+            None => {
+                Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing `Authorization: Bearer <token>`"))
+            }
+        },
+    }
+}
+
+/// A request a session cookie authenticates may change something only
+/// from a page of this server: its `Origin` must name the `Host` it was
+/// sent to (a page elsewhere cannot ride the cookie, whatever the browser
+/// does with `SameSite`).
+pub(super) fn check_origin(method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(());
+    }
+    let refuse = |why: &str| ApiError::new(StatusCode::FORBIDDEN, "cross_origin", why.to_owned());
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()).ok_or_else(|| {
+        refuse("a request signed in by the session cookie that changes something must carry an Origin header")
+    })?;
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let origin_host = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+    if host.is_empty() || origin_host != Some(host) {
+        return Err(refuse(&format!("Origin {origin:?} is not this server ({host:?})")));
+    }
+    Ok(())
+}
+
+/// Headers every `/ui` answer carries.
+fn protected(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // `same-origin`, not `no-referrer`: under `no-referrer` a browser sends
+    // `Origin: null` with the sign-in form, which the origin check refuses.
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    protected(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+fn html(status: StatusCode, body: String) -> Response {
+    protected((status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response())
+}
+
+fn login_page(status: StatusCode, message: &str) -> Response {
+    // The one dynamic part is leash's own message, escaped all the same.
+    html(status, LOGIN_HTML.replace("{{message}}", &escape_html(message)))
+}
+
+/// Text made safe to place in HTML.
+pub(super) fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The dashboard, or the sign-in form without a session.
+async fn page(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    match caller(&state, &headers) {
+        Ok(_) => html(StatusCode::OK, INDEX_HTML.to_owned()),
+        Err(_) => login_page(StatusCode::OK, ""),
+    }
+}
+
+/// The script, to a signed-in browser only.
+async fn script(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    match caller(&state, &headers) {
+        Ok(_) => asset("text/javascript; charset=utf-8", APP_JS),
+        Err(e) => protected(e.into_response()),
+    }
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+/// Exchange the API token for a session cookie.
+async fn login(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    if let Err(e) = check_origin(&Method::POST, &headers) {
+        return protected(e.into_response());
+    }
+    let Ok(Form(form)) = form else {
+        return login_page(StatusCode::BAD_REQUEST, "send the form: token=<the API token>");
+    };
+    if !bool::from(form.token.trim().as_bytes().ct_eq(state.config.token.as_bytes())) {
+        return login_page(StatusCode::UNAUTHORIZED, "That is not this server's API token.");
+    }
+    let mut nonce = [0u8; 16];
+    if getrandom::fill(&mut nonce).is_err() {
+        return protected(
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no random source").into_response(),
+        );
+    }
+    let expires = Timestamp::now().plus(SESSION_TTL);
+    let cookie = format!(
+        "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        session_value(&state.config.token, expires, &nonce),
+        SESSION_TTL.as_secs()
+    );
+    let mut response = protected((StatusCode::SEE_OTHER, [(header::LOCATION, "/ui")]).into_response());
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// Forget the session in this browser.
+async fn logout(headers: HeaderMap) -> Response {
+    if let Err(e) = check_origin(&Method::POST, &headers) {
+        return protected(e.into_response());
+    }
+    let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    let mut response = protected((StatusCode::SEE_OTHER, [(header::LOCATION, "/ui")]).into_response());
+    response.headers_mut().insert(header::SET_COOKIE, HeaderValue::from_str(&cookie).expect("ASCII"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "a-token";
+
+    #[test]
+    fn a_session_holds_until_it_expires_and_only_for_its_token() {
+        let t0 = Timestamp::from_unix_ms(1_000_000);
+        let value = session_value(TOKEN, t0.plus(SESSION_TTL), &[7; 16]);
+        assert!(session_valid(TOKEN, &value, t0));
+        assert!(!session_valid(TOKEN, &value, t0.plus(SESSION_TTL)), "expired");
+        assert!(!session_valid("another-token", &value, t0), "another token's");
+        let later = value.replacen(&t0.plus(SESSION_TTL).unix_ms().to_string(), "99999999999999", 1);
+        assert!(!session_valid(TOKEN, &later, t0), "an expiry moved by hand");
+        for bad in ["", "x", "1.2", "1.2.zz", &value[..value.len() - 2]] {
+            assert!(!session_valid(TOKEN, bad, t0), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_change_needs_an_origin_naming_this_host() {
+        let with = |origin: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:7070"));
+            if let Some(origin) = origin {
+                headers.insert(header::ORIGIN, HeaderValue::from_str(origin).unwrap());
+            }
+            headers
+        };
+        assert!(check_origin(&Method::GET, &with(None)).is_ok(), "reads need none");
+        assert!(check_origin(&Method::POST, &with(Some("http://127.0.0.1:7070"))).is_ok());
+        for origin in [None, Some("http://evil.example"), Some("http://127.0.0.1:7071"), Some("null")] {
+            assert!(check_origin(&Method::POST, &with(origin)).is_err(), "{origin:?}");
+        }
+    }
+
+    #[test]
+    fn html_text_is_escaped() {
+        assert_eq!(
+            escape_html(r#"<script>alert("1")</script> & 'x'"#),
+            "&lt;script&gt;alert(&quot;1&quot;)&lt;/script&gt; &amp; &#39;x&#39;"
+        );
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, HeaderValue::from_static("a=1; leash_session=abc.def; b=2"));
+        assert_eq!(session_cookie(&headers), Some("abc.def"));
+    }
+}

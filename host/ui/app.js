@@ -1,0 +1,376 @@
+// The leash dashboard: reads the /v1 API and the /v1/events stream with the
+// session cookie, and writes everything it shows as text nodes, never as
+// markup: a plugin's logs, notes and errors are the guest's words, shown as
+// typed. No framework, no build step (see docs/ARCHITECTURE.md).
+
+const view = document.getElementById('view');
+const live = document.getElementById('live');
+const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
+const STATES = ['pending_approval', 'approved', 'queued', 'running', 'succeeded', 'failed', 'cancelled'];
+
+// An element with attributes and children; strings become text nodes.
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === 'class') el.className = value;
+    else if (key.startsWith('on')) el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? '' : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+// A request to the API; a lost session goes back to the sign-in page.
+async function api(method, path, body) {
+  const init = { method, credentials: 'same-origin', headers: {} };
+  if (body !== undefined) {
+    init.headers['content-type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  if (response.status === 401) {
+    location.assign('/ui');
+    throw new Error('signed out');
+  }
+  const text = await response.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
+  return { status: response.status, ok: response.ok, json, text };
+}
+
+async function getJson(path) {
+  const answer = await api('GET', path);
+  if (!answer.ok) throw new Error(`${path}: ${answer.status} ${answer.text.slice(0, 200)}`);
+  return answer.json;
+}
+
+const pad = (n) => String(n).padStart(2, '0');
+function ago(iso) {
+  if (!iso) return '';
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  return s < 60 ? `${s}s` : s < 3600 ? `${Math.floor(s / 60)}m${pad(s % 60)}s` : `${Math.floor(s / 3600)}h${pad(Math.floor(s % 3600 / 60))}m`;
+}
+function duration(from, to) {
+  if (!from) return '';
+  const ms = (to ? Date.parse(to) : Date.now()) - Date.parse(from);
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
+}
+const pluginName = (job) => job.plugin_name ? `${job.plugin_name.name}@${job.plugin_name.version}` : job.plugin.slice(0, 19) + '…';
+const badge = (status) => h('span', { class: `badge ${status}` }, status.replace('_', ' '));
+const jobLink = (id) => h('a', { href: `#/jobs/${encodeURIComponent(id)}` }, id);
+
+// The event stream, with the browser's own reconnect (it resends the last
+// id it saw, so nothing is missed across a drop).
+function subscribe(query, onEvent) {
+  const source = new EventSource('/v1/events' + query);
+  source.onopen = () => live.classList.add('on');
+  source.onerror = () => live.classList.remove('on');
+  const handle = (message) => {
+    try { onEvent(JSON.parse(message.data), message.type); } catch (e) { console.error(e); }
+  };
+  for (const type of ['job.submitted', 'job.approval_needed', 'job.approved', 'job.queued', 'job.started',
+    'job.progress', 'job.cancel_requested', 'job.requeued', 'job.finished', 'worker.joined', 'worker.changed',
+    'worker.left', 'missed']) {
+    source.addEventListener(type, handle);
+  }
+  return () => { source.close(); live.classList.remove('on'); };
+}
+
+// ---------------------------------------------------------------- jobs
+
+function jobRow(job) {
+  return h('tr', { 'data-job': job.id },
+    h('td', {}, jobLink(job.id)),
+    h('td', {}, badge(job.status)),
+    h('td', {}, pluginName(job)),
+    h('td', {}, job.target),
+    h('td', { class: 'num' }, `${job.attempt}/${job.max_attempts}`),
+    h('td', {}, job.worker_id || ''),
+    h('td', { class: 'num', 'data-age': job.created_at }, ago(job.created_at)),
+    h('td', { class: 'num' }, duration(job.started_at, job.finished_at)),
+    h('td', {}, job.error_kind || ''));
+}
+
+// What an event says of a job, in the list's own shape.
+function applyEvent(job, event) {
+  const e = event.job;
+  Object.assign(job, { status: e.status, attempt: e.attempt, worker_id: e.worker_id || job.worker_id, error_kind: e.error_kind || null });
+  if (event.type === 'job.started') { job.started_at = event.at; job.finished_at = null; }
+  if (event.type === 'job.finished') job.finished_at = event.at;
+  return job;
+}
+
+function chart(samples) {
+  const width = 600, height = 80, n = samples.length;
+  const max = Math.max(1, ...samples.map((s) => Math.max(s.queued, s.running, s.finished)));
+  const line = (key) => samples.map((s, i) => `${(i / Math.max(1, n - 1)) * width},${height - (s[key] / max) * (height - 4)}`).join(' ');
+  const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+  svg.setAttribute('class', 'chart');
+  svg.setAttribute('role', 'img');
+  svg.setAttribute('aria-label', 'queued, running and finished jobs over the last minutes');
+  for (const key of ['queued', 'running', 'finished']) {
+    const path = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
+    path.setAttribute('points', line(key));
+    path.setAttribute('class', key);
+    svg.append(path);
+  }
+  return svg;
+}
+
+const samples = [];
+let finishedSinceSample = 0;
+
+async function jobsView(params) {
+  const query = new URLSearchParams();
+  for (const key of ['status', 'plugin', 'plan']) if (params.get(key)) query.set(key, params.get(key));
+  if (params.get('before')) query.set('before', params.get('before'));
+  query.set('limit', '50');
+  const page = await getJson(`/v1/jobs?${query}`);
+  const jobs = new Map(page.jobs.map((j) => [j.id, j]));
+  const body = h('tbody', {}, page.jobs.map(jobRow));
+  const counts = h('div', { class: 'counts', 'aria-live': 'polite' });
+  const graph = h('div', { class: 'graph' });
+  const filter = h('form', { class: 'filters', onsubmit: (event) => {
+    event.preventDefault();
+    const form = new FormData(filter);
+    const next = new URLSearchParams();
+    for (const [key, value] of form) if (value) next.set(key, value);
+    location.hash = `#/jobs?${next}`;
+  } },
+  h('label', {}, 'Status ', h('select', { name: 'status' }, h('option', { value: '' }, 'any'),
+    STATES.map((s) => h('option', { value: s, selected: params.get('status') === s }, s)))),
+  h('label', {}, 'Plugin ', h('input', { name: 'plugin', value: params.get('plugin') || '', size: 14 })),
+  h('label', {}, 'Plan ', h('input', { name: 'plan', value: params.get('plan') || '', size: 14 })),
+  h('button', { type: 'submit' }, 'Filter'));
+  const pager = h('p', { class: 'pager' },
+    params.get('before') ? h('a', { href: '#/jobs' }, '← newest') : null, ' ',
+    page.next_before ? h('a', { href: `#/jobs?${new URLSearchParams({ ...Object.fromEntries(query), before: page.next_before })}` }, 'older →') : null);
+  view.replaceChildren(
+    h('h1', {}, 'Jobs'), counts, graph, filter,
+    h('div', { class: 'scroll' }, h('table', { class: 'jobs' },
+      h('thead', {}, h('tr', {}, ['ID', 'Status', 'Plugin', 'Target', 'Attempt', 'Worker', 'Age', 'Duration', 'Error'].map((c) => h('th', { scope: 'col' }, c)))),
+      body)),
+    pager);
+
+  const refreshCounts = async () => {
+    const workers = await getJson('/v1/workers');
+    const c = workers.counts;
+    counts.replaceChildren(...STATES.map((s) => h('a', { class: `count ${s}`, href: `#/jobs?status=${s}` }, h('b', {}, c[s] ?? 0), ' ', s.replace('_', ' '))));
+    samples.push({ queued: c.queued, running: c.running, finished: finishedSinceSample });
+    finishedSinceSample = 0;
+    if (samples.length > 150) samples.shift();
+    graph.replaceChildren(chart(samples), h('p', { class: 'legend' },
+      h('span', { class: 'queued' }, 'queued'), ' ', h('span', { class: 'running' }, 'running'), ' ',
+      h('span', { class: 'finished' }, 'finished per 2 s'), ' — last 5 minutes'));
+  };
+  await refreshCounts();
+  const timer = setInterval(() => {
+    refreshCounts().catch(() => {});
+    for (const cell of body.querySelectorAll('[data-age]')) cell.textContent = ago(cell.dataset.age);
+  }, 2000);
+  const firstPage = !params.get('before');
+  const unsubscribe = subscribe('', (event) => {
+    if (!event.job) return;
+    if (event.type === 'job.finished') finishedSinceSample += 1;
+    const id = event.job.id;
+    let job = jobs.get(id);
+    if (!job) {
+      const fresh = ['job.submitted', 'job.approval_needed'].includes(event.type);
+      const wanted = (!params.get('plan') || params.get('plan') === event.job.plan_id)
+        && (!params.get('status') || params.get('status') === event.job.status)
+        && (!params.get('plugin') || (event.job.plugin && [event.job.plugin.name, `${event.job.plugin.name}@${event.job.plugin.version}`].includes(params.get('plugin'))));
+      if (!fresh || !firstPage || !wanted) return;
+      job = { id, created_at: event.at, plugin: event.job.digest, plugin_name: event.job.plugin || null, target: event.job.target,
+        max_attempts: '', attempt: 0 };
+      jobs.set(id, job);
+      body.prepend(jobRow(applyEvent(job, event)));
+      // The rest of the row (limits, attempts allowed) from the job itself.
+      getJson(`/v1/jobs/${encodeURIComponent(id)}`).then((stored) => {
+        if (jobs.get(id) !== job) return;
+        const merged = Object.assign(stored, { status: job.status, attempt: job.attempt, worker_id: job.worker_id,
+          error_kind: job.error_kind, started_at: job.started_at ?? stored.started_at, finished_at: job.finished_at ?? stored.finished_at });
+        jobs.set(id, merged);
+        const row = body.querySelector(`tr[data-job="${CSS.escape(id)}"]`);
+        if (row) row.replaceWith(jobRow(merged));
+      }).catch(() => {});
+      return;
+    }
+    const row = body.querySelector(`tr[data-job="${CSS.escape(id)}"]`);
+    if (row) row.replaceWith(jobRow(applyEvent(job, event)));
+  });
+  return () => { clearInterval(timer); unsubscribe(); };
+}
+
+// ---------------------------------------------------------------- one job
+
+// Bytes shown as JSON, text, or (binary) a hex preview; always a download.
+async function bytesPanel(title, path) {
+  const response = await fetch(path, { credentials: 'same-origin' });
+  if (!response.ok) return null;
+  const bytes = new Uint8Array(await response.arrayBuffer());
+  let shown;
+  try {
+    const text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    try { shown = h('pre', { class: 'data' }, JSON.stringify(JSON.parse(text), null, 2)); } catch (_) { shown = h('pre', { class: 'data' }, text); }
+  } catch (_) {
+    const hex = Array.from(bytes.slice(0, 512), (b) => b.toString(16).padStart(2, '0')).join(' ');
+    shown = h('pre', { class: 'data hex' }, hex + (bytes.length > 512 ? ' …' : ''));
+  }
+  return h('section', { class: title.toLowerCase() }, h('h2', {}, `${title} `, h('small', {}, `${bytes.length} bytes · `, h('a', { href: path, download: '' }, 'download'))), shown);
+}
+
+function field(name, value) {
+  return value === undefined || value === null || value === '' ? null : [h('dt', {}, name), h('dd', {}, value)];
+}
+
+async function jobView(id) {
+  const answer = h('pre', { class: 'answer', role: 'status', 'aria-live': 'polite' });
+  const act = (label, path, question, body) => h('button', { type: 'button', onclick: async () => {
+    const sent = body ? body() : undefined;
+    if (sent === null || !confirm(question)) return;
+    const result = await api('POST', path, sent);
+    answer.textContent = `${result.status}: ${result.text}`;
+    answer.className = `answer ${result.ok ? 'ok' : 'refused'}`;
+  } }, label);
+  // A decision is recorded with who made it (and why, if they say); the
+  // fields outlive the redraws that live events cause.
+  const by = h('input', { name: 'by', size: 16, value: localStorage.getItem('leash.by') || '', 'aria-label': 'your name' });
+  const comment = h('input', { name: 'comment', size: 24, 'aria-label': 'comment' });
+  const top = h('div');
+  const sections = h('div');
+  let drawnSections = null;
+  const draw = async () => {
+    const job = await getJson(`/v1/jobs/${encodeURIComponent(id)}`);
+    const decision = () => {
+      if (!by.value.trim()) { answer.textContent = 'Say who decides: your name.'; answer.className = 'answer refused'; by.focus(); return null; }
+      localStorage.setItem('leash.by', by.value.trim());
+      return { by: by.value.trim(), comment: comment.value.trim() || null };
+    };
+    const gated = job.status === 'pending_approval';
+    const actions = h('div', { class: 'actions' },
+      !TERMINAL.has(job.status) ? act('Cancel', `/v1/jobs/${id}/cancel`, `Cancel job ${id}?`) : null,
+      gated ? act('Approve', `/v1/jobs/${id}/approve`, `Approve job ${id}? It will run.`, decision) : null,
+      gated ? act('Reject', `/v1/jobs/${id}/reject`, `Reject job ${id}? It will never run.`, decision) : null,
+      gated ? h('label', {}, 'by ', by) : null, gated ? h('label', {}, 'comment ', comment) : null,
+      job.status === 'approved' ? act('Run', `/v1/jobs/${id}/run`, `Start job ${id} now?`) : null);
+    const progress = job.progress
+      ? h('div', { class: 'progress' }, h('progress', { max: job.progress.total || 1, value: job.progress.done }),
+        ` ${job.progress.done}/${job.progress.total} `, h('span', { class: 'note' }, job.progress.note))
+      : null;
+    top.replaceChildren(h('div', {},
+      h('h1', {}, 'Job ', h('code', {}, job.id), ' ', badge(job.status)), progress, actions, answer,
+      h('dl', { class: 'fields' },
+        field('Plugin', pluginName(job)), field('Digest', job.plugin), field('Target', job.target), field('Plan', job.plan_id),
+        field('Attempt', `${job.attempt} of ${job.max_attempts}`), field('Worker', job.worker_id),
+        field('Created', job.created_at), field('Started', job.started_at), field('Finished', job.finished_at),
+        field('Duration', duration(job.started_at, job.finished_at)),
+        field('Lost leases', job.lost_leases), field('Retries', job.retries), field('Releases', job.releases),
+        field('Free re-runs', job.free_reruns),
+        field('Limits', `timeout ${job.limits.timeout_ms} ms · fuel ${job.limits.fuel ?? 'unlimited'} · memory ${job.limits.memory_bytes} B · output ${job.limits.output_bytes} B`),
+        field('Fuel used', job.fuel_used), field('Peak memory', job.peak_memory_bytes != null ? `${job.peak_memory_bytes} B` : null),
+        field('Error kind', job.error_kind), field('Error', job.error_message), field('Last error', job.last_error)),
+      job.backtrace ? h('section', {}, h('h2', {}, 'Guest backtrace'), h('pre', { class: 'data' }, job.backtrace)) : null));
+    if (drawnSections === job.status) return;
+    drawnSections = job.status;
+    const parts = [await bytesPanel('Input', `/v1/jobs/${id}/input`)];
+    if (job.status === 'succeeded') parts.push(await bytesPanel('Output', `/v1/jobs/${id}/output`));
+    const logs = await api('GET', `/v1/jobs/${id}/logs`);
+    if (logs.ok && logs.json) {
+      const l = logs.json;
+      parts.push(h('section', { class: 'logs' }, h('h2', {}, 'Logs'),
+        h('div', { class: 'scroll' }, h('table', { class: 'logs' },
+          h('thead', {}, h('tr', {}, ['ms', 'level', 'message', 'fields'].map((c) => h('th', { scope: 'col' }, c)))),
+          h('tbody', {}, (l.records || []).map((r) => h('tr', { class: r.level },
+            h('td', { class: 'num' }, r.elapsed_ms), h('td', {}, r.level), h('td', { class: 'message' }, r.message),
+            h('td', {}, (r.fields || []).map(([k, v]) => `${k}=${v}`).join(' '))))))),
+        l.stdout ? [h('h3', {}, 'stdout'), h('pre', { class: 'data' }, l.stdout)] : null,
+        l.stderr ? [h('h3', {}, 'stderr'), h('pre', { class: 'data' }, l.stderr)] : null));
+    }
+    const effects = await api('GET', `/v1/jobs/${id}/effects`);
+    if (effects.ok && effects.json && effects.json.effects.length) {
+      parts.push(h('section', {}, h('h2', {}, 'Effect ledger'), h('div', { class: 'scroll' }, h('table', {},
+        h('thead', {}, h('tr', {}, ['attempt', 'seq', 'method', 'URL', 'outcome', 'started'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, effects.json.effects.map((e) => h('tr', {}, h('td', {}, e.attempt), h('td', {}, e.seq), h('td', {}, e.method),
+          h('td', {}, e.url), h('td', {}, e.status ?? e.error ?? 'no outcome'), h('td', {}, e.started_at))))))));
+    }
+    if (job.grants) parts.push(h('section', {}, h('h2', {}, 'Grants'), h('pre', { class: 'data' }, JSON.stringify(job.grants, null, 2))));
+    sections.replaceChildren(...parts.filter(Boolean));
+  };
+  view.replaceChildren(h('p', {}, h('a', { href: '#/jobs' }, '← jobs')), top, sections);
+  await draw();
+  let pending = false;
+  return subscribe(`?job=${encodeURIComponent(id)}`, () => {
+    if (pending) return;
+    pending = true;
+    setTimeout(() => { pending = false; draw().catch(() => {}); }, 100);
+  });
+}
+
+// ---------------------------------------------------------------- the rest
+
+function table(columns, rows) {
+  return h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col' }, c)))), h('tbody', {}, rows)));
+}
+
+async function plansView() {
+  const page = await getJson('/v1/plans?limit=100');
+  view.replaceChildren(h('h1', {}, 'Plans'), table(['Plan', 'Status', 'Apply mode', 'Execute', 'Apply', 'Approved by', 'Created'],
+    (page.plans || []).map((p) => h('tr', {}, h('td', {}, h('code', {}, p.plan_id)), h('td', {}, badge(p.status)), h('td', {}, p.apply_mode),
+      h('td', {}, jobLink(p.execute.job.id), ' ', badge(p.execute.job.status)),
+      h('td', {}, p.apply ? [jobLink(p.apply.job.id), ' ', badge(p.apply.job.status)] : '—'),
+      h('td', {}, p.approved_by || ''), h('td', {}, p.created_at)))));
+}
+
+async function pluginsView() {
+  const list = await getJson('/v1/plugins');
+  view.replaceChildren(h('h1', {}, 'Plugins'), table(['Name', 'Version', 'Digest', 'Size', 'Grants', 'Approval', 'Added'],
+    (list.plugins || []).map((p) => h('tr', {}, h('td', {}, h('a', { href: `#/jobs?plugin=${encodeURIComponent(p.name || '')}` }, p.name || '—')),
+      h('td', {}, p.version || ''), h('td', {}, h('code', {}, p.digest)), h('td', { class: 'num' }, `${p.size_bytes} B`),
+      h('td', {}, p.grants ? h('pre', { class: 'data small' }, JSON.stringify(p.grants, null, 1)) : 'none'),
+      h('td', {}, p.approval ? JSON.stringify(p.approval) : 'none'), h('td', {}, p.created_at)))));
+}
+
+async function workersView() {
+  const draw = async () => {
+    const w = await getJson('/v1/workers');
+    view.replaceChildren(h('h1', {}, 'Workers'), h('p', {}, w.summary),
+      table(['Worker', 'State', 'Host', 'PID', 'Slots', 'Running', 'Jobs', 'Last heartbeat', 'Started', 'Version'],
+        w.workers.map((x) => h('tr', { class: x.stale ? 'stale' : '' }, h('td', {}, x.worker_id),
+          h('td', {}, badge(x.state), x.stale ? h('span', { class: 'badge stale' }, 'stale') : null),
+          h('td', {}, x.host), h('td', { class: 'num' }, x.pid), h('td', { class: 'num' }, x.slots), h('td', { class: 'num' }, x.running),
+          h('td', {}, (x.running_jobs || []).map((id) => [jobLink(id), ' '])), h('td', {}, `${x.last_heartbeat} (${ago(x.last_heartbeat)} ago)`),
+          h('td', {}, x.started_at), h('td', {}, x.version)))));
+  };
+  await draw();
+  const timer = setInterval(() => draw().catch(() => {}), 2000);
+  return () => clearInterval(timer);
+}
+
+// ---------------------------------------------------------------- routing
+
+let cleanup = null;
+async function route() {
+  if (cleanup) { cleanup(); cleanup = null; }
+  const [path, query] = (location.hash.slice(1) || '/jobs').split('?');
+  const params = new URLSearchParams(query || '');
+  const parts = path.split('/').filter(Boolean);
+  for (const link of document.querySelectorAll('[data-nav]')) link.classList.toggle('here', link.dataset.nav === parts[0]);
+  try {
+    if (parts[0] === 'jobs' && parts[1]) cleanup = await jobView(decodeURIComponent(parts[1]));
+    else if (parts[0] === 'plans') cleanup = await plansView();
+    else if (parts[0] === 'plugins') cleanup = await pluginsView();
+    else if (parts[0] === 'workers') cleanup = await workersView();
+    else cleanup = await jobsView(params);
+  } catch (e) {
+    view.replaceChildren(h('p', { class: 'error' }, String(e.message || e)));
+  }
+  view.focus({ preventScroll: true });
+}
+
+window.addEventListener('hashchange', route);
+route();

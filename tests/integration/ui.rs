@@ -1,0 +1,197 @@
+//! The dashboard (`/ui`): its session and headers over plain HTTP, and what
+//! an operator does with it in a real headless Chromium.
+
+use serde_json::{Value, json};
+
+use crate::server::Server;
+use crate::webdriver::Browser;
+
+/// Sign in with `token`: the answer's status and session cookie, if any.
+async fn sign_in(server: &Server, token: &str, origin: Option<&str>) -> (u16, Option<String>) {
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    // The tokens here are hex and dashes: nothing to percent-encode.
+    let mut request = client
+        .post(format!("{}/ui/login", server.url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"));
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    let response = request.send().await.unwrap();
+    let cookie = response.headers().get("set-cookie").map(|v| v.to_str().unwrap().to_owned());
+    (response.status().as_u16(), cookie)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_comes_only_from_the_token_and_changes_need_this_servers_origin() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("jobs.db"), &[]);
+    server.add_plugin("hello").await;
+    let origin = server.url.clone();
+    let http = reqwest::Client::new();
+
+    // Without a session: the sign-in form and nothing else.
+    let page = http.get(format!("{}/ui", server.url)).send().await.unwrap();
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    for rule in ["default-src 'none'", "script-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"] {
+        assert!(csp.contains(rule), "{csp}");
+    }
+    assert!(!csp.contains("unsafe-inline") && !csp.contains("http"), "no inline script, no other origin: {csp}");
+    let text = page.text().await.unwrap();
+    assert!(text.contains(r#"name="token""#) && !text.contains("<script"), "{text}");
+    for path in ["/ui/app.js", "/v1/jobs", "/v1/events", "/v1/workers"] {
+        let status = http.get(format!("{}{path}", server.url)).send().await.unwrap().status().as_u16();
+        assert_eq!(status, 401, "{path} without a session");
+    }
+
+    // A wrong token, or a sign-in posted from another site, gets no cookie.
+    assert_eq!(sign_in(&server, "not-the-token", Some(&origin)).await, (401, None));
+    assert_eq!(sign_in(&server, &server.token, Some("http://evil.example")).await, (403, None));
+    assert_eq!(sign_in(&server, &server.token, None).await, (403, None));
+    let (status, cookie) = sign_in(&server, &server.token, Some(&origin)).await;
+    assert_eq!(status, 303);
+    let cookie = cookie.expect("a session cookie");
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    assert!(!cookie.contains(&server.token), "the cookie is not the token: {cookie}");
+    let session = cookie.split(';').next().unwrap().to_owned();
+
+    // With it: the API reads; a change needs this server's Origin.
+    let with_session = |method: reqwest::Method, path: &str| {
+        http.request(method, format!("{}{path}", server.url)).header("cookie", &session)
+    };
+    assert_eq!(with_session(reqwest::Method::GET, "/v1/jobs").send().await.unwrap().status().as_u16(), 200);
+    let script = with_session(reqwest::Method::GET, "/ui/app.js").send().await.unwrap();
+    assert_eq!(script.headers()["content-type"], "text/javascript; charset=utf-8");
+    let body = json!({ "plugin": "hello", "execution": "async", "gate": "approval" });
+    let submit = |origin: Option<&str>| {
+        let mut request = with_session(reqwest::Method::POST, "/v1/jobs").json(&body);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send()
+    };
+    assert_eq!(submit(None).await.unwrap().status().as_u16(), 403, "no Origin");
+    assert_eq!(submit(Some("http://evil.example")).await.unwrap().status().as_u16(), 403, "another site");
+    let answer = submit(Some(&origin)).await.unwrap();
+    assert_eq!(answer.status().as_u16(), 202);
+    let job: Value = answer.json().await.unwrap();
+    let (status, _) =
+        server.call(reqwest::Method::GET, &format!("/v1/jobs/{}", job["job_id"].as_str().unwrap()), None).await;
+    assert_eq!(status, 200, "the job exists");
+
+    // A forged or altered cookie is no session.
+    let forged = format!("{}0", session);
+    let status = http.get(format!("{}/v1/jobs", server.url)).header("cookie", forged).send().await.unwrap().status();
+    assert_eq!(status.as_u16(), 401);
+    // Signing out clears the cookie.
+    let out = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let answer = out
+        .post(format!("{}/ui/logout", server.url))
+        .header("cookie", &session)
+        .header("origin", &origin)
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+}
+
+/// Submit a job over the API (bearer token); its id.
+async fn submit(server: &Server, body: Value) -> String {
+    let (status, answer) = server.call(reqwest::Method::POST, "/v1/jobs", Some(body)).await;
+    assert!(status == 202, "{status}: {answer}");
+    answer["job_id"].as_str().unwrap().to_owned()
+}
+
+/// Where the screenshots go: `docs/ui/` with `LEASH_UI_SCREENSHOTS=1`,
+/// else a temporary folder.
+fn screenshot_dir(scratch: &std::path::Path) -> std::path::PathBuf {
+    if std::env::var_os("LEASH_UI_SCREENSHOTS").is_some() {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ui")
+    } else {
+        scratch.to_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_signs_in_watches_jobs_live_reads_one_cancels_and_approves() {
+    let Some(browser) = Browser::start().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("jobs.db"), &[]);
+    for plugin in ["hello", "coop"] {
+        server.add_plugin(plugin).await;
+    }
+    let ui = format!("{}/ui", server.url);
+
+    // Signed out, the page's own requests get no data.
+    browser.goto(&ui).await;
+    browser.wait_for("input[name=token]").await;
+    let status =
+        browser.run("const done = arguments[arguments.length - 1]; fetch('/v1/jobs').then(r => done(r.status));").await;
+    assert_eq!(status, 401);
+    browser.type_into("input[name=token]", "wrong").await;
+    browser.click("button[type=submit]").await;
+    browser.wait_for_text("p.error", |t| t.contains("not this server's API token")).await;
+    browser.type_into("input[name=token]", &server.token).await;
+    browser.click("button[type=submit]").await;
+    browser.wait_for("table.jobs").await;
+    let cookie = browser.run("arguments[arguments.length - 1](document.cookie)").await;
+    assert_eq!(cookie, "", "the session cookie is out of the script's reach");
+
+    // A job submitted elsewhere appears and finishes without a reload.
+    browser.run("window.stillTheSamePage = true; arguments[arguments.length - 1](true)").await;
+    let hello = submit(&server, json!({ "plugin": "hello", "input": { "name": "Ada" }, "execution": "async" })).await;
+    browser.wait_for_text(&format!("tr[data-job='{hello}'] .badge"), |t| t == "succeeded").await;
+    assert_eq!(browser.run("arguments[arguments.length - 1](window.stillTheSamePage === true)").await, true);
+    let shots = screenshot_dir(dir.path());
+    std::fs::create_dir_all(&shots).unwrap();
+    std::fs::write(shots.join("jobs.png"), browser.screenshot().await).unwrap();
+
+    // Its page: the output and the log.
+    browser.click(&format!("tr[data-job='{hello}'] a")).await;
+    browser.wait_for_text("section.output pre.data", |t| t.contains("Hello, Ada!")).await;
+    browser.wait_for_text("table.logs", |t| t.contains("greeting Ada")).await;
+    std::fs::write(shots.join("job.png"), browser.screenshot().await).unwrap();
+
+    // A running coop job, cancelled from its page.
+    let coop =
+        submit(&server, json!({ "plugin": "coop", "input": { "steps": 1_000_000 }, "execution": "async" })).await;
+    browser.goto(&format!("{ui}#/jobs/{coop}")).await;
+    browser.wait_for_text("h1 .badge", |t| t == "running").await;
+    browser.click(".actions button").await;
+    let asked = browser.accept_dialog().await;
+    assert!(asked.contains(&coop), "{asked}");
+    browser.wait_for_text("pre.answer", |t| t.starts_with("202")).await;
+    browser.wait_for_text("h1 .badge", |t| t == "cancelled").await;
+
+    // A gated job, approved from its page, runs.
+    let gated = submit(&server, json!({ "plugin": "hello", "execution": "async", "gate": "approval" })).await;
+    browser.goto(&format!("{ui}#/jobs/{gated}")).await;
+    browser.wait_for_text("h1 .badge", |t| t == "pending approval").await;
+    browser.type_into(".actions input[name=by]", "alice").await;
+    browser.click(".actions button:nth-child(2)").await;
+    assert!(browser.accept_dialog().await.starts_with("Approve"));
+    browser.wait_for_text("h1 .badge", |t| t == "succeeded").await;
+
+    // A log line of markup is shown as text and runs nothing.
+    let name = "<script>alert(1)</script><img src=x onerror=alert(2)>";
+    let hostile = submit(&server, json!({ "plugin": "hello", "input": { "name": name }, "execution": "async" })).await;
+    browser.goto(&format!("{ui}#/jobs/{hostile}")).await;
+    browser.wait_for_text("table.logs", |t| t.contains(&format!("greeting {name}"))).await;
+    let injected =
+        browser.run("arguments[arguments.length - 1](document.querySelectorAll('main script, main img').length)").await;
+    assert_eq!(injected, 0, "the guest's markup made no element");
+    assert_eq!(browser.dialog().await, None, "no alert ran");
+
+    // The other pages: plugins, workers (this server's pool), plans.
+    browser.goto(&format!("{ui}#/plugins")).await;
+    browser.wait_for_text("main table", |t| t.contains("hello") && t.contains("coop")).await;
+    browser.goto(&format!("{ui}#/workers")).await;
+    browser.wait_for_text("main table", |t| t.contains("worker-") && t.contains("running")).await;
+    let plan = server.call(reqwest::Method::POST, "/v1/plans", Some(json!({ "plugin": "hello" }))).await;
+    assert_eq!(plan.0, 201, "{}", plan.1);
+    browser.goto(&format!("{ui}#/plans")).await;
+    browser.wait_for_text("main table", |t| t.contains(plan.1["plan_id"].as_str().unwrap())).await;
+    browser.quit().await;
+}
