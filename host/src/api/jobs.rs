@@ -413,11 +413,7 @@ pub(super) async fn job_output(
 ) -> Result<Response, ApiError> {
     let job = state.runtime.get(id).await?;
     match job.output {
-        Some(output) => {
-            let mut headers = HeaderMap::new();
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-            Ok((headers, output).into_response())
-        }
+        Some(output) => Ok(raw_bytes(output)),
         None => Err(ApiError::new(
             StatusCode::CONFLICT,
             "no_output",
@@ -439,8 +435,12 @@ pub(super) async fn job_input(
     State(state): State<Arc<AppState>>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
-    let job = state.runtime.get(id).await?;
-    Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))], job.input).into_response())
+    Ok(raw_bytes(state.runtime.get(id).await?.input))
+}
+
+/// Bytes as they are, as `application/octet-stream`.
+fn raw_bytes(bytes: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))], bytes).into_response()
 }
 
 /// Cancel: a queued job at once, a running one by asking its worker.

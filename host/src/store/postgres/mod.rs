@@ -80,6 +80,18 @@ use crate::job::{
 /// reader that stops below it never sees an older event appear later.
 const VISIBLE_TXN: &str = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
 
+/// A read-only transaction whose reads all see one snapshot.
+async fn snapshot(
+    client: &mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'_>, tokio_postgres::Error> {
+    client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+}
+
 /// An event row: `txn, seq`, then [`EVENT_COLUMNS`].
 fn row_to_event(r: &Row) -> Result<super::Event, StoreError> {
     EventRow {
@@ -917,13 +929,7 @@ impl JobStore for PostgresStore {
         let err = db_err("reading events");
         let mut client = self.client("reading events").await?;
         // One snapshot for the horizon and the events.
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(&err)?;
+        let tx = snapshot(&mut client).await.map_err(&err)?;
         let horizon = tx.query_opt("SELECT txn, seq FROM event_horizon", &[]).await.map_err(&err)?;
         let after = params.after.unwrap_or_default();
         let missed = params.after.is_some()
@@ -1343,13 +1349,7 @@ impl JobStore for PostgresStore {
         let err = db_err("reading the workers");
         let mut client = self.client("reading the workers").await?;
         // One snapshot for the three reads.
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(&err)?;
+        let tx = snapshot(&mut client).await.map_err(&err)?;
         let workers = tx
             .query(
                 "SELECT worker_id, host, pid, version, slots, running, state, poll_interval_ms, processed, \
