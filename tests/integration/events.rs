@@ -282,3 +282,44 @@ async fn jobs_watch_prints_events_live_and_ends_with_the_job_it_watches() {
     assert_eq!(kinds, ["job.submitted", "job.started", "job.finished"], "{text}");
     assert!(text.lines().all(|l| l.contains(&id)), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_behind_retention_hears_once_that_it_missed_events_then_gets_the_new_ones() {
+    use leash::runtime::StreamItem;
+    use leash::store::{EventsAfterParams, JobInsertParams, JobsDeleteParams};
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = leash::runtime::Runtime::builder(dir.path().join("jobs.db"))
+        .without_workers()
+        .event_poll(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    let store = runtime.store().clone();
+    let insert = |input: &str| {
+        let job = crate::conformance::cases::new_job(input);
+        store.job_insert(JobInsertParams { jobs: vec![job], now: leash::clock::Timestamp::now() })
+    };
+    insert("a").await.unwrap();
+    insert("b").await.unwrap();
+    let old = store.events_after(EventsAfterParams { after: None, limit: 10 }).await.unwrap().events;
+    // A client from now: the process's reader goes on from the newest
+    // event, ahead of the one behind.
+    let _live = runtime.events(None, Default::default()).await.unwrap();
+    let everything = leash::clock::Timestamp::now().plus(Duration::from_secs(3600));
+    store
+        .jobs_delete_expired(JobsDeleteParams {
+            finished_before: leash::clock::Timestamp::from_unix_ms(0),
+            events_before: everything,
+        })
+        .await
+        .unwrap();
+    let mut stream = runtime.events(Some(old[0].id), Default::default()).await.unwrap();
+    let first = tokio::time::timeout(GENEROUS, stream.next()).await.expect("an item in time").unwrap();
+    assert_eq!(first, StreamItem::Missed);
+    let new = insert("c").await.unwrap().pop().unwrap();
+    match tokio::time::timeout(GENEROUS, stream.next()).await.expect("an item in time").unwrap() {
+        StreamItem::Event(event) => assert_eq!(event.job.unwrap().id, new.id, "the new job, and no second gap"),
+        other => panic!("{other:?}"),
+    }
+    runtime.shutdown().await;
+}

@@ -88,6 +88,7 @@ impl EventHub {
             cursor,
             catching_up: true,
             missed: false,
+            told_missed: false,
             pending: VecDeque::new(),
             filter,
         })
@@ -156,6 +157,8 @@ pub struct EventStream {
     /// Read from the store until it has nothing newer.
     catching_up: bool,
     missed: bool,
+    /// The gap at the cursor was reported and nothing read since.
+    told_missed: bool,
     pending: VecDeque<Event>,
     filter: EventFilter,
 }
@@ -173,7 +176,10 @@ impl EventStream {
             }
             if self.catching_up {
                 let page = self.store.events_after(EventsAfterParams { after: self.cursor, limit: EVENT_PAGE }).await?;
-                self.missed = page.missed;
+                // Said once per gap: until the reader is past the deleted
+                // events, every read from its place reports the same gap.
+                self.missed = page.missed && !self.told_missed;
+                self.told_missed = page.missed && page.events.is_empty();
                 self.catching_up = page.events.len() as u32 == EVENT_PAGE;
                 self.take(page.events);
                 continue;
