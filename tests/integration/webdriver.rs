@@ -168,7 +168,8 @@ impl Browser {
         self.post(&format!("/element/{element}/value"), json!({ "text": text })).await;
     }
 
-    /// Run `script` in the page and return what it returns.
+    /// Run `script` in the page as an async script: it hands its result
+    /// to the callback WebDriver passes last (`arguments[arguments.length - 1]`).
     pub(crate) async fn run(&self, script: &str) -> Value {
         self.post("/execute/async", json!({ "script": script, "args": [] })).await
     }

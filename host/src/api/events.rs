@@ -84,26 +84,26 @@ pub(super) async fn events(
         .transpose()
         .map_err(ApiError::bad_request)?;
     let stream = state.runtime.events(after, filter).await?;
-    let client = Client::new(stream, state.runtime.metrics().event_clients.clone());
-    let body = futures_util::stream::unfold(client, |mut client| async move {
-        let frame = client.next_frame().await?;
-        Some((Ok::<_, Infallible>(frame), client))
+    let listener = Listener::new(stream, state.runtime.metrics().event_clients.clone());
+    let body = futures_util::stream::unfold(listener, |mut listener| async move {
+        let frame = listener.next_frame().await?;
+        Some((Ok::<_, Infallible>(frame), listener))
     });
     Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response())
 }
 
 /// One connected client: its place in the feed, counted while it is open.
-struct Client {
+struct Listener {
     stream: EventStream,
     clients: prometheus_client::metrics::gauge::Gauge,
     /// Set after a store failure was sent: the stream ends there.
     failed: bool,
 }
 
-impl Client {
+impl Listener {
     fn new(stream: EventStream, clients: prometheus_client::metrics::gauge::Gauge) -> Self {
         clients.inc();
-        Client { stream, clients, failed: false }
+        Listener { stream, clients, failed: false }
     }
 
     /// The next frame, or `None` to end the stream (after a failure, which
@@ -126,7 +126,7 @@ impl Client {
     }
 }
 
-impl Drop for Client {
+impl Drop for Listener {
     fn drop(&mut self) {
         self.clients.dec();
     }
