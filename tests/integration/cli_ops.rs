@@ -450,3 +450,54 @@ async fn grants_and_secrets_given_at_registration_reach_durable_jobs_and_a_revok
     assert_eq!(unversioned.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&unversioned.stderr).contains("name the version"));
 }
+
+/// `leash submit --batch`: JSON lines sent a thousand to a request; a bad
+/// line is named, and what was queued before it is said.
+#[test]
+fn submit_batch_queues_json_lines_in_requests_of_a_thousand() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("local.db");
+    let local = |args: &[&str]| leash_bin().args(args).arg("--db").arg(&db).output().unwrap();
+    let hello = leash_tests::plugin_path("hello");
+    assert_eq!(local(&["plugins", "add", hello.to_str().unwrap(), "--name", "greeter"]).status.code(), Some(0));
+
+    // 1,500 jobs (two requests), with a blank line in between.
+    let mut lines: Vec<String> =
+        (0..1500).map(|i| format!(r#"{{"plugin":"greeter","input":{{"name":"n{i}"}}}}"#)).collect();
+    lines.insert(700, String::new());
+    let file = dir.path().join("jobs.jsonl");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let output = local(&["submit", "--batch", file.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&output.stderr));
+    let ids: Vec<String> = stdout(&output).lines().map(str::to_owned).collect();
+    assert_eq!(ids.len(), 1500, "one id per job");
+    assert_eq!(ids.iter().collect::<std::collections::HashSet<_>>().len(), 1500);
+    let shown = json(&local(&["jobs", "show", &ids[1499], "--json"]));
+    assert_eq!(shown["status"], "queued");
+
+    // A line that is not JSON: refused before anything is sent.
+    std::fs::write(&file, "{\"plugin\":\"greeter\"}\n{not json\n").unwrap();
+    let output = local(&["submit", "--batch", file.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("line 2"), "{stderr}");
+
+    // A job the server refuses on line 1,003: the first request's 1,000
+    // jobs stay queued, the second request queues nothing, and the line
+    // is named.
+    let mut lines: Vec<String> = (0..1010).map(|_| r#"{"plugin":"greeter"}"#.to_owned()).collect();
+    lines[1002] = r#"{"plugin":"greeter","memory_bytes":1099511627776}"#.to_owned();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let output = local(&["submit", "--batch", file.to_str().unwrap()]);
+    assert_ne!(output.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("lines 1001–1010 were refused (the job on line 1003)"), "{stderr}");
+    assert!(stderr.contains("the 1000 jobs of the lines before were queued"), "{stderr}");
+    assert_eq!(stdout(&output).lines().count(), 1000, "the queued jobs' ids are printed");
+    let health = json(&local(&["diagnostics", "--json"]));
+    assert_eq!(health["health"]["counts"]["queued"], 2500, "1,500 + 1,000 queued: {health}");
+
+    // --batch with a job's own flag is a usage error.
+    let output = local(&["submit", "--batch", file.to_str().unwrap(), "--fuel", "10"]);
+    assert_eq!(output.status.code(), Some(2));
+}

@@ -924,3 +924,103 @@ async fn every_answer_reads_back_as_its_api_type() {
     let cancel: CancelAnswer = typed(cancel).unwrap();
     assert_eq!(cancel.job_id, accepted.job_id);
 }
+
+async fn batch(server: &Server, key: Option<&str>, body: &Value) -> (u16, Value, bool) {
+    let mut request = server.request(Method::POST, "/v1/jobs:batch").json(body);
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    let response = request.send().await.expect("request");
+    let status = response.status().as_u16();
+    let replayed = response.headers().get("idempotent-replayed").is_some();
+    (status, response.json().await.expect("a JSON answer"), replayed)
+}
+
+#[tokio::test]
+async fn a_batch_is_queued_whole_in_order_and_a_retry_answers_the_same_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+    let body = json!({ "jobs": [
+        { "plugin": "hello@0.0.0", "input": { "name": "one" } },
+        { "plugin": "hello", "input": { "name": "two" }, "execution": "async" },
+        { "plugin": "hello", "input": { "name": "three" }, "gate": "approval" },
+    ]});
+    let (status, answer, replayed) = batch(&server, Some("batch-1"), &body).await;
+    assert_eq!(status, 202, "{answer}");
+    assert!(!replayed);
+    let jobs = answer["jobs"].as_array().unwrap();
+    let statuses: Vec<&str> = jobs.iter().map(|j| j["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["accepted", "accepted", "pending_approval"]);
+    let ids: Vec<String> = jobs.iter().map(|j| j["job_id"].as_str().unwrap().to_owned()).collect();
+    for (id, name) in ids.iter().zip(["one", "two", "three"]) {
+        let (status, input) = server.call(Method::GET, &format!("/v1/jobs/{id}/input"), None).await;
+        assert_eq!((status, input), (200, json!({ "name": name })), "the answer keeps the batch's order");
+    }
+    for id in &ids[..2] {
+        let job = server.poll_job(id, is_terminal).await;
+        assert_eq!(job["status"], "succeeded");
+    }
+
+    // A retry with the same key and body answers the same jobs, queueing
+    // none; the same key on another body is a conflict.
+    let (status, again, replayed) = batch(&server, Some("batch-1"), &body).await;
+    assert_eq!(status, 202, "{again}");
+    assert!(replayed, "the retry is marked as a replay");
+    let again_ids: Vec<&str> =
+        again["jobs"].as_array().unwrap().iter().map(|j| j["job_id"].as_str().unwrap()).collect();
+    assert_eq!(again_ids, ids);
+    assert_eq!(again["jobs"][2]["status"], "pending_approval");
+    let other = json!({ "jobs": [{ "plugin": "hello" }] });
+    let (status, answer, _) = batch(&server, Some("batch-1"), &other).await;
+    assert_eq!((status, error_kind(&answer)), (409, "idempotency_conflict"));
+    let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 3, "nothing more was queued: {list}");
+}
+
+#[tokio::test]
+async fn a_batch_with_one_bad_job_queues_nothing_and_names_that_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-queued", "4", "--poll-interval", "10s"]);
+    server.add_plugin("hello").await;
+    let good = json!({ "plugin": "hello", "input": { "name": "fine" } });
+    let many = |n: usize| json!({ "jobs": vec![good.clone(); n] });
+    let cases = [
+        (json!({ "jobs": [good, { "plugin": "nobody" }] }), 404, "unknown_plugin", Some("jobs[1]: ")),
+        (
+            json!({ "jobs": [good, good, { "plugin": "hello", "memory_bytes": 1u64 << 40 }] }),
+            400,
+            "invalid_job",
+            Some("jobs[2]: "),
+        ),
+        (json!({ "jobs": [{ "plugin": "hello", "phase": "destroy" }] }), 400, "invalid_request", Some("jobs[0]: ")),
+        (json!({ "jobs": [good, { "plugin": "hello", "colour": "blue" }] }), 400, "invalid_request", Some("jobs[1]")),
+        (
+            json!({ "jobs": [good, { "plugin": "hello", "execution": "sync" }] }),
+            400,
+            "invalid_request",
+            Some("jobs[1].execution"),
+        ),
+        (json!({ "jobs": [] }), 400, "invalid_request", None),
+        (many(1001), 400, "invalid_request", None),
+        (json!({ "job": [good] }), 400, "invalid_request", None),
+        // Admission counts the whole batch: five do not fit in four.
+        (many(5), 429, "backpressure", None),
+    ];
+    for (body, want_status, want_kind, place) in cases {
+        let (status, answer, _) = batch(&server, None, &body).await;
+        let shown: String = body.to_string().chars().take(200).collect();
+        assert_eq!((status, error_kind(&answer)), (want_status, want_kind), "{shown} → {answer}");
+        if let Some(place) = place {
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains(place), "{message:?} names {place:?}");
+        }
+    }
+    let long_key = "k".repeat(252);
+    let (status, answer, _) = batch(&server, Some(&long_key), &many(1)).await;
+    assert_eq!((status, error_kind(&answer)), (400, "invalid_request"), "{answer}");
+    let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 0, "nothing was queued: {list}");
+    let (status, answer, _) = batch(&server, None, &many(4)).await;
+    assert_eq!(status, 202, "a batch that fits is queued: {answer}");
+}

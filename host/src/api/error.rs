@@ -17,6 +17,12 @@ impl ApiError {
         ApiError { status, kind, message: message.into(), retry_after: None }
     }
 
+    /// The same refusal, its message prefixed with where it happened
+    /// (`jobs[3]: …`).
+    pub(super) fn within(self, place: &str) -> Self {
+        ApiError { message: format!("{place}: {}", self.message), ..self }
+    }
+
     pub(super) fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
@@ -73,6 +79,9 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::IdempotencyConflict { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", message)
             }
+            // The job's own status and code, its place in the message.
+            RuntimeError::InBatch { error, .. } => ApiError { message, ..ApiError::from(*error) },
+            RuntimeError::ReplayIncomplete { .. } => ApiError::new(StatusCode::CONFLICT, "replay_incomplete", message),
             // The process is stopping (its store closed under a request
             // still open): nothing was done; another server or a restart
             // answers the retry.

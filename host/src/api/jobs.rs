@@ -86,9 +86,8 @@ pub(super) struct SubmitBody {
     /// `sync` (default): answer with the outcome, within the sync ceiling;
     /// `async`: answer 202 at once. A gated job answers 202
     /// `pending_approval` either way; the mode is stamped on it and used
-    /// when its run is triggered.
-    #[serde(default)]
-    pub(super) execution: Execution,
+    /// when its run is triggered. In a batch: `async` only.
+    pub(super) execution: Option<Execution>,
     /// `approval`: wait for a person's approval before running. Absent: the
     /// plugin's approval policy decides. `none` is refused where the policy
     /// gates the target.
@@ -138,7 +137,8 @@ impl SubmitBody {
             (None, Some(ms)) => Some(now.plus(Duration::from_millis(ms))),
             (None, None) => None,
         };
-        if job.run_at.is_some() && self.execution == Execution::Sync {
+        let execution = self.execution.unwrap_or_default();
+        if job.run_at.is_some() && execution == Execution::Sync {
             return Err(ApiError::bad_request(
                 "`run_at` and `delay_ms` make a delayed job: send \"execution\": \"async\" with them",
             ));
@@ -150,7 +150,7 @@ impl SubmitBody {
                 cap_ms: self.backoff_cap_ms.unwrap_or(default.cap_ms.max(self.backoff_ms.unwrap_or(0))),
             });
         }
-        Ok((job, self.execution))
+        Ok((job, execution))
     }
 }
 
@@ -248,6 +248,100 @@ pub(super) async fn job_submit(
         ));
     };
     Ok(mark(sync_answer(&state.runtime, id, timeout).await?))
+}
+
+/// Most jobs one `POST /v1/jobs:batch` queues.
+pub const MAX_BATCH_JOBS: usize = 1_000;
+
+/// The body of `POST /v1/jobs:batch`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BatchBody {
+    /// 1 to 1,000 jobs, each as `POST /v1/jobs` takes one. They are
+    /// queued (async): `execution`, if given, must be `async`.
+    #[schema(min_items = 1, max_items = 1000)]
+    pub(super) jobs: Vec<SubmitBody>,
+}
+
+/// `202` to a batch: every job, in the batch's order.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct BatchAccepted {
+    /// Each job's id and state: `accepted` (queued) or `pending_approval`.
+    pub jobs: Vec<Accepted>,
+}
+
+/// Validate and queue up to 1,000 jobs in one transaction: all or none.
+#[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs",
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Makes a retry of this request safe (at most 251 characters here)")),
+    request_body = BatchBody,
+    responses(
+        (status = 202, description = "Every job queued (or waiting for approval), in order", body = BatchAccepted),
+        (status = 400, description = "Refused, and nothing queued: the message names the job \
+            (`jobs[3]: …`) and its field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 403, description = "`approval_required` for one of the jobs; nothing queued", body = ErrorBody),
+        (status = 404, description = "One of the jobs names no stored plugin; nothing queued", body = ErrorBody),
+        (status = 409, description = "The idempotency key was used for another request, or names an \
+            earlier batch some of whose jobs retention has deleted", body = ErrorBody),
+        (status = 413, description = "Body over the size cap", body = ErrorBody),
+        (status = 429, description = "The queue has no room for the whole batch; retry after a second",
+            body = ErrorBody),
+        (status = 503, description = "The database is busy", body = ErrorBody),
+    ))]
+pub(super) async fn job_batch(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(body_error)?;
+    let idempotency = idempotency_key(&headers, &body)?;
+    let batch: BatchBody = parse_body(&body, "batch")?;
+    if batch.jobs.is_empty() || batch.jobs.len() > MAX_BATCH_JOBS {
+        return Err(ApiError::bad_request(format!(
+            "`jobs`: a batch holds 1 to {MAX_BATCH_JOBS} jobs, not {}",
+            batch.jobs.len()
+        )));
+    }
+    // Room for `#999` after the key, whatever the batch's size.
+    const MAX_BATCH_KEY_BYTES: usize = MAX_IDEMPOTENCY_KEY_BYTES - 4;
+    if idempotency.as_ref().is_some_and(|k| k.key.len() > MAX_BATCH_KEY_BYTES) {
+        return Err(ApiError::bad_request(format!(
+            "`Idempotency-Key`: a batch's key may be at most {MAX_BATCH_KEY_BYTES} characters"
+        )));
+    }
+    let ceilings = state.runtime.ceilings();
+    let now = state.runtime.now();
+    let mut jobs = Vec::with_capacity(batch.jobs.len());
+    for (index, body) in batch.jobs.into_iter().enumerate() {
+        if body.execution == Some(Execution::Sync) {
+            return Err(ApiError::bad_request(format!(
+                "jobs[{index}].execution: a batch queues its jobs: leave `execution` out or send \"async\""
+            )));
+        }
+        let (mut job, _) = body.into_submit(now, &ceilings).map_err(|e| e.within(&format!("jobs[{index}]")))?;
+        // Each job keeps its own key, bound to the whole batch's body.
+        if let Some(batch_key) = &idempotency {
+            let key = IdempotencyKey::new(&format!("{}#{index}", batch_key.key), batch_key.request_digest.clone())
+                .map_err(|e| ApiError::bad_request(format!("`Idempotency-Key`: {e}")))?;
+            job.idempotency = Some(key);
+        }
+        jobs.push(job);
+    }
+    let submitted = state.runtime.submit_batch(jobs).await?;
+    let replayed = submitted.iter().all(|s| s.replayed);
+    let jobs = submitted
+        .into_iter()
+        .map(|s| {
+            let status = if s.status.is_gated() { s.status.as_str().to_owned() } else { "accepted".to_owned() };
+            Accepted { status, job_id: s.id }
+        })
+        .collect();
+    let mut response = (StatusCode::ACCEPTED, Json(BatchAccepted { jobs })).into_response();
+    if replayed {
+        response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    Ok(response)
 }
 
 /// Wait for a sync job's outcome, up to its deadline (and the settle time

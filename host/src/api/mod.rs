@@ -18,10 +18,10 @@ mod ui;
 
 use error::{ApiError, ErrorBody, body_error, parse_body, path_error, query_error};
 use health::{health, workers};
-pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, MAX_BATCH_JOBS};
 use jobs::{
-    job_approve, job_cancel, job_effects, job_input, job_list, job_logs, job_output, job_reject, job_run, job_show,
-    job_submit,
+    job_approve, job_batch, job_cancel, job_effects, job_input, job_list, job_logs, job_output, job_reject, job_run,
+    job_show, job_submit,
 };
 use plans::{plan_approve, plan_cancel, plan_list, plan_reject, plan_show, plan_submit};
 use plugins::{plugin_approval, plugin_grants, plugin_list, plugin_show, plugin_upload};
@@ -47,8 +47,8 @@ use subtle::ConstantTimeEq;
 
 use crate::clock::Timestamp;
 use crate::job::{
-    ApprovalPolicy, Backoff, Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, PluginName, PluginRef,
-    Target,
+    ApprovalPolicy, Backoff, Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, MAX_IDEMPOTENCY_KEY_BYTES,
+    PluginName, PluginRef, Target,
 };
 use crate::runtime::{Cancelled, Ceilings, DecisionBy, PluginSource, Runtime, RuntimeError, Submit};
 use crate::store::JobListParams;
@@ -86,6 +86,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/plugins/{reference}/grants", put(plugin_grants))
         .route("/v1/plugins/{reference}/approval", put(plugin_approval))
         .route("/v1/jobs", post(job_submit).get(job_list))
+        .route("/v1/jobs:batch", post(job_batch))
         .route("/v1/jobs/{id}", get(job_show))
         .route("/v1/jobs/{id}/logs", get(job_logs))
         .route("/v1/jobs/{id}/effects", get(job_effects))

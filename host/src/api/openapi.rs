@@ -121,6 +121,7 @@ impl Modify for BearerToken {
         super::plugins::plugin_grants,
         super::plugins::plugin_approval,
         super::jobs::job_submit,
+        super::jobs::job_batch,
         super::jobs::job_list,
         super::jobs::job_show,
         super::jobs::job_logs,

@@ -62,7 +62,7 @@ impl PlanBody {
             delay_ms: None,
             backoff_ms: None,
             backoff_cap_ms: None,
-            execution: Execution::Async,
+            execution: Some(Execution::Async),
             gate: None,
             run_on_approve: None,
         };

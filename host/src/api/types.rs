@@ -50,10 +50,10 @@ impl<J> Finished<J> {
     }
 }
 
-/// `202` to an async submit: the job is queued.
+/// `202` to an async submit: the job is queued, or waits for approval.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Accepted {
-    /// Always `accepted`.
+    /// `accepted` (queued) or `pending_approval`.
     #[schema(example = "accepted")]
     pub status: String,
     pub job_id: JobId,

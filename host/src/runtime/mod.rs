@@ -244,6 +244,27 @@ pub enum RuntimeError {
         /// `already_decided` or `not_approved`.
         code: &'static str,
     },
+    /// One job of a batch was refused, so none was queued.
+    #[error("jobs[{index}]: {error}")]
+    InBatch {
+        /// Its place in the batch, from 0.
+        index: usize,
+        /// Why it was refused.
+        error: Box<RuntimeError>,
+    },
+    /// A batch's idempotency key names a batch queued earlier, some of
+    /// whose jobs have since been deleted by retention: its answer cannot
+    /// be given again, and nothing new was queued.
+    #[error(
+        "the batch with idempotency key {key:?} was queued earlier, and {missing} of its jobs have since been \
+         deleted (retention): nothing new was queued"
+    )]
+    ReplayIncomplete {
+        /// The batch's key.
+        key: String,
+        /// Its jobs no longer stored.
+        missing: usize,
+    },
     /// The job did not end within the wait (it keeps running).
     #[error("job {0} did not finish within the wait; it is still running")]
     WaitTimeout(JobId),
@@ -879,12 +900,43 @@ impl Runtime {
     /// Validate and queue jobs in one transaction. All validation happens
     /// here: a bad job is refused, never queued to fail later.
     pub async fn submit_many(&self, jobs: Vec<Submit>) -> Result<Vec<JobId>, RuntimeError> {
-        Ok(self.insert(jobs).await?.into_iter().map(|j| j.id).collect())
+        Ok(self.insert(jobs, false).await?.into_iter().map(|j| j.id).collect())
     }
 
-    /// [`Runtime::submit_many`], answering the jobs as stored.
-    async fn insert(&self, jobs: Vec<Submit>) -> Result<Vec<Job>, RuntimeError> {
-        let new_jobs = self.prepare(jobs).await?;
+    /// Validate and queue a batch of jobs in one transaction, all or
+    /// nothing, as `POST /v1/jobs:batch` does: a refused job fails the
+    /// batch with [`RuntimeError::InBatch`], naming its place.
+    ///
+    /// Idempotency keys are each job's own. When a job's key already
+    /// belongs to the same request, the batch was queued before (it went
+    /// in whole or not at all): the answer is that batch's jobs, each
+    /// marked replayed, and nothing new is queued.
+    pub async fn submit_batch(&self, jobs: Vec<Submit>) -> Result<Vec<Submitted>, RuntimeError> {
+        let keys: Vec<Option<String>> = jobs.iter().map(|j| j.idempotency.as_ref().map(|i| i.key.clone())).collect();
+        let replayed_key = match self.insert(jobs, true).await {
+            Ok(jobs) => {
+                return Ok(jobs
+                    .into_iter()
+                    .map(|j| Submitted { id: j.id, status: j.status, replayed: false })
+                    .collect());
+            }
+            Err(RuntimeError::Store(StoreError::IdempotencyKeyTaken { key, same_request: true, .. })) => key,
+            Err(e) => return Err(e),
+        };
+        let wanted: Vec<String> = keys.iter().flatten().cloned().collect();
+        let found = self.inner.store.jobs_by_idempotency_key(wanted.clone()).await?;
+        let missing =
+            wanted.iter().filter(|k| !found.contains_key(*k)).count() + keys.iter().filter(|k| k.is_none()).count();
+        if missing > 0 {
+            return Err(RuntimeError::ReplayIncomplete { key: replayed_key, missing });
+        }
+        Ok(wanted.iter().map(|k| found[k]).map(|(id, status)| Submitted { id, status, replayed: true }).collect())
+    }
+
+    /// [`Runtime::submit_many`], answering the jobs as stored; `batch`
+    /// names a refused job's place in its error.
+    async fn insert(&self, jobs: Vec<Submit>, batch: bool) -> Result<Vec<Job>, RuntimeError> {
+        let new_jobs = self.prepare(jobs, batch).await?;
         let now = self.inner.settings.clock.now();
         let inserted = match self.inner.store.job_insert(JobInsertParams { jobs: new_jobs, now }).await {
             Err(StoreError::IdempotencyKeyTaken { key, job, same_request: false }) => {
@@ -907,34 +959,42 @@ impl Runtime {
     }
 
     /// Admission, then every check a job must pass, and the jobs as the
-    /// store takes them.
-    async fn prepare(&self, jobs: Vec<Submit>) -> Result<Vec<NewJob>, RuntimeError> {
+    /// store takes them. With `batch`, a refusal names the job's place.
+    async fn prepare(&self, jobs: Vec<Submit>, batch: bool) -> Result<Vec<NewJob>, RuntimeError> {
+        let at = |index: usize| {
+            move |error: RuntimeError| {
+                if batch { RuntimeError::InBatch { index, error: Box::new(error) } } else { error }
+            }
+        };
         let settings = &self.inner.settings;
         let queued = self.queue_depth().await?;
         if queued + jobs.len() as u64 > settings.max_queued {
             return Err(RuntimeError::Backpressure { queued, limit: settings.max_queued });
         }
         let mut checked: Vec<(Digest, Option<PluginName>, Grants, bool, Submit)> = Vec::with_capacity(jobs.len());
-        for job in jobs {
+        for (index, job) in jobs.into_iter().enumerate() {
+            let at = at(index);
             // A job is granted what its plugin's registration grants now,
             // narrowed to what its component declares (if it declares
             // anything), pinned; bytes and bare digests are granted nothing
             // and have no approval policy (there is nothing granted to
             // guard).
             let (digest, name, grants, gated_by_policy) = match &job.plugin {
-                PluginSource::Bytes(bytes) => (self.plugin_add(bytes.clone()).await?, None, Grants::default(), false),
+                PluginSource::Bytes(bytes) => {
+                    (self.plugin_add(bytes.clone()).await.map_err(at)?, None, Grants::default(), false)
+                }
                 PluginSource::Digest(digest) | PluginSource::Ref(PluginRef::Digest(digest)) => {
-                    self.check_plugin_known(*digest).await?;
+                    self.check_plugin_known(*digest).await.map_err(at)?;
                     (*digest, None, Grants::default(), false)
                 }
                 PluginSource::Ref(named) => {
-                    let info = self.plugin(named.clone()).await?;
+                    let info = self.plugin(named.clone()).await.map_err(at)?;
                     let gated = info.approval.gates(&job.target);
                     if gated && job.approval == Some(false) {
-                        return Err(RuntimeError::ApprovalRequired {
+                        return Err(at(RuntimeError::ApprovalRequired {
                             plugin: named.to_string(),
                             target: job.target.clone(),
-                        });
+                        }));
                     }
                     let grants = match &info.requests {
                         Some(requests) => info.grants.within(requests),
@@ -946,8 +1006,8 @@ impl Runtime {
             checked.push((digest, name, grants, gated_by_policy, job));
         }
         let mut new_jobs = Vec::with_capacity(checked.len());
-        for (digest, name, grants, gated_by_policy, job) in checked {
-            new_jobs.push(self.new_job(digest, name, grants, gated_by_policy, job)?);
+        for (index, (digest, name, grants, gated_by_policy, job)) in checked.into_iter().enumerate() {
+            new_jobs.push(self.new_job(digest, name, grants, gated_by_policy, job).map_err(at(index))?);
         }
         Ok(new_jobs)
     }
@@ -994,7 +1054,7 @@ impl Runtime {
     /// (the key already belonged to this same request) queues nothing new
     /// and answers the first request's job.
     pub async fn submit_once(&self, job: Submit) -> Result<Submitted, RuntimeError> {
-        match self.insert(vec![job]).await {
+        match self.insert(vec![job], false).await {
             Ok(mut jobs) => {
                 let job = jobs.remove(0);
                 Ok(Submitted { id: job.id, status: job.status, replayed: false })

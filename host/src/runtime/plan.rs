@@ -72,7 +72,7 @@ impl Runtime {
         job.target = Target::Execute;
         job.plan_id = Some(plan_id.clone());
         job.concurrency_key = Some(plan_id.clone());
-        let execute = self.prepare(vec![job]).await?.remove(0);
+        let execute = self.prepare(vec![job], false).await?.remove(0);
         let params = PlanInsertParams { plan_id, apply_mode: apply, input, execute, now };
         let (plan, execute) = self.inner.store.plan_insert(params).await?;
         self.count_queued(std::slice::from_ref(&execute));

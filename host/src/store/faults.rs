@@ -26,7 +26,7 @@ use super::{
 use super::{EventId, EventPage, EventsAfterParams};
 use crate::clock::Timestamp;
 use crate::job::PlanRecord;
-use crate::job::{Counts, Digest, Effect, Job, JobId, JobLogs, PluginInfo, PluginRef};
+use crate::job::{Counts, Digest, Effect, Job, JobId, JobLogs, JobStatus, PluginInfo, PluginRef};
 
 /// Operations a fault can target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -170,6 +170,13 @@ impl JobStore for FaultyStore {
 
     async fn job_get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
         self.inner.job_get(id).await
+    }
+
+    async fn jobs_by_idempotency_key(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<HashMap<String, (JobId, JobStatus)>, StoreError> {
+        self.inner.jobs_by_idempotency_key(keys).await
     }
 
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {

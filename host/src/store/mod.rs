@@ -23,6 +23,7 @@ mod unfinished;
 
 pub use event::{Event, EventFilter, EventId, EventKind, EventPage, EventsAfterParams, JobEvent, WorkerEvent};
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -734,6 +735,13 @@ pub trait JobStore: Send + Sync + fmt::Debug {
 
     /// One job by id.
     async fn job_get(&self, id: JobId) -> Result<Option<Job>, StoreError>;
+
+    /// The stored jobs that hold any of these idempotency keys: for each
+    /// such key, its job's id and status. Keys no job holds are left out.
+    async fn jobs_by_idempotency_key(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<HashMap<String, (JobId, JobStatus)>, StoreError>;
 
     /// Claim up to `limit` queued, unexpired jobs whose `run_after` has
     /// come, earliest due first (then oldest), skipping

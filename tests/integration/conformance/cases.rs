@@ -221,6 +221,10 @@ pub(crate) async fn an_idempotency_key_belongs_to_one_job_while_it_is_kept(store
     }
     let counts = store.counts_snapshot().await.unwrap();
     assert_eq!(counts.total(), 1, "a refused insert wrote nothing");
+    // A batch's replay finds its jobs by their keys; unknown keys are left out.
+    let found = store.jobs_by_idempotency_key(vec!["order-42".into(), "order-43".into()]).await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found["order-42"], (first.id, JobStatus::Queued));
     // Retention deletes the job and, with it, the key.
     let lease = claim_one(&*store, at(3)).await;
     assert!(store.job_finish(succeed(&lease, at(4))).await.unwrap());

@@ -112,7 +112,16 @@ pub(super) struct SubmitArgs {
     conn: ConnArgs,
     /// A component file (.wasm), or a registered plugin: `name`,
     /// `name@version` or a digest.
-    plugin: String,
+    #[arg(required_unless_present = "batch")]
+    plugin: Option<String>,
+    /// Queue many jobs from a file of JSON lines (`-` for stdin), one job
+    /// per line as `POST /v1/jobs` takes it, e.g.
+    /// `{"plugin":"hello@1.0.0","input":{"name":"a"}}`. Sent 1,000 lines
+    /// to a request, each request all or nothing; prints one job id per
+    /// line. The job's own flags do not apply: put them in the lines
+    /// (`--queue-ttl` is the default of lines without `queue_ttl_ms`).
+    #[arg(long, value_name = "FILE|-", conflicts_with_all = BATCH_CONFLICTS)]
+    batch: Option<String>,
     #[command(flatten)]
     job: JobArgs,
     /// Wall-clock limit per attempt (default: the server's `--job-timeout`,
@@ -172,6 +181,28 @@ pub(super) struct SubmitArgs {
     #[arg(long, requires = "wait", conflicts_with = "server")]
     work: bool,
 }
+
+/// The flags of `leash submit` that describe one job, which `--batch`
+/// lines carry themselves.
+const BATCH_CONFLICTS: [&str; 17] = [
+    "plugin",
+    "action",
+    "input",
+    "timeout",
+    "fuel",
+    "memory",
+    "max_attempts",
+    "retry_backoff",
+    "retry_backoff_cap",
+    "run_after",
+    "delay",
+    "concurrency_key",
+    "plan",
+    "gate",
+    "hold_after_approval",
+    "wait",
+    "work",
+];
 
 #[derive(Debug, Subcommand)]
 pub(super) enum JobsCommand {

@@ -3,10 +3,16 @@
 use super::*;
 
 pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
+    if let Some(source) = &args.batch {
+        let lines = batch_lines(source, args.queue_ttl)?;
+        let json_out = args.conn.json;
+        return with_client(&args.conn, false, async move |client| submit_batch(client, lines, json_out).await).await;
+    }
+    let plugin = args.plugin.clone().ok_or_else(|| CliError::usage("give a plugin, or --batch FILE"))?;
     let target = args.job.target()?;
     let input = read_input(args.job.input.as_deref())?;
-    let file = Path::new(&args.plugin);
-    let bytes = if file.is_file() || args.plugin.ends_with(".wasm") {
+    let file = Path::new(&plugin);
+    let bytes = if file.is_file() || plugin.ends_with(".wasm") {
         Some(std::fs::read(file).map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?)
     } else {
         None
@@ -19,7 +25,7 @@ pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliEr
                 let info = client.upload("/v1/plugins", bytes).await?;
                 text(&info["digest"])
             }
-            None => args.plugin.clone(),
+            None => plugin,
         };
         let mut body = json!({
             "plugin": plugin,
@@ -71,6 +77,93 @@ pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliEr
         wait_for(client, &id, wait, json_out).await
     })
     .await
+}
+
+/// One job of a `--batch` file: its line number (from 1) and its body.
+struct BatchLine {
+    number: usize,
+    body: Value,
+}
+
+/// Read and check a `--batch` file before anything is sent: every
+/// non-empty line must be a JSON object. `queue_ttl` fills in lines that
+/// give none.
+fn batch_lines(source: &str, queue_ttl: Option<Duration>) -> Result<Vec<BatchLine>, CliError> {
+    let text = read_input(Some(source))?;
+    let text = String::from_utf8(text).map_err(|_| CliError::usage(format!("--batch {source}: not UTF-8 text")))?;
+    let mut lines = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let number = index + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut body: Value = serde_json::from_str(line)
+            .map_err(|e| CliError::usage(format!("--batch {source}, line {number}: not JSON: {e}")))?;
+        let Some(job) = body.as_object_mut() else {
+            return Err(CliError::usage(format!("--batch {source}, line {number}: expected a JSON object (one job)")));
+        };
+        if let Some(ttl) = queue_ttl {
+            job.entry("queue_ttl_ms").or_insert_with(|| json!(ttl.as_millis() as u64));
+        }
+        lines.push(BatchLine { number, body });
+    }
+    if lines.is_empty() {
+        return Err(CliError::usage(format!("--batch {source}: no jobs in it")));
+    }
+    Ok(lines)
+}
+
+/// Queue the lines in requests of [`crate::api::MAX_BATCH_JOBS`], each all
+/// or nothing, printing each request's job ids as it is queued. A refused
+/// request names its line and stops: the lines before it stay queued, the
+/// rest are not sent.
+async fn submit_batch(client: &Client, lines: Vec<BatchLine>, json_out: bool) -> Result<ExitStatus, CliError> {
+    let mut queued = Vec::with_capacity(lines.len());
+    for chunk in lines.chunks(crate::api::MAX_BATCH_JOBS) {
+        let body = json!({ "jobs": chunk.iter().map(|l| &l.body).collect::<Vec<_>>() });
+        let answer = match client.create("/v1/jobs:batch", body).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                let first = chunk[0].number;
+                let last = chunk[chunk.len() - 1].number;
+                let line = refused_line(&e, chunk).map(|n| format!(" (the job on line {n})")).unwrap_or_default();
+                if queued.is_empty() {
+                    say!("leash: lines {first}–{last} were refused{line}; nothing was queued");
+                } else {
+                    say!(
+                        "leash: lines {first}–{last} were refused{line} and not queued, nor any line after them; \
+                         the {} jobs of the lines before were queued",
+                        queued.len()
+                    );
+                    if json_out {
+                        print_json(&json!({ "jobs": queued }))?;
+                    }
+                }
+                return Err(e.into());
+            }
+        };
+        let jobs = answer["jobs"].as_array().cloned().unwrap_or_default();
+        if jobs.len() != chunk.len() {
+            return Err(CliError::internal(format!("the server answered {} jobs for {}", jobs.len(), chunk.len())));
+        }
+        for job in jobs {
+            if !json_out {
+                let _ = writeln!(std::io::stdout(), "{}", text(&job["job_id"]));
+            }
+            queued.push(job);
+        }
+    }
+    if json_out {
+        print_json(&json!({ "jobs": queued }))?;
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// The line of the job a batch refusal names (`jobs[3]: …`).
+fn refused_line(error: &ClientError, chunk: &[BatchLine]) -> Option<usize> {
+    let ClientError::Api { message, .. } = error else { return None };
+    let index: usize = message.strip_prefix("jobs[")?.split(']').next()?.parse().ok()?;
+    chunk.get(index).map(|l| l.number)
 }
 
 /// What a Ctrl-C during a wait decided.

@@ -44,6 +44,7 @@ use schema::{connect_when_up, migrate};
 
 use super::unfinished::{self, AttemptEffects, COUNTER_COLUMNS, Counters, Fate};
 
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -657,6 +658,26 @@ impl JobStore for PostgresStore {
             LazyLock::new(|| format!("SELECT {} FROM jobs WHERE job_id = $1", job_columns("")));
         let rows = self.read("reading a job", &SQL, &[&id.to_string()]).await?;
         rows.first().map(row_to_job).transpose()
+    }
+
+    async fn jobs_by_idempotency_key(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<HashMap<String, (JobId, JobStatus)>, StoreError> {
+        let rows = self
+            .read(
+                "reading jobs by idempotency key",
+                "SELECT idempotency_key, job_id, status FROM jobs WHERE idempotency_key = ANY($1)",
+                &[&keys],
+            )
+            .await?;
+        let mut found = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let (key, id, status): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+            let job: JobId = id.parse().map_err(|e: String| corrupt(&id, e))?;
+            found.insert(key, (job, status.parse().map_err(|e: String| corrupt(&id, e))?));
+        }
+        Ok(found)
     }
 
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {

@@ -373,6 +373,32 @@ impl JobStore for SqliteStore {
         .await
     }
 
+    async fn jobs_by_idempotency_key(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<HashMap<String, (JobId, JobStatus)>, StoreError> {
+        let keys = to_json(&keys)?;
+        self.read(move |conn| {
+            let err = db_err("reading jobs by idempotency key");
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT idempotency_key, job_id, status FROM jobs \
+                     WHERE idempotency_key IN (SELECT value FROM json_each(?1))",
+                )
+                .map_err(&err)?;
+            let mut rows = stmt.query(params![keys]).map_err(&err)?;
+            let mut found = HashMap::new();
+            while let Some(row) = rows.next().map_err(&err)? {
+                let (key, id, status): (String, String, String) =
+                    (row.get(0).map_err(&err)?, row.get(1).map_err(&err)?, row.get(2).map_err(&err)?);
+                let job: JobId = id.parse().map_err(|e: String| corrupt(&id, e))?;
+                found.insert(key, (job, status.parse().map_err(|e: String| corrupt(&id, e))?));
+            }
+            Ok(found)
+        })
+        .await
+    }
+
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
         self.write(move |conn| claim(conn, params)).await
     }
