@@ -65,7 +65,8 @@ async fn main() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1/jobs", listener.local_addr().unwrap());
     let app = router(runtime.clone(), config);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    // `leash serve`'s own listener (keep-alive, no delay, timeouts).
+    tokio::spawn(leash::api::listen::serve(listener, app, Default::default(), std::future::pending()));
     let http = reqwest::Client::new();
     let body = serde_json::json!({ "plugin": "hello@1.0.0", "input": { "name": "bench" }, "execution": "sync" });
 

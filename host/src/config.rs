@@ -46,6 +46,7 @@ pub const FILE_KEYS: &[&str] = &[
     "log_format",
     "guest_logs",
     "guest_nice",
+    "compile_nice",
     "start_log",
     "listen",
     "token_file",

@@ -73,3 +73,14 @@ fn the_database_comes_from_the_flag_the_variables_or_the_file() {
         assert!(dir.path().join(name).exists(), "{name} was opened");
     }
 }
+
+/// A pool too large for the process's address space is refused at start,
+/// naming the slots and what fits: never an out-of-memory kill later.
+#[test]
+fn ten_thousand_slots_are_refused_at_start_with_what_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, line) = worker(&dir, "", &[], &["--max-workers", "10000"]);
+    assert_ne!(code, Some(0), "{line}");
+    assert!(line.contains("10000 job slots are more than this process can reserve address space for"), "{line}");
+    assert!(line.contains("Use fewer slots (--max-workers): about"), "{line}");
+}

@@ -108,6 +108,9 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ListenLimits, shu
             }
             continue;
         };
+        // Answers go out as soon as they are written, not held back for
+        // the peer's acknowledgement of an earlier segment.
+        let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
         let mut stream = TimeoutStream::new(stream);
         stream.set_write_timeout(Some(limits.write_timeout));

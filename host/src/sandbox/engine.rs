@@ -37,7 +37,12 @@ impl Sandbox {
                 .decommit_batch_size(DECOMMIT_BATCH.min(slots as usize).max(1));
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
-        let engine = Engine::new(&wasm).map_err(engine_err)?;
+        let engine = Engine::new(&wasm).map_err(|e| match config.allocator {
+            Allocator::Pooling { slots } if one_line(&e).contains("memory pool mapping") => {
+                SandboxError::Engine(pool_too_large(slots, &config, &e))
+            }
+            _ => engine_err(e),
+        })?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_err)?;
@@ -50,7 +55,7 @@ impl Sandbox {
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)
             .map_err(|e| SandboxError::Engine(format!("cannot start the epoch ticker thread: {e}")))?;
         let compiling = tokio::sync::Semaphore::new(config.compile_concurrency.max(1));
-        Ok(Sandbox { engine, linker, cache, config, compiling, _ticker: ticker })
+        Ok(Sandbox { engine, linker, cache, config, compiling, compile_pool: Default::default(), _ticker: ticker })
     }
 
     /// The settings this sandbox was built with.
@@ -80,28 +85,53 @@ impl Sandbox {
         let from_cache = cached.is_some();
         let component = match cached {
             Some(component) => component,
-            None => {
-                let shape = shape::Shape::of(bytes).map_err(SandboxError::InvalidComponent)?;
-                shape.check(limits).map_err(SandboxError::CompileLimit)?;
-                let component = Component::new(&self.engine, bytes).map_err(|e| {
-                    let why = one_line(&e);
-                    // The pooling allocator counts what instantiation would
-                    // create (nested instantiations included) at compile time.
-                    if why.contains("exceeds the configured maximum") {
-                        SandboxError::CompileLimit(why)
-                    } else {
-                        SandboxError::InvalidComponent(why)
-                    }
-                })?;
-                if let Some(cache) = &self.cache {
-                    cache.put(&digest, &component);
-                }
-                component
-            }
+            // The whole miss (parse, compile, write to the cache) runs on
+            // the compile threads, at their priority.
+            None => match self.compile_pool() {
+                Some(pool) => pool.install(|| self.compile_uncached(bytes, &digest))?,
+                None => self.compile_uncached(bytes, &digest)?,
+            },
         };
         let pre = self.linker.instantiate_pre(&component).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
         let pre = bindings::PluginPre::new(pre).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
         Ok(Plugin { digest, pre, loaded: Loaded { duration: started.elapsed(), from_cache } })
+    }
+
+    /// Check, compile and cache a component the cache does not hold.
+    fn compile_uncached(&self, bytes: &[u8], digest: &Digest) -> Result<Component, SandboxError> {
+        let shape = shape::Shape::of(bytes).map_err(SandboxError::InvalidComponent)?;
+        shape.check(&self.config.components).map_err(SandboxError::CompileLimit)?;
+        let component = Component::new(&self.engine, bytes).map_err(|e| {
+            let why = one_line(&e);
+            // The pooling allocator counts what instantiation would
+            // create (nested instantiations included) at compile time.
+            if why.contains("exceeds the configured maximum") {
+                SandboxError::CompileLimit(why)
+            } else {
+                SandboxError::InvalidComponent(why)
+            }
+        })?;
+        if let Some(cache) = &self.cache {
+            cache.put(digest, &component);
+        }
+        Ok(component)
+    }
+
+    /// The compile threads, started on first use.
+    fn compile_pool(&self) -> Option<&rayon_core::ThreadPool> {
+        self.compile_pool
+            .get_or_init(|| {
+                let nice = self.config.compile_nice;
+                let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+                rayon_core::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("leash-compile-{i}"))
+                    .start_handler(move |_| lower_thread_priority(nice))
+                    .build()
+                    .inspect_err(|e| tracing::warn!(error = %e, "cannot start the compile threads"))
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// [`Sandbox::load`] on a blocking thread, at most
@@ -119,6 +149,38 @@ impl Sandbox {
             .map_err(|e| SandboxError::Engine(format!("compiling the component failed: {e}")))?
     }
 }
+
+/// Why a pool of `slots` could not be set up: it reserves address space
+/// (not memory) for every guest memory any slot may hold, and the process
+/// has too little of it.
+fn pool_too_large(slots: u32, config: &SandboxConfig, e: &wasmtime::Error) -> String {
+    let memories = u64::from(slots) * u64::from(config.components.max_memories);
+    // wasmtime reserves at least 4 GiB per memory on 64-bit hosts (so bounds
+    // checks fold into guard pages), plus 32 MiB of guard after it.
+    let per_memory = config.memory_ceiling_bytes.max(4 << 30) + (32 << 20);
+    let per_slot = per_memory * u64::from(config.components.max_memories);
+    let tib = |bytes: u64| bytes as f64 / (1u64 << 40) as f64;
+    let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
+    format!(
+        "{slots} job slots are more than this process can reserve address space for: the pooling allocator \
+         reserves about {:.1} GiB of address space per slot ({} guest memories of up to {:.1} GiB each, with \
+         guard pages), {:.0} TiB for {memories} memories, and an x86-64 process has about 128 TiB; \
+         no memory was committed. Use fewer slots (--max-workers): about {} at these sizes. ({})",
+        gib(per_slot),
+        config.components.max_memories,
+        gib(config.memory_ceiling_bytes),
+        tib(per_slot * u64::from(slots)),
+        // One mapping must fit in the largest hole of a 47-bit address
+        // space, which the program's own image splits at about 85 TiB
+        // (measured: 86.6 TiB reserved, 88.2 TiB refused).
+        USABLE_ADDRESS_SPACE / per_slot,
+        one_line(e)
+    )
+}
+
+/// Address space a pool can expect to reserve in one mapping on x86-64
+/// (of 128 TiB).
+const USABLE_ADDRESS_SPACE: u64 = 80 << 40;
 
 /// Instance slots whose memory is reset in one batch of system calls.
 pub(super) const DECOMMIT_BATCH: usize = 16;
@@ -154,6 +216,10 @@ pub struct SandboxConfig {
     pub components: ComponentLimits,
     /// Components compiled at once (at least 1).
     pub compile_concurrency: usize,
+    /// Niceness added to the compile threads (0 to 19; 0: the process's
+    /// own priority). With CPU to spare a compile runs at full speed; when
+    /// guests keep every core busy it takes what they leave.
+    pub compile_nice: i32,
     /// The operator's secrets, put into guests' requests where their
     /// grants allow ([`super::http`]).
     pub secrets: Arc<SecretStore>,
@@ -169,6 +235,7 @@ impl Default for SandboxConfig {
             fuel: true,
             components: ComponentLimits::default(),
             compile_concurrency: DEFAULT_COMPILE_CONCURRENCY,
+            compile_nice: DEFAULT_COMPILE_NICE,
             secrets: Arc::default(),
         }
     }

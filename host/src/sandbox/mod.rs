@@ -105,6 +105,26 @@ pub const STREAM_WRITE_PERMIT: usize = 64 << 10;
 /// and Cranelift already spreads one compile over every core.
 pub const DEFAULT_COMPILE_CONCURRENCY: usize = 1;
 
+/// Default niceness added to the threads that compile components: a
+/// compile takes the CPU the guests and the store leave, not theirs.
+pub const DEFAULT_COMPILE_NICE: i32 = 10;
+
+/// Lower the calling thread's CPU priority by `nice` (0 to 19; 0 leaves
+/// it). On Linux each thread has its own niceness. A failure leaves the
+/// thread as it was.
+pub(crate) fn lower_thread_priority(nice: i32) {
+    let nice = nice.clamp(0, 19);
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: plain syscalls on this thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        libc::setpriority(libc::PRIO_PROCESS, tid, now.saturating_add(nice));
+    }
+}
+
 /// Why a component could not be loaded, or the sandbox built.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -200,6 +220,11 @@ pub struct Sandbox {
     /// Bounds how many compiles run at once, so a burst of new plugins (or
     /// a compile bomb) holds a bounded number of blocking threads.
     compiling: tokio::sync::Semaphore,
+    /// The threads compiles run on (Cranelift compiles a component's
+    /// functions in parallel), at [`SandboxConfig::compile_nice`]; started
+    /// at the first compile. `None` inside: they could not be started, and
+    /// compiles use the global pool.
+    compile_pool: std::sync::OnceLock<Option<rayon_core::ThreadPool>>,
     _ticker: EpochTicker,
 }
 

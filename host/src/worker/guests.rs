@@ -20,18 +20,7 @@ impl GuestRuntime {
             .worker_threads(cores.min(slots).max(1))
             .thread_name("leash-guest")
             .enable_all()
-            .on_thread_start(move || {
-                if nice == 0 {
-                    return;
-                }
-                // SAFETY: plain syscalls on this thread's own id; a failure
-                // only leaves the thread at its inherited priority.
-                unsafe {
-                    let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                    let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-                    libc::setpriority(libc::PRIO_PROCESS, tid, now.saturating_add(nice));
-                }
-            })
+            .on_thread_start(move || crate::sandbox::lower_thread_priority(nice))
             .build();
         match runtime {
             Ok(runtime) => Some(GuestRuntime(Some(runtime))),

@@ -20,6 +20,7 @@ pub(in crate::cli) async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime,
             allocator: Allocator::Pooling { slots },
             cache_dir,
             secrets: load_secrets(args.secrets_file.as_deref())?,
+            compile_nice: args.compile_nice,
             ..SandboxConfig::default()
         })
         .max_workers(args.max_workers)

@@ -1,0 +1,203 @@
+//! The first job of a new plugin, and what its compile costs the others.
+//!
+//! Run with `cargo bench -p leash --bench first_job` (`-- --quick`: one
+//! round). The large guest is the Python `hello` (~18 MB), built with the
+//! pinned componentize-py (`leash_tests::polyglot`); without it only the
+//! Rust figures are printed.
+//!
+//! 1. **Time to first output**: `Runtime::plugin_register` (what `leash
+//!    plugins add` does: validate, compile into the cache, store), then a
+//!    submit and the wait for its output, in a runtime with 16 slots (a
+//!    `leash serve`). *Cold*: an empty compile cache and a digest never
+//!    seen. *Warm cache*: a fresh runtime (a restarted or second worker)
+//!    whose cache already holds the plugin; its first job loads it.
+//! 2. **Throughput beside a compile**: `echo` jobs kept queued on the same
+//!    16 slots; their completions per second while a job of a new large
+//!    plugin (a fresh digest each round: the Python guest with a custom
+//!    section appended) waits for its compile, against the same seconds
+//!    before it, alternating.
+//!
+//! `LEASH_BENCH_COMPILE_NICE=N` sets the compile threads' niceness (default
+//! 10) for A/B runs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use leash::job::{PluginName, PluginRef, Target};
+use leash::runtime::{PluginSource, Runtime, Submit};
+use leash::sandbox::SandboxConfig;
+use leash_tests::polyglot::{self, Lang};
+
+#[path = "support/mod.rs"]
+mod support;
+
+const SLOTS: usize = 16;
+
+async fn runtime(dir: &std::path::Path, cache: &std::path::Path, completions: Arc<AtomicU64>) -> Runtime {
+    Runtime::builder(dir.join("first.db"))
+        .sandbox(SandboxConfig {
+            cache_dir: Some(cache.to_owned()),
+            compile_nice: compile_nice(),
+            ..support::sandbox_config(SLOTS)
+        })
+        .max_workers(SLOTS)
+        .poll_interval(Duration::from_millis(50))
+        .on_complete(move |_| {
+            completions.fetch_add(1, Ordering::Relaxed);
+        })
+        .build()
+        .await
+        .unwrap()
+}
+
+/// `LEASH_BENCH_COMPILE_NICE` overrides the default, for A/B runs.
+fn compile_nice() -> i32 {
+    std::env::var("LEASH_BENCH_COMPILE_NICE").map_or(leash::sandbox::DEFAULT_COMPILE_NICE, |v| v.parse().unwrap())
+}
+
+fn by_name(name: &PluginName, input: &[u8]) -> Submit {
+    Submit::new(PluginSource::Ref(PluginRef::Version(name.clone())), Target::Execute, input.to_vec())
+}
+
+/// The bytes with a custom section appended: the same guest, a new digest.
+fn fresh_digest(bytes: &[u8], salt: u64) -> Vec<u8> {
+    let name = b"leash-bench-salt";
+    let payload = salt.to_le_bytes();
+    let size = 1 + name.len() + payload.len();
+    assert!(size < 128, "one-byte LEB128 sizes");
+    let mut out = bytes.to_vec();
+    out.extend_from_slice(&[0, size as u8, name.len() as u8]);
+    out.extend_from_slice(name);
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// `plugins add`, then one job's submit-to-output; (add, first output).
+async fn add_then_first_output(runtime: &Runtime, bytes: Vec<u8>, name: &PluginName) -> (Duration, Duration) {
+    let started = Instant::now();
+    runtime.plugin_register(bytes, name.clone()).await.unwrap();
+    let added = started.elapsed();
+    let id = runtime.submit(by_name(name, br#"{"name":"first"}"#)).await.unwrap();
+    let job = runtime.wait(id, Duration::from_secs(300)).await.unwrap();
+    assert!(job.output.is_some(), "{job:?}");
+    (added, started.elapsed())
+}
+
+/// A fresh runtime on the same database and a cache that has the plugin:
+/// submit-to-output of its first job.
+async fn warm_first_output(dir: &std::path::Path, cache: &std::path::Path, name: &PluginName) -> Duration {
+    let runtime = runtime(dir, cache, Arc::default()).await;
+    let started = Instant::now();
+    let id = runtime.submit(by_name(name, br#"{"name":"again"}"#)).await.unwrap();
+    let job = runtime.wait(id, Duration::from_secs(300)).await.unwrap();
+    assert!(job.output.is_some(), "{job:?}");
+    let took = started.elapsed();
+    runtime.shutdown().await;
+    took
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let rounds = if quick { 1 } else { 3 };
+    let python = polyglot::guest_bytes(Lang::Python, "hello");
+    if python.is_none() {
+        println!("componentize-py is missing: the large guest is skipped\n");
+    }
+    let mut guests = vec![("rust hello", leash_tests::plugin_bytes("hello"))];
+    if let Some(bytes) = &python {
+        guests.push(("python hello", bytes.clone()));
+    }
+
+    println!("leash first-job benchmark, {SLOTS} slots, {rounds} rounds (medians), compile nice {}\n", compile_nice());
+    println!(
+        "{:<14} {:>9} {:>12} {:>16} {:>20}",
+        "guest", "size", "plugins add", "cold: to output", "warm cache: to output"
+    );
+    for (label, bytes) in &guests {
+        let (mut adds, mut colds, mut warms) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let dir = tempfile::tempdir().unwrap();
+            let cache = dir.path().join("cache");
+            let bytes = fresh_digest(bytes, round as u64 + 1);
+            let name = PluginName::new("guest", "1.0.0").unwrap();
+            let runtime = runtime(dir.path(), &cache, Arc::default()).await;
+            let (added, first) = add_then_first_output(&runtime, bytes, &name).await;
+            runtime.shutdown().await;
+            adds.push(added);
+            colds.push(first);
+            warms.push(warm_first_output(dir.path(), &cache, &name).await);
+        }
+        let median = |mut v: Vec<Duration>| {
+            v.sort();
+            v[v.len() / 2]
+        };
+        println!(
+            "{label:<14} {:>6.1} MB {:>9.0} ms {:>13.0} ms {:>17.0} ms",
+            bytes.len() as f64 / 1e6,
+            support::ms(median(adds)),
+            support::ms(median(colds)),
+            support::ms(median(warms)),
+        );
+    }
+
+    let Some(large) = python else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let completions = Arc::new(AtomicU64::new(0));
+    let runtime = runtime(dir.path(), &cache, completions.clone()).await;
+    let echo = PluginName::new("echo", "1.0.0").unwrap();
+    runtime.plugin_register(leash_tests::plugin_bytes("echo"), echo.clone()).await.unwrap();
+    // Keep echo jobs queued: top the queue up whenever it runs low.
+    let feeding = Arc::new(AtomicBool::new(true));
+    let feeder = {
+        let (runtime, echo, feeding) = (runtime.clone(), echo.clone(), feeding.clone());
+        tokio::spawn(async move {
+            while feeding.load(Ordering::Relaxed) {
+                if runtime.store().queued_count().await.unwrap() < 2_000 {
+                    runtime.submit_many((0..1_000).map(|_| by_name(&echo, b"x")).collect()).await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    println!("\necho jobs/s on {SLOTS} slots, before and while a new large plugin compiles");
+    println!("{:<7} {:>12} {:>14} {:>10} {:>8}", "round", "before", "compiling", "compile", "ratio");
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        // The store, not the compile cache, holds the new plugin: the
+        // worker compiles it when the job comes (as a worker that did
+        // not run `plugins add` does).
+        let bytes = fresh_digest(&large, 1_000 + round as u64);
+        let digest = runtime.store().plugin_put(leash::store::PluginPutParams { bytes, now: runtime.now() }).await;
+        let digest = digest.unwrap();
+        let window =
+            |from: u64, took: Duration| (completions.load(Ordering::Relaxed) - from) as f64 / took.as_secs_f64();
+
+        let (from, started) = (completions.load(Ordering::Relaxed), Instant::now());
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let before = window(from, started.elapsed());
+
+        let (from, started) = (completions.load(Ordering::Relaxed), Instant::now());
+        let job = Submit::new(PluginSource::Digest(digest), Target::Execute, br#"{"name":"new"}"#.to_vec());
+        let id = runtime.submit(job).await.unwrap();
+        let done = runtime.wait(id, Duration::from_secs(300)).await.unwrap();
+        assert!(done.output.is_some(), "{done:?}");
+        let took = started.elapsed();
+        let during = window(from, took);
+        ratios.push(during / before);
+        println!(
+            "{:<7} {before:>12.0} {during:>14.0} {:>7.1} s {:>8.2}",
+            round + 1,
+            took.as_secs_f64(),
+            during / before
+        );
+    }
+    feeding.store(false, Ordering::Relaxed);
+    feeder.await.unwrap();
+    runtime.shutdown().await;
+    ratios.sort_by(f64::total_cmp);
+    println!("\nthroughput kept while compiling (median): {:.2}", ratios[ratios.len() / 2]);
+}
