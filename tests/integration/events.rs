@@ -301,6 +301,7 @@ async fn a_subscriber_behind_retention_hears_once_that_it_missed_events_then_get
     };
     insert("a").await.unwrap();
     insert("b").await.unwrap();
+    let kept = insert("c").await.unwrap().pop().unwrap();
     let old = store.events_after(EventsAfterParams { after: None, limit: 10 }).await.unwrap().events;
     // A client from now: the process's reader goes on from the newest
     // event, ahead of the one behind.
@@ -316,7 +317,12 @@ async fn a_subscriber_behind_retention_hears_once_that_it_missed_events_then_get
     let mut stream = runtime.events(Some(old[0].id), Default::default()).await.unwrap();
     let first = tokio::time::timeout(GENEROUS, stream.next()).await.expect("an item in time").unwrap();
     assert_eq!(first, StreamItem::Missed);
-    let new = insert("c").await.unwrap().pop().unwrap();
+    // Retention keeps the newest event.
+    match tokio::time::timeout(GENEROUS, stream.next()).await.expect("an item in time").unwrap() {
+        StreamItem::Event(event) => assert_eq!(event.job.unwrap().id, kept.id),
+        other => panic!("{other:?}"),
+    }
+    let new = insert("d").await.unwrap().pop().unwrap();
     match tokio::time::timeout(GENEROUS, stream.next()).await.expect("an item in time").unwrap() {
         StreamItem::Event(event) => assert_eq!(event.job.unwrap().id, new.id, "the new job, and no second gap"),
         other => panic!("{other:?}"),

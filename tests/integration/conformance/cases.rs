@@ -1549,18 +1549,24 @@ pub(crate) async fn events_resume_after_any_id_and_page_in_order(store: Arc<dyn 
 
 pub(crate) async fn retention_deletes_old_events_and_a_reader_behind_hears_it_missed_some(store: Arc<dyn JobStore>) {
     let start = store.events_head().await.unwrap();
-    insert(&*store, vec![new_job("a"), new_job("b")], T0).await;
-    let old = events_since(&*store, start, 2).await;
+    insert(&*store, vec![new_job("a"), new_job("b"), new_job("c")], T0).await;
+    let old = events_since(&*store, start, 3).await;
     let everything = Timestamp::now().plus(Duration::from_secs(3600));
     store.jobs_delete_expired(JobsDeleteParams { finished_before: T0, events_before: everything }).await.unwrap();
+    // Every event older than the cutoff goes but the newest, which is kept.
     let behind = store.events_after(EventsAfterParams { after: Some(old[0].id), limit: 10 }).await.unwrap();
-    assert!(behind.missed && behind.events.is_empty(), "{behind:?}");
+    assert!(behind.missed, "{behind:?}");
+    assert_eq!(behind.events, old[2..], "the newest event is kept");
     let from_oldest = store.events_after(EventsAfterParams { after: None, limit: 10 }).await.unwrap();
-    assert!(!from_oldest.missed && from_oldest.events.is_empty(), "{from_oldest:?}");
-    let newer = insert_one(&*store, new_job("c"), at(1)).await;
-    let caught_up = events_since(&*store, Some(old[1].id), 1).await;
+    assert!(!from_oldest.missed, "{from_oldest:?}");
+    assert_eq!(from_oldest.events, old[2..]);
+    let at_the_cut = store.events_after(EventsAfterParams { after: Some(old[1].id), limit: 10 }).await.unwrap();
+    assert!(!at_the_cut.missed, "a reader at the cut missed nothing: {at_the_cut:?}");
+    let newer = insert_one(&*store, new_job("d"), at(1)).await;
+    let caught_up = events_since(&*store, Some(old[2].id), 1).await;
     assert_eq!(story(&caught_up, newer.id), [(EventKind::JobSubmitted, JobStatus::Queued)]);
+    assert!(caught_up[0].id > old[2].id, "a new event's id is past every earlier one");
     let behind = store.events_after(EventsAfterParams { after: Some(old[0].id), limit: 10 }).await.unwrap();
-    assert!(behind.missed && behind.events.len() == 1, "it missed one, then reads on: {behind:?}");
+    assert!(behind.missed && behind.events.len() == 2, "it missed one, then reads on: {behind:?}");
     assert_eq!(store.events_head().await.unwrap(), Some(caught_up[0].id));
 }

@@ -285,11 +285,14 @@ impl PostgresStore {
     }
 
     /// Delete the events recorded before `before`, as one prefix of the
-    /// feed, and move the horizon up to where it ends.
+    /// feed that never holds the newest event (as on SQLite, where that
+    /// keeps numbers from being given out again), and move the horizon up
+    /// to where it ends.
     async fn events_delete_before(&self, before: Timestamp) -> Result<(), StoreError> {
         static LAST_OLD: LazyLock<String> = LazyLock::new(|| {
             format!(
                 "SELECT txn, seq FROM events WHERE at < $1 AND txn < {VISIBLE_TXN} \
+                 AND (txn, seq) < (SELECT txn, seq FROM events ORDER BY txn DESC, seq DESC LIMIT 1) \
                  ORDER BY txn DESC, seq DESC LIMIT 1"
             )
         });

@@ -639,12 +639,19 @@ impl JobStore for SqliteStore {
             .map_err(&err)?;
             let n = conn.execute(&format!("DELETE FROM jobs WHERE {old}"), params![cutoff]).map_err(&err)?;
             conn.execute(DELETE_EMPTY_PLANS, []).map_err(&err)?;
-            // Events go as one prefix of the feed, up to the newest older
-            // than the cutoff; the horizon remembers how far.
-            let horizon: Option<i64> = conn
-                .query_row("SELECT MAX(seq) FROM events WHERE at < ?1", params![events_cutoff], |r| r.get(0))
+            // Events go as one prefix of the feed, up to the first event at
+            // or after the cutoff (found by reading from the oldest: the
+            // rows read are the rows deleted), and never the newest, so a
+            // number is never given out again; the horizon remembers how far.
+            let (first_kept, newest): (Option<i64>, Option<i64>) = conn
+                .query_row(
+                    "SELECT (SELECT seq FROM events WHERE at >= ?1 ORDER BY seq LIMIT 1), (SELECT MAX(seq) FROM events)",
+                    params![events_cutoff],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
                 .map_err(&err)?;
-            if let Some(horizon) = horizon {
+            let horizon = first_kept.or(newest).map(|seq| seq - 1);
+            if let Some(horizon) = horizon.filter(|&h| h > 0) {
                 conn.execute("DELETE FROM events WHERE seq <= ?1", params![horizon]).map_err(&err)?;
                 conn.execute(
                     "INSERT INTO event_horizon (id, txn, seq) VALUES (1, 0, ?1) \
@@ -1350,6 +1357,44 @@ mod tests {
             )
             .unwrap();
         assert_eq!(indexes, 10, "every index is rebuilt");
+    }
+
+    /// A database whose change feed was made with AUTOINCREMENT keeps its
+    /// events through the rebuild, the triggers still write them, and new
+    /// numbers go on past the old ones.
+    #[test]
+    fn the_event_table_rebuild_keeps_the_feed_and_its_numbering() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let rebuild = MIGRATIONS.iter().position(|m| m.contains("CREATE TABLE events_next")).unwrap();
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+            )
+            .unwrap();
+            for (i, sql) in MIGRATIONS[..rebuild].iter().enumerate() {
+                conn.execute_batch(sql).unwrap();
+                conn.execute("INSERT INTO schema_migrations VALUES (?1, 0)", params![i as i64 + 1]).unwrap();
+            }
+            insert_raw(&conn, "a", "queued", "").unwrap();
+            insert_raw(&conn, "b", "queued", "").unwrap();
+            // Retention had deleted the first: AUTOINCREMENT remembered it.
+            conn.execute_batch("DELETE FROM events WHERE job_id = 'a'").unwrap();
+        }
+        drop(SqliteStore::open(&path, Durability::Normal).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let seqs = |conn: &Connection| -> Vec<(i64, String)> {
+            let mut stmt = conn.prepare("SELECT seq, job_id FROM events ORDER BY seq").unwrap();
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+        };
+        assert_eq!(seqs(&conn), [(2, "b".to_owned())], "the old events survive, numbers and all");
+        insert_raw(&conn, "c", "queued", "").unwrap();
+        assert_eq!(seqs(&conn), [(2, "b".to_owned()), (3, "c".to_owned())], "the triggers write on, past the old");
+        let sql: String = conn
+            .query_row("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'events'", [], |r| r.get(0))
+            .unwrap();
+        assert!(!sql.contains("AUTOINCREMENT"), "{sql}");
     }
 
     #[test]
