@@ -972,6 +972,8 @@ impl Runtime {
             return Err(RuntimeError::Backpressure { queued, limit: settings.max_queued });
         }
         let mut checked: Vec<(Digest, Option<PluginName>, Grants, bool, Submit)> = Vec::with_capacity(jobs.len());
+        // A batch names few plugins: each is read once per call.
+        let mut registered: Vec<(PluginRef, PluginInfo)> = Vec::new();
         for (index, job) in jobs.into_iter().enumerate() {
             let at = at(index);
             // A job is granted what its plugin's registration grants now,
@@ -988,7 +990,14 @@ impl Runtime {
                     (*digest, None, Grants::default(), false)
                 }
                 PluginSource::Ref(named) => {
-                    let info = self.plugin(named.clone()).await.map_err(at)?;
+                    let info = match registered.iter().find(|(known, _)| known == named) {
+                        Some((_, info)) => info.clone(),
+                        None => {
+                            let info = self.plugin(named.clone()).await.map_err(at)?;
+                            registered.push((named.clone(), info.clone()));
+                            info
+                        }
+                    };
                     let gated = info.approval.gates(&job.target);
                     if gated && job.approval == Some(false) {
                         return Err(at(RuntimeError::ApprovalRequired {

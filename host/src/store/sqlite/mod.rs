@@ -617,7 +617,7 @@ impl JobStore for SqliteStore {
                        WHEN status = 'approved' THEN 'Expired: approved, but its run was never triggered' \
                        WHEN deadline_at <= ?1 THEN 'Expired: the job could not start before its deadline' \
                        ELSE 'Expired: the job waited in the queue past its expiry' END \
-                     WHERE status IN ('queued', 'pending_approval', 'approved') AND expires_at <= ?1",
+                     WHERE (status = 'queued' OR status = 'pending_approval' OR status = 'approved') AND expires_at <= ?1",
                     params![now],
                 )
                 .map_err(db_err("expiring queued jobs"))?;
