@@ -1397,6 +1397,35 @@ mod tests {
         assert!(!sql.contains("AUTOINCREMENT"), "{sql}");
     }
 
+    /// The claim's update, the finish and an event's insert build no
+    /// temporary b-tree: SQLite makes one for every `IN (…)` list a
+    /// statement checks, each time it runs.
+    #[test]
+    fn the_hot_statements_build_no_temporary_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.db");
+        drop(SqliteStore::open(&path, Durability::Normal).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let statements = [
+            "UPDATE jobs SET status = 'running', worker_id = ?1, lease_token = ?2, lease_expires_at = ?3, \
+             started_at = ?4, last_heartbeat = ?4, attempt = attempt + 1, cancel_requested = 0, \
+             progress_json = NULL, logs_json = NULL WHERE job_id = ?5 AND status = 'queued'",
+            "UPDATE jobs SET status = ?1, output = ?2, error_kind = ?3, finished_at = ?4, lease_token = NULL, \
+             lease_expires_at = NULL WHERE job_id = ?5 AND status = 'running' AND lease_token = ?6",
+            "INSERT INTO events (at, what, status) VALUES (?1, 'insert', 'queued')",
+        ];
+        for sql in statements {
+            let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+            let ops: Vec<String> = stmt
+                .query_map(rusqlite::params_from_iter((0..stmt.parameter_count()).map(|_| 1)), |r| r.get(1))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert!(!ops.iter().any(|op| op == "OpenEphemeral"), "{sql}");
+        }
+        assert!(insert_raw(&conn, "b", "bogus", "").is_err(), "the CHECKs still refuse unknown states");
+    }
+
     #[test]
     fn reopening_does_not_reapply_migrations() {
         let dir = tempfile::tempdir().unwrap();
