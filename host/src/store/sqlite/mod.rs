@@ -1303,23 +1303,28 @@ mod tests {
         assert!(second.is_err());
     }
 
+    /// A database at `path` with every migration before the first whose
+    /// text contains `marker`, as an older leash left it.
+    fn migrated_up_to(path: &Path, marker: &str) -> Connection {
+        let first_not_applied = MIGRATIONS.iter().position(|m| m.contains(marker)).unwrap();
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)")
+            .unwrap();
+        for (i, sql) in MIGRATIONS[..first_not_applied].iter().enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_migrations VALUES (?1, 0)", params![i as i64 + 1]).unwrap();
+        }
+        conn
+    }
+
     /// A database made before approval gates (the table rebuild) keeps its
     /// rows, gains the new states and still refuses the old bad ones.
     #[test]
     fn the_approval_migration_keeps_every_row_and_widens_the_states() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");
-        let rebuild = MIGRATIONS.iter().position(|m| m.contains("CREATE TABLE jobs_next")).unwrap();
         {
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(
-                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-            )
-            .unwrap();
-            for (i, sql) in MIGRATIONS[..rebuild].iter().enumerate() {
-                conn.execute_batch(sql).unwrap();
-                conn.execute("INSERT INTO schema_migrations VALUES (?1, 0)", params![i as i64 + 1]).unwrap();
-            }
+            let conn = migrated_up_to(&path, "CREATE TABLE jobs_next");
             conn.execute_batch(
                 "INSERT INTO jobs (job_id, phase, plugin_digest, status, payload, limits_json, schema_version, \
                  created_at, expires_at, max_attempts, concurrency_key, idempotency_key, free_rerun_limit, releases) \
@@ -1366,17 +1371,8 @@ mod tests {
     fn the_event_table_rebuild_keeps_the_feed_and_its_numbering() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");
-        let rebuild = MIGRATIONS.iter().position(|m| m.contains("CREATE TABLE events_next")).unwrap();
         {
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(
-                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-            )
-            .unwrap();
-            for (i, sql) in MIGRATIONS[..rebuild].iter().enumerate() {
-                conn.execute_batch(sql).unwrap();
-                conn.execute("INSERT INTO schema_migrations VALUES (?1, 0)", params![i as i64 + 1]).unwrap();
-            }
+            let conn = migrated_up_to(&path, "CREATE TABLE events_next");
             insert_raw(&conn, "a", "queued", "").unwrap();
             insert_raw(&conn, "b", "queued", "").unwrap();
             // Retention had deleted the first: AUTOINCREMENT remembered it.
