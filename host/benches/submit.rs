@@ -8,7 +8,8 @@
 //!
 //! The runtime runs no workers (submits only) on SQLite `normal`, the
 //! server is `leash::api::router` on two tokio threads; every job names
-//! `echo@1.0.0` with a small JSON input. Phases:
+//! `echo@1.0.0` with a small JSON input. Phases, each pair in process
+//! first in even rounds and HTTP first in odd ones:
 //!
 //! 1. in process, single: 64 tasks each calling `Runtime::submit`.
 //! 2. HTTP, single: `POST /v1/jobs` with `"execution": "async"`.
@@ -125,22 +126,27 @@ async fn main() {
     let mut rates: [Vec<f64>; 4] = Default::default();
     // Requests wrk left in flight when it stopped end before the next phase.
     let settle = || tokio::time::sleep(Duration::from_secs(1));
-    for round in 0..rounds {
-        rates[0].push(in_process(&runtime, &name, CONNECTIONS, 1, phase).await);
-        if has_wrk {
-            let (url, body) = (format!("{base}/v1/jobs"), one.clone());
-            let d = dir.path().to_owned();
-            let run = move || wrk(&url, &body, CONNECTIONS, phase, &d);
-            rates[1].push(tokio::task::spawn_blocking(run).await.unwrap());
+    let http = |path: &str, body: &String, connections: usize| {
+        let (url, body, d) = (format!("{base}{path}"), body.clone(), dir.path().to_owned());
+        async move {
+            let rate = tokio::task::spawn_blocking(move || wrk(&url, &body, connections, phase, &d)).await.unwrap();
             settle().await;
+            rate
         }
-        rates[2].push(in_process(&runtime, &name, BATCH_CONNECTIONS, BATCH, phase).await);
-        if has_wrk {
-            let (url, body) = (format!("{base}/v1/jobs:batch"), many.clone());
-            let d = dir.path().to_owned();
-            let run = move || wrk(&url, &body, BATCH_CONNECTIONS, phase, &d);
-            rates[3].push(tokio::task::spawn_blocking(run).await.unwrap() * BATCH as f64);
-            settle().await;
+    };
+    for round in 0..rounds {
+        // The table grows all run long and the phase run first sees it
+        // smaller: odd rounds run the HTTP phase first.
+        let http_first = round % 2 == 1;
+        let pairs = [(0, CONNECTIONS, 1, "/v1/jobs", &one), (2, BATCH_CONNECTIONS, BATCH, "/v1/jobs:batch", &many)];
+        for (slot, tasks, per_call, path, body) in pairs {
+            if http_first && has_wrk {
+                rates[slot + 1].push(http(path, body, tasks).await * per_call as f64);
+            }
+            rates[slot].push(in_process(&runtime, &name, tasks, per_call, phase).await);
+            if !http_first && has_wrk {
+                rates[slot + 1].push(http(path, body, tasks).await * per_call as f64);
+            }
         }
         eprintln!("round {}: {:?}", round + 1, rates.iter().map(|r| r.last().copied()).collect::<Vec<_>>());
     }
