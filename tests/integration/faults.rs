@@ -280,3 +280,41 @@ async fn a_store_closed_before_the_start_releases_the_job() {
     assert_eq!((done.attempt, done.releases, done.lost_leases), (2, 1, 0), "{done:?}");
     runtime.shutdown().await;
 }
+
+/// The first jobs of a digest new to a process share one read and one
+/// compile of it, and the compile is not in the claim path: while it is
+/// held up, a job of another plugin is claimed, runs and ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_jobs_of_a_new_digest_share_one_compile_and_other_jobs_run_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn JobStore> = Arc::new(SqliteStore::open(dir.path().join("jobs.db"), Durability::Normal).unwrap());
+    let store = Arc::new(FaultyStore::new(inner));
+    // The default lease (30 s): the held-up read must not outlast it.
+    let runtime = Runtime::builder(dir.path().join("unused.db"))
+        .store(store.clone())
+        .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let by_digest = |digest| Submit::new(PluginSource::Digest(digest), Target::Execute, b"{}".to_vec());
+    let echo = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
+    let warm = runtime.submit(by_digest(echo)).await.unwrap();
+    assert_eq!(runtime.wait(warm, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
+
+    // Every plugin read from now on is held up for 3 s (and counted).
+    let hello = runtime.plugin_add(leash_tests::plugin_bytes("hello")).await.unwrap();
+    store.inject_every(Op::PluginGet, Fault::Stall(Duration::from_secs(3)), 1);
+    let firsts = runtime.submit_many((0..3).map(|_| by_digest(hello)).collect()).await.unwrap();
+    let other = runtime.submit(by_digest(echo)).await.unwrap();
+    assert_eq!(runtime.wait(other, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
+    for id in &firsts {
+        let job = runtime.get(*id).await.unwrap();
+        assert!(!job.status.is_terminal(), "the echo job ended while the compile was held up: {job:?}");
+    }
+    for id in firsts {
+        assert_eq!(runtime.wait(id, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
+    }
+    assert_eq!(store.injected(), 1, "three first jobs, one read of the plugin (one compile)");
+    runtime.shutdown().await;
+}

@@ -297,8 +297,9 @@ struct WorkerArgs {
     guest_nice: i32,
     /// Compile new plugins at a lower CPU priority than guests and the
     /// store: a `nice` increment, 0 to 19 (default 10). With cores to spare
-    /// a compile runs at full speed; beside busy guests it takes what they
-    /// leave, so their throughput holds and the compile takes longer.
+    /// a compile runs at full speed; beside busy guests it gets a small
+    /// share of the CPU, so they keep most of their throughput and it takes
+    /// longer.
     #[arg(long, env = "LEASH_COMPILE_NICE", default_value_t = crate::sandbox::DEFAULT_COMPILE_NICE,
           value_parser = clap::value_parser!(i32).range(0..=19))]
     compile_nice: i32,

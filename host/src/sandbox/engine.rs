@@ -217,8 +217,8 @@ pub struct SandboxConfig {
     /// Components compiled at once (at least 1).
     pub compile_concurrency: usize,
     /// Niceness added to the compile threads (0 to 19; 0: the process's
-    /// own priority). With CPU to spare a compile runs at full speed; when
-    /// guests keep every core busy it takes what they leave.
+    /// own priority). With CPU to spare a compile runs at full speed; on
+    /// cores the guests keep busy it gets a small share.
     pub compile_nice: i32,
     /// The operator's secrets, put into guests' requests where their
     /// grants allow ([`super::http`]).
