@@ -387,3 +387,17 @@ async fn a_process_started_while_the_server_is_down_waits_for_it() {
     let store = opening.await.unwrap().expect("opening succeeds once the server is up");
     assert_eq!(store.queued_count().await.unwrap(), 0);
 }
+
+/// Replicas starting at once on a new schema: every one migrates it or
+/// finds it migrated, none fails on the race to create the version table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_opening_a_new_schema_at_once_all_start() {
+    let Some(url) = crate::pg::url() else { return };
+    for _ in 0..20 {
+        let schema = Schema::create(&url).await;
+        let opens = (0..8).map(|_| PostgresStore::open(&schema.url));
+        for opened in futures_util::future::join_all(opens).await {
+            opened.expect("every replica starts");
+        }
+    }
+}

@@ -300,20 +300,19 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
     let err = db_err("migrating the schema");
     // `IF NOT EXISTS` on a migrated database is not news for the log.
     client.batch_execute("SET client_min_messages TO warning").await.map_err(&err)?;
-    client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
-        )
-        .await
-        .or_else(|e| {
-            // Two replicas creating the table at once: one loses the race
-            // on the catalog and finds it there.
-            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) { Ok(()) } else { Err(err(e)) }
-        })?;
+    // One replica at a time migrates a schema, from creating the version
+    // table on: two creating it at once would race on the catalog
+    // (`type "schema_migrations" already exists`, 42710, or a unique
+    // violation), and the loser would fail to start.
     let tx = client.transaction().await.map_err(&err)?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtext('leash schema ' || current_schema()))", &[])
         .await
         .map_err(&err)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
+    )
+    .await
+    .map_err(&err)?;
     let applied: i64 = tx.query_one("SELECT COUNT(*) FROM schema_migrations", &[]).await.map_err(&err)?.get(0);
     if applied as usize > MIGRATIONS.len() {
         return Err(StoreError::Invalid(format!(
