@@ -3,7 +3,10 @@
 //!
 //! Run with `cargo bench -p leash --bench durable` (`-- --quick` for a short
 //! run without the 1M backlog; `LEASH_BENCH_DRAIN_ONLY=1` runs only the
-//! durable drain, five times, for a profiler; `LEASH_BENCH_EVENTS_AB=1`
+//! durable drain, five times, for a profiler; `LEASH_BENCH_STORE_ONLY=1`
+//! only the store-only pass, five times; `LEASH_BENCH_RESIDENT_AB=1` (or a
+//! byte count) the raw rate and the drain with guest memory kept resident
+//! and given back, alternately; `LEASH_BENCH_EVENTS_AB=1`
 //! runs only the store-only pass, alternately with and without the event
 //! triggers, three times each).
 //!
@@ -37,7 +40,11 @@ fn sandbox_config() -> SandboxConfig {
 }
 
 async fn raw_rate(n: usize) -> f64 {
-    let sandbox = Arc::new(Sandbox::new(sandbox_config()).unwrap());
+    raw_rate_with(n, sandbox_config()).await
+}
+
+async fn raw_rate_with(n: usize, config: SandboxConfig) -> f64 {
+    let sandbox = Arc::new(Sandbox::new(config).unwrap());
     let plugin = sandbox.load(&leash_tests::plugin_bytes("echo")).unwrap();
     let next = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
@@ -63,9 +70,13 @@ struct Done {
 }
 
 async fn start(dir: &tempfile::TempDir, durability: Durability) -> (Runtime, Arc<Done>) {
+    start_with(dir, durability, sandbox_config()).await
+}
+
+async fn start_with(dir: &tempfile::TempDir, durability: Durability, sandbox: SandboxConfig) -> (Runtime, Arc<Done>) {
     let runtime = Runtime::builder(dir.path().join("jobs.db"))
         .durability(durability)
-        .sandbox(sandbox_config())
+        .sandbox(sandbox)
         .max_workers(SLOTS)
         .max_queued(u64::MAX)
         .build()
@@ -126,6 +137,19 @@ async fn main() {
         );
         return;
     }
+    if let Ok(kept) = std::env::var("LEASH_BENCH_RESIDENT_AB") {
+        resident_ab(n, kept.parse().unwrap_or(leash::sandbox::DEFAULT_KEEP_RESIDENT_BYTES)).await;
+        return;
+    }
+    if std::env::var_os("LEASH_BENCH_STORE_ONLY").is_some() {
+        let mut rates: Vec<f64> = Vec::new();
+        for _ in 0..5 {
+            rates.push(store_only(n, true).await);
+        }
+        rates.sort_by(f64::total_cmp);
+        println!("\nstore only, median of 5: {:.0} jobs/s", rates[2]);
+        return;
+    }
     if std::env::var_os("LEASH_BENCH_DRAIN_ONLY").is_some() {
         // For profilers: only the durable drain, five times.
         let dir = tempfile::tempdir().unwrap();
@@ -168,6 +192,47 @@ async fn main() {
     if !quick {
         backlog(n).await;
     }
+}
+
+/// Guest memory kept resident between instances (`keep` bytes; the
+/// default unless the variable gives a number) against every page given
+/// back (`keep_resident_bytes = 0`): the raw sandbox rate and the durable
+/// drain, alternating, three rounds; medians and ratios.
+async fn resident_ab(n: usize, keep: u64) {
+    let given_back = SandboxConfig { keep_resident_bytes: 0, ..sandbox_config() };
+    let kept_config = SandboxConfig { keep_resident_bytes: keep, ..sandbox_config() };
+    let (mut raw, mut raw_back, mut durable, mut durable_back) = (vec![], vec![], vec![], vec![]);
+    for round in 0..3 {
+        for kept in if round % 2 == 0 { [true, false] } else { [false, true] } {
+            let config = if kept { kept_config.clone() } else { given_back.clone() };
+            let r = raw_rate_with(n, config.clone()).await;
+            let dir = tempfile::tempdir().unwrap();
+            let (runtime, done) = start_with(&dir, Durability::Normal, config).await;
+            let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
+            drain(&runtime, &done, digest, 1000).await;
+            let (d, _) = drain(&runtime, &done, digest, n).await;
+            runtime.shutdown().await;
+            println!("round {round}, kept resident {kept}: raw {r:.0} calls/s, durable {d:.0} jobs/s");
+            if kept {
+                raw.push(r);
+                durable.push(d);
+            } else {
+                raw_back.push(r);
+                durable_back.push(d);
+            }
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (raw, raw_back, durable, durable_back) = (median(raw), median(raw_back), median(durable), median(durable_back));
+    println!(
+        "\nkept resident vs given back, medians of 3: raw {raw:.0} vs {raw_back:.0} calls/s ({:.2}x), \
+         durable {durable:.0} vs {durable_back:.0} jobs/s ({:.2}x)",
+        raw / raw_back,
+        durable / durable_back
+    );
 }
 
 /// The store's share: insert, claim and finish `n` jobs from 64 concurrent

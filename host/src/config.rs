@@ -47,6 +47,7 @@ pub const FILE_KEYS: &[&str] = &[
     "guest_logs",
     "guest_nice",
     "compile_nice",
+    "keep_resident",
     "start_log",
     "listen",
     "token_file",

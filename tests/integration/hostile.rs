@@ -208,6 +208,32 @@ async fn components_with_several_instances_and_memories_run() {
     assert_eq!(outcome.result.unwrap(), b"");
 }
 
+#[tokio::test]
+async fn a_run_finds_nothing_an_earlier_run_in_its_slot_left() {
+    // One slot, so every run reuses it; with pages kept resident (reset in
+    // place) and with every page given back. Between runs of `hostile` the
+    // slot also holds another module (`echo`), whose image replaces it.
+    for keep_resident_bytes in [leash::sandbox::DEFAULT_KEEP_RESIDENT_BYTES, 0] {
+        let sandbox = Sandbox::new(SandboxConfig {
+            allocator: leash::sandbox::Allocator::Pooling { slots: 1 },
+            keep_resident_bytes,
+            ..support::sandbox_config()
+        })
+        .unwrap();
+        for round in 0..4 {
+            let outcome = attack(&sandbox, "residue", 0, limits()).await;
+            let seen = String::from_utf8(outcome.result.expect("residue succeeds")).unwrap();
+            assert_eq!(
+                seen, r#"{"data":"pristine","grown_nonzero":0}"#,
+                "run {round}, keeping {keep_resident_bytes} bytes resident"
+            );
+            if round == 2 {
+                assert_eq!(run(&sandbox, "echo", b"between", limits()).await.result.unwrap(), b"between");
+            }
+        }
+    }
+}
+
 #[test]
 fn an_instance_bomb_is_refused_at_load_with_the_count() {
     let sandbox = support::sandbox();

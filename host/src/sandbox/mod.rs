@@ -105,6 +105,10 @@ pub const STREAM_WRITE_PERMIT: usize = 64 << 10;
 /// and Cranelift already spreads one compile over every core.
 pub const DEFAULT_COMPILE_CONCURRENCY: usize = 1;
 
+/// Default bytes of each pooled guest memory kept resident between
+/// instances ([`SandboxConfig::keep_resident_bytes`]).
+pub const DEFAULT_KEEP_RESIDENT_BYTES: u64 = 1 << 20;
+
 /// Default niceness added to the threads that compile components: a
 /// compile takes the CPU the guests and the store leave, not theirs.
 pub const DEFAULT_COMPILE_NICE: i32 = 10;

@@ -180,7 +180,8 @@ pub struct Event {
     /// What happened.
     #[serde(rename = "type")]
     pub kind: EventKind,
-    /// When the database recorded it (its own clock).
+    /// When it was recorded: by the database server's clock (PostgreSQL),
+    /// or by the writing process's as its transaction began (SQLite).
     pub at: Timestamp,
     /// The job, for `job.*` events.
     #[serde(skip_serializing_if = "Option::is_none")]

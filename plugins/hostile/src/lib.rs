@@ -58,6 +58,26 @@ impl Plugin for Hostile {
                 log_raw(2, b"x".as_ptr(), 1, odd, 1);
             }
             "exit" => std::process::exit(3),
+            // Not an attack that fails: a look at what an earlier run in
+            // the same pooled slot left behind. A static the module's data
+            // initialises and a page grown past the initial memory are
+            // read, then dirtied for the next run to find.
+            "residue" => {
+                static mut MARK: [u8; 8] = *b"pristine";
+                // SAFETY: one thread; the static is only reached here.
+                let data = unsafe { std::ptr::read_volatile(&raw const MARK) };
+                unsafe { std::ptr::write_volatile(&raw mut MARK, *b"dirtied!") };
+                let page = core::arch::wasm32::memory_grow(0, 1);
+                if page == usize::MAX {
+                    return Err(Error::failed("memory.grow refused one page"));
+                }
+                let base = (page * 65536) as *mut u8;
+                // SAFETY: the page was just grown and nothing else uses it.
+                let nonzero = (0..65536).filter(|&i| unsafe { std::ptr::read_volatile(base.add(i)) } != 0).count();
+                unsafe { std::ptr::write_bytes(base, 0xab, 65536) };
+                let data = String::from_utf8_lossy(&data);
+                return Ok(format!(r#"{{"data":"{data}","grown_nonzero":{nonzero}}}"#).into_bytes());
+            }
             "poll-empty" => {
                 wasi::io::poll::poll(&[]);
             }

@@ -21,6 +21,7 @@ pub(in crate::cli) async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime,
             cache_dir,
             secrets: load_secrets(args.secrets_file.as_deref())?,
             compile_nice: args.compile_nice,
+            keep_resident_bytes: args.keep_resident,
             ..SandboxConfig::default()
         })
         .max_workers(args.max_workers)

@@ -23,7 +23,16 @@ pub(super) fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>) {
             }
         }
         let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([])).map(|_| ());
-        let began = run("BEGIN IMMEDIATE").map_err(db_err("starting a write"));
+        let mut began = run("BEGIN IMMEDIATE").map_err(db_err("starting a write"));
+        // The time the event triggers stamp this transaction's events with.
+        // Not set, the transaction goes (events would carry an older time)
+        // and the batch takes the path of a failed BEGIN below.
+        if began.is_ok()
+            && let Err(e) = set_event_clock(&conn)
+        {
+            let _ = run("ROLLBACK");
+            began = Err(e);
+        }
         // Another process held the write lock past the busy timeout: the
         // batch fails as transient and its callers retry. (Run one by one,
         // each write would wait out the timeout again.)
@@ -50,6 +59,16 @@ pub(super) fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>) {
             complete(committed.as_ref().map(|_| ()).map_err(copy_error));
         }
     }
+}
+
+/// Set the time this transaction's events carry: now, by this machine's
+/// clock, in milliseconds since the epoch.
+fn set_event_clock(conn: &Connection) -> Result<(), StoreError> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    conn.prepare_cached("UPDATE event_clock SET at = ?1 WHERE id = 1")
+        .and_then(|mut s| s.execute([i64::try_from(now.as_millis()).unwrap_or(i64::MAX)]))
+        .map(|_| ())
+        .map_err(db_err("setting the event clock"))
 }
 
 /// The same error again, for each write of a batch that shares it.
