@@ -33,7 +33,7 @@ const BATCH: usize = 1000;
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{ms, percentile};
+use support::{median, ms, percentile};
 
 fn sandbox_config() -> SandboxConfig {
     support::sandbox_config(SLOTS)
@@ -126,11 +126,7 @@ async fn main() {
             with.push(store_only(n, true).await);
             without.push(store_only(n, false).await);
         }
-        let median = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let (with, without) = (median(&mut with), median(&mut without));
+        let (with, without) = (median(with), median(without));
         println!(
             "\nevent triggers A/B, store only, median of 3: with {with:.0} jobs/s, without {without:.0} jobs/s: {:.2}x",
             with / without
@@ -142,12 +138,11 @@ async fn main() {
         return;
     }
     if std::env::var_os("LEASH_BENCH_STORE_ONLY").is_some() {
-        let mut rates: Vec<f64> = Vec::new();
+        let mut rates = Vec::new();
         for _ in 0..5 {
             rates.push(store_only(n, true).await);
         }
-        rates.sort_by(f64::total_cmp);
-        println!("\nstore only, median of 5: {:.0} jobs/s", rates[2]);
+        println!("\nstore only, median of 5: {:.0} jobs/s", median(rates));
         return;
     }
     if std::env::var_os("LEASH_BENCH_DRAIN_ONLY").is_some() {
@@ -222,10 +217,6 @@ async fn resident_ab(n: usize, keep: u64) {
             }
         }
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let (raw, raw_back, durable, durable_back) = (median(raw), median(raw_back), median(durable), median(durable_back));
     println!(
         "\nkept resident vs given back, medians of 3: raw {raw:.0} vs {raw_back:.0} calls/s ({:.2}x), \

@@ -129,16 +129,12 @@ async fn main() {
             colds.push(first);
             warms.push(warm_first_output(dir.path(), &cache, &name).await);
         }
-        let median = |mut v: Vec<Duration>| {
-            v.sort();
-            v[v.len() / 2]
-        };
         println!(
             "{label:<14} {:>6.1} MB {:>9.0} ms {:>13.0} ms {:>17.0} ms",
             bytes.len() as f64 / 1e6,
-            support::ms(median(adds)),
-            support::ms(median(colds)),
-            support::ms(median(warms)),
+            support::ms(support::median(adds)),
+            support::ms(support::median(colds)),
+            support::ms(support::median(warms)),
         );
     }
 
@@ -198,6 +194,5 @@ async fn main() {
     feeding.store(false, Ordering::Relaxed);
     feeder.await.unwrap();
     runtime.shutdown().await;
-    ratios.sort_by(f64::total_cmp);
-    println!("\nthroughput kept while compiling (median): {:.2}", ratios[ratios.len() / 2]);
+    println!("\nthroughput kept while compiling (median): {:.2}", support::median(ratios));
 }

@@ -213,16 +213,12 @@ async fn main() {
             failures.push(e);
         }
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let (alone_runs, loaded_runs) = (alone.clone(), loaded.clone());
-    let (alone, loaded) = (median(alone), median(loaded));
+    let (alone, loaded) = (support::median(alone), support::median(loaded));
     let rss_after = rss_kib("VmRSS:");
     let peak = rss_kib("VmHWM:");
     let compiling_runs = compiling.clone();
-    let compiling = median(compiling);
+    let compiling = support::median(compiling);
     runtime.shutdown().await;
     drop(listener);
 

@@ -153,11 +153,7 @@ async fn main() {
     let queued = runtime.store().queued_count().await.unwrap();
     runtime.shutdown().await;
 
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
-    };
+    let median = |v: &[f64]| support::median(v.to_vec());
     // Each round's ratio compares phases run back to back on the same
     // table (the in-process rate falls as the table grows).
     let ratios = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<_>>();

@@ -11,6 +11,12 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// The median of `samples` (the upper one of an even count).
+pub fn median<T: PartialOrd>(mut samples: Vec<T>) -> T {
+    samples.sort_by(|a, b| a.partial_cmp(b).expect("samples are comparable"));
+    samples.swap_remove(samples.len() / 2)
+}
+
 /// Milliseconds, for printing.
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0

@@ -1443,7 +1443,9 @@ mod tests {
             }
         }
         // What the triggers stamp events with: the writer's clock, set as
-        // each of its transactions begins.
+        // each of its transactions begins (from 0 here, so a clock the
+        // writer did not set shows).
+        conn.execute("UPDATE event_clock SET at = 0", []).unwrap();
         let before = Timestamp::now().unix_ms();
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         runtime.block_on(store.workers_delete_stale(Timestamp::from_unix_ms(0))).unwrap();

@@ -64,9 +64,8 @@ pub(super) fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>) {
 /// Set the time this transaction's events carry: now, by this machine's
 /// clock, in milliseconds since the epoch.
 fn set_event_clock(conn: &Connection) -> Result<(), StoreError> {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     conn.prepare_cached("UPDATE event_clock SET at = ?1 WHERE id = 1")
-        .and_then(|mut s| s.execute([i64::try_from(now.as_millis()).unwrap_or(i64::MAX)]))
+        .and_then(|mut s| s.execute([Timestamp::now().unix_ms()]))
         .map(|_| ())
         .map_err(db_err("setting the event clock"))
 }
