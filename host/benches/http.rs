@@ -1,5 +1,6 @@
-//! Sync-call benchmark: one `hello` job at a time, three ways, measured in
-//! the same process and interleaved so machine noise hits all three alike.
+//! Sync-call benchmark: one `hello` job at a time, three ways, and the
+//! HTTP floor beside them, measured in the same process and interleaved so
+//! machine noise hits all of them alike.
 //!
 //! Run with `cargo bench -p leash --bench http` (`-- --quick` for fewer
 //! calls).
@@ -10,6 +11,8 @@
 //! 3. HTTP sync call: `POST /v1/jobs` with `"execution": "sync"` over
 //!    loopback TCP to the same runtime served by `leash::api::router`,
 //!    with a keep-alive client.
+//! 4. The HTTP floor: `GET /healthz` on the same connection pool, no job
+//!    and no auth: what the transport and the client cost by themselves.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,6 +88,14 @@ async fn main() {
         assert!(done.output.is_some());
         start.elapsed()
     };
+    let health_url = url.replace("/v1/jobs", "/healthz");
+    let floor_call = || async {
+        let start = Instant::now();
+        let response = http.get(&health_url).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        response.bytes().await.unwrap();
+        start.elapsed()
+    };
     let http_call = || async {
         let start = Instant::now();
         let response = http.post(&url).bearer_auth(TOKEN).json(&body).send().await.unwrap();
@@ -99,21 +110,24 @@ async fn main() {
         raw_call().await;
         durable_call().await;
         http_call().await;
+        floor_call().await;
     }
     let mut raw = Series { name: "raw sandbox call (no store)", samples: Vec::with_capacity(rounds) };
     let mut durable = Series { name: "in-process durable call (submit + wait)", samples: Vec::with_capacity(rounds) };
     let mut over_http = Series { name: "HTTP sync call over loopback", samples: Vec::with_capacity(rounds) };
+    let mut floor = Series { name: "HTTP round trip, no job (GET /healthz)", samples: Vec::with_capacity(rounds) };
     for _ in 0..rounds {
         raw.samples.push(raw_call().await);
         durable.samples.push(durable_call().await);
         over_http.samples.push(http_call().await);
+        floor.samples.push(floor_call().await);
     }
     runtime.shutdown().await;
 
     println!("leash sync-call benchmark, `hello`, {rounds} calls each, interleaved, 2 runtime threads\n");
     println!("{:<42} {:>10} {:>10} {:>10}", "path", "min µs", "p50 µs", "p99 µs");
     let (durable_p50, http_p50) = (durable.stats().0, over_http.stats().0);
-    for series in [&mut raw, &mut durable, &mut over_http] {
+    for series in [&mut raw, &mut durable, &mut over_http, &mut floor] {
         let (p50, p99, min) = series.stats();
         println!("{:<42} {min:>10.0} {p50:>10.0} {p99:>10.0}", series.name);
     }

@@ -127,6 +127,45 @@ pub(crate) async fn insert_then_get_round_trips_every_field(store: Arc<dyn JobSt
     assert!(got.error_kind.is_none() && got.output.is_none());
 }
 
+/// What an insert answers is what a read of the stored row returns, for a
+/// job with every optional field set, a gated one and a delayed one (a
+/// store may build the answer rather than read it back).
+pub(crate) async fn an_insert_answers_the_rows_as_stored(store: Arc<dyn JobStore>) {
+    let mut grants = Grants::default();
+    grants.http.hosts = vec!["GET https://api.example.com".parse().unwrap()];
+    grants.http.limits.requests = 3;
+    let full = NewJob {
+        plugin_name: Some(PluginName::new("tool", "2.0.0").unwrap()),
+        grants,
+        max_attempts: 4,
+        free_rerun_limit: 2,
+        concurrency_key: Some("k".into()),
+        idempotency: Some(leash::job::IdempotencyKey::new("full-1", "digest-1".to_owned()).unwrap()),
+        deadline: Some(Duration::from_secs(20)),
+        backoff: leash::job::Backoff { base_ms: 250, cap_ms: 9_000 },
+        ..new_job("full")
+    };
+    let gate = Gate {
+        source: GateSource::Policy,
+        run_on_approve: false,
+        execution: ExecutionMode::Sync,
+        deadline_ms: Some(15_000),
+    };
+    let gated = NewJob { approval: Some(gate), ..new_job("gated") };
+    let delayed = NewJob { run_at: Some(at(90)), ..new_job("delayed") };
+    let answered = insert(&*store, vec![full, gated, delayed], T0).await;
+    assert_eq!(
+        answered.iter().map(|j| j.status).collect::<Vec<_>>(),
+        [JobStatus::Queued, JobStatus::PendingApproval, JobStatus::Queued]
+    );
+    for job in &answered {
+        assert_eq!(*job, get(&*store, job.id).await, "answered as stored");
+    }
+    assert!(answered[1].approval.is_some() && !answered[0].grants.is_none());
+    assert_eq!(answered[2].run_after, at(90));
+    assert_eq!(answered[0].deadline_at, Some(T0.plus(Duration::from_secs(20))));
+}
+
 pub(crate) async fn insert_refuses_zero_attempts_and_writes_nothing(store: Arc<dyn JobStore>) {
     let mut bad = new_job("bad");
     bad.max_attempts = 0;
@@ -148,7 +187,7 @@ pub(crate) async fn claim_takes_the_oldest_jobs_first_up_to_the_limit(store: Arc
 }
 
 pub(crate) async fn a_large_insert_returns_every_job_in_order(store: Arc<dyn JobStore>) {
-    // Large enough for a store to split it (SQLite: chunks of 256 rows).
+    // Large enough for a store to split it (SQLite: statements of 256, 16 and 1 rows).
     let jobs: Vec<NewJob> = (0..600).map(|i| new_job(&i.to_string())).collect();
     let inserted = insert(&*store, jobs, T0).await;
     assert_eq!(inserted.len(), 600);

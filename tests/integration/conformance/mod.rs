@@ -17,6 +17,7 @@ macro_rules! with_cases {
         $callback!($($args)*
             insert {
                 insert_then_get_round_trips_every_field,
+                an_insert_answers_the_rows_as_stored,
                 insert_refuses_zero_attempts_and_writes_nothing,
                 a_large_insert_returns_every_job_in_order,
                 an_idempotency_key_belongs_to_one_job_while_it_is_kept,

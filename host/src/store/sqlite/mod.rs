@@ -22,9 +22,9 @@ mod rows;
 mod schema;
 mod writer;
 
-use rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs, query_plans, query_plugins, read_events, row_to_job};
+use rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs, query_plans, query_plugins, read_events};
 use schema::{create_private, open_when_free};
-use writer::{WriteOp, in_savepoint, writer_loop};
+use writer::{WriteOp, write_op, writer_loop};
 
 use super::unfinished::{self, AttemptEffects, COUNTER_COLUMNS, Counters, Fate};
 
@@ -34,12 +34,12 @@ use std::sync::{Arc, LazyLock, Mutex, mpsc};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
-use tokio::sync::oneshot;
 
 use super::approval::{self as gate, GatedRow};
 use super::codec::{
     EFFECT_COLUMNS, EffectRow, InsertTimes, approval_to_column, corrupt, grants_of, grants_to_column, i64_of,
-    json_column, list_filters, ms, outcome_columns, policy_of, policy_to_column, target_columns, target_of, to_json,
+    inserted_job, json_column, list_filters, ms, outcome_columns, policy_of, policy_to_column, target_columns,
+    target_of, to_json,
 };
 use super::event::{EVENT_COLUMNS, EventRow};
 use super::plan::{DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, apply_job};
@@ -82,24 +82,46 @@ impl Drop for Inner {
     }
 }
 
-/// Rows per multi-row `INSERT` of a large submit (24 parameters each).
-const INSERT_CHUNK: usize = 256;
+/// Rows per statement of a large submit (24 parameters each), largest
+/// first: a few statement shapes in the cache, and few statements in the
+/// savepoint (each statement's end costs SQLite a walk over the in-memory
+/// journal, so one per row is quadratic).
+const INSERT_CHUNKS: [usize; 3] = [256, 16, 1];
+
+/// The insert of `rows` jobs. One row is `OR FAIL`, which spares it a
+/// statement journal as [`CLAIM_ONE`] explains: its constraints are all
+/// checked before it writes, and its trigger's insert cannot fail, so it
+/// lands whole or not at all. A statement of many rows could fail after
+/// writing some, so it keeps the default (`ABORT`) and its journal.
+fn insert_sql(rows: usize) -> String {
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    format!(
+        "INSERT {}INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
+         schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
+         idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
+         free_rerun_limit, approval_json) VALUES {}",
+        if rows == 1 { "OR FAIL " } else { "" },
+        vec![row; rows].join(", ")
+    )
+}
 
 /// Insert `jobs` in one statement, queued or (gated) pending approval;
-/// returned in the given order.
+/// returned in the given order, as [`inserted_job`] builds them.
 fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
     use rusqlite::types::Value;
     let err = db_err("inserting jobs");
-    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-    let sql = format!(
-        "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
-         schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
-         idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-         free_rerun_limit, approval_json) VALUES {} RETURNING {JOB_COLUMNS}",
-        vec![row; jobs.len()].join(", ")
-    );
+    // Built once: the statement cache finds a statement by its text.
+    static STATEMENTS: LazyLock<[String; 3]> = LazyLock::new(|| INSERT_CHUNKS.map(insert_sql));
+    let built;
+    let sql = match INSERT_CHUNKS.iter().position(|&rows| rows == jobs.len()) {
+        Some(shape) => &STATEMENTS[shape],
+        None => {
+            built = insert_sql(jobs.len());
+            &built
+        }
+    };
     let text = |s: Option<&str>| s.map_or(Value::Null, |s| Value::Text(s.to_owned()));
-    let mut ids = Vec::with_capacity(jobs.len());
+    let mut inserted = Vec::with_capacity(jobs.len());
     let mut values = Vec::with_capacity(jobs.len() * 24);
     for job in jobs {
         if let Some(idempotency) = &job.idempotency {
@@ -109,7 +131,8 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
         let (phase, action) = target_columns(&job.target);
         let limits = serde_json::to_string(&job.limits).map_err(|e| StoreError::Invalid(e.to_string()))?;
         let times = InsertTimes::of(&job, now);
-        let approval = approval_to_column(job.approval.map(Into::into).as_ref())?;
+        let row = inserted_job(id, &job, &times, now)?;
+        let approval = approval_to_column(row.approval.as_ref())?;
         values.extend([
             Value::Text(id.to_string()),
             text(job.plan_id.as_deref()),
@@ -136,17 +159,14 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
             Value::Integer(i64::from(job.free_rerun_limit)),
             approval.map_or(Value::Null, Value::Text),
         ]);
-        ids.push(id);
+        inserted.push(row);
     }
-    let mut stmt = conn.prepare_cached(&sql).map_err(&err)?;
-    let mut by_id: HashMap<JobId, Job> = HashMap::with_capacity(ids.len());
-    for job in stmt.query_map(rusqlite::params_from_iter(values), |row| Ok(row_to_job(row))).map_err(&err)? {
-        let job = job.map_err(&err)??;
-        by_id.insert(job.id, job);
+    let stored =
+        conn.prepare_cached(sql).and_then(|mut s| s.execute(rusqlite::params_from_iter(values))).map_err(&err)?;
+    if stored != inserted.len() {
+        return Err(StoreError::Invalid(format!("{} jobs to insert, {stored} stored", inserted.len())));
     }
-    ids.into_iter()
-        .map(|id| by_id.remove(&id).ok_or_else(|| corrupt(&id.to_string(), "inserted but not returned")))
-        .collect()
+    Ok(inserted)
 }
 
 /// Refuse a key a stored job already has (the insert's transaction keeps
@@ -322,14 +342,7 @@ impl SqliteStore {
         savepoint: bool,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let op: WriteOp = Box::new(move |conn: Option<&Connection>| {
-            let result = conn.map(|conn| if savepoint { in_savepoint(conn, f) } else { f(conn) });
-            Box::new(move |committed: Result<(), StoreError>| {
-                // A skipped write's batch always reports an error.
-                let _ = reply.send(committed.and_then(|()| result.unwrap_or(Err(StoreError::Closed))));
-            })
-        });
+        let (op, answer) = write_op(savepoint, f);
         let sender = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or(StoreError::Closed)?;
         sender.send(op).map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
@@ -354,15 +367,15 @@ impl JobStore for SqliteStore {
             job.check().map_err(StoreError::Invalid)?;
         }
         let now = params.now;
+        // One job is one statement, whole or nothing by itself: no savepoint.
+        if let [_] = params.jobs[..] {
+            return self.write(move |conn| insert_rows(conn, params.jobs, now)).await;
+        }
         self.write_all_or_nothing(move |conn| {
             let mut inserted = Vec::with_capacity(params.jobs.len());
             let mut jobs = params.jobs.into_iter().peekable();
             while jobs.peek().is_some() {
-                // Whole chunks in one statement each, the rest one by one:
-                // two statement shapes in the cache, and few statements in
-                // the savepoint (each statement's end costs SQLite a walk
-                // over the in-memory journal, so one per row is quadratic).
-                let rows = if jobs.len() >= INSERT_CHUNK { INSERT_CHUNK } else { 1 };
+                let rows = INSERT_CHUNKS.into_iter().find(|&rows| jobs.len() >= rows).unwrap_or(1);
                 let chunk: Vec<NewJob> = jobs.by_ref().take(rows).collect();
                 inserted.extend(insert_rows(conn, chunk, now)?);
             }
@@ -1371,6 +1384,67 @@ mod tests {
         assert_eq!(indexes, 9, "every index is rebuilt");
     }
 
+    /// A plugin stored before the plugins table put its bytes last keeps
+    /// them, its size and its age; afterwards reading its size touches one
+    /// page, not the component's overflow chain.
+    #[test]
+    fn the_plugin_table_rebuild_keeps_plugins_and_reads_sizes_without_the_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let bytes = vec![9u8; 200_000];
+        let digest = Digest::of(&bytes).to_string();
+        {
+            let conn = migrated_up_to(&path, "CREATE TABLE plugins_next");
+            conn.execute(
+                "INSERT INTO plugins (digest, bytes, size_bytes, created_at) VALUES (?1, ?2, ?3, 7)",
+                params![digest, bytes, bytes.len() as i64],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO plugin_names (name, version, digest, created_at) VALUES ('p', '1', ?1, 8)",
+                [&digest],
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path, Durability::Normal).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let kept: (Vec<u8>, i64, i64) = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT bytes, size_bytes, created_at FROM plugins WHERE digest = ?1", [&digest], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .unwrap();
+        assert_eq!(kept, (bytes.clone(), bytes.len() as i64, 7), "the plugin survives the rebuild");
+        let named = runtime.block_on(store.plugin_resolve("p@1".parse().unwrap())).unwrap().unwrap();
+        assert_eq!((named.size_bytes, named.created_at.unix_ms()), (bytes.len() as u64, 8), "the name still resolves");
+        // A fresh connection with no cache: the pages the size read loads.
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "cache_size", 0).unwrap();
+        let size = "SELECT size_bytes FROM plugins WHERE digest = ?1";
+        let cache_misses = |reset: i32| {
+            let (mut pages, mut highest) = (0, 0);
+            // SAFETY: the handle is this live connection's, used on this
+            // thread only, and the two outputs are live locals.
+            let status = unsafe {
+                rusqlite::ffi::sqlite3_db_status(
+                    conn.handle(),
+                    rusqlite::ffi::SQLITE_DBSTATUS_CACHE_MISS,
+                    &mut pages,
+                    &mut highest,
+                    reset,
+                )
+            };
+            assert_eq!(status, rusqlite::ffi::SQLITE_OK);
+            pages
+        };
+        // The schema loads with the first statement: not counted.
+        conn.prepare(size).unwrap();
+        cache_misses(1);
+        conn.query_row(size, [&digest], |r| r.get::<_, i64>(0)).unwrap();
+        let pages = cache_misses(0);
+        assert!(pages < 8, "reading a size loaded {pages} pages: the component's overflow chain");
+    }
+
     /// A database whose change feed was made with AUTOINCREMENT keeps its
     /// events through the rebuild, the triggers still write them, and new
     /// numbers go on past the old ones.
@@ -1424,7 +1498,7 @@ mod tests {
         assert!(insert_raw(&conn, "b", "bogus", "").is_err(), "the CHECKs still refuse unknown states");
     }
 
-    /// The claim's update and the finish, triggers included, need no
+    /// The claim's update, the finish and a one-job insert, triggers included, need no
     /// statement journal: SQLite keeps one (a copy of every page the
     /// statement touches) for a statement that writes several rows and may
     /// stop halfway, which a constraint failing with `ABORT` or any function
@@ -1434,7 +1508,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, conn) = raw(&dir);
         const ABORT: i64 = 2;
-        for sql in [CLAIM_ONE, FINISH_ONE] {
+        for sql in [CLAIM_ONE, FINISH_ONE, &insert_sql(1)] {
             let ops = opcodes(&conn, sql);
             assert!(ops.iter().any(|(op, _)| op == "Program"), "the event triggers are part of {sql}");
             for (op, p2) in ops {
@@ -1455,6 +1529,48 @@ mod tests {
         insert_raw(&conn, "c", "queued", "").unwrap();
         let at: i64 = conn.query_row("SELECT at FROM events WHERE job_id = 'c'", [], |r| r.get(0)).unwrap();
         assert_eq!(at, clock);
+    }
+
+    /// A write without a statement journal that fails on a full disk makes
+    /// SQLite roll back the whole transaction. The writes queued after it
+    /// in the same batch must not then commit one by one while every
+    /// caller hears an error: nothing of the batch is stored, the write
+    /// that failed says why, and the others hear a transient error.
+    #[test]
+    fn a_batch_whose_transaction_is_rolled_back_stores_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.db");
+        let (writer, _reader) = open_when_free(&path, Durability::Normal).unwrap();
+        let (first, first_answer) = write_op(false, |conn| insert_raw(conn, "a", "queued", "").map_err(db_err("a")));
+        let (full, full_answer) = write_op(false, |conn| {
+            let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).map_err(db_err("count"))?;
+            conn.pragma_update(None, "max_page_count", pages).map_err(db_err("cap"))?;
+            conn.execute("UPDATE OR FAIL jobs SET payload = ?1 WHERE job_id = 'a'", [vec![7u8; 1 << 20]])
+                .map_err(db_err("growing a"))
+        });
+        let (last, last_answer) = write_op(false, |conn| {
+            conn.pragma_update(None, "max_page_count", 1_000_000).map_err(db_err("uncap"))?;
+            insert_raw(conn, "c", "queued", "").map_err(db_err("c"))
+        });
+        // Queued before the loop starts: one batch.
+        let (tx, rx) = mpsc::channel();
+        for op in [first, full, last] {
+            tx.send(op).unwrap();
+        }
+        drop(tx);
+        writer_loop(writer, rx);
+
+        let answer =
+            |rx: tokio::sync::oneshot::Receiver<Result<usize, StoreError>>| rx.blocking_recv().unwrap().unwrap_err();
+        let (first, full, last) = (answer(first_answer), answer(full_answer), answer(last_answer));
+        assert!(full.to_string().contains("growing a"), "the failed write says why: {full}");
+        for other in [&first, &last] {
+            assert!(other.is_transient(), "{other}");
+            assert!(other.to_string().contains("nothing in the batch was stored"), "{other}");
+        }
+        let conn = Connection::open(&path).unwrap();
+        let stored: i64 = conn.query_row("SELECT COUNT(*) FROM jobs", [], |r| r.get(0)).unwrap();
+        assert_eq!(stored, 0, "a write after the rollback committed on its own");
     }
 
     #[test]

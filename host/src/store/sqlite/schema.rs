@@ -452,6 +452,21 @@ CREATE INDEX jobs_running ON jobs (lease_expires_at, worker_id) WHERE status = '
 "#,
         job_event_triggers!("(SELECT at FROM event_clock WHERE id = 1)")
     ),
+    r#"
+-- The plugins table again, a component's bytes last. SQLite stores a
+-- row's columns in order and reaches a column stored after a large blob
+-- by walking the blob's overflow pages, one read each: every lookup of a
+-- plugin's size or age (each submit by name) read its whole component.
+CREATE TABLE plugins_next (
+    digest      TEXT PRIMARY KEY,
+    size_bytes  INTEGER NOT NULL CHECK (size_bytes = length(bytes)),
+    created_at  INTEGER NOT NULL,
+    bytes       BLOB NOT NULL
+);
+INSERT INTO plugins_next (digest, size_bytes, created_at, bytes) SELECT digest, size_bytes, created_at, bytes FROM plugins;
+DROP TABLE plugins;
+ALTER TABLE plugins_next RENAME TO plugins;
+"#,
 ];
 
 /// The triggers that append jobs' changes to the change feed, as first
@@ -598,6 +613,17 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
     )
     .map_err(&err)?;
+    // SQLite's way to rebuild a table others refer to: foreign keys off
+    // for the migration (a drop of the old table would otherwise delete
+    // its rows through the references), then checked whole before commit.
+    conn.pragma_update(None, "foreign_keys", false).map_err(&err)?;
+    let migrated = run_migrations(conn);
+    let restored = conn.pragma_update(None, "foreign_keys", true).map_err(&err);
+    migrated.and(restored)
+}
+
+fn run_migrations(conn: &mut Connection) -> Result<(), StoreError> {
+    let err = db_err("migrating the schema");
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(&err)?;
     let applied: i64 = tx.query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0)).map_err(&err)?;
     if applied as usize > MIGRATIONS.len() {
@@ -613,6 +639,16 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             params![i as i64 + 1, Timestamp::now().unix_ms()],
         )
         .map_err(&err)?;
+    }
+    let broken: Option<String> = if applied as usize == MIGRATIONS.len() {
+        None
+    } else {
+        tx.query_row("SELECT \"table\" FROM pragma_foreign_key_check LIMIT 1", [], |r| r.get(0))
+            .optional()
+            .map_err(&err)?
+    };
+    if let Some(table) = broken {
+        return Err(StoreError::Invalid(format!("the migrated schema leaves rows of {table} referring to nothing")));
     }
     tx.commit().map_err(&err)
 }

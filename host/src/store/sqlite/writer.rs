@@ -4,6 +4,8 @@
 
 use super::*;
 
+use tokio::sync::oneshot;
+
 /// Most calls the writer commits in one transaction.
 const MAX_WRITE_BATCH: usize = 512;
 
@@ -12,6 +14,29 @@ type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 /// A write: runs against the writer's connection (given none, it is
 /// skipped: its batch could not start) and returns its completion.
 pub(super) type WriteOp = Box<dyn FnOnce(Option<&Connection>) -> Completion + Send>;
+
+/// A write for the writer thread, and where its answer arrives: `f`'s
+/// result once its batch has committed, or why nothing was stored.
+pub(super) fn write_op<T: Send + 'static>(
+    savepoint: bool,
+    f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+) -> (WriteOp, oneshot::Receiver<Result<T, StoreError>>) {
+    let (reply, answer) = oneshot::channel();
+    let op: WriteOp = Box::new(move |conn: Option<&Connection>| {
+        let result = conn.map(|conn| if savepoint { in_savepoint(conn, f) } else { f(conn) });
+        Box::new(move |committed: Result<(), StoreError>| {
+            // A skipped write's batch always reports an error. When the
+            // batch fails, a write that failed by itself says why.
+            let _ = reply.send(match (committed, result) {
+                (Ok(()), Some(result)) => result,
+                (Ok(()), None) => Err(StoreError::Closed),
+                (Err(_), Some(Err(own))) => Err(own),
+                (Err(batch), _) => Err(batch),
+            });
+        })
+    });
+    (op, answer)
+}
 
 pub(super) fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>) {
     while let Ok(first) = ops.recv() {
@@ -47,8 +72,26 @@ pub(super) fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>) {
         // Without an outer transaction each write commits by itself:
         // slower, but still correct, so another failed BEGIN is not fatal.
         let in_tx = began.is_ok();
-        let completions: Vec<Completion> = batch.into_iter().map(|op| op(Some(&conn))).collect();
-        let committed = if in_tx {
+        let mut completions: Vec<Completion> = Vec::with_capacity(batch.len());
+        let mut lost = false;
+        for op in batch {
+            // A write that had no statement journal (see `CLAIM_ONE`) and
+            // failed on I/O or a full disk makes SQLite roll back the whole
+            // transaction: the writes after it would each commit alone
+            // while the batch answered an error. They are skipped instead,
+            // and every write of the batch answers that nothing was stored.
+            completions.push(op((!lost).then_some(&conn)));
+            lost = lost || (in_tx && conn.is_autocommit());
+        }
+        let committed = if lost {
+            Err(StoreError::Database {
+                operation: "writing",
+                source: "SQLite rolled the batch's transaction back after a write in it failed; \
+                         nothing in the batch was stored"
+                    .into(),
+                transient: true,
+            })
+        } else if in_tx {
             run("COMMIT").map_err(db_err("committing")).inspect_err(|_| {
                 let _ = run("ROLLBACK");
             })
