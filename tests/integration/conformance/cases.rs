@@ -187,7 +187,7 @@ pub(crate) async fn claim_takes_the_oldest_jobs_first_up_to_the_limit(store: Arc
 }
 
 pub(crate) async fn a_large_insert_returns_every_job_in_order(store: Arc<dyn JobStore>) {
-    // Large enough for a store to split it (SQLite: statements of 256, 16 and 1 rows).
+    // Large enough for a store to split it (SQLite: statements of 256 rows, the rest one by one).
     let jobs: Vec<NewJob> = (0..600).map(|i| new_job(&i.to_string())).collect();
     let inserted = insert(&*store, jobs, T0).await;
     assert_eq!(inserted.len(), 600);
