@@ -8,7 +8,10 @@
 //! byte count) the raw rate and the drain with guest memory kept resident
 //! and given back, alternately; `LEASH_BENCH_EVENTS_AB=1`
 //! runs only the store-only pass, alternately with and without the event
-//! triggers, three times each).
+//! triggers, three times each; `LEASH_BENCH_ISOLATE_AB=1` the drain with
+//! guests on their own threads and on the pool's, alternately;
+//! `LEASH_BENCH_IDLE_LATENCY=<rate>` only
+//! enqueue→start at that low rate, split into the submit and what follows).
 //!
 //! 1. Raw sandbox: fresh store + instantiate + call of `echo`, same thread
 //!    count and concurrency as the pool.
@@ -74,7 +77,17 @@ async fn start(dir: &tempfile::TempDir, durability: Durability) -> (Runtime, Arc
 }
 
 async fn start_with(dir: &tempfile::TempDir, durability: Durability, sandbox: SandboxConfig) -> (Runtime, Arc<Done>) {
+    start_isolated(dir, durability, sandbox, true).await
+}
+
+async fn start_isolated(
+    dir: &tempfile::TempDir,
+    durability: Durability,
+    sandbox: SandboxConfig,
+    isolate_guests: bool,
+) -> (Runtime, Arc<Done>) {
     let runtime = Runtime::builder(dir.path().join("jobs.db"))
+        .isolate_guests(isolate_guests)
         .durability(durability)
         .sandbox(sandbox)
         .max_workers(SLOTS)
@@ -143,6 +156,14 @@ async fn main() {
             rates.push(store_only(n, true).await);
         }
         println!("\nstore only, median of 5: {:.0} jobs/s", median(rates));
+        return;
+    }
+    if std::env::var_os("LEASH_BENCH_ISOLATE_AB").is_some() {
+        isolate_ab(n).await;
+        return;
+    }
+    if let Ok(rate) = std::env::var("LEASH_BENCH_IDLE_LATENCY") {
+        idle_latency(rate.parse().unwrap()).await;
         return;
     }
     if std::env::var_os("LEASH_BENCH_DRAIN_ONLY").is_some() {
@@ -223,6 +244,29 @@ async fn resident_ab(n: usize, keep: u64) {
          durable {durable:.0} vs {durable_back:.0} jobs/s ({:.2}x)",
         raw / raw_back,
         durable / durable_back
+    );
+}
+
+/// The durable drain with guests on their own threads (the default)
+/// against guests on the pool's runtime, alternating, three rounds.
+async fn isolate_ab(n: usize) {
+    let (mut own, mut shared) = (vec![], vec![]);
+    for round in 0..3 {
+        for isolate in if round % 2 == 0 { [true, false] } else { [false, true] } {
+            let dir = tempfile::tempdir().unwrap();
+            let (runtime, done) = start_isolated(&dir, Durability::Normal, sandbox_config(), isolate).await;
+            let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
+            drain(&runtime, &done, digest, 1000).await;
+            let (d, _) = drain(&runtime, &done, digest, n).await;
+            runtime.shutdown().await;
+            println!("round {round}, guests on their own threads {isolate}: durable {d:.0} jobs/s");
+            if isolate { own.push(d) } else { shared.push(d) }
+        }
+    }
+    let (own, shared) = (median(own), median(shared));
+    println!(
+        "\nguests on their own threads vs on the pool's, medians of 3: {own:.0} vs {shared:.0} jobs/s ({:.2}x)",
+        own / shared
     );
 }
 
@@ -344,6 +388,49 @@ async fn latency(peak: f64) {
         samples.len()
     );
     runtime.shutdown().await;
+}
+
+/// Enqueue→start at a low fixed rate (the pool idle between jobs), as the
+/// peer runner measures it, split in two: the submit call (the insert
+/// committed) and from its return to the job's start (the claim loop's
+/// wake-up, the claim's commit, the slot's task).
+async fn idle_latency(rate: f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, done) = start(&dir, Durability::Normal).await;
+    let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
+    drain(&runtime, &done, digest, 1000).await;
+    let starts = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let seen = starts.clone();
+    runtime.on_start(move |s| {
+        seen.lock().unwrap().insert(s.id, Instant::now());
+    });
+    let total = (rate * 5.0) as usize;
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let mut sent = Vec::with_capacity(total);
+    for _ in 0..total {
+        ticker.tick().await;
+        let at = Instant::now();
+        let id = runtime.submit(echo_jobs(digest, 1).remove(0)).await.unwrap();
+        sent.push((id, at, Instant::now()));
+    }
+    for (id, _, _) in &sent {
+        runtime.wait(*id, Duration::from_secs(60)).await.unwrap();
+    }
+    runtime.shutdown().await;
+    let starts = starts.lock().unwrap();
+    let split = |f: &dyn Fn(Instant, Instant, Instant) -> Duration| {
+        let mut v: Vec<Duration> = sent.iter().map(|(id, at, back)| f(*at, *back, starts[id])).collect();
+        v.sort();
+        (ms(percentile(&v, 0.5)), ms(percentile(&v, 0.99)))
+    };
+    let whole = split(&|at, _, started| started.saturating_duration_since(at));
+    let submit = split(&|at, back, _| back - at);
+    let after = split(&|_, back, started| started.saturating_duration_since(back));
+    println!(
+        "enqueue→start at {rate:.0} jobs/s ({total} jobs), ms p50/p99: whole {:.3}/{:.3}; \
+         submit {:.3}/{:.3}; submit's return→start {:.3}/{:.3}",
+        whole.0, whole.1, submit.0, submit.1, after.0, after.1
+    );
 }
 
 async fn backlog(n: usize) {

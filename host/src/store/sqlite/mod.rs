@@ -109,7 +109,7 @@ fn insert_sql(rows: usize) -> String {
 /// Insert `jobs` in one statement, queued or (gated) pending approval;
 /// returned in the given order, as [`inserted_job`] builds them.
 fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
-    use rusqlite::types::Value;
+    use rusqlite::types::{ToSqlOutput, Value, ValueRef};
     let err = db_err("inserting jobs");
     // Built once: the statement cache finds a statement by its text.
     static STATEMENTS: LazyLock<[String; 2]> = LazyLock::new(|| INSERT_CHUNKS.map(insert_sql));
@@ -122,9 +122,11 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
         }
     };
     let text = |s: Option<&str>| s.map_or(Value::Null, |s| Value::Text(s.to_owned()));
+    // The jobs answered first, each owning its input; the statement then
+    // borrows the inputs from them, so a payload is held once, not twice.
     let mut inserted = Vec::with_capacity(jobs.len());
-    let mut values = Vec::with_capacity(jobs.len() * 24);
-    for job in jobs {
+    let mut columns = Vec::with_capacity(jobs.len());
+    for mut job in jobs {
         if let Some(idempotency) = &job.idempotency {
             check_idempotency_key(conn, idempotency)?;
         }
@@ -132,16 +134,20 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
         let (phase, action) = target_columns(&job.target);
         let limits = serde_json::to_string(&job.limits).map_err(|e| StoreError::Invalid(e.to_string()))?;
         let times = InsertTimes::of(&job, now);
-        let row = inserted_job(id, &job, &times, now)?;
+        let input = std::mem::take(&mut job.input);
+        let mut row = inserted_job(id, &job, &times, now)?;
+        row.input = input;
         let approval = approval_to_column(row.approval.as_ref())?;
-        values.extend([
+        // Every column but the payload (bound from the answered job below).
+        let before = [
             Value::Text(id.to_string()),
             text(job.plan_id.as_deref()),
             Value::Text(phase.to_owned()),
             text(action),
             Value::Text(job.plugin.to_string()),
             Value::Text(times.status.to_owned()),
-            Value::Blob(job.input),
+        ];
+        let after = [
             Value::Text(limits),
             Value::Integer(i64::from(SCHEMA_VERSION)),
             Value::Integer(now.unix_ms()),
@@ -159,9 +165,14 @@ fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<V
             grants_to_column(&job.grants)?.map_or(Value::Null, Value::Text),
             Value::Integer(i64::from(job.free_rerun_limit)),
             approval.map_or(Value::Null, Value::Text),
-        ]);
+        ];
+        columns.push((before, after));
         inserted.push(row);
     }
+    let values = columns.into_iter().zip(&inserted).flat_map(|((before, after), row)| {
+        let payload = ToSqlOutput::Borrowed(ValueRef::Blob(&row.input));
+        before.into_iter().map(ToSqlOutput::Owned).chain([payload]).chain(after.into_iter().map(ToSqlOutput::Owned))
+    });
     let stored =
         conn.prepare_cached(sql).and_then(|mut s| s.execute(rusqlite::params_from_iter(values))).map_err(&err)?;
     if stored != inserted.len() {
