@@ -73,14 +73,12 @@ struct Done {
 }
 
 async fn start(dir: &tempfile::TempDir, durability: Durability) -> (Runtime, Arc<Done>) {
-    start_with(dir, durability, sandbox_config()).await
+    start_with(dir, durability, sandbox_config(), true).await
 }
 
-async fn start_with(dir: &tempfile::TempDir, durability: Durability, sandbox: SandboxConfig) -> (Runtime, Arc<Done>) {
-    start_isolated(dir, durability, sandbox, true).await
-}
-
-async fn start_isolated(
+/// A runtime on a fresh store; with `isolate_guests` false, guests run on
+/// the pool's own threads.
+async fn start_with(
     dir: &tempfile::TempDir,
     durability: Durability,
     sandbox: SandboxConfig,
@@ -219,15 +217,10 @@ async fn resident_ab(n: usize, keep: u64) {
     let kept_config = SandboxConfig { keep_resident_bytes: keep, ..sandbox_config() };
     let (mut raw, mut raw_back, mut durable, mut durable_back) = (vec![], vec![], vec![], vec![]);
     for round in 0..3 {
-        for kept in if round % 2 == 0 { [true, false] } else { [false, true] } {
+        for kept in ab_order(round) {
             let config = if kept { kept_config.clone() } else { given_back.clone() };
             let r = raw_rate_with(n, config.clone()).await;
-            let dir = tempfile::tempdir().unwrap();
-            let (runtime, done) = start_with(&dir, Durability::Normal, config).await;
-            let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
-            drain(&runtime, &done, digest, 1000).await;
-            let (d, _) = drain(&runtime, &done, digest, n).await;
-            runtime.shutdown().await;
+            let d = fresh_drain(n, config, true).await;
             println!("round {round}, kept resident {kept}: raw {r:.0} calls/s, durable {d:.0} jobs/s");
             if kept {
                 raw.push(r);
@@ -252,13 +245,8 @@ async fn resident_ab(n: usize, keep: u64) {
 async fn isolate_ab(n: usize) {
     let (mut own, mut shared) = (vec![], vec![]);
     for round in 0..3 {
-        for isolate in if round % 2 == 0 { [true, false] } else { [false, true] } {
-            let dir = tempfile::tempdir().unwrap();
-            let (runtime, done) = start_isolated(&dir, Durability::Normal, sandbox_config(), isolate).await;
-            let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
-            drain(&runtime, &done, digest, 1000).await;
-            let (d, _) = drain(&runtime, &done, digest, n).await;
-            runtime.shutdown().await;
+        for isolate in ab_order(round) {
+            let d = fresh_drain(n, sandbox_config(), isolate).await;
             println!("round {round}, guests on their own threads {isolate}: durable {d:.0} jobs/s");
             if isolate { own.push(d) } else { shared.push(d) }
         }
@@ -268,6 +256,24 @@ async fn isolate_ab(n: usize) {
         "\nguests on their own threads vs on the pool's, medians of 3: {own:.0} vs {shared:.0} jobs/s ({:.2}x)",
         own / shared
     );
+}
+
+/// Which side of an A/B runs first in `round`: alternately, so neither
+/// always meets the machine in the same state.
+fn ab_order(round: usize) -> [bool; 2] {
+    let first = round.is_multiple_of(2);
+    [first, !first]
+}
+
+/// A durable drain of `n` jobs on a fresh store, after a warm-up of 1,000.
+async fn fresh_drain(n: usize, sandbox: SandboxConfig, isolate_guests: bool) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, done) = start_with(&dir, Durability::Normal, sandbox, isolate_guests).await;
+    let digest = runtime.plugin_add(leash_tests::plugin_bytes("echo")).await.unwrap();
+    drain(&runtime, &done, digest, 1000).await;
+    let (rate, _) = drain(&runtime, &done, digest, n).await;
+    runtime.shutdown().await;
+    rate
 }
 
 /// The store's share: insert, claim and finish `n` jobs from 64 concurrent
