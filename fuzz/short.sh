@@ -29,6 +29,6 @@ run() {
     fi
 }
 run http_jobs corpus/http_jobs seeds/http_jobs -- -max_total_time="$secs" -dict=http_jobs.dict
-for target in http_job_limits http_plugins config_file sdk_input; do
+for target in http_job_limits http_plugins config_file sdk_input guests; do
     run "$target" -- -max_total_time="$secs"
 done

@@ -141,15 +141,7 @@ impl LeaseLedger {
     /// `Ok` while the attempt holds its lease and is not stopping, after
     /// renewing a lease last confirmed a renewal period ago or more.
     pub async fn may_act(&self) -> Result<(), String> {
-        let stopping = || {
-            if self.watch.lost.load(Ordering::SeqCst) {
-                Err(LOST.to_owned())
-            } else if self.stop.is_requested() {
-                Err("the attempt is stopping (cancelled, or released at shutdown)".to_owned())
-            } else {
-                Ok(())
-            }
-        };
+        let stopping = || self.known_refusal().map_or(Ok(()), Err);
         stopping()?;
         let confirmed = Timestamp::from_unix_ms(self.watch.confirmed_at_ms.load(Ordering::SeqCst));
         if confirmed.plus(self.keeper.period()) <= self.keeper.clock.now() {
@@ -164,8 +156,25 @@ impl LeaseLedger {
     }
 }
 
+impl LeaseLedger {
+    /// Why no new effect may start, known without the store.
+    fn known_refusal(&self) -> Option<String> {
+        if self.watch.lost.load(Ordering::SeqCst) {
+            Some(LOST.to_owned())
+        } else if self.stop.is_requested() {
+            Some("the attempt is stopping (cancelled, or released at shutdown)".to_owned())
+        } else {
+            None
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl crate::sandbox::http::EffectLedger for LeaseLedger {
+    fn refusing(&self) -> Option<String> {
+        self.known_refusal()
+    }
+
     async fn begin(&self, method: &str, url: &str) -> Result<EffectTicket, String> {
         self.may_act().await?;
         let params = EffectBeginParams {

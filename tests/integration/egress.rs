@@ -271,6 +271,8 @@ async fn a_secret_reaches_only_its_bound_host_and_never_the_jobs_logs() {
 #[derive(Debug, Default)]
 struct Ledger {
     refuse: Option<String>,
+    /// What `refusing` says: known without the store.
+    stopping: Option<String>,
     lease_until: Option<std::time::Instant>,
     begun: std::sync::Mutex<Vec<(String, String)>>,
     ended: std::sync::Mutex<Vec<(u32, EffectOutcome)>>,
@@ -278,6 +280,10 @@ struct Ledger {
 
 #[async_trait::async_trait]
 impl EffectLedger for Ledger {
+    fn refusing(&self) -> Option<String> {
+        self.stopping.clone()
+    }
+
     async fn begin(&self, method: &str, url: &str) -> Result<EffectTicket, String> {
         if let Some(why) = &self.refuse {
             return Err(why.clone());
@@ -468,4 +474,164 @@ async fn a_request_body_past_the_limit_fails_the_request() {
     let small = json!({ "url": upstream.url("/hello"), "method": "PUT", "body": "x".repeat(1024) });
     let outcome = run(&sandbox, "http-get", small, grant, limits()).await;
     assert_eq!(output_json(&outcome)["status"], 200, "at the limit, the body goes through");
+}
+
+#[tokio::test]
+async fn the_upstream_host_header_is_the_checked_authority_without_user_info() {
+    let sandbox = support::sandbox();
+    let upstream = Upstream::start().await;
+    let port = upstream.addr.port();
+    let granted = grant(&[&format!("GET http://127.0.0.1:{port}")]);
+    let forged = format!("http://evil.example:hunter2@127.0.0.1:{port}/echo-host");
+    let outcome = run(&sandbox, "http-get", json!({ "url": forged }), granted, limits()).await;
+    let output = output_json(&outcome);
+    assert_eq!(output["body_start"], format!("127.0.0.1:{port}"), "{output}");
+}
+
+#[tokio::test]
+async fn a_wildcard_rule_never_reaches_an_address_literal() {
+    use leash::job::grant::{HostPattern, HostRule, HttpScheme};
+    let sandbox = support::sandbox();
+    let upstream = Upstream::start().await;
+    let port = upstream.addr.port();
+    // Rules that no longer parse, built by hand as an old store might hold them.
+    for parent in ["0.0.1", "1"] {
+        let rule =
+            HostRule { methods: vec![], scheme: HttpScheme::Http, host: HostPattern::Subdomains(parent.into()), port };
+        let granted = HttpGrant { hosts: vec![rule], ..HttpGrant::default() };
+        let outcome = run(&sandbox, "http-get", json!({ "url": upstream.url("/hello") }), granted, limits()).await;
+        assert!(failure_message(&outcome).contains("HttpRequestDenied"), "*.{parent}: {:?}", outcome.result);
+    }
+    assert!(upstream.received().is_empty(), "nothing reached loopback through a wildcard");
+}
+
+#[tokio::test]
+async fn a_stopping_attempts_effects_are_refused_before_connecting_and_count_against_the_limit() {
+    let sandbox = support::sandbox();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counting = tokio::spawn({
+        let accepted = accepted.clone();
+        async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(stream);
+            }
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}/hook");
+    let mut granted = grant(&[&format!("http://127.0.0.1:{port}")]);
+    granted.limits = HttpLimits { requests: 10, ..HttpLimits::default() };
+    let input = json!({ "flood": { "url": url, "count": 1000, "method": "POST" } });
+    let stopping = Arc::new(Ledger { stopping: Some("the attempt is stopping".into()), ..Ledger::default() });
+    let request = RunRequest { effects: Some(stopping.clone()), ..job(&input, http_only(granted), limits()) };
+    let outcome = run_job(&sandbox, "http-escape", request).await;
+    let output = output_json(&outcome);
+    assert_eq!(output["flood"]["errors"]["HttpRequestDenied"], 1000, "{output}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0, "no connection was opened");
+    assert!(stopping.begun.lock().unwrap().is_empty());
+    assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (0, 1000));
+    let logged = denials(&outcome);
+    assert_eq!(logged.iter().filter(|l| l.ends_with("no new effects: the attempt is stopping")).count(), 10);
+    assert_eq!(logged.iter().filter(|l| l.contains("limit of 10 requests")).count(), 1, "{logged:#?}");
+    counting.abort();
+}
+
+#[tokio::test]
+async fn a_guest_visible_error_carries_no_host_backtrace() {
+    let upstream = Upstream::start().await;
+    let port = upstream.addr.port();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, json!({ "url": upstream.url("/slow-body") }).to_string()).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leash"));
+    command
+        .env("LEASH_CACHE_DIR", support::cache_dir())
+        .env("RUST_BACKTRACE", "full")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .args(["run", &leash_tests::plugin_path("http-get").display().to_string()])
+        .args(["--allow-host", &format!("GET http://127.0.0.1:{port}"), "--http-timeout", "300ms"])
+        .arg("--input")
+        .arg(&input);
+    let output = tokio::task::spawn_blocking(move || command.output()).await.unwrap().expect("leash runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_ne!(output.status.code(), Some(0), "the body read fails: {stderr}");
+    assert!(stderr.len() < 4096, "{} bytes on stderr: {stderr}", stderr.len());
+    for internal in ["backtrace", ".rs:", "tokio::", "wasmtime"] {
+        assert!(!stderr.contains(internal), "{internal:?} reached the guest: {stderr}");
+    }
+}
+
+/// A value with the characters JSON and URLs escape.
+const AWKWARD: &str = "s3\"cr\\et-t0ken-value-long";
+
+/// `TOKEN` bound to the upstream, the sandbox holding [`AWKWARD`].
+fn bound_to(upstream: &Upstream) -> HttpGrant {
+    let mut bound = grant(&[&upstream.url("")]);
+    bound.bind_secret("TOKEN".parse().unwrap(), upstream.url("").parse().unwrap());
+    bound
+}
+
+fn assert_no_part_of_the_value(what: &str, text: &str) {
+    for part in ["s3\"cr", "s3\\\"cr", "s3%22", "t0ken", "value-long"] {
+        assert!(!text.contains(part), "{what} holds {part:?}: {text:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_secret_passed_on_in_json_is_cut_in_its_escaped_form() {
+    let sandbox = sandbox_with_secret(AWKWARD);
+    let upstream = Upstream::start().await;
+    let input = json!({ "url": upstream.url("/echo-auth"), "headers": { "authorization": "Bearer {secret:TOKEN}" } });
+    let outcome = run(&sandbox, "http-get", input, bound_to(&upstream), limits()).await;
+    assert_eq!(upstream.received(), vec![format!("GET /echo-auth authorization=Bearer {AWKWARD}")]);
+    let output = outcome.result.as_ref().expect("the job succeeds");
+    assert_no_part_of_the_value("the output", &String::from_utf8_lossy(output));
+    assert_eq!(output_json(&outcome)["body_start"], "Bearer {secret:TOKEN}");
+}
+
+#[tokio::test]
+async fn a_secret_straddling_a_cut_is_cleaned_before_it_is_cut() {
+    let sandbox = sandbox_with_secret(AWKWARD);
+    let upstream = Upstream::start().await;
+    // The value starts a few bytes before the capture's cut (8,180 bytes)
+    // and the failure message's (8 KiB less its mark).
+    let input = json!({
+        "url": upstream.url("/echo-auth"),
+        "headers": { "authorization": "Bearer {secret:TOKEN}" },
+        "echo_at": 8165,
+    });
+    let capture = RunLimits { capture_bytes: 8180, ..limits() };
+    let outcome = run(&sandbox, "http-get", input, bound_to(&upstream), capture).await;
+    let message = failure_message(&outcome);
+    assert!(message.ends_with("Bearer {secret:T…"), "{}", &message[message.len() - 40..]);
+    assert_no_part_of_the_value("the failure message", message);
+    for (what, captured) in [("stdout", &outcome.stdout), ("stderr", &outcome.stderr)] {
+        assert_eq!(captured.bytes.len(), 8180, "{what} was cut at its cap");
+        assert_eq!(captured.dropped, 6, "{what} counts what it cut of the cleaned text");
+        let text = String::from_utf8_lossy(&captured.bytes);
+        assert!(text.ends_with("Bearer {secret:"), "{what}: {}", &text[text.len() - 40..]);
+        assert_no_part_of_the_value(what, &text);
+    }
+}
+
+#[tokio::test]
+async fn a_secret_the_guest_puts_in_an_effects_url_is_recorded_by_its_reference() {
+    let sandbox = sandbox_with_secret(AWKWARD);
+    let upstream = Upstream::start().await;
+    let input = json!({
+        "url": upstream.url("/echo-auth"),
+        "headers": { "authorization": "Bearer {secret:TOKEN}" },
+        "post_body_to": upstream.url("/p/"),
+    });
+    let ledger = Arc::new(Ledger::default());
+    let request = RunRequest { effects: Some(ledger.clone()), ..job(&input, http_only(bound_to(&upstream)), limits()) };
+    let outcome = run_job(&sandbox, "http-get", request).await;
+    assert_eq!(output_json(&outcome)["posted"], 404, "the POST was sent");
+    let begun = ledger.begun.lock().unwrap().clone();
+    assert_eq!(begun.len(), 1);
+    assert_eq!(begun[0].1, upstream.url("/p/Bearer%20{secret:TOKEN}"), "{begun:?}");
+    assert_no_part_of_the_value("the effect's URL", &begun[0].1);
+    assert!(upstream.received()[1].contains("t0ken"), "the upstream got what the guest sent");
 }

@@ -187,18 +187,21 @@ async fn abi_abuse_in_the_result_is_the_guests_fault() {
     }
 }
 
-/// `n` core instances of an empty module, plus `memories` memories in one
-/// module, around a working `run`.
+/// `n` core instances of an empty module, plus `memories` memories (one
+/// module each: multi-memory is off), around a working `run`.
 fn instances(n: usize, memories: usize) -> Vec<u8> {
     let instances: String = (0..n).map(|_| "(core instance (instantiate $e))").collect();
-    let extra: String = (0..memories).map(|_| "(memory 1)").collect();
-    let prelude = format!("(core module $e) {instances} (core module $mem {extra}) (core instance (instantiate $mem))");
+    let extra: String = (0..memories)
+        .map(|i| format!("(core module $mem{i} (memory 1)) (core instance (instantiate $mem{i}))"))
+        .collect();
+    let prelude = format!("(core module $e) {instances} {extra}");
     component(&prelude, &returning(0, 16, 1024))
 }
 
 #[tokio::test]
 async fn components_with_several_instances_and_memories_run() {
-    // Nine core instances and four memories: what real toolchains emit.
+    // Eleven core instances and four memories in four modules: what real
+    // toolchains emit.
     let sandbox = Sandbox::new(SandboxConfig {
         allocator: leash::sandbox::Allocator::Pooling { slots: 1 },
         ..SandboxConfig::default()
@@ -239,7 +242,7 @@ fn an_instance_bomb_is_refused_at_load_with_the_count() {
     let sandbox = support::sandbox();
     let err = sandbox.load(&instances(900, 0)).unwrap_err();
     assert!(matches!(err, SandboxError::CompileLimit(_)), "{err}");
-    assert!(err.to_string().contains("902 core instances; leash accepts at most 200"), "{err}");
+    assert!(err.to_string().contains("901 core instances; leash accepts at most 200"), "{err}");
     let err = sandbox.load(&instances(0, 9)).unwrap_err();
     assert!(err.to_string().contains("memories; leash accepts at most 8"), "{err}");
 }
@@ -285,6 +288,77 @@ fn a_compile_bomb_is_refused_before_compiling() {
     .unwrap();
     let err = small.load(&leash_tests::plugin_bytes("hello")).unwrap_err();
     assert!(err.to_string().contains("leash accepts at most 1000"), "{err}");
+}
+
+// ---- WebAssembly proposals: only what the guest toolchains emit ----
+
+/// A working `run` whose module also holds `body`: GC-typed code that
+/// wasmtime 48.0.8 aborted the process on (GHSA-rc4p-x33f-vpr2) when its
+/// proposal was left at wasmtime's default.
+fn gc_typed(body: &str) -> Vec<u8> {
+    let types = "(type $super (sub (func))) (type $sub (sub $super (func))) \
+                 (type $s (sub (struct))) (type $t (sub $s (struct (field i32))))";
+    component("", &format!("{types} {} {body}", returning(0, 16, 1024)))
+}
+
+#[tokio::test]
+async fn gc_typed_components_are_refused_at_load_naming_the_proposal() {
+    let sandbox = support::sandbox();
+    for (what, body) in [
+        (
+            "call_indirect through a non-final supertype",
+            "(table 1 funcref) (elem (i32.const 0) func $f) (func $f (type $sub)) \
+             (func (export \"go\") (call_indirect (type $super) (i32.const 0)))",
+        ),
+        ("ref.test", "(func (param anyref) (result i32) (ref.test (ref $t) (local.get 0)))"),
+        ("ref.cast", "(func (param anyref) (result anyref) (ref.cast (ref null $s) (local.get 0)))"),
+        (
+            "br_on_cast",
+            "(func (param anyref) (result anyref) (block (result (ref $t)) \
+             (br_on_cast 0 anyref (ref $t) (local.get 0)) (return)))",
+        ),
+    ] {
+        let err = sandbox.load(&gc_typed(body)).expect_err(what);
+        assert_eq!(err.kind(), "invalid_plugin", "{what}: {err}");
+        assert!(matches!(err, SandboxError::UnsupportedProposal(_)), "{what}: {err}");
+        assert!(err.to_string().contains("WebAssembly proposal"), "{what}: {err}");
+        assert!(err.to_string().contains("gc"), "{what} names the proposal: {err}");
+    }
+    assert_hello_still_runs(&sandbox).await;
+}
+
+#[tokio::test]
+async fn each_off_proposal_is_refused_and_each_on_one_loads() {
+    let sandbox = support::sandbox();
+    let plain = returning(0, 16, 1024);
+    for (proposal, body) in [
+        ("tail_call", "(func $r (return_call $r))"),
+        ("exceptions", "(tag $e) (func (throw $e))"),
+        ("multi_memory", "(memory $second 1) (func (drop (i32.load $second (i32.const 0))))"),
+        ("memory64", "(memory $wide i64 1) (func (drop (i32.load $wide (i64.const 0))))"),
+        ("threads", "(func (drop (i32.atomic.load (i32.const 0))))"),
+        ("function_references", "(type $f (func)) (func (param (ref $f)) (call_ref $f (local.get 0)))"),
+        ("relaxed_simd", "(func (drop (i32x4.relaxed_trunc_f32x4_s (v128.const i64x2 0 0))))"),
+        ("wide_arithmetic", "(func i64.const 0 i64.const 0 i64.const 0 i64.const 0 i64.add128 drop drop)"),
+    ] {
+        let bytes = component("", &format!("{plain} {body}"));
+        let err = sandbox.load(&bytes).expect_err(proposal);
+        assert!(matches!(err, SandboxError::UnsupportedProposal(_)), "{proposal}: {err}");
+        assert!(err.to_string().contains(proposal), "{proposal} named: {err}");
+    }
+    for (proposal, body) in [
+        ("bulk_memory", "(func (memory.fill (i32.const 0) (i32.const 0) (i32.const 0)))"),
+        ("reference_types", "(table 1 funcref) (func (drop (table.size 0)))"),
+        ("multi_value", "(func (result i32 i32) (i32.const 1) (i32.const 2))"),
+        ("sign_extension", "(func (drop (i32.extend8_s (i32.const 1))))"),
+        ("saturating_float_to_int", "(func (drop (i32.trunc_sat_f32_s (f32.const 1))))"),
+        ("simd", "(func (drop (i32x4.add (v128.const i64x2 0 0) (v128.const i64x2 0 0))))"),
+        ("extended_const", "(global i32 (i32.add (i32.const 1) (i32.const 2)))"),
+    ] {
+        let bytes = component("", &format!("{plain} {body}"));
+        let outcome = run_component(&sandbox, &bytes, b"").await;
+        assert_eq!(outcome.result.unwrap(), b"", "{proposal} loads and runs");
+    }
 }
 
 // ---- the contract's version rule ----

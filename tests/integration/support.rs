@@ -164,6 +164,7 @@ impl Upstream {
     pub async fn start() -> Upstream {
         use axum::extract::{Request, State};
         use axum::response::{IntoResponse, Response};
+        use futures_util::StreamExt as _;
 
         /// Records `closed /slow` when the server drops the handler.
         struct Closed(UpstreamLog);
@@ -175,9 +176,10 @@ impl Upstream {
 
         async fn answer(State(log): State<UpstreamLog>, request: Request) -> Response {
             let uri = request.uri().clone();
-            let (entry, authorization) = {
+            let (entry, authorization, host) = {
                 let header = |name: &str| request.headers().get(name).map(|v| v.to_str().unwrap_or("?").to_owned());
                 let authorization = header("authorization");
+                let host = header("host");
                 let mut entry = format!("{} {uri}", request.method());
                 for (name, value) in
                     [("authorization", &authorization), ("idempotency-key", &header("idempotency-key"))]
@@ -186,7 +188,7 @@ impl Upstream {
                         entry.push_str(&format!(" {name}={value}"));
                     }
                 }
-                (entry, authorization)
+                (entry, authorization, host)
             };
             // Read the body before answering, as servers do: one that
             // answers and closes with the body unread makes the kernel reset
@@ -199,6 +201,13 @@ impl Upstream {
                 "hello".into_response()
             } else if path == "/echo-auth" {
                 authorization.unwrap_or_default().into_response()
+            } else if path == "/echo-host" {
+                host.unwrap_or_default().into_response()
+            } else if path == "/slow-body" {
+                // The head and a first chunk, then nothing.
+                let stream = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes::Bytes::from("x"))])
+                    .chain(futures_util::stream::pending());
+                axum::body::Body::from_stream(stream).into_response()
             } else if let Some(n) = path.strip_prefix("/big/").and_then(|n| n.parse::<u64>().ok()) {
                 const CHUNK: usize = 64 << 10;
                 let chunks = n.div_ceil(CHUNK as u64);

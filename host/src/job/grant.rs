@@ -118,7 +118,16 @@ impl FromStr for HostRule {
         } else if let Ok(ip) = host.parse::<Ipv4Addr>() {
             HostPattern::Ip(IpAddr::V4(ip))
         } else if let Some(parent) = host.strip_prefix("*.") {
-            HostPattern::Subdomains(checked_name(parent).map_err(|why| bad(&why))?)
+            let parent = checked_name(parent).map_err(|why| bad(&why))?;
+            // `*.0.0.1` would match `127.0.0.1`: a name's last label is
+            // never all digits, an address's always is.
+            if parent.rsplit('.').next().is_some_and(|last| last.bytes().all(|b| b.is_ascii_digit())) {
+                return Err(bad(&format!(
+                    "a wildcard's parent must be a name, and {parent:?} ends in a number \
+                     (an address is granted by writing it whole)"
+                )));
+            }
+            HostPattern::Subdomains(parent)
         } else {
             HostPattern::Name(checked_name(host).map_err(|why| bad(&why))?)
         };
@@ -196,8 +205,10 @@ impl HostRule {
     pub fn allows(&self, method: &str, scheme: HttpScheme, host: &str, port: u16) -> bool {
         let host_matches = match &self.host {
             HostPattern::Name(name) => name == host,
+            // A wildcard matches names only, never an address literal.
             HostPattern::Subdomains(parent) => {
-                host.strip_suffix(parent.as_str()).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.'))
+                parse_ip_host(host).is_none()
+                    && host.strip_suffix(parent.as_str()).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.'))
             }
             HostPattern::Ip(ip) => parse_ip_host(host) == Some(*ip),
         };
@@ -701,11 +712,14 @@ impl HttpGrant {
 
     /// Whether a connection to `addr`, reached through `host`, is allowed:
     /// any public address; a private one only when a range grants it or
-    /// the host is that very address, written literally and granted.
+    /// the host is that very address, written literally in the request and
+    /// named by a rule.
     pub fn address_allowed(&self, host: &str, addr: IpAddr) -> bool {
+        let named_by_a_rule =
+            || self.hosts.iter().any(|r| matches!(r.host, HostPattern::Ip(ip) if canonical(ip) == canonical(addr)));
         !is_private(addr)
             || self.private_ranges.iter().any(|r| r.contains(addr))
-            || parse_ip_host(host).is_some_and(|literal| canonical(literal) == canonical(addr))
+            || (parse_ip_host(host).is_some_and(|literal| canonical(literal) == canonical(addr)) && named_by_a_rule())
     }
 }
 
@@ -745,6 +759,9 @@ mod tests {
             ("https://*", "not a host name"),
             ("G3T https://x.com", "not a method"),
             ("http://[::1", "closing ]"),
+            ("GET http://*.0.0.1:8080", "ends in a number"),
+            ("http://*.254", "ends in a number"),
+            ("http://*.169.254.169.254", "ends in a number"),
         ] {
             let err = text.parse::<HostRule>().unwrap_err().to_string();
             assert!(err.contains(says), "{text}: {err}");
@@ -767,6 +784,26 @@ mod tests {
         assert!(!ip.allows("GET", HttpScheme::Http, "localhost", 8080), "a name is not its address");
         let v6 = rule("http://[::1]:8080");
         assert!(v6.allows("GET", HttpScheme::Http, "[::1]", 8080));
+    }
+
+    #[test]
+    fn a_wildcard_never_matches_an_address_literal() {
+        // Built by hand: such rules no longer parse.
+        let numeric = HostRule {
+            methods: vec![],
+            scheme: HttpScheme::Http,
+            host: HostPattern::Subdomains("0.0.1".into()),
+            port: 80,
+        };
+        assert!(!numeric.allows("GET", HttpScheme::Http, "127.0.0.1", 80));
+        let mut grant = HttpGrant { hosts: vec![numeric], ..HttpGrant::default() };
+        assert!(!grant.allows("GET", HttpScheme::Http, "127.0.0.1", 80));
+        // Even were one matched, only a rule naming the address lets a
+        // literal reach a private one.
+        assert!(!grant.address_allowed("127.0.0.1", "127.0.0.1".parse().unwrap()));
+        grant.hosts.push(rule("http://127.0.0.1"));
+        assert!(grant.address_allowed("127.0.0.1", "127.0.0.1".parse().unwrap()));
+        assert!(!grant.address_allowed("169.254.169.254", "169.254.169.254".parse().unwrap()));
     }
 
     #[test]
@@ -794,7 +831,9 @@ mod tests {
         let mut grant = HttpGrant::default();
         let loopback: IpAddr = "127.0.0.1".parse().unwrap();
         assert!(!grant.address_allowed("upstream.test", loopback));
-        assert!(grant.address_allowed("127.0.0.1", loopback), "written literally, the address is explicit");
+        assert!(!grant.address_allowed("127.0.0.1", loopback), "a literal alone grants nothing");
+        grant.hosts.push("http://127.0.0.1:8080".parse().unwrap());
+        assert!(grant.address_allowed("127.0.0.1", loopback), "written literally in a rule, the address is explicit");
         assert!(!grant.address_allowed("127.0.0.2", loopback));
         grant.private_ranges.push("127.0.0.0/8".parse().unwrap());
         assert!(grant.address_allowed("upstream.test", loopback));

@@ -14,6 +14,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
 use super::STREAM_WRITE_PERMIT;
+use super::redact::Redactor;
 
 #[derive(Debug, Default)]
 struct Buffer {
@@ -25,17 +26,20 @@ struct Buffer {
 #[derive(Debug, Clone)]
 pub(crate) struct CapturedOutput {
     capacity: usize,
+    /// Kept past `capacity` until [`CapturedOutput::take_cleaned`] cuts:
+    /// room for a secret value that straddles the cut to be seen whole.
+    lookahead: usize,
     buffer: Arc<Mutex<Buffer>>,
 }
 
 impl CapturedOutput {
-    pub(crate) fn new(capacity: usize) -> Self {
-        CapturedOutput { capacity, buffer: Arc::default() }
+    pub(crate) fn new(capacity: usize, lookahead: usize) -> Self {
+        CapturedOutput { capacity, lookahead, buffer: Arc::default() }
     }
 
     pub(crate) fn push(&self, bytes: &[u8]) {
         let mut buffer = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
-        let room = self.capacity.saturating_sub(buffer.kept.len());
+        let room = self.capacity.saturating_add(self.lookahead).saturating_sub(buffer.kept.len());
         let keep = bytes.len().min(room);
         buffer.kept.extend_from_slice(&bytes[..keep]);
         buffer.dropped += (bytes.len() - keep) as u64;
@@ -52,10 +56,18 @@ impl CapturedOutput {
         self.buffer.lock().unwrap_or_else(|e| e.into_inner()).kept.len()
     }
 
-    /// The kept bytes and how many were dropped past the capacity.
-    pub(crate) fn take(&self) -> (Vec<u8>, u64) {
+    /// The kept bytes, cleaned of secret values and then cut to the
+    /// capacity, and how many were dropped past it.
+    pub(crate) fn take_cleaned(&self, redactor: &Redactor) -> (Vec<u8>, u64) {
         let mut buffer = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
-        (std::mem::take(&mut buffer.kept), std::mem::take(&mut buffer.dropped))
+        let mut kept = redactor.bytes(std::mem::take(&mut buffer.kept));
+        let mut dropped = std::mem::take(&mut buffer.dropped);
+        if kept.len() > self.capacity {
+            dropped += (kept.len() - self.capacity) as u64;
+            kept.truncate(self.capacity);
+            kept.shrink_to_fit();
+        }
+        (kept, dropped)
     }
 }
 
@@ -124,10 +136,20 @@ mod tests {
 
     #[test]
     fn keeps_the_first_bytes_and_counts_the_rest() {
-        let out = CapturedOutput::new(4);
+        let out = CapturedOutput::new(4, 0);
         out.push(b"abc");
         out.push(b"defg");
-        assert_eq!(out.take(), (b"abcd".to_vec(), 3));
-        assert_eq!(out.take(), (Vec::new(), 0));
+        assert_eq!(out.take_cleaned(&Redactor::default()), (b"abcd".to_vec(), 3));
+        assert_eq!(out.take_cleaned(&Redactor::default()), (Vec::new(), 0));
+    }
+
+    #[test]
+    fn a_secret_straddling_the_cut_is_cleaned_before_it_is_cut() {
+        let redactor = Redactor::new([("hunter2".to_owned(), "{secret:PW}".to_owned())]);
+        let out = CapturedOutput::new(8, redactor.widest());
+        out.push(b"12345hunter2 and more");
+        let (kept, dropped) = out.take_cleaned(&redactor);
+        assert_eq!(kept, b"12345{se");
+        assert_eq!(dropped, "12345{secret:PW} and more".len() as u64 - 8);
     }
 }

@@ -9,7 +9,7 @@ impl Sandbox {
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         let engine_err = |e: wasmtime::Error| SandboxError::Engine(one_line(&e));
         let mut wasm = Config::new();
-        wasm.wasm_component_model(true);
+        proposals::configure(&mut wasm);
         wasm.consume_fuel(config.fuel);
         wasm.epoch_interruption(true);
         if let Allocator::Pooling { slots } = config.allocator {
@@ -55,6 +55,7 @@ impl Sandbox {
         })
         .map_err(engine_err)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(engine_err)?;
+        shadow_error_debug_string(&mut linker).map_err(engine_err)?;
         let cache = config.cache_dir.as_deref().map(|dir| CompileCache::new(dir, &engine));
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)
             .map_err(|e| SandboxError::Engine(format!("cannot start the epoch ticker thread: {e}")))?;
@@ -111,6 +112,9 @@ impl Sandbox {
             // create (nested instantiations included) at compile time.
             if why.contains("exceeds the configured maximum") {
                 SandboxError::CompileLimit(why)
+            } else if let Some(names) = proposals::unsupported_by(bytes) {
+                let plural = if names.len() > 1 { "s" } else { "" };
+                SandboxError::UnsupportedProposal(format!("the WebAssembly proposal{plural} {}", names.join(", ")))
             } else {
                 SandboxError::InvalidComponent(why)
             }
@@ -152,6 +156,26 @@ impl Sandbox {
             .await
             .map_err(|e| SandboxError::Engine(format!("compiling the component failed: {e}")))?
     }
+}
+
+/// Longest text a guest gets from `wasi:io/error.to-debug-string`.
+pub const MAX_GUEST_ERROR_TEXT_BYTES: usize = 1024;
+
+/// Replace wasmtime-wasi's `wasi:io/error.to-debug-string`, which hands
+/// the guest the host error's `Debug` form: with `RUST_BACKTRACE` set,
+/// tens of kilobytes of the host's own backtrace. The guest gets each
+/// cause's first line instead, bounded.
+fn shadow_error_debug_string(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let defined = linker.instance("wasi:io/error@0.2.12")?.func_wrap(
+        "[method]error.to-debug-string",
+        |store: wasmtime::StoreContextMut<'_, HostState>, (err,): (Resource<wasmtime::Error>,)| {
+            let text = one_line(store.data().table.get(&err)?);
+            Ok((cut_text(text, MAX_GUEST_ERROR_TEXT_BYTES),))
+        },
+    );
+    linker.allow_shadowing(false);
+    defined
 }
 
 /// Why a pool of `slots` could not be set up: it reserves address space

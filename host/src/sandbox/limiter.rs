@@ -90,7 +90,7 @@ mod tests {
     use super::*;
 
     fn limiter(max_memory_bytes: usize) -> (JobLimiter, CapturedOutput) {
-        let stderr = CapturedOutput::new(1024);
+        let stderr = CapturedOutput::new(1024, 0);
         (JobLimiter::new(max_memory_bytes, 10, &ComponentLimits::default(), stderr.clone()), stderr)
     }
 

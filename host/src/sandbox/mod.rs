@@ -24,6 +24,8 @@ mod engine;
 pub mod http;
 mod limiter;
 mod outcome;
+pub mod proposals;
+mod redact;
 mod run;
 mod shape;
 mod state;
@@ -37,7 +39,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable, ResourceTableError};
+use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable, ResourceTableError};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline, WasmBacktrace,
 };
@@ -46,7 +48,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 use self::cache::CompileCache;
 use self::capture::CapturedOutput;
 use self::engine::EpochTicker;
-pub use self::engine::{Allocator, SandboxConfig};
+pub use self::engine::{Allocator, MAX_GUEST_ERROR_TEXT_BYTES, SandboxConfig};
 use self::http::{HttpGate, SecretStore};
 use self::limiter::JobLimiter;
 pub use self::outcome::{Captured, Failure, Outcome, StopMode, Usage};
@@ -144,6 +146,13 @@ pub enum SandboxError {
     /// wasmtime rejected the component.
     #[error("invalid component: {0}")]
     InvalidComponent(String),
+    /// The component uses a WebAssembly proposal the engine does not
+    /// enable ([`proposals::PROPOSALS`]).
+    #[error(
+        "invalid component: it uses {0}, which leash does not enable \
+         (leash runs what the Rust, Python and JavaScript guest toolchains emit; see docs/plugin-contract.md)"
+    )]
+    UnsupportedProposal(String),
     /// The component's imports or exports do not match `leash:plugin`.
     #[error("component does not implement leash:plugin@0.1.x: {0}")]
     WorldMismatch(String),

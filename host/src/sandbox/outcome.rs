@@ -147,9 +147,8 @@ pub(super) fn classify(
         Ended::Interrupted(why) => return Err(interrupted_failure(why, limits)),
         Ended::Returned(returned) => returned,
     };
-    let guest_error = |kind, label: &str, message: String| {
-        Failure::new(kind, format!("{label}: {}", cut_text(message, MAX_ERROR_MESSAGE_BYTES)))
-    };
+    // Messages are cut after secrets are cleaned out (`Sandbox::run`).
+    let guest_error = |kind, label: &str, message: String| Failure::new(kind, format!("{label}: {message}"));
     match returned {
         // A guest that stops short when asked returns an error: that is a
         // cooperative stop. One that returns its output has finished its
@@ -190,10 +189,7 @@ pub(super) fn classify_error(
         );
     }
     let backtrace = error.downcast_ref::<WasmBacktrace>().map(format_backtrace);
-    let failure = |kind, message: String| Failure {
-        backtrace: backtrace.clone(),
-        ..Failure::new(kind, cut_text(message, MAX_ERROR_MESSAGE_BYTES))
-    };
+    let failure = |kind, message: String| Failure { backtrace: backtrace.clone(), ..Failure::new(kind, message) };
     if let Some(exit) = error.chain().find_map(|cause| cause.downcast_ref::<wasmtime_wasi::I32Exit>()) {
         return failure(
             ErrorKind::Trap,

@@ -16,8 +16,11 @@ impl Sandbox {
         let started = Instant::now();
         let limits = &request.limits;
         let deadline = started + limits.timeout;
-        let stdout = CapturedOutput::new(limits.capture_bytes);
-        let stderr = CapturedOutput::new(limits.capture_bytes);
+        let redactor = Arc::new(self.config.secrets.redactor(&request.grants.http));
+        // Kept past the cap by the widest form of a secret, so a value
+        // straddling the cut is cleaned before it is cut.
+        let stdout = CapturedOutput::new(limits.capture_bytes, redactor.widest());
+        let stderr = CapturedOutput::new(limits.capture_bytes, redactor.widest());
         let wasi = WasiCtxBuilder::new()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -30,9 +33,8 @@ impl Sandbox {
             usize::try_from(limits.memory_bytes.min(self.config.memory_ceiling_bytes)).unwrap_or(usize::MAX);
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCE_HANDLES);
-        let redactions = Arc::new(self.config.secrets.redactions(&request.grants.http));
         let book = LogBook::new(limits.log_records, limits.log_bytes);
-        let journal = Journal::new(book, observer, started, redactions.clone());
+        let journal = Journal::new(book, observer, started, redactor.clone());
         let http = HttpGate::new(
             request.grants.clone(),
             self.config.secrets.clone(),
@@ -116,25 +118,23 @@ impl Sandbox {
         let state = store.into_data();
         let mut result = classify(ended, &state, limits, stop.is_requested(), &stderr);
         // Nothing the host keeps of the run holds a secret's value in
-        // clear, whatever the guest got back and passed on.
+        // clear, whatever the guest got back and passed on; texts are
+        // cleaned first and cut after.
         match &mut result {
-            Ok(output) => *output = http::redact_bytes(std::mem::take(output), &redactions),
+            Ok(output) => *output = redactor.bytes(std::mem::take(output)),
             Err(failure) => {
                 for text in [Some(&mut failure.message), failure.backtrace.as_mut()].into_iter().flatten() {
-                    if let Some(clean) = http::redact(text, &redactions) {
-                        *text = clean;
-                    }
+                    redactor.clean(text);
                 }
+                failure.message = cut_text(std::mem::take(&mut failure.message), MAX_ERROR_MESSAGE_BYTES);
             }
         }
         let (logs, logs_dropped) = state.journal.take();
         // Requests still in flight end with the store's resources.
         drop(state.table);
         let (http_requests, http_denied) = http_meter.counts();
-        let (stdout_bytes, stdout_dropped) = stdout.take();
-        let (stderr_bytes, stderr_dropped) = stderr.take();
-        let (stdout_bytes, stderr_bytes) =
-            (http::redact_bytes(stdout_bytes, &redactions), http::redact_bytes(stderr_bytes, &redactions));
+        let (stdout_bytes, stdout_dropped) = stdout.take_cleaned(&redactor);
+        let (stderr_bytes, stderr_dropped) = stderr.take_cleaned(&redactor);
         Outcome {
             result,
             usage: Usage {

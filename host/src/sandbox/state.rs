@@ -9,8 +9,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::leash::plugin::{host, types};
-use super::http::{HttpGate, redact};
+use super::http::HttpGate;
 use super::limiter::JobLimiter;
+use super::redact::Redactor;
 use super::stop::StopHandle;
 
 /// Longest log message or progress note kept, in bytes; longer ones are cut.
@@ -175,7 +176,7 @@ pub(crate) struct Journal {
     book: Arc<Mutex<LogBook>>,
     observer: Arc<dyn RunObserver>,
     started: Instant,
-    redactions: Arc<Vec<(String, String)>>,
+    redactor: Arc<Redactor>,
 }
 
 impl Journal {
@@ -183,16 +184,14 @@ impl Journal {
         book: LogBook,
         observer: Arc<dyn RunObserver>,
         started: Instant,
-        redactions: Arc<Vec<(String, String)>>,
+        redactor: Arc<Redactor>,
     ) -> Self {
-        Journal { book: Arc::new(Mutex::new(book)), observer, started, redactions }
+        Journal { book: Arc::new(Mutex::new(book)), observer, started, redactor }
     }
 
     /// Replace the job's secret values in `text` by their references.
     pub(crate) fn clean(&self, text: &mut String) {
-        if let Some(redacted) = redact(text, &self.redactions) {
-            *text = redacted;
-        }
+        self.redactor.clean(text);
     }
 
     /// A progress report, cleaned and cut like a log message, shown to the
@@ -206,7 +205,7 @@ impl Journal {
 
     /// Keep a record (cut to the caps) if it fits.
     pub(crate) fn record(&self, level: LogLevel, mut message: String, mut fields: Vec<(String, String)>) {
-        if !self.redactions.is_empty() {
+        if !self.redactor.is_empty() {
             self.clean(&mut message);
             for (key, value) in &mut fields {
                 self.clean(key);

@@ -5,7 +5,8 @@
 //! tried too.
 //!
 //! Input (JSON): `{"tries": [{"url": "...", "method": "GET"}], "flood":
-//! {"url": "...", "count": 10000}}` (both optional). Output: `{"tries":
+//! {"url": "...", "count": 10000, "method": "GET"}}` (both optional; the
+//! methods default to GET). Output: `{"tries":
 //! [{"url", "method", "status" | "error", "body_bytes"}], "flood": {"ok": n,
 //! "errors": {"HttpRequestDenied": n, ...}}}`.
 
@@ -31,6 +32,8 @@ struct Try {
 struct Flood {
     url: String,
     count: u32,
+    #[serde(default = "get")]
+    method: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -73,7 +76,7 @@ impl Plugin for HttpEscape {
         let flood = input.flood.map(|flood| {
             let (mut ok, mut errors) = (0u32, BTreeMap::<String, u32>::new());
             for _ in 0..flood.count {
-                match fetch::fetch("GET", &flood.url, &[], None) {
+                match fetch::fetch(&flood.method, &flood.url, &[], None) {
                     Ok(_) => ok += 1,
                     Err(e) => *errors.entry(e).or_default() += 1,
                 }

@@ -9,6 +9,12 @@
 //! "first KiB", "location": "..." or null}`; redirects are not followed.
 //! A request that fails (denied, refused, timed out) fails the job with
 //! the WASI error code's name.
+//!
+//! Two options pass the response on, as a careless plugin might (the
+//! secret-redaction tests use them): `"echo_at": n` writes n dots and the
+//! body's first KiB to stdout and stderr, then fails with the same text;
+//! `"post_body_to": "http://.../"` then POSTs to that URL with the
+//! percent-encoded first KiB appended to its path.
 
 mod fetch;
 
@@ -30,6 +36,10 @@ struct Input {
     body: Option<String>,
     #[serde(default)]
     log_body: bool,
+    #[serde(default)]
+    echo_at: Option<usize>,
+    #[serde(default)]
+    post_body_to: Option<String>,
 }
 
 fn get() -> String {
@@ -47,6 +57,22 @@ impl Plugin for HttpGet {
             .map_err(|e| Error::failed(format!("{} {}: {e}", input.method, input.url)))?;
         if input.log_body {
             leash_sdk::log::info(&format!("response {}: {}", fetched.status, fetched.body_start));
+        }
+        if let Some(pad) = input.echo_at {
+            let text = format!("{}{}", ".".repeat(pad), fetched.body_start);
+            print!("{text}");
+            eprint!("{text}");
+            return Err(Error::failed(text));
+        }
+        if let Some(base) = input.post_body_to {
+            let encoded: String = fetched
+                .body_start
+                .bytes()
+                .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+                .collect();
+            let posted = fetch::fetch("POST", &format!("{base}{encoded}"), &[], Some(b""))
+                .map_err(|e| Error::failed(format!("POST {base}…: {e}")))?;
+            return leash_sdk::json_output(&json!({ "status": fetched.status, "posted": posted.status }));
         }
         leash_sdk::json_output(&json!({
             "status": fetched.status,

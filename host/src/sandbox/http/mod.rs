@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 pub use secrets::{SECRET_ENV_PREFIX, SecretStore};
-pub(crate) use secrets::{redact, redact_bytes};
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -49,6 +48,12 @@ pub trait EffectLedger: Send + Sync + std::fmt::Debug {
     /// has durably recorded the intent to send `method` to `url` (no
     /// query); `Err` says why the effect may not be made.
     async fn begin(&self, method: &str, url: &str) -> Result<EffectTicket, String>;
+
+    /// Why the attempt may make no new effect, as far as it is known
+    /// without asking the store (its lease is known lost, or it is
+    /// stopping): checked before anything is resolved or connected, so
+    /// a stopping guest's requests cost the host no connection.
+    fn refusing(&self) -> Option<String>;
 
     /// Record how the effect ended.
     async fn end(&self, ticket: &EffectTicket, outcome: EffectOutcome);
@@ -79,6 +84,9 @@ enum Denial {
     NoHost,
     /// A header names a secret the request may not carry, or one not set.
     Secret(String),
+    /// The attempt may make no new effect (the fence, asked before
+    /// connecting).
+    Fenced(String),
 }
 
 impl std::fmt::Display for Denial {
@@ -90,6 +98,7 @@ impl std::fmt::Display for Denial {
             }
             Denial::NoHost => write!(f, "the URL names no host"),
             Denial::Secret(why) => f.write_str(why),
+            Denial::Fenced(why) => write!(f, "no new effects: {why}"),
         }
     }
 }
@@ -97,14 +106,19 @@ impl std::fmt::Display for Denial {
 /// Requests a run sent and refused.
 #[derive(Debug, Default)]
 pub(crate) struct HttpMeter {
-    sent: AtomicU64,
+    /// Granted requests, sent or not: what the request limit counts, so
+    /// a guest that retries refused requests in a loop reaches it.
+    admitted: AtomicU64,
+    /// Admitted requests refused before they were sent.
+    withdrawn: AtomicU64,
     denied: AtomicU64,
 }
 
 impl HttpMeter {
     /// (sent, denied) so far.
     pub(crate) fn counts(&self) -> (u64, u64) {
-        (self.sent.load(Ordering::Relaxed), self.denied.load(Ordering::Relaxed))
+        let admitted = self.admitted.load(Ordering::Relaxed);
+        (admitted.saturating_sub(self.withdrawn.load(Ordering::Relaxed)), self.denied.load(Ordering::Relaxed))
     }
 }
 
@@ -167,12 +181,14 @@ impl HttpGate {
         // Host and port only: a user-info part (`user:password@`) of the
         // authority is never logged or recorded.
         let port_text = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
-        let url = format!(
+        let mut url = format!(
             "{}://{}{port_text}{}",
             uri.scheme_str().unwrap_or("https"),
             uri.host().unwrap_or_default(),
             uri.path()
         );
+        // What the ledger records and refusals show holds no secret value.
+        self.journal.clean(&mut url);
         let shown = format!("{method} {url}");
         let scheme = match uri.scheme_str() {
             Some("http") => HttpScheme::Http,
@@ -180,6 +196,11 @@ impl HttpGate {
         };
         let Some(host) = uri.host().filter(|h| !h.is_empty()) else { return Err((shown, Denial::NoHost)) };
         let port = uri.port_u16().unwrap_or(scheme.default_port());
+        // The upstream's `Host` is the checked host and port, never the
+        // guest's authority text: a user-info part would put whatever the
+        // guest wrote before `@` into it.
+        let host_header =
+            http::HeaderValue::from_str(&format!("{host}{port_text}")).map_err(|_| (shown.clone(), Denial::NoHost))?;
         let grant = &self.grants.http;
         if !grant.allows(method, scheme, host, port) {
             return Err((shown, Denial::NotGranted));
@@ -192,21 +213,27 @@ impl HttpGate {
         }
         let limits = &grant.limits;
         // Count first, so requests racing for the last places cannot pass together.
-        if self.meter.sent.fetch_add(1, Ordering::Relaxed) >= u64::from(limits.requests) {
-            self.meter.sent.fetch_sub(1, Ordering::Relaxed);
+        if self.meter.admitted.fetch_add(1, Ordering::Relaxed) >= u64::from(limits.requests) {
+            self.meter.admitted.fetch_sub(1, Ordering::Relaxed);
             return Err((shown, Denial::RequestLimit(limits.requests)));
         }
-        let until = (Instant::now() + limits.request_timeout).min(self.deadline);
         let ledger = self.ledger.clone().filter(|_| grant.is_effect(&method));
+        if let Some(why) = ledger.as_ref().and_then(|l| l.refusing()) {
+            // Counted against the limit: not withdrawn.
+            self.meter.withdrawn.fetch_add(1, Ordering::Relaxed);
+            return Err((shown, Denial::Fenced(why)));
+        }
+        request.headers_mut().insert(http::header::HOST, host_header);
+        let until = (Instant::now() + limits.request_timeout).min(self.deadline);
         Ok(Target { scheme, host, port, until, method, url, ledger })
     }
 }
 
 /// Log and count a request refused after it was admitted (by the address
-/// its name resolved to, or by the fence): it was not sent, and does not
-/// count against the request limit.
+/// its name resolved to, or by the fence): it was not sent, and still
+/// counts against the request limit.
 fn withdrawn(journal: &Journal, meter: &HttpMeter, shown: &str, why: &dyn std::fmt::Display) {
-    meter.sent.fetch_sub(1, Ordering::Relaxed);
+    meter.withdrawn.fetch_add(1, Ordering::Relaxed);
     denied(journal, meter, shown, why);
 }
 

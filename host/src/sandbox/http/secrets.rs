@@ -12,6 +12,7 @@ use std::path::Path;
 use http::HeaderValue;
 
 use crate::job::grant::{HttpGrant, HttpScheme, SecretName};
+use crate::sandbox::redact::Redactor;
 
 /// The prefix of a variable that sets a secret: `LEASH_SECRET_GITHUB_TOKEN`
 /// sets `GITHUB_TOKEN`.
@@ -92,18 +93,15 @@ impl SecretStore {
         self.values.get(name).map(String::as_str)
     }
 
-    /// `(value, {secret:NAME})` for each secret `grant` names that is set:
-    /// what a job's logs are cleaned of.
-    pub(crate) fn redactions(&self, grant: &HttpGrant) -> Vec<(String, String)> {
-        let mut found: Vec<(String, String)> = grant
-            .secrets
-            .iter()
-            .filter_map(|b| self.get(b.name.as_str()).map(|v| (v.to_owned(), format!("{OPEN}{}}}", b.name))))
-            .collect();
-        // Longest first, so a value that contains another is cut whole.
-        found.sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
-        found.dedup();
-        found
+    /// What a job granted `grant` is cleaned of: each secret it names
+    /// that is set, by its `{secret:NAME}` reference.
+    pub(crate) fn redactor(&self, grant: &HttpGrant) -> Redactor {
+        Redactor::new(
+            grant
+                .secrets
+                .iter()
+                .filter_map(|b| self.get(b.name.as_str()).map(|v| (v.to_owned(), format!("{OPEN}{}}}", b.name)))),
+        )
     }
 }
 
@@ -142,42 +140,6 @@ pub(super) fn substitute(
         *value = substituted;
     }
     Ok(())
-}
-
-/// `text` with every secret value in `redactions` replaced by its
-/// reference.
-pub(crate) fn redact(text: &str, redactions: &[(String, String)]) -> Option<String> {
-    let mut out: Option<String> = None;
-    for (value, reference) in redactions {
-        let current = out.as_deref().unwrap_or(text);
-        if current.contains(value.as_str()) {
-            out = Some(current.replace(value.as_str(), reference));
-        }
-    }
-    out
-}
-
-/// [`redact`] for bytes (output, captured stdio), which need not be
-/// UTF-8: searched byte by byte.
-pub(crate) fn redact_bytes(mut bytes: Vec<u8>, redactions: &[(String, String)]) -> Vec<u8> {
-    for (value, reference) in redactions {
-        let value = value.as_bytes();
-        if bytes.windows(value.len()).any(|w| w == value) {
-            let mut out = Vec::with_capacity(bytes.len());
-            let mut i = 0;
-            while i < bytes.len() {
-                if bytes[i..].starts_with(value) {
-                    out.extend_from_slice(reference.as_bytes());
-                    i += value.len();
-                } else {
-                    out.push(bytes[i]);
-                    i += 1;
-                }
-            }
-            bytes = out;
-        }
-    }
-    bytes
 }
 
 #[cfg(test)]
@@ -226,16 +188,6 @@ mod tests {
         assert_eq!(err, "secret MISSING is not set on this host");
         let err = substitute(&mut headers("{secret:TOKEN"), &store(), &elsewhere, TO).unwrap_err();
         assert!(err.contains("no closing"), "{err}");
-    }
-
-    #[test]
-    fn values_are_redacted_longest_first() {
-        let store = SecretStore::from_pairs([("A".into(), "abc".into()), ("B".into(), "abcdef".into())]).unwrap();
-        let grant = grant(&[("A", "https://x.example"), ("B", "https://x.example")]);
-        let redactions = store.redactions(&grant);
-        assert_eq!(redact("got abcdef and abc", &redactions).unwrap(), "got {secret:B} and {secret:A}");
-        assert_eq!(redact("nothing", &redactions), None);
-        assert_eq!(redact_bytes(b"\xffabcdef abc".to_vec(), &redactions), b"\xff{secret:B} {secret:A}");
     }
 
     #[test]
