@@ -10,7 +10,7 @@
 //! the engine is told every proposal explicitly, from [`PROPOSALS`]: on
 //! only what Rust (wasm32-wasip2), componentize-py and componentize-js
 //! emit, off everything else. A component that uses an off proposal is
-//! refused at load, naming it ([`unsupported_by`]).
+//! refused at load, naming it (`unsupported_by`).
 
 // The same wasmparser wasmtime validates with (one version in the lock).
 use wasmparser::{Validator, WasmFeatures};
