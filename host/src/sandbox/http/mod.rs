@@ -219,7 +219,7 @@ impl HttpGate {
         }
         let ledger = self.ledger.clone().filter(|_| grant.is_effect(&method));
         if let Some(why) = ledger.as_ref().and_then(|l| l.refusing()) {
-            // Counted against the limit: not withdrawn.
+            // Still counted against the limit; not counted as sent.
             self.meter.withdrawn.fetch_add(1, Ordering::Relaxed);
             return Err((shown, Denial::Fenced(why)));
         }
