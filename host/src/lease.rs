@@ -154,9 +154,7 @@ impl LeaseLedger {
         // A renewal may have brought a cancel.
         stopping()
     }
-}
 
-impl LeaseLedger {
     /// Why no new effect may start, known without the store.
     fn known_refusal(&self) -> Option<String> {
         if self.watch.lost.load(Ordering::SeqCst) {
