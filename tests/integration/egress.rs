@@ -557,7 +557,11 @@ async fn a_guest_visible_error_carries_no_host_backtrace() {
     let output = tokio::task::spawn_blocking(move || command.output()).await.unwrap().expect("leash runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_ne!(output.status.code(), Some(0), "the body read fails: {stderr}");
-    assert!(stderr.contains("/slow-body: connection read timeout"), "the guest's error is reported: {stderr}");
+    // The read ends by the request's time limit or by the connection
+    // closing at it, whichever the host sees first: either way the
+    // guest's error text is reported, one line.
+    let reported = stderr.lines().find(|l| l.starts_with("leash: failed (guest_error): Failed: GET "));
+    assert!(reported.is_some_and(|l| l.contains("/slow-body: ")), "the guest's error is reported: {stderr}");
     assert!(stderr.len() < 4096, "{} bytes on stderr: {stderr}", stderr.len());
     for internal in ["backtrace", ".rs:", "tokio::", "wasmtime"] {
         assert!(!stderr.contains(internal), "{internal:?} reached the guest: {stderr}");
