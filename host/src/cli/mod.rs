@@ -83,6 +83,7 @@ Exit codes:
   7   the server refused: bad token (401), approval policy (403), job already ended
       or decided (409), queue full (429)
   8   the server could not be reached
+  9   the job was quarantined: two processes died while running it (host_crash)
   70  leash itself failed";
 
 /// Durable, leased jobs inside WebAssembly sandboxes.
@@ -472,6 +473,8 @@ pub enum ExitStatus {
     Refused = 7,
     /// The server could not be reached.
     Unreachable = 8,
+    /// Two processes died while running the job: it is quarantined.
+    HostCrash = 9,
     /// leash failed.
     Internal = 70,
 }
@@ -488,6 +491,7 @@ impl ExitStatus {
                 ExitStatus::ResourceLimit
             }
             ErrorKind::Trap => ExitStatus::Trap,
+            ErrorKind::HostCrash => ExitStatus::HostCrash,
             ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::Interrupted | ErrorKind::HostError => {
                 ExitStatus::Internal
             }
@@ -655,6 +659,7 @@ mod tests {
             ErrorKind::Cancelled | ErrorKind::Rejected => 4,
             ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit | ErrorKind::ResourceLimit => 5,
             ErrorKind::Trap => 6,
+            ErrorKind::HostCrash => 9,
             ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::Interrupted | ErrorKind::HostError => 70,
         };
         for kind in ErrorKind::ALL {

@@ -149,11 +149,15 @@ pub enum ErrorKind {
     Interrupted,
     /// leash itself failed to run the job.
     HostError,
+    /// Quarantined: the job was running in two processes that died under
+    /// it (a crash of the host's own code, or kills), so it is never
+    /// claimed again.
+    HostCrash,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 14] = [
+    pub const ALL: [ErrorKind; 15] = [
         ErrorKind::GuestError,
         ErrorKind::InvalidInput,
         ErrorKind::Trap,
@@ -168,6 +172,7 @@ impl ErrorKind {
         ErrorKind::Rejected,
         ErrorKind::Interrupted,
         ErrorKind::HostError,
+        ErrorKind::HostCrash,
     ];
 
     /// The stored name, e.g. `out_of_fuel`.
@@ -187,6 +192,7 @@ impl ErrorKind {
             ErrorKind::Rejected => "rejected",
             ErrorKind::Interrupted => "interrupted",
             ErrorKind::HostError => "host_error",
+            ErrorKind::HostCrash => "host_crash",
         }
     }
 

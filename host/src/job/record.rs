@@ -323,6 +323,10 @@ pub struct Job {
     pub free_reruns: u32,
     /// The most such re-runs it may have.
     pub free_rerun_limit: u32,
+    /// Worker processes that died while running it; at
+    /// [`QUARANTINE_AFTER_DEATHS`](crate::store::QUARANTINE_AFTER_DEATHS) it
+    /// ends `host_crash`.
+    pub process_deaths: u32,
     /// The attempt limit.
     pub max_attempts: u32,
     /// A cancel was asked for while it ran.

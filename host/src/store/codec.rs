@@ -164,6 +164,7 @@ pub(crate) fn inserted_job(id: JobId, job: &NewJob, times: &InsertTimes, now: Ti
         releases: 0,
         free_reruns: 0,
         free_rerun_limit: job.free_rerun_limit,
+        process_deaths: 0,
         max_attempts: job.max_attempts,
         cancel_requested: false,
         error_kind: None,

@@ -21,7 +21,7 @@ use super::{
 };
 use super::{
     DecideRefusal, JobDecideParams, PlanInsertParams, PlanListParams, PlansAdvanceParams, PluginPolicyParams,
-    WorkerRecord, WorkersSnapshot,
+    WorkerDiedParams, WorkerRecord, WorkersSnapshot,
 };
 use super::{EventId, EventPage, EventsAfterParams};
 use crate::clock::Timestamp;
@@ -209,6 +209,10 @@ impl JobStore for FaultyStore {
 
     async fn lease_reclaim_expired(&self, params: LeaseReclaimParams) -> Result<ReclaimReport, StoreError> {
         self.around(Op::Reclaim, self.inner.lease_reclaim_expired(params)).await
+    }
+
+    async fn worker_died(&self, params: WorkerDiedParams) -> Result<ReclaimReport, StoreError> {
+        self.inner.worker_died(params).await
     }
 
     async fn jobs_expire_queued(&self, params: JobsExpireParams) -> Result<u64, StoreError> {

@@ -21,6 +21,8 @@ pub mod postgres;
 pub mod sqlite;
 mod unfinished;
 
+pub use unfinished::QUARANTINE_AFTER_DEATHS;
+
 pub use event::{Event, EventFilter, EventId, EventKind, EventPage, EventsAfterParams, JobEvent, WorkerEvent};
 
 use std::collections::HashMap;
@@ -552,6 +554,21 @@ pub struct LeaseReclaimParams {
     pub queue_ttl: Duration,
 }
 
+/// Parameters of [`JobStore::worker_died`].
+#[derive(Debug, Clone)]
+pub struct WorkerDiedParams {
+    /// The worker whose process died.
+    pub worker_id: String,
+    /// How it died, e.g. `killed by signal 9 (SIGKILL)`.
+    pub how: String,
+    /// The last lines it wrote to stderr (may be empty).
+    pub stderr: String,
+    /// Now.
+    pub now: Timestamp,
+    /// How long a requeued job may wait again.
+    pub queue_ttl: Duration,
+}
+
 /// What a reclaim sweep did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReclaimReport {
@@ -797,8 +814,18 @@ pub trait JobStore: Send + Sync + fmt::Debug {
     /// 1`) while the job's free re-runs last; otherwise `lost_leases + 1`,
     /// requeued after the job's backoff while attempts remain, else failed
     /// with `lease_lost`, the error naming the effect. A job whose cancel
-    /// was requested is cancelled.
+    /// was requested is cancelled. When the lease's worker had stopped
+    /// reporting too (its process is gone), the reclaim counts a process
+    /// death, as [`JobStore::worker_died`] does.
     async fn lease_reclaim_expired(&self, params: LeaseReclaimParams) -> Result<ReclaimReport, StoreError>;
+
+    /// The process of `params.worker_id` died (its supervisor saw it end):
+    /// reclaim every job it held at once, by the rules of
+    /// [`JobStore::lease_reclaim_expired`], each counting a process death;
+    /// a job's [`QUARANTINE_AFTER_DEATHS`]th ends it `host_crash` with how
+    /// the process died and its stderr's last lines. The worker's row is
+    /// marked stopped.
+    async fn worker_died(&self, params: WorkerDiedParams) -> Result<ReclaimReport, StoreError>;
 
     /// Fail queued and gated jobs past their `expires_at` (a gated job's
     /// is its approval TTL) with kind `expired`.

@@ -9,6 +9,11 @@
 //! attempt, up to the job's `free_rerun_limit`. An attempt that recorded one
 //! spends an attempt, and `max_attempts` decides whether it runs again; the
 //! job's error names the effect.
+//!
+//! A process that died under the attempt is counted too (`process_deaths`):
+//! the job that was running in [`QUARANTINE_AFTER_DEATHS`] processes that
+//! died under it is quarantined, ended `host_crash` and never claimed
+//! again, so one job that crashes the host cannot crash-loop a fleet.
 
 use crate::clock::Timestamp;
 use crate::job::{Backoff, ErrorKind};
@@ -25,12 +30,26 @@ pub(crate) struct Counters {
     pub free_rerun_limit: u32,
     pub cancel_requested: bool,
     pub backoff: Backoff,
+    pub process_deaths: u32,
 }
+
+/// Processes that may die under one job before it is quarantined.
+pub const QUARANTINE_AFTER_DEATHS: u32 = 2;
 
 /// The columns both stores read for [`Counters`], after the job id and
 /// attempt.
 pub(crate) const COUNTER_COLUMNS: &str = "job_id, attempt, lost_leases, retries, max_attempts, free_reruns, \
-     free_rerun_limit, cancel_requested, backoff_base_ms, backoff_cap_ms";
+     free_rerun_limit, cancel_requested, backoff_base_ms, backoff_cap_ms, process_deaths";
+
+/// True when the process holding an expired lease died, as the store can
+/// tell: its worker row says it stopped, or fell silent before two thirds
+/// of the lease had run (a live process reports every poll interval, so
+/// its last report is recent; a dead one's is no later than the lease's
+/// last renewal plus a third of the lease). A missing row tells nothing
+/// (a first report can fail). Both stores spell it alike, over
+/// `jobs j LEFT JOIN workers w`.
+pub(crate) const SILENT_WORKER: &str = "COALESCE(w.state = 'stopped' OR w.last_heartbeat < \
+     j.lease_expires_at - (j.lease_expires_at - COALESCE(j.last_heartbeat, j.started_at)) / 3, FALSE)";
 
 /// The attempt's effects: how many have no outcome, and the one
 /// to name (the first still in flight, else the last).
@@ -103,6 +122,63 @@ pub(crate) enum Fate {
     Requeue { bump: Bump, run_after: Timestamp, last_error: String },
     /// Ended for good.
     End { bump: Bump, cancelled: bool, kind: ErrorKind, message: String },
+}
+
+/// A decision on an attempt, and whether its process died under it
+/// (`process_deaths + 1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decision {
+    pub fate: Fate,
+    pub died: bool,
+}
+
+impl Decision {
+    /// The SQL assignments the decision adds, each with its leading comma.
+    pub(crate) fn bumps(&self) -> String {
+        let bump = match &self.fate {
+            Fate::Requeue { bump, .. } | Fate::End { bump, .. } => bump.sql(),
+        };
+        let died = if self.died { ", process_deaths = process_deaths + 1" } else { "" };
+        format!("{bump}{died}")
+    }
+}
+
+/// How a process died under a job, as its quarantine message tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Death<'a> {
+    /// Its supervisor saw it end: how (`killed by signal 9 (SIGKILL)`) and
+    /// the last lines it wrote to stderr.
+    Seen { how: &'a str, stderr: &'a str },
+    /// The store saw it stop: no report from it since before its lease
+    /// ran out.
+    Silent,
+}
+
+/// The attempt's process died: the lease rules of [`lost_lease`], unless
+/// this is the job's [`QUARANTINE_AFTER_DEATHS`]th death, which ends it as
+/// `host_crash` whatever attempts it has left.
+pub(crate) fn died(c: &Counters, effects: Option<&AttemptEffects>, death: &Death<'_>, now: Timestamp) -> Decision {
+    let deaths = c.process_deaths + 1;
+    if deaths < QUARANTINE_AFTER_DEATHS || c.cancel_requested {
+        return Decision { fate: lost_lease(c, effects, now), died: true };
+    }
+    let last = match death {
+        Death::Seen { how, .. } => format!("the last was {how}"),
+        Death::Silent => "the last stopped reporting to the store while it held the lease".to_owned(),
+    };
+    let mut message = format!(
+        "HostCrash: {deaths} processes died while running it ({last}); quarantined, it is not claimed again"
+    );
+    if let Some(effects) = effects {
+        message.push_str(&format!("; {}", effects.describe()));
+    }
+    if let Death::Seen { stderr, .. } = death
+        && !stderr.trim().is_empty()
+    {
+        message.push_str(&format!(". The last process's stderr ended:\n{}", stderr.trim_end()));
+    }
+    let fate = Fate::End { bump: Bump::Nothing, cancelled: false, kind: ErrorKind::HostCrash, message };
+    Decision { fate, died: true }
 }
 
 const NO_EFFECT: &str = "no effect was recorded, so it runs again without spending an attempt";
@@ -183,6 +259,7 @@ mod tests {
             free_rerun_limit: 2,
             cancel_requested: false,
             backoff: Backoff { base_ms: 1, cap_ms: 1 },
+            process_deaths: 0,
         }
     }
 
@@ -218,5 +295,28 @@ mod tests {
         assert!(released(&counters(1, 0), None, now).is_none());
         let Some(Fate::End { kind, .. }) = released(&counters(1, 0), Some(&effect(1)), now) else { panic!() };
         assert_eq!(kind, ErrorKind::Interrupted);
+    }
+
+    #[test]
+    fn the_second_process_death_quarantines_the_job_whatever_attempts_are_left() {
+        let now = Timestamp::from_unix_ms(0);
+        let crash = Death::Seen { how: "killed by signal 6 (SIGABRT)", stderr: "thread panicked\nabort\n" };
+        let first = died(&counters(5, 0), None, &crash, now);
+        assert!(first.died);
+        assert!(matches!(first.fate, Fate::Requeue { bump: Bump::FreeReruns, .. }), "{first:?}");
+        let second = died(&Counters { process_deaths: 1, ..counters(5, 1) }, Some(&effect(1)), &crash, now);
+        let Fate::End { kind, message, cancelled: false, .. } = &second.fate else { panic!("{second:?}") };
+        assert_eq!(*kind, ErrorKind::HostCrash);
+        assert!(message.starts_with("HostCrash: 2 processes died while running it (the last was killed by signal 6"));
+        assert!(message.contains("effect #2 (POST https://api.example/hooks) was in flight"), "{message}");
+        assert!(message.ends_with("stderr ended:\nthread panicked\nabort"), "{message}");
+        assert_eq!(second.bumps(), ", process_deaths = process_deaths + 1");
+        let silent = died(&Counters { process_deaths: 1, ..counters(5, 0) }, None, &Death::Silent, now);
+        let Fate::End { message, .. } = &silent.fate else { panic!() };
+        assert!(message.contains("stopped reporting to the store"), "{message}");
+        // A job being cancelled ends cancelled, as a lost lease would.
+        let cancelling = Counters { process_deaths: 1, cancel_requested: true, ..counters(5, 0) };
+        let Fate::End { kind, .. } = died(&cancelling, None, &crash, now).fate else { panic!() };
+        assert_eq!(kind, ErrorKind::Cancelled);
     }
 }

@@ -18,6 +18,7 @@ use leash::store::{
     JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
     LeaseExtendParams, LeaseReclaimParams, LeaseState, PlanInsertParams, PlanListParams, PlansAdvanceParams,
     PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, ReclaimReport, StoreError,
+    WorkerDiedParams,
 };
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
@@ -1152,6 +1153,89 @@ pub(crate) async fn workers_register_refresh_and_are_deleted_at_retention(store:
     assert_eq!(store.workers_delete_stale(at(5)).await.unwrap(), 1);
     let left = store.workers_snapshot().await.unwrap().workers;
     assert_eq!(left.iter().map(|w| w.worker_id.as_str()).collect::<Vec<_>>(), ["worker-0000000a"]);
+}
+
+fn died_params(worker: &str, now: Timestamp) -> WorkerDiedParams {
+    WorkerDiedParams {
+        worker_id: worker.into(),
+        how: "killed by signal 6 (SIGABRT)".into(),
+        stderr: "thread 'main' panicked\nfatal runtime error".into(),
+        now,
+        queue_ttl: QUEUE_TTL,
+    }
+}
+
+pub(crate) async fn a_dead_workers_jobs_are_reclaimed_at_once_and_the_second_death_quarantines(
+    store: Arc<dyn JobStore>,
+) {
+    let job = insert_one(&*store, NewJob { max_attempts: 5, free_rerun_limit: 5, ..new_job("poison") }, T0).await;
+    let other = insert_one(&*store, new_job("bystander"), at(1)).await;
+    store.worker_beat(worker_record("worker-0000000a", at(1))).await.unwrap();
+    let first = claim(&*store, "worker-0000000a", 1, at(2)).await.pop().unwrap();
+    assert_eq!(first.job.id, job.id);
+    store.worker_beat(worker_record("worker-0000000b", at(2))).await.unwrap();
+    let bystander = claim(&*store, "worker-0000000b", 1, at(2)).await.pop().unwrap();
+    // Long before the lease runs out, the death frees the job.
+    let report = store.worker_died(died_params("worker-0000000a", at(3))).await.unwrap();
+    assert_eq!(report, ReclaimReport { requeued: 1, failed: 0 });
+    let got = get(&*store, job.id).await;
+    assert_eq!((got.status, got.process_deaths, got.free_reruns, got.lost_leases), (JobStatus::Queued, 1, 1, 0));
+    assert!(!store.job_finish(succeed(&first, at(3))).await.unwrap(), "the dead process's token is void");
+    assert_eq!(get(&*store, bystander.job.id).await.status, JobStatus::Running, "another worker's job stays");
+    let snapshot = store.workers_snapshot().await.unwrap();
+    let a = snapshot.workers.iter().find(|w| w.worker_id == "worker-0000000a").unwrap();
+    assert_eq!(a.state, leash::store::WorkerState::Stopped);
+
+    // The second process to die under it quarantines it, attempts or not.
+    store.worker_beat(worker_record("worker-0000000c", at(400))).await.unwrap();
+    let second = claim(&*store, "worker-0000000c", 1, at(400)).await.pop().unwrap();
+    assert_eq!(second.job.id, job.id);
+    assert_eq!(store.worker_died(died_params("worker-0000000c", at(401))).await.unwrap(), ReclaimReport {
+        requeued: 0,
+        failed: 1
+    });
+    let got = get(&*store, job.id).await;
+    assert_eq!((got.status, got.error_kind, got.process_deaths), (JobStatus::Failed, Some(ErrorKind::HostCrash), 2));
+    assert_eq!(got.finished_at, Some(at(401)));
+    let message = got.error_message.unwrap();
+    assert!(message.starts_with("HostCrash: 2 processes died while running it"), "{message}");
+    assert!(message.contains("killed by signal 6 (SIGABRT)"), "{message}");
+    assert!(message.ends_with("thread 'main' panicked\nfatal runtime error"), "{message}");
+    assert!(claim(&*store, "worker-0000000d", 10, at(10_000)).await.is_empty(), "never claimed again");
+    assert_eq!(get(&*store, other.id).await.process_deaths, 0);
+    // A worker with nothing running dies quietly.
+    assert_eq!(store.worker_died(died_params("worker-0000000e", at(402))).await.unwrap(), ReclaimReport::default());
+}
+
+pub(crate) async fn an_expired_lease_whose_worker_fell_silent_counts_a_process_death(store: Arc<dyn JobStore>) {
+    let job = insert_one(&*store, NewJob { max_attempts: 5, free_rerun_limit: 5, ..new_job("silent") }, T0).await;
+    // Silent: the worker's last report came at the claim.
+    store.worker_beat(worker_record("worker-0000000a", at(1))).await.unwrap();
+    claim(&*store, "worker-0000000a", 1, at(1)).await;
+    assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0 });
+    let got = get(&*store, job.id).await;
+    assert_eq!((got.process_deaths, got.free_reruns), (1, 1));
+    // Alive: its worker still reports, so only the lease was lost.
+    store.worker_beat(worker_record("worker-0000000b", at(400))).await.unwrap();
+    claim(&*store, "worker-0000000b", 1, at(400)).await;
+    store.worker_beat(worker_record("worker-0000000b", at(430))).await.unwrap();
+    assert_eq!(reclaim(&*store, at(431)).await, ReclaimReport { requeued: 1, failed: 0 });
+    let got = get(&*store, job.id).await;
+    assert_eq!((got.status, got.process_deaths, got.free_reruns), (JobStatus::Queued, 1, 2));
+    // No row: nothing is known, nothing counted.
+    claim(&*store, "worker-0000000z", 1, at(800)).await;
+    assert_eq!(reclaim(&*store, at(800).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0 });
+    assert_eq!(get(&*store, job.id).await.process_deaths, 1);
+    // Stopped and still holding it: the second death.
+    let mut stopped = worker_record("worker-0000000c", at(1200));
+    stopped.state = leash::store::WorkerState::Stopped;
+    store.worker_beat(worker_record("worker-0000000c", at(1200))).await.unwrap();
+    claim(&*store, "worker-0000000c", 1, at(1200)).await;
+    store.worker_beat(stopped).await.unwrap();
+    assert_eq!(reclaim(&*store, at(1200).plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1 });
+    let got = get(&*store, job.id).await;
+    assert_eq!((got.status, got.error_kind, got.process_deaths), (JobStatus::Failed, Some(ErrorKind::HostCrash), 2));
+    assert!(got.error_message.unwrap().contains("stopped reporting to the store"));
 }
 
 // ---- approval gates ----

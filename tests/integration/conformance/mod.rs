@@ -96,6 +96,8 @@ macro_rules! with_cases {
             }
             worker {
                 workers_register_refresh_and_are_deleted_at_retention,
+                a_dead_workers_jobs_are_reclaimed_at_once_and_the_second_death_quarantines,
+                an_expired_lease_whose_worker_fell_silent_counts_a_process_death,
             }
             event {
                 every_change_appends_one_event_in_commit_order,

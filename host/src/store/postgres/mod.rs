@@ -42,7 +42,7 @@ use rows::{
 };
 use schema::{connect_when_up, migrate};
 
-use super::unfinished::{self, AttemptEffects, COUNTER_COLUMNS, Counters, Fate};
+use super::unfinished::{self, AttemptEffects, COUNTER_COLUMNS, Counters, Death, Decision, Fate, SILENT_WORKER};
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
@@ -66,7 +66,7 @@ use super::{
     JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams,
     JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PlanInsertParams, PlanListParams,
     PlansAdvanceParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, ReclaimReport,
-    StoreError,
+    StoreError, WorkerDiedParams,
 };
 use super::{EventId, EventPage, EventsAfterParams};
 use super::{WorkerRecord, WorkerState, WorkersSnapshot};
@@ -743,7 +743,10 @@ impl JobStore for PostgresStore {
         let (_, attempt, counters) = counters_of(&row);
         let effects = attempt_effects(&tx, &id, attempt).await.map_err(&err)?;
         match unfinished::released(&counters, effects.as_ref(), params.now) {
-            Some(fate) => apply_fate(&tx, &id, &fate, params.queue_ttl, params.now).await.map_err(&err)?,
+            Some(fate) => {
+                let decision = Decision { fate, died: false };
+                apply_fate(&tx, &id, &decision, params.queue_ttl, params.now).await.map_err(&err)?
+            }
             None => {
                 tx.execute(
                     "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, \
@@ -881,8 +884,9 @@ impl JobStore for PostgresStore {
         let err = db_err("reclaiming leases");
         let mut report = ReclaimReport::default();
         let sql = format!(
-            "SELECT {COUNTER_COLUMNS} FROM jobs WHERE status = 'running' AND lease_expires_at <= $1 \
-             ORDER BY job_id LIMIT $2 FOR UPDATE SKIP LOCKED"
+            "SELECT {COUNTER_COLUMNS}, {SILENT_WORKER} FROM jobs j LEFT JOIN workers w ON w.worker_id = j.worker_id \
+             WHERE j.status = 'running' AND j.lease_expires_at <= $1 \
+             ORDER BY j.job_id LIMIT $2 FOR UPDATE OF j SKIP LOCKED"
         );
         loop {
             let mut client = self.client("reclaiming leases").await?;
@@ -898,10 +902,14 @@ impl JobStore for PostgresStore {
                 // Read after the lock, in a statement of its own: it sees
                 // every intent committed before the row was locked.
                 let effects = attempt_effects(&tx, &id, attempt).await.map_err(&err)?;
-                let fate = unfinished::lost_lease(&counters, effects.as_ref(), params.now);
-                report.count(&fate);
-                requeued |= matches!(fate, Fate::Requeue { .. });
-                apply_fate(&tx, &id, &fate, params.queue_ttl, params.now).await.map_err(&err)?;
+                let decision = if row.get::<_, bool>(11) {
+                    unfinished::died(&counters, effects.as_ref(), &Death::Silent, params.now)
+                } else {
+                    Decision { fate: unfinished::lost_lease(&counters, effects.as_ref(), params.now), died: false }
+                };
+                report.count(&decision.fate);
+                requeued |= matches!(decision.fate, Fate::Requeue { .. });
+                apply_fate(&tx, &id, &decision, params.queue_ttl, params.now).await.map_err(&err)?;
             }
             if requeued {
                 tx.execute(NOTIFY, &[]).await.map_err(&err)?;
@@ -911,6 +919,35 @@ impl JobStore for PostgresStore {
                 return Ok(report);
             }
         }
+    }
+
+    async fn worker_died(&self, params: WorkerDiedParams) -> Result<ReclaimReport, StoreError> {
+        let err = db_err("reclaiming a dead worker's jobs");
+        let sql = format!("SELECT {COUNTER_COLUMNS} FROM jobs WHERE status = 'running' AND worker_id = $1 FOR UPDATE");
+        let mut client = self.client("reclaiming a dead worker's jobs").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let held = tx.query(&sql, &[&params.worker_id]).await.map_err(&err)?;
+        let death = Death::Seen { how: &params.how, stderr: &params.stderr };
+        let mut report = ReclaimReport::default();
+        for row in &held {
+            let (id, attempt, counters) = counters_of(row);
+            let effects = attempt_effects(&tx, &id, attempt).await.map_err(&err)?;
+            let decision = unfinished::died(&counters, effects.as_ref(), &death, params.now);
+            report.count(&decision.fate);
+            apply_fate(&tx, &id, &decision, params.queue_ttl, params.now).await.map_err(&err)?;
+        }
+        if report.requeued > 0 {
+            tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+        }
+        tx.execute(
+            "UPDATE workers SET state = 'stopped', running = 0, last_heartbeat = GREATEST(last_heartbeat, $2) \
+             WHERE worker_id = $1",
+            &[&params.worker_id, &params.now.unix_ms()],
+        )
+        .await
+        .map_err(&err)?;
+        tx.commit().await.map_err(&err)?;
+        Ok(report)
     }
 
     async fn jobs_expire_queued(&self, params: JobsExpireParams) -> Result<u64, StoreError> {
@@ -1445,6 +1482,7 @@ fn counters_of(r: &Row) -> (String, u32, Counters) {
             free_rerun_limit: rows::count(r.get(6)),
             cancel_requested: r.get(7),
             backoff: Backoff { base_ms: r.get::<_, i64>(8).max(0) as u64, cap_ms: r.get::<_, i64>(9).max(0) as u64 },
+            process_deaths: rows::count(r.get(10)),
         },
     )
 }
@@ -1471,27 +1509,27 @@ async fn attempt_effects(
 async fn apply_fate(
     client: &impl GenericClient,
     id: &str,
-    fate: &Fate,
+    decision: &Decision,
     queue_ttl: Duration,
     now: Timestamp,
 ) -> Result<(), tokio_postgres::Error> {
-    match fate {
-        Fate::Requeue { bump, run_after, last_error } => {
+    match &decision.fate {
+        Fate::Requeue { run_after, last_error, .. } => {
             let run_after = run_after.unix_ms();
             let sql = format!(
                 "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL{}, run_after = $1, \
                  last_error = $2, \
                  expires_at = LEAST(GREATEST(expires_at, $3), COALESCE(deadline_at, GREATEST(expires_at, $3))) \
                  WHERE job_id = $4",
-                bump.sql()
+                decision.bumps()
             );
             client.execute(&sql, &[&run_after, last_error, &run_after.saturating_add(ms(queue_ttl)), &id]).await?;
         }
-        Fate::End { bump, cancelled, kind, message } => {
+        Fate::End { cancelled, kind, message, .. } => {
             let sql = format!(
                 "UPDATE jobs SET status = $1, error_kind = $2, error_message = $3, finished_at = $4, \
                  lease_token = NULL, lease_expires_at = NULL{} WHERE job_id = $5",
-                bump.sql()
+                decision.bumps()
             );
             let status = if *cancelled { "cancelled" } else { "failed" };
             client.execute(&sql, &[&status, &kind.as_str(), message, &now.unix_ms(), &id]).await?;

@@ -47,6 +47,7 @@ pub(super) const JOB_COLUMNS: &[&str] = &[
     "free_reruns",
     "free_rerun_limit",
     "approval_json",
+    "process_deaths",
 ];
 
 /// The job columns, each prefixed with `alias.` when one is given.
@@ -184,6 +185,7 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
         free_reruns: count(row.try_get(39).map_err(&read)?),
         free_rerun_limit: count(row.try_get(40).map_err(&read)?),
         approval: json_column(&id_text, "approval", row.try_get(41).map_err(&read)?)?,
+        process_deaths: count(row.try_get(42).map_err(&read)?),
     })
 }
 

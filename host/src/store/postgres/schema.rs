@@ -257,6 +257,11 @@ CREATE TRIGGER workers_events AFTER INSERT OR DELETE ON workers FOR EACH ROW EXE
 CREATE TRIGGER workers_events_update AFTER UPDATE ON workers FOR EACH ROW
     WHEN (NEW.state IS DISTINCT FROM OLD.state) EXECUTE FUNCTION leash_worker_event();
 "#,
+    r#"
+-- Worker processes that died while running the job: at two it is
+-- quarantined (failed, `host_crash`) and never claimed again.
+ALTER TABLE jobs ADD COLUMN process_deaths INTEGER NOT NULL DEFAULT 0 CHECK (process_deaths >= 0);
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

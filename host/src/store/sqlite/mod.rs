@@ -26,7 +26,7 @@ use rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs, query_plans, query_plugi
 use schema::{create_private, open_when_free};
 use writer::{WriteOp, write_op, writer_loop};
 
-use super::unfinished::{self, AttemptEffects, COUNTER_COLUMNS, Counters, Fate};
+use super::unfinished::{self, AttemptEffects, COUNTER_COLUMNS, Counters, Death, Decision, Fate, SILENT_WORKER};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -48,7 +48,7 @@ use super::{
     JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams,
     JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams, LeaseState, PlanInsertParams, PlanListParams,
     PlansAdvanceParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, ReclaimReport,
-    StoreError,
+    StoreError, WorkerDiedParams,
 };
 use super::{Durability, WorkerRecord, WorkerState, WorkersSnapshot};
 use super::{EventId, EventPage, EventsAfterParams};
@@ -492,7 +492,8 @@ impl JobStore for SqliteStore {
             let Some((_, attempt, counters)) = held else { return Ok(false) };
             let effects = attempt_effects(conn, &id, attempt).map_err(&err)?;
             if let Some(fate) = unfinished::released(&counters, effects.as_ref(), params.now) {
-                apply_fate(conn, &id, &fate, params.queue_ttl, params.now).map_err(&err)?;
+                let decision = Decision { fate, died: false };
+                apply_fate(conn, &id, &decision, params.queue_ttl, params.now).map_err(&err)?;
                 return Ok(true);
             }
             conn.prepare_cached(
@@ -620,18 +621,52 @@ impl JobStore for SqliteStore {
         let now = params.now.unix_ms();
         self.write_all_or_nothing(move |conn| {
             let err = db_err("reclaiming leases");
-            let sql = format!("SELECT {COUNTER_COLUMNS} FROM jobs WHERE status = 'running' AND lease_expires_at <= ?1");
-            let expired: Vec<(String, u32, Counters)> = conn
+            let sql = format!(
+                "SELECT {COUNTER_COLUMNS}, {SILENT_WORKER} FROM jobs j LEFT JOIN workers w ON w.worker_id = j.worker_id \
+                 WHERE j.status = 'running' AND j.lease_expires_at <= ?1"
+            );
+            let expired: Vec<((String, u32, Counters), bool)> = conn
                 .prepare_cached(&sql)
-                .and_then(|mut s| s.query_map(params![now], counters_of)?.collect())
+                .and_then(|mut s| s.query_map(params![now], |r| Ok((counters_of(r)?, r.get(11)?)))?.collect())
                 .map_err(&err)?;
             let mut report = ReclaimReport::default();
-            for (id, attempt, counters) in expired {
+            for ((id, attempt, counters), silent) in expired {
                 let effects = attempt_effects(conn, &id, attempt).map_err(&err)?;
-                let fate = unfinished::lost_lease(&counters, effects.as_ref(), params.now);
-                report.count(&fate);
-                apply_fate(conn, &id, &fate, params.queue_ttl, params.now).map_err(&err)?;
+                let decision = if silent {
+                    unfinished::died(&counters, effects.as_ref(), &Death::Silent, params.now)
+                } else {
+                    Decision { fate: unfinished::lost_lease(&counters, effects.as_ref(), params.now), died: false }
+                };
+                report.count(&decision.fate);
+                apply_fate(conn, &id, &decision, params.queue_ttl, params.now).map_err(&err)?;
             }
+            Ok(report)
+        })
+        .await
+    }
+
+    async fn worker_died(&self, params: WorkerDiedParams) -> Result<ReclaimReport, StoreError> {
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("reclaiming a dead worker's jobs");
+            let sql = format!("SELECT {COUNTER_COLUMNS} FROM jobs WHERE status = 'running' AND worker_id = ?1");
+            let held: Vec<(String, u32, Counters)> = conn
+                .prepare_cached(&sql)
+                .and_then(|mut s| s.query_map(params![params.worker_id], counters_of)?.collect())
+                .map_err(&err)?;
+            let death = Death::Seen { how: &params.how, stderr: &params.stderr };
+            let mut report = ReclaimReport::default();
+            for (id, attempt, counters) in held {
+                let effects = attempt_effects(conn, &id, attempt).map_err(&err)?;
+                let decision = unfinished::died(&counters, effects.as_ref(), &death, params.now);
+                report.count(&decision.fate);
+                apply_fate(conn, &id, &decision, params.queue_ttl, params.now).map_err(&err)?;
+            }
+            conn.execute(
+                "UPDATE workers SET state = 'stopped', running = 0, last_heartbeat = MAX(last_heartbeat, ?2) \
+                 WHERE worker_id = ?1",
+                params![params.worker_id, params.now.unix_ms()],
+            )
+            .map_err(&err)?;
             Ok(report)
         })
         .await
@@ -1213,6 +1248,7 @@ fn counters_of(r: &Row<'_>) -> rusqlite::Result<(String, u32, Counters)> {
             free_rerun_limit: r.get(6)?,
             cancel_requested: r.get(7)?,
             backoff: Backoff { base_ms: r.get::<_, i64>(8)?.max(0) as u64, cap_ms: r.get::<_, i64>(9)?.max(0) as u64 },
+            process_deaths: r.get(10)?,
         },
     ))
 }
@@ -1233,17 +1269,23 @@ fn attempt_effects(conn: &Connection, id: &str, attempt: u32) -> rusqlite::Resul
         .optional()
 }
 
-/// Apply `fate` to the job `id`, whose owner the caller checked (or whose
-/// lease ran out).
-fn apply_fate(conn: &Connection, id: &str, fate: &Fate, queue_ttl: Duration, now: Timestamp) -> rusqlite::Result<()> {
-    match fate {
-        Fate::Requeue { bump, run_after, last_error } => {
+/// Apply `decision` to the job `id`, whose owner the caller checked (or
+/// whose lease ran out, or whose process died).
+fn apply_fate(
+    conn: &Connection,
+    id: &str,
+    decision: &Decision,
+    queue_ttl: Duration,
+    now: Timestamp,
+) -> rusqlite::Result<()> {
+    match &decision.fate {
+        Fate::Requeue { run_after, last_error, .. } => {
             let run_after = run_after.unix_ms();
             let sql = format!(
                 "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL{}, run_after = ?1, \
                  last_error = ?2, expires_at = MIN(MAX(expires_at, ?3), COALESCE(deadline_at, MAX(expires_at, ?3))) \
                  WHERE job_id = ?4",
-                bump.sql()
+                decision.bumps()
             );
             conn.prepare_cached(&sql)?.execute(params![
                 run_after,
@@ -1252,11 +1294,11 @@ fn apply_fate(conn: &Connection, id: &str, fate: &Fate, queue_ttl: Duration, now
                 id
             ])?;
         }
-        Fate::End { bump, cancelled, kind, message } => {
+        Fate::End { cancelled, kind, message, .. } => {
             let sql = format!(
                 "UPDATE jobs SET status = ?1, error_kind = ?2, error_message = ?3, finished_at = ?4, \
                  lease_token = NULL, lease_expires_at = NULL{} WHERE job_id = ?5",
-                bump.sql()
+                decision.bumps()
             );
             let status = if *cancelled { "cancelled" } else { "failed" };
             conn.prepare_cached(&sql)?.execute(params![status, kind.as_str(), message, now.unix_ms(), id])?;

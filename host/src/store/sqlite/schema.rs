@@ -467,6 +467,11 @@ INSERT INTO plugins_next (digest, size_bytes, created_at, bytes) SELECT digest, 
 DROP TABLE plugins;
 ALTER TABLE plugins_next RENAME TO plugins;
 "#,
+    r#"
+-- Worker processes that died while running the job: at two it is
+-- quarantined (failed, `host_crash`) and never claimed again.
+ALTER TABLE jobs ADD COLUMN process_deaths INTEGER NOT NULL DEFAULT 0 CHECK (process_deaths >= 0);
+"#,
 ];
 
 /// The triggers that append jobs' changes to the change feed, as first
