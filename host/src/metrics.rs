@@ -5,6 +5,12 @@
 //! renewal); gauges that describe the present (queue depth, free slots)
 //! are refreshed by [`crate::runtime::Runtime::metrics_text`] just before
 //! encoding.
+//!
+//! They come in two parts: the API's (queue depth, waits, the event loop,
+//! event clients, pool restarts) and the pool's (everything about running
+//! jobs). A process that runs both exports both; `leash serve` with its
+//! pool in a child process exports its own API part and the part its
+//! child reports.
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -44,7 +50,8 @@ pub struct StateLabels {
 /// Every metric a process exports.
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Registry,
+    api: Registry,
+    pool: Registry,
     /// Jobs this process finished, by status and error kind.
     pub jobs_finished: Family<OutcomeLabels, Counter>,
     /// Jobs in the store, by state (refreshed at scrape).
@@ -76,6 +83,19 @@ pub struct Metrics {
     pub event_loop_lag_seconds: Gauge<f64, AtomicU64>,
     /// Event stream clients connected to this process.
     pub event_clients: Gauge,
+    /// Times a supervised pool process died and was started again.
+    pub pool_restarts: Counter,
+}
+
+/// The OpenMetrics text of `registry` without its closing `# EOF`.
+fn encode_part(registry: &Registry) -> String {
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    match text.strip_suffix("# EOF\n") {
+        Some(body) => body.to_owned(),
+        None => text,
+    }
 }
 
 impl Default for Metrics {
@@ -87,6 +107,7 @@ impl Default for Metrics {
 impl Metrics {
     /// A fresh set of metrics, registered under `leash_`.
     pub fn new() -> Self {
+        let mut api = Registry::with_prefix("leash");
         let mut registry = Registry::with_prefix("leash");
         let jobs_finished = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -95,7 +116,7 @@ impl Metrics {
             jobs_finished.clone(),
         );
         let queue_depth = Family::<StateLabels, Gauge>::default();
-        registry.register("queue_depth", "Jobs in the store by state", queue_depth.clone());
+        api.register("queue_depth", "Jobs in the store by state", queue_depth.clone());
         let running = Gauge::default();
         registry.register("running_jobs", "Jobs running in this process", running.clone());
         let pool_size = Gauge::default();
@@ -116,7 +137,7 @@ impl Metrics {
         let leases_lost = Counter::default();
         registry.register("leases_lost", "Leases this process lost", leases_lost.clone());
         let waits_abandoned = Counter::default();
-        registry.register(
+        api.register(
             "waits_abandoned",
             "Waiters that gave up before their job ended: a sync HTTP client that disconnected, a wait that timed out (the job goes on)",
             waits_abandoned.clone(),
@@ -132,15 +153,23 @@ impl Metrics {
             http_requests.clone(),
         );
         let event_loop_lag_seconds = Gauge::<f64, AtomicU64>::default();
-        registry.register(
+        api.register(
             "event_loop_lag_seconds",
             "How late a 100 ms timer last fired on the async runtime",
             event_loop_lag_seconds.clone(),
         );
         let event_clients = Gauge::default();
-        registry.register("event_clients", "Event stream clients connected to this process", event_clients.clone());
+        api.register("event_clients", "Event stream clients connected to this process", event_clients.clone());
+        let pool_restarts = Counter::default();
+        api.register(
+            "pool_restarts",
+            "Times leash serve's pool process died and was started again",
+            pool_restarts.clone(),
+        );
         Metrics {
-            registry,
+            api,
+            pool: registry,
+            pool_restarts,
             event_clients,
             jobs_finished,
             queue_depth,
@@ -188,10 +217,19 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
-        let mut text = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
-        text
+        self.encode_with_pool(&self.encode_pool())
+    }
+
+    /// The exposition of this process's API metrics and `pool`, a pool's
+    /// part as [`Metrics::encode_pool`] wrote it (in this process or in
+    /// the pool's).
+    pub fn encode_with_pool(&self, pool: &str) -> String {
+        format!("{}{pool}# EOF\n", encode_part(&self.api))
+    }
+
+    /// The pool's part, without the closing `# EOF`.
+    pub fn encode_pool(&self) -> String {
+        encode_part(&self.pool)
     }
 
     /// Measure event-loop lag forever: sleep 100 ms, record the overshoot.

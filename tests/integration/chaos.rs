@@ -987,6 +987,13 @@ fn check(
         // Endings each plugin can have. A guest's own ending needs a start.
         let guest_ended = match (job.status, job.error_kind) {
             (JobStatus::Failed, Some(ErrorKind::LeaseLost)) => false,
+            // Two processes killed under it: quarantined, as a crash would.
+            (JobStatus::Failed, Some(ErrorKind::HostCrash)) => {
+                if job.process_deaths < leash::store::QUARANTINE_AFTER_DEATHS {
+                    bad(format!("host_crash after {} process deaths", job.process_deaths));
+                }
+                false
+            }
             (JobStatus::Succeeded, None) => true,
             (JobStatus::Failed, Some(ErrorKind::GuestError)) if s.kind == Kind::Failing => true,
             (JobStatus::Cancelled, _) if s.kind == Kind::Coop && cancel_asked.contains(&s.id) => false,

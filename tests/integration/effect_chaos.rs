@@ -387,6 +387,8 @@ fn check(
                     bad("lost before any effect, with free re-runs left, yet failed".into());
                 }
             }
+            (JobStatus::Failed, Some(ErrorKind::HostCrash))
+                if job.process_deaths >= leash::store::QUARANTINE_AFTER_DEATHS => {}
             (JobStatus::Failed, Some(ErrorKind::Interrupted)) => {
                 report.interrupted += 1;
                 if !list.iter().any(|e| e.attempt == job.attempt) {

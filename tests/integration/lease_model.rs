@@ -461,7 +461,7 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
         now = now.plus(Duration::from_secs(1));
         match action {
             Action::Claim(w) => {
-                let params = JobClaimParams { worker_id: format!("w{w}"), limit: 1, lease_ttl: TTL, now };
+                let params = JobClaimParams { worker_id: format!("w{w}"), limit: 1, alone: true, lease_ttl: TTL, now };
                 let lease = store.job_claim(params).await.unwrap().pop().expect("the model says it is claimable");
                 tokens[w] = Some(lease.token);
             }

@@ -26,6 +26,7 @@ mod sandbox;
 mod scaffold;
 mod server;
 mod store;
+mod supervised;
 mod support;
 mod ui;
 mod webdriver;

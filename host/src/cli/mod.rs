@@ -143,9 +143,14 @@ enum Command {
     Run(RunArgs),
     /// Run a worker pool and the sweeps on a job database until SIGINT or
     /// SIGTERM, then shut down within the shutdown budget.
-    Worker(WorkerArgs),
-    /// Serve the HTTP API, a worker pool and the sweeps in one process
-    /// until SIGINT or SIGTERM.
+    Worker(commands::WorkerCommandArgs),
+    /// Serve the HTTP API, with a worker pool and the sweeps in a child
+    /// process it supervises (or in its own, `--pool in-process`), until
+    /// SIGINT or SIGTERM.
+    ///
+    /// A pool process that dies is started again; the jobs it held are
+    /// reclaimed at once, and a job under which two processes died is
+    /// quarantined (`host_crash`). The API answers throughout.
     ///
     /// Every route but GET /healthz needs `Authorization: Bearer <token>`;
     /// the token is LEASH_API_TOKEN, or is generated on first start into
@@ -202,7 +207,7 @@ impl JobArgs {
     }
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 struct StoreArgs {
     /// The job store: an SQLite file (a path or `sqlite:PATH`, created if
     /// missing) or `postgres://…`. Without it: `LEASH_DATABASE_PATH`, else
@@ -214,7 +219,7 @@ struct StoreArgs {
     durability: String,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 struct WorkerArgs {
     #[command(flatten)]
     store: StoreArgs,
@@ -643,7 +648,9 @@ mod tests {
     #[test]
     fn the_worker_defaults_are_the_sandboxs() {
         use clap::Parser as _;
-        let Command::Worker(args) = Cli::try_parse_from(["leash", "worker"]).unwrap().command else {
+        let Command::Worker(commands::WorkerCommandArgs { worker: args, .. }) =
+            Cli::try_parse_from(["leash", "worker"]).unwrap().command
+        else {
             unreachable!("parsed as worker")
         };
         assert_eq!(args.keep_resident, crate::sandbox::DEFAULT_KEEP_RESIDENT_BYTES);

@@ -66,7 +66,7 @@ impl Runtime {
         };
         if job.status == JobStatus::Queued {
             self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued += 1;
-            self.inner.pool.wake.notify_one();
+            self.nudge();
         }
         Ok(job)
     }

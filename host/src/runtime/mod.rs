@@ -42,9 +42,11 @@ use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerC
 mod approval;
 mod events;
 mod plan;
+mod remote;
 pub use approval::DecisionBy;
 pub use events::{DEFAULT_EVENT_POLL, DEFAULT_EVENT_TTL, EventStream, StreamItem};
 pub use plan::{PlanSubmit, PlanView};
+pub use remote::{PoolReport, RemotePool, Supervision};
 
 /// Default job slots per process.
 pub const DEFAULT_MAX_WORKERS: usize = 4;
@@ -319,6 +321,10 @@ pub struct Health {
     /// Every worker registered in the store (this process's too, unless it
     /// runs none), read with `counts`.
     pub workers: Vec<WorkerView>,
+    /// With the pool in a supervised process (`leash serve`'s default):
+    /// that process, its restarts and how the last one ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervision: Option<Supervision>,
 }
 
 /// A registered worker as health and `GET /v1/workers` show it.
@@ -396,6 +402,8 @@ pub struct RuntimeBuilder {
     default_backoff: Backoff,
     clock: Arc<dyn Clock>,
     workers: bool,
+    remote: Option<Arc<dyn RemotePool>>,
+    worker_id: Option<String>,
     start_subscribers: Vec<crate::worker::StartSubscriber>,
     subscribers: Vec<Subscriber>,
 }
@@ -611,6 +619,24 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The pool's worker id (default: a fresh `worker-<8 hex>`): a
+    /// supervisor names its pool process's, so it can reclaim that
+    /// worker's jobs when the process dies, whenever it dies.
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+
+    /// Run no workers or sweeps here: jobs run in the pool `remote` stands
+    /// for, in another process, which this runtime wakes when jobs become
+    /// claimable and tells of cancels, and whose report its health and
+    /// metrics show (`leash serve`'s supervised pool).
+    pub fn remote_pool(mut self, remote: Arc<dyn RemotePool>) -> Self {
+        self.workers = false;
+        self.remote = Some(remote);
+        self
+    }
+
     /// Open the store, build the sandbox, start the pool and sweeps.
     pub async fn build(mut self) -> Result<Runtime, RuntimeError> {
         check_backoff(self.default_backoff).map_err(|e| RuntimeError::InvalidJob(format!("default {e}")))?;
@@ -627,7 +653,15 @@ impl RuntimeBuilder {
         };
         let sandbox = Arc::new(Sandbox::new(self.sandbox.clone()).map_err(RuntimeError::Sandbox)?);
         let metrics = Arc::new(Metrics::new());
-        let pool = Pool::new(store.clone(), sandbox.clone(), self.clock.clone(), self.worker.clone(), metrics.clone());
+        let worker_id = self.worker_id.clone().unwrap_or_else(crate::worker::new_worker_id);
+        let pool = Pool::new(
+            store.clone(),
+            sandbox.clone(),
+            self.clock.clone(),
+            self.worker.clone(),
+            metrics.clone(),
+            worker_id,
+        );
         for subscriber in self.start_subscribers.drain(..) {
             pool.subscribe_starts(subscriber);
         }
@@ -679,6 +713,7 @@ impl RuntimeBuilder {
                 lag_watch,
                 registration: std::sync::Mutex::new(registration),
                 metrics,
+                remote: self.remote.clone(),
                 settings: self,
             }),
         })
@@ -723,6 +758,8 @@ struct Inner {
     /// The worker-registry reports; its last one says `stopped`.
     registration: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     metrics: Arc<Metrics>,
+    /// The pool in another process, when this runtime runs none.
+    remote: Option<Arc<dyn RemotePool>>,
     settings: RuntimeBuilder,
 }
 
@@ -775,6 +812,8 @@ impl Runtime {
             default_backoff: Backoff::default(),
             clock: Arc::new(SystemClock),
             workers: true,
+            remote: None,
+            worker_id: None,
             start_subscribers: Vec::new(),
             subscribers: Vec::new(),
         }
@@ -954,7 +993,7 @@ impl Runtime {
         let queued = jobs.iter().filter(|j| j.status == JobStatus::Queued).count() as u64;
         if queued > 0 {
             self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued += queued;
-            self.inner.pool.wake.notify_one();
+            self.nudge();
         }
     }
 
@@ -1335,9 +1374,12 @@ impl Runtime {
         match self.inner.store.job_cancel(id, self.inner.settings.clock.now()).await? {
             CancelResult::Cancelled => Ok(Cancelled::Cancelled),
             CancelResult::Requested => {
-                // If this process runs it, stop it now rather than at the
-                // next lease renewal.
+                // If this process (or its pool's) runs it, stop it now
+                // rather than at the next lease renewal.
                 self.inner.pool.cancel_local(id);
+                if let Some(remote) = &self.inner.remote {
+                    remote.cancel(id);
+                }
                 Ok(Cancelled::Requested)
             }
             CancelResult::AlreadyTerminal(status) => Err(RuntimeError::AlreadyTerminal { id, status }),
@@ -1394,39 +1436,72 @@ impl Runtime {
         Ok(Workers { summary, workers, counts: snapshot.counts })
     }
 
-    /// The health report.
+    /// The health report. With the pool in another process, its figures
+    /// are those it reports (a pool that does not answer in time shows
+    /// `stopped` with no slots) and `supervision` says how it is kept.
     pub async fn health(&self) -> Result<Health, RuntimeError> {
         let pool = &self.inner.pool;
         let Workers { summary, workers, counts } = self.workers().await?;
+        let (report, supervision) = match &self.inner.remote {
+            Some(remote) => {
+                let report = remote.report().await.unwrap_or_else(|| PoolReport {
+                    worker_id: String::new(),
+                    state: PoolState::Stopped,
+                    max_workers: 0,
+                    running: 0,
+                    processed: 0,
+                    failed: 0,
+                    cancelled: 0,
+                    leases_lost: 0,
+                    last_heartbeat: None,
+                    metrics: String::new(),
+                });
+                (report, Some(remote.supervision()))
+            }
+            None => (self.pool_report(), None),
+        };
         Ok(Health {
-            worker_id: pool.worker_id.clone(),
-            state: *pool.state.borrow(),
-            max_workers: pool.config.max_workers,
-            running_here: pool.running_count(),
-            processed: pool.stats.processed.load(Ordering::Relaxed),
-            failed: pool.stats.failed.load(Ordering::Relaxed),
-            cancelled: pool.stats.cancelled.load(Ordering::Relaxed),
-            leases_lost: pool.stats.leases_lost.load(Ordering::Relaxed),
+            worker_id: report.worker_id,
+            state: report.state,
+            max_workers: report.max_workers,
+            running_here: report.running,
+            processed: report.processed,
+            failed: report.failed,
+            cancelled: report.cancelled,
+            leases_lost: report.leases_lost,
             waits_abandoned: self.inner.metrics.waits_abandoned.get(),
-            last_heartbeat: crate::worker::last_heartbeat(&pool.stats),
+            last_heartbeat: report.last_heartbeat.or_else(|| crate::worker::last_heartbeat(&pool.stats)),
             counts,
             summary,
             workers,
+            supervision,
         })
     }
 
     /// The Prometheus text exposition, with the queue depth and pool gauges
-    /// read now.
+    /// read now (from the pool's process, when it runs in another).
     pub async fn metrics_text(&self) -> Result<String, RuntimeError> {
         let counts = self.inner.store.counts_snapshot().await?;
         let metrics = &self.inner.metrics;
         metrics.set_counts(&counts);
+        let pool = match &self.inner.remote {
+            Some(remote) => remote.report().await.map(|r| r.metrics).unwrap_or_default(),
+            None => {
+                self.set_pool_gauges();
+                metrics.encode_pool()
+            }
+        };
+        Ok(metrics.encode_with_pool(&pool))
+    }
+
+    /// Refresh the gauges of this process's pool.
+    fn set_pool_gauges(&self) {
         let pool = &self.inner.pool;
+        let metrics = &self.inner.metrics;
         let running = pool.running_count();
         metrics.running.set(running as i64);
         metrics.pool_size.set(pool.config.max_workers as i64);
         metrics.free_slots.set(pool.config.max_workers.saturating_sub(running) as i64);
-        Ok(metrics.encode())
     }
 
     /// Stop claiming, stop running guests (cooperatively, then by force)

@@ -386,6 +386,10 @@ pub struct JobClaimParams {
     pub worker_id: String,
     /// Most jobs to claim.
     pub limit: u32,
+    /// The claimer runs nothing now: it may take a *suspect* (a queued job
+    /// a process died under, `process_deaths > 0`), which it then runs
+    /// alone. Without it, suspects are left to such a claimer.
+    pub alone: bool,
     /// Lease length.
     pub lease_ttl: Duration,
     /// Now.

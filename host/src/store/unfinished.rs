@@ -160,15 +160,24 @@ pub(crate) enum Death<'a> {
 pub(crate) fn died(c: &Counters, effects: Option<&AttemptEffects>, death: &Death<'_>, now: Timestamp) -> Decision {
     let deaths = c.process_deaths + 1;
     if deaths < QUARANTINE_AFTER_DEATHS || c.cancel_requested {
-        return Decision { fate: lost_lease(c, effects, now), died: true };
+        let mut fate = lost_lease(c, effects, now);
+        // A death its supervisor saw is told as it was, not as a timeout.
+        if let Death::Seen { how, .. } = death {
+            let seen = format!("LeaseLost: its worker process {how}");
+            match &mut fate {
+                Fate::Requeue { last_error: text, .. } | Fate::End { message: text, .. } => {
+                    *text = text.replace(LEASE_LOST_MESSAGE, &seen);
+                }
+            }
+        }
+        return Decision { fate, died: true };
     }
     let last = match death {
         Death::Seen { how, .. } => format!("the last was {how}"),
         Death::Silent => "the last stopped reporting to the store while it held the lease".to_owned(),
     };
-    let mut message = format!(
-        "HostCrash: {deaths} processes died while running it ({last}); quarantined, it is not claimed again"
-    );
+    let mut message =
+        format!("HostCrash: {deaths} processes died while running it ({last}); quarantined, it is not claimed again");
     if let Some(effects) = effects {
         message.push_str(&format!("; {}", effects.describe()));
     }
@@ -303,7 +312,8 @@ mod tests {
         let crash = Death::Seen { how: "killed by signal 6 (SIGABRT)", stderr: "thread panicked\nabort\n" };
         let first = died(&counters(5, 0), None, &crash, now);
         assert!(first.died);
-        assert!(matches!(first.fate, Fate::Requeue { bump: Bump::FreeReruns, .. }), "{first:?}");
+        let Fate::Requeue { bump: Bump::FreeReruns, last_error, .. } = &first.fate else { panic!("{first:?}") };
+        assert!(last_error.starts_with("lease_lost: LeaseLost: its worker process killed by signal 6"), "{last_error}");
         let second = died(&Counters { process_deaths: 1, ..counters(5, 1) }, Some(&effect(1)), &crash, now);
         let Fate::End { kind, message, cancelled: false, .. } = &second.fate else { panic!("{second:?}") };
         assert_eq!(*kind, ErrorKind::HostCrash);

@@ -49,6 +49,9 @@ impl Pool {
         let Lease { job, token } = lease;
         let id = job.id;
         let plan_id = job.plan_id.clone();
+        // A job a process died under runs alone, and its slot claims
+        // nothing with its finish: the pool is empty again after it.
+        let suspect = job.process_deaths > 0;
         let RunningJob { stop, cancelled } = running;
 
         let keeper = LeaseKeeper {
@@ -216,7 +219,7 @@ impl Pool {
                 now: self.clock.now(),
             };
             let finish_started = std::time::Instant::now();
-            let claim_next = !self.shutting_down.load(Ordering::SeqCst);
+            let claim_next = !self.shutting_down.load(Ordering::SeqCst) && !suspect;
             let recorded;
             (recorded, next) = self.finish_with_retry(params, claim_next).await;
             self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
@@ -345,7 +348,7 @@ impl Pool {
         loop {
             tried_at.push(params.now);
             let answer = if claim_next && tried_at.len() == 1 {
-                let next = self.claim_params(1);
+                let next = self.claim_params(1, false);
                 self.store
                     .job_finish_and_claim(params.clone(), next)
                     .await

@@ -85,7 +85,7 @@ pub fn new_worker_id() -> String {
 }
 
 /// How a job this process ran ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Completion {
     /// The job.
     pub id: JobId,
@@ -187,12 +187,13 @@ impl Pool {
         clock: Arc<dyn Clock>,
         config: WorkerConfig,
         metrics: Arc<Metrics>,
+        worker_id: String,
     ) -> Arc<Self> {
         Arc::new(Pool {
             store,
             sandbox,
             clock: clock.clone(),
-            worker_id: new_worker_id(),
+            worker_id,
             wake: Notify::new(),
             stats: PoolStats::default(),
             state: watch::Sender::new(PoolState::Running),
@@ -324,19 +325,29 @@ impl Pool {
                 }
             }
             let wanted = permits.len();
+            // Every slot free: nothing runs here, so a job a process died
+            // under may be claimed, to run alone.
+            let alone = wanted == self.config.max_workers;
             let claim_started = std::time::Instant::now();
-            let claimed = self.store.job_claim(self.claim_params(wanted as u32)).await.unwrap_or_default();
+            let claimed = self.store.job_claim(self.claim_params(wanted as u32, alone)).await.unwrap_or_default();
             self.metrics.claim_seconds.observe(claim_started.elapsed().as_secs_f64());
             let got = claimed.len();
             self.stats.claimed.fetch_add(got as u64, Ordering::Relaxed);
             if got > 0 {
                 self.stats.last_heartbeat_ms.store(self.clock.now().unix_ms() as u64, Ordering::Relaxed);
             }
+            // A suspect (the store gives one, alone) holds every slot: if
+            // it crashes the process again, nothing else dies with it, and
+            // the next death is its own.
+            let suspect = claimed.first().is_some_and(|lease| lease.job.process_deaths > 0);
+            let mut rest = if suspect { permits.split_off(1) } else { Vec::new() };
             for (lease, permit) in claimed.into_iter().zip(permits.drain(..)) {
                 // Registered before the task starts, so shutdown sees it.
                 let running = self.register(lease.job.id);
                 let pool = self.clone();
+                let held = std::mem::take(&mut rest);
                 tokio::spawn(async move {
+                    let _held = held;
                     // A finish may claim the slot's next job in the same
                     // round trip; the slot runs it at once.
                     let mut next = Some((lease, running));
@@ -359,10 +370,11 @@ impl Pool {
         }
     }
 
-    fn claim_params(&self, limit: u32) -> JobClaimParams {
+    fn claim_params(&self, limit: u32, alone: bool) -> JobClaimParams {
         JobClaimParams {
             worker_id: self.worker_id.clone(),
             limit,
+            alone,
             lease_ttl: self.config.lease_ttl,
             now: self.clock.now(),
         }

@@ -66,8 +66,10 @@ async fn insert_one(store: &dyn JobStore, job: NewJob, now: Timestamp) -> Job {
 }
 
 async fn claim(store: &dyn JobStore, worker: &str, limit: u32, now: Timestamp) -> Vec<Lease> {
-    let leases =
-        store.job_claim(JobClaimParams { worker_id: worker.into(), limit, lease_ttl: TTL, now }).await.expect("claim");
+    let leases = store
+        .job_claim(JobClaimParams { worker_id: worker.into(), limit, alone: true, lease_ttl: TTL, now })
+        .await
+        .expect("claim");
     for lease in &leases {
         assert_eq!(lease.job, get(store, lease.job.id).await, "a claim returns the row as stored");
     }
@@ -344,7 +346,8 @@ pub(crate) async fn finish_and_claim_ends_one_job_and_claims_the_next(store: Arc
     let second = insert_one(&*store, new_job("2"), at(1)).await;
     let lease = claim_one(&*store, at(2)).await;
     assert_eq!(lease.job.id, first.id);
-    let next = JobClaimParams { worker_id: "worker-bbbbbbbb".into(), limit: 1, lease_ttl: TTL, now: at(3) };
+    let next =
+        JobClaimParams { worker_id: "worker-bbbbbbbb".into(), limit: 1, alone: false, lease_ttl: TTL, now: at(3) };
 
     // A stale token: nothing finished, nothing claimed.
     let forged = Lease { job: lease.job.clone(), token: "not-a-token".into() };
@@ -1190,10 +1193,10 @@ pub(crate) async fn a_dead_workers_jobs_are_reclaimed_at_once_and_the_second_dea
     store.worker_beat(worker_record("worker-0000000c", at(400))).await.unwrap();
     let second = claim(&*store, "worker-0000000c", 1, at(400)).await.pop().unwrap();
     assert_eq!(second.job.id, job.id);
-    assert_eq!(store.worker_died(died_params("worker-0000000c", at(401))).await.unwrap(), ReclaimReport {
-        requeued: 0,
-        failed: 1
-    });
+    assert_eq!(
+        store.worker_died(died_params("worker-0000000c", at(401))).await.unwrap(),
+        ReclaimReport { requeued: 0, failed: 1 }
+    );
     let got = get(&*store, job.id).await;
     assert_eq!((got.status, got.error_kind, got.process_deaths), (JobStatus::Failed, Some(ErrorKind::HostCrash), 2));
     assert_eq!(got.finished_at, Some(at(401)));
@@ -1205,6 +1208,39 @@ pub(crate) async fn a_dead_workers_jobs_are_reclaimed_at_once_and_the_second_dea
     assert_eq!(get(&*store, other.id).await.process_deaths, 0);
     // A worker with nothing running dies quietly.
     assert_eq!(store.worker_died(died_params("worker-0000000e", at(402))).await.unwrap(), ReclaimReport::default());
+}
+
+pub(crate) async fn a_suspect_is_claimed_only_by_a_claimer_that_runs_nothing_and_alone(store: Arc<dyn JobStore>) {
+    let suspect = insert_one(&*store, NewJob { max_attempts: 3, ..new_job("suspect") }, T0).await;
+    claim(&*store, "worker-0000000a", 1, at(1)).await;
+    store.worker_died(died_params("worker-0000000a", at(2))).await.unwrap();
+    let others = insert(&*store, vec![new_job("a"), new_job("b"), new_job("c")], at(3)).await;
+    let claim_as = |alone: bool| JobClaimParams {
+        worker_id: "worker-0000000b".into(),
+        limit: 10,
+        alone,
+        lease_ttl: TTL,
+        now: at(400),
+    };
+    // A claimer with jobs running leaves the suspect, though it is due first.
+    let busy = store.job_claim(claim_as(false)).await.unwrap();
+    let mut got: Vec<JobId> = busy.iter().map(|l| l.job.id).collect();
+    got.sort();
+    let mut want: Vec<JobId> = others.iter().map(|j| j.id).collect();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(get(&*store, suspect.id).await.status, JobStatus::Queued);
+    for lease in &busy {
+        assert!(store.job_finish(succeed(lease, at(401))).await.unwrap());
+    }
+    insert(&*store, vec![new_job("d"), new_job("e")], at(402)).await;
+    // An empty claimer takes it, and only it, however many it asks for.
+    let alone = store.job_claim(JobClaimParams { now: at(403), ..claim_as(true) }).await.unwrap();
+    assert_eq!(alone.iter().map(|l| l.job.id).collect::<Vec<_>>(), [suspect.id]);
+    assert_eq!(alone[0].job.process_deaths, 1);
+    // With no suspect due, an empty claimer claims as any other.
+    let next = store.job_claim(JobClaimParams { now: at(404), ..claim_as(true) }).await.unwrap();
+    assert_eq!(next.len(), 2);
 }
 
 pub(crate) async fn an_expired_lease_whose_worker_fell_silent_counts_a_process_death(store: Arc<dyn JobStore>) {

@@ -98,6 +98,7 @@ macro_rules! with_cases {
                 workers_register_refresh_and_are_deleted_at_retention,
                 a_dead_workers_jobs_are_reclaimed_at_once_and_the_second_death_quarantines,
                 an_expired_lease_whose_worker_fell_silent_counts_a_process_death,
+                a_suspect_is_claimed_only_by_a_claimer_that_runs_nothing_and_alone,
             }
             event {
                 every_change_appends_one_event_in_commit_order,

@@ -14,6 +14,7 @@ mod plugins;
 mod run;
 mod serve;
 mod submit;
+mod supervise;
 mod watch;
 mod worker;
 
@@ -28,7 +29,7 @@ pub(super) use run::run_once;
 pub(super) use serve::serve;
 pub(super) use submit::submit;
 use submit::wait_for;
-pub(super) use worker::run_worker;
+pub(super) use worker::{WorkerCommandArgs, run_worker};
 use worker::{init_logging, stop_signal, worker_runtime};
 
 use std::io::{IsTerminal, Write};
@@ -104,6 +105,11 @@ pub(super) struct ServeArgs {
     /// Connections open at once; more are answered 503 and closed.
     #[arg(long, env = "LEASH_MAX_CONNECTIONS", default_value_t = crate::api::listen::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Where jobs run: `supervised` (a child process this server starts
+    /// again when it dies, so a crash in a guest's run never takes the API
+    /// down) or `in-process` (one process, as when embedding).
+    #[arg(long, env = "LEASH_POOL", default_value = "supervised", value_parser = ["supervised", "in-process"])]
+    pool: String,
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,9 @@
-//! `leash serve`: the HTTP API, a worker pool and the sweeps in one process.
+//! `leash serve`: the HTTP API, with a worker pool and the sweeps in a
+//! supervised child process (see [`supervise`](super::supervise)) or in
+//! its own (`--pool in-process`).
 
+use super::supervise::{PoolLink, Supervisor};
+use super::worker::{build_runtime, worker_builder};
 use super::*;
 
 pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
@@ -20,7 +24,15 @@ pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliErro
         .await
         .map_err(|e| CliError::usage(format!("cannot listen on {}: {e}", args.listen)))?;
     let address = listener.local_addr().map_err(|e| CliError::internal(e.to_string()))?;
-    let runtime = worker_runtime(&args.worker).await?;
+    let (runtime, supervisor) = if args.pool == "in-process" {
+        (worker_runtime(&args.worker).await?, None)
+    } else {
+        let link = std::sync::Arc::new(PoolLink::default());
+        let runtime = build_runtime(worker_builder(&args.worker)?.remote_pool(link.clone())).await?;
+        let supervisor = Supervisor::start(link, runtime.clone(), args.worker.clone()).await?;
+        (runtime, Some(supervisor))
+    };
+    let worker_id = supervisor.as_ref().map_or(runtime.worker_id(), |s| s.worker_id.as_str()).to_owned();
     let config = ApiConfig {
         token,
         sync_ceiling: args.sync_timeout,
@@ -29,11 +41,11 @@ pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliErro
     let app = router(runtime.clone(), config);
     let stop = stop_signal()?;
     tracing::info!(
-        worker_id = runtime.worker_id(),
-        "{} serving http://{address} with {} slots on {}",
-        runtime.worker_id(),
+        worker_id,
+        "{worker_id} serving http://{address} with {} slots on {} ({})",
         args.worker.max_workers,
-        args.worker.store.database()
+        args.worker.store.database(),
+        if supervisor.is_some() { "pool in a supervised process" } else { "pool in this process" }
     );
     // On a signal: stop accepting connections, shut the runtime down within
     // its budget, and drop requests still open (a sync wait must not hold
@@ -51,6 +63,9 @@ pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliErro
     let _ = stop_tx.send(());
     tracing::info!(budget = ?args.worker.shutdown_budget, "shutting down");
     runtime.shutdown().await;
+    if let Some(supervisor) = supervisor {
+        supervisor.stop().await;
+    }
     server.abort();
     tracing::info!("stopped");
     Ok(ExitStatus::Success)

@@ -2,10 +2,29 @@
 //! and the runtime, logging and signals it shares with `leash serve`.
 
 use super::run::interrupt_signal;
+use super::supervise::run_pool_process;
 use crate::cli::*;
+use crate::runtime::RuntimeBuilder;
+
+/// `leash worker`'s arguments.
+#[derive(Debug, Args)]
+pub(in crate::cli) struct WorkerCommandArgs {
+    #[command(flatten)]
+    pub(in crate::cli) worker: WorkerArgs,
+    /// Run as the pool process of the `leash serve` with this PID, taking
+    /// its settings from stdin (what `leash serve` starts; not for use by
+    /// hand).
+    #[arg(long, hide = true, value_name = "PID")]
+    supervised_by: Option<u32>,
+}
 
 /// A runtime with a worker pool and sweeps, as `worker` and `serve` run.
 pub(in crate::cli) async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime, CliError> {
+    build_runtime(worker_builder(args)?).await
+}
+
+/// The builder of [`worker_runtime`], for callers that add to it.
+pub(in crate::cli) fn worker_builder(args: &WorkerArgs) -> Result<RuntimeBuilder, CliError> {
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
     let slots = u32::try_from(args.max_workers).unwrap_or(u32::MAX).max(1);
     let mut builder = Runtime::builder(args.store.database());
@@ -14,7 +33,7 @@ pub(in crate::cli) async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime,
         let log = StartLog::open(path)?;
         builder = builder.on_start(move |start| log.record(start));
     }
-    let runtime = builder
+    Ok(builder
         .durability(durability(&args.store)?)
         .sandbox(SandboxConfig {
             allocator: Allocator::Pooling { slots },
@@ -43,16 +62,17 @@ pub(in crate::cli) async fn worker_runtime(args: &WorkerArgs) -> Result<Runtime,
         .default_backoff(Backoff {
             base_ms: args.retry_backoff.as_millis() as u64,
             cap_ms: args.retry_backoff_cap.as_millis() as u64,
-        })
-        .build()
-        .await
-        .map_err(|e| match e {
-            crate::runtime::RuntimeError::InvalidJob(message) => {
-                CliError::usage(format!("--retry-backoff/--retry-backoff-cap/--approval-ttl: {message}"))
-            }
-            other => CliError::internal(other.to_string()),
-        })?;
-    Ok(runtime)
+        }))
+}
+
+/// Build a runtime from the command line's settings.
+pub(in crate::cli) async fn build_runtime(builder: RuntimeBuilder) -> Result<Runtime, CliError> {
+    builder.build().await.map_err(|e| match e {
+        crate::runtime::RuntimeError::InvalidJob(message) => {
+            CliError::usage(format!("--retry-backoff/--retry-backoff-cap/--approval-ttl: {message}"))
+        }
+        other => CliError::internal(other.to_string()),
+    })
 }
 
 /// `--start-log`: one line per guest start, appended by a single `write`
@@ -105,7 +125,11 @@ pub(in crate::cli) fn init_logging(format: &str) -> Result<(), CliError> {
     Ok(())
 }
 
-pub(in crate::cli) async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
+pub(in crate::cli) async fn run_worker(args: WorkerCommandArgs) -> Result<ExitStatus, CliError> {
+    if let Some(supervisor) = args.supervised_by {
+        return run_pool_process(supervisor).await;
+    }
+    let args = args.worker;
     init_logging(&args.log_format)?;
     let runtime = worker_runtime(&args).await?;
     let stop = stop_signal()?;

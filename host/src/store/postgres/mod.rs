@@ -375,10 +375,25 @@ async fn listen(config: tokio_postgres::Config, shown: String, notify: watch::Se
 /// with no running job; earliest due first, then oldest. Rows another
 /// claimer has locked are skipped, not waited for.
 async fn claim(client: &impl GenericClient, params: &JobClaimParams) -> Result<Vec<Lease>, StoreError> {
-    static SQL: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "WITH picked AS ( \
-               SELECT q.job_id FROM jobs q WHERE q.status = 'queued' AND q.run_after <= $1 AND q.expires_at > $1 \
+    // Built once: this runs for every claim.
+    static SQL: LazyLock<String> = LazyLock::new(|| claim_sql("q.process_deaths = 0"));
+    static SUSPECT: LazyLock<String> = LazyLock::new(|| claim_sql("q.process_deaths > 0"));
+    // A claimer that runs nothing takes a suspect first, and only it.
+    if params.alone {
+        let suspect = claim_from(client, &SUSPECT, &JobClaimParams { limit: 1, ..params.clone() }).await?;
+        if !suspect.is_empty() {
+            return Ok(suspect);
+        }
+    }
+    claim_from(client, &SQL, params).await
+}
+
+/// The claim statement for the queued jobs `which` picks.
+fn claim_sql(which: &str) -> String {
+    format!(
+        "WITH picked AS ( \
+               SELECT q.job_id FROM jobs q WHERE q.status = 'queued' AND {which} \
+               AND q.run_after <= $1 AND q.expires_at > $1 \
                AND (q.concurrency_key IS NULL OR ( \
                  q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
                  AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
@@ -388,9 +403,11 @@ async fn claim(client: &impl GenericClient, params: &JobClaimParams) -> Result<V
                started_at = $1, last_heartbeat = $1, attempt = j.attempt + 1, cancel_requested = FALSE, \
                progress_json = NULL, logs_json = NULL \
              FROM picked WHERE j.job_id = picked.job_id RETURNING {}",
-            job_columns("j")
-        )
-    });
+        job_columns("j")
+    )
+}
+
+async fn claim_from(client: &impl GenericClient, sql: &str, params: &JobClaimParams) -> Result<Vec<Lease>, StoreError> {
     let err = |e: tokio_postgres::Error| {
         // Two claimers racing for one key's next job: the unique index
         // refused the second. Nothing changed; the next claim will do.
@@ -403,7 +420,7 @@ async fn claim(client: &impl GenericClient, params: &JobClaimParams) -> Result<V
     };
     let now = params.now.unix_ms();
     let expires = now.saturating_add(ms(params.lease_ttl));
-    let stmt = client.prepare_cached(&SQL).await.map_err(err)?;
+    let stmt = client.prepare_cached(sql).await.map_err(err)?;
     let rows =
         client.query(&stmt, &[&now, &i64::from(params.limit), &params.worker_id, &expires]).await.map_err(err)?;
     let mut leases = rows

@@ -210,18 +210,28 @@ fn check_idempotency_key(conn: &Connection, idempotency: &IdempotencyKey) -> Res
 /// writer holds the write transaction.
 fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
     // Built once: this runs for every claim.
-    static CANDIDATES: LazyLock<String> = LazyLock::new(|| {
+    static CANDIDATES: LazyLock<String> = LazyLock::new(|| candidates("q.process_deaths = 0"));
+    static SUSPECT: LazyLock<String> = LazyLock::new(|| candidates("q.process_deaths > 0"));
+    fn candidates(which: &str) -> String {
         format!(
-            "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND q.run_after <= ?1 AND q.expires_at > ?1 \
+            "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND {which} \
+             AND q.run_after <= ?1 AND q.expires_at > ?1 \
              AND (q.concurrency_key IS NULL OR ( \
                q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
                AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
              ORDER BY q.run_after, q.job_id LIMIT ?2"
         )
-    });
+    }
     let now = params.now.unix_ms();
     let expires = now + ms(params.lease_ttl);
-    let candidates = query_jobs(conn, &CANDIDATES, params![now, params.limit])?;
+    // A claimer that runs nothing takes a suspect first, and only it.
+    let mut candidates = Vec::new();
+    if params.alone {
+        candidates = query_jobs(conn, &SUSPECT, params![now, 1])?;
+    }
+    if candidates.is_empty() {
+        candidates = query_jobs(conn, &CANDIDATES, params![now, params.limit])?;
+    }
     let mut take = conn.prepare_cached(CLAIM_ONE).map_err(db_err("claiming a job"))?;
     let mut leases = Vec::with_capacity(candidates.len());
     for mut job in candidates {

@@ -469,8 +469,10 @@ ALTER TABLE plugins_next RENAME TO plugins;
 "#,
     r#"
 -- Worker processes that died while running the job: at two it is
--- quarantined (failed, `host_crash`) and never claimed again.
+-- quarantined (failed, `host_crash`) and never claimed again. Until then
+-- it is a suspect, claimed only by an empty pool, to run alone.
 ALTER TABLE jobs ADD COLUMN process_deaths INTEGER NOT NULL DEFAULT 0 CHECK (process_deaths >= 0);
+CREATE INDEX jobs_suspects ON jobs (run_after, job_id) WHERE status = 'queued' AND process_deaths > 0;
 "#,
 ];
 
