@@ -56,6 +56,7 @@ pub const FILE_KEYS: &[&str] = &[
     "header_timeout",
     "write_timeout",
     "max_connections",
+    "pool",
     "server",
 ];
 

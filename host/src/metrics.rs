@@ -207,6 +207,16 @@ impl Metrics {
         self.fuel_used.inc_by(fuel);
     }
 
+    /// Count jobs quarantined (`host_crash`) by a reclaim here: they end
+    /// as `failed` with that kind without a pool finishing them.
+    pub fn jobs_quarantined(&self, n: u64) {
+        if n > 0 {
+            let labels =
+                OutcomeLabels { status: "failed".to_owned(), error_kind: ErrorKind::HostCrash.as_str().to_owned() };
+            self.jobs_finished.get_or_create(&labels).inc_by(n);
+        }
+    }
+
     /// Set the queue-depth gauges from a snapshot.
     pub fn set_counts(&self, counts: &Counts) {
         for state in JobStatus::ALL {

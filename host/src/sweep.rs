@@ -51,12 +51,20 @@ pub struct Sweeper {
     store: Arc<dyn JobStore>,
     clock: Arc<dyn Clock>,
     config: SweepConfig,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Sweeper {
     /// A sweeper over `store`.
     pub fn new(store: Arc<dyn JobStore>, clock: Arc<dyn Clock>, config: SweepConfig) -> Self {
-        Sweeper { store, clock, config }
+        Sweeper { store, clock, config, metrics: None }
+    }
+
+    /// Count the jobs its reclaims quarantine in `metrics`
+    /// (`leash_jobs_finished_total{status="failed",error_kind="host_crash"}`).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// One pass of every sweep at `now`.
@@ -74,8 +82,12 @@ impl Sweeper {
             tracing::warn!(
                 requeued = reclaimed.requeued,
                 failed = reclaimed.failed,
+                quarantined = reclaimed.quarantined,
                 "reclaimed jobs whose lease ran out (their workers died or stalled)"
             );
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.jobs_quarantined(reclaimed.quarantined);
         }
         if expired > 0 {
             tracing::info!(expired, "queued jobs expired");

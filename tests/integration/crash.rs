@@ -102,6 +102,38 @@ async fn a_killed_workers_job_with_one_attempt_fails_as_lease_lost_when_free_rer
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_two_killed_workers_were_running_is_quarantined_through_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.db");
+    let runtime = submitter(&db).await;
+    // Attempts to spare: only the quarantine ends it.
+    let id = runtime.submit(job("sleep", r#"{"ms": 600000}"#, 5)).await.unwrap();
+    let (_, mut second) = kill_owner_and_start_another(&db, &runtime, id).await;
+    // The second worker's sweep sees the first one silent, counts the
+    // death, and runs the job again.
+    let start = Instant::now();
+    loop {
+        let job = runtime.get(id).await.unwrap();
+        if job.status == JobStatus::Running && job.attempt == 2 {
+            assert_eq!(job.process_deaths, 1);
+            break;
+        }
+        assert!(start.elapsed() < GENEROUS, "never ran again: {job:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let mut third = start_worker(&db, 2);
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::HostCrash)));
+    assert_eq!((done.attempt, done.process_deaths), (2, 2), "two starts, two deaths, and no third claim");
+    let message = done.error_message.unwrap();
+    assert!(message.contains("the last stopped reporting to the store"), "{message}");
+    third.kill().unwrap();
+    third.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_workers_job_without_effects_is_rerun_by_another_worker_even_with_one_attempt() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("jobs.db");

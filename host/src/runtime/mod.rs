@@ -694,7 +694,8 @@ impl RuntimeBuilder {
                     job_ttl: self.job_ttl,
                     event_ttl: self.event_ttl,
                 },
-            );
+            )
+            .with_metrics(metrics.clone());
             tokio::spawn(sweeper.run(stop_rx));
         } else {
             pool.state.send_replace(PoolState::Stopped);

@@ -578,15 +578,21 @@ pub struct WorkerDiedParams {
 pub struct ReclaimReport {
     /// Jobs put back in the queue (attempts or free re-runs left).
     pub requeued: u64,
-    /// Jobs ended: failed with `lease_lost` (nothing left), or cancelled.
+    /// Jobs ended: failed with `lease_lost` (nothing left) or
+    /// `host_crash`, or cancelled.
     pub failed: u64,
+    /// Of those, the jobs quarantined (`host_crash`).
+    pub quarantined: u64,
 }
 
 impl ReclaimReport {
     fn count(&mut self, fate: &unfinished::Fate) {
         match fate {
             unfinished::Fate::Requeue { .. } => self.requeued += 1,
-            unfinished::Fate::End { .. } => self.failed += 1,
+            unfinished::Fate::End { kind, .. } => {
+                self.failed += 1;
+                self.quarantined += u64::from(*kind == crate::job::ErrorKind::HostCrash);
+            }
         }
     }
 }

@@ -447,7 +447,7 @@ pub(crate) async fn reclaim_requeues_while_attempts_remain(store: Arc<dyn JobSto
     job.max_attempts = 2;
     insert_one(&*store, job, T0).await;
     let lease = claim_one(&*store, at(1)).await;
-    assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0 });
+    assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0, quarantined: 0 });
     let got = get(&*store, lease.job.id).await;
     assert_eq!(got.status, JobStatus::Queued);
     assert_eq!((got.attempt, got.lost_leases), (1, 1));
@@ -458,7 +458,7 @@ pub(crate) async fn reclaim_requeues_while_attempts_remain(store: Arc<dyn JobSto
 pub(crate) async fn reclaim_fails_with_lease_lost_when_no_attempts_remain(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;
-    assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1 });
+    assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1, quarantined: 0 });
     let got = get(&*store, lease.job.id).await;
     assert_eq!(got.status, JobStatus::Failed);
     assert_eq!(got.error_kind, Some(ErrorKind::LeaseLost));
@@ -861,7 +861,11 @@ pub(crate) async fn a_lost_lease_without_effects_reruns_free_until_its_limit(sto
     for n in 1..=2 {
         claim_one(&*store, now).await;
         now = now.plus(TTL);
-        assert_eq!(reclaim(&*store, now).await, ReclaimReport { requeued: 1, failed: 0 }, "free re-run {n}");
+        assert_eq!(
+            reclaim(&*store, now).await,
+            ReclaimReport { requeued: 1, failed: 0, quarantined: 0 },
+            "free re-run {n}"
+        );
         let got = get(&*store, job.id).await;
         assert_eq!((got.status, got.attempt, got.lost_leases, got.free_reruns), (JobStatus::Queued, n, 0, n));
         let last_error = got.last_error.unwrap();
@@ -873,7 +877,11 @@ pub(crate) async fn a_lost_lease_without_effects_reruns_free_until_its_limit(sto
     }
     claim_one(&*store, now).await;
     now = now.plus(TTL);
-    assert_eq!(reclaim(&*store, now).await, ReclaimReport { requeued: 0, failed: 1 }, "the limit is reached");
+    assert_eq!(
+        reclaim(&*store, now).await,
+        ReclaimReport { requeued: 0, failed: 1, quarantined: 0 },
+        "the limit is reached"
+    );
     let got = get(&*store, job.id).await;
     assert_eq!(
         (got.status, got.error_kind, got.attempt, got.lost_leases),
@@ -890,7 +898,7 @@ pub(crate) async fn a_lost_lease_after_an_effect_spends_the_attempt_and_names_th
     answered(&*store, job.id, &sent, 202, at(3)).await;
     intent(&*store, &lease, "in-flight", at(4)).await;
     intent(&*store, &lease, "also-in-flight", at(5)).await;
-    assert_eq!(reclaim(&*store, at(5).plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1 });
+    assert_eq!(reclaim(&*store, at(5).plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1, quarantined: 0 });
     let got = get(&*store, job.id).await;
     assert_eq!(
         (got.status, got.error_kind, got.free_reruns, got.lost_leases),
@@ -911,7 +919,7 @@ pub(crate) async fn a_lost_lease_after_an_effect_spends_the_attempt_and_names_th
     let lease = claim_one(&*store, at(1001)).await;
     let sent = intent(&*store, &lease, "done", at(1002)).await;
     answered(&*store, job.id, &sent, 200, at(1003)).await;
-    assert_eq!(reclaim(&*store, at(1003).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0 });
+    assert_eq!(reclaim(&*store, at(1003).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0, quarantined: 0 });
     let got = get(&*store, job.id).await;
     assert_eq!((got.status, got.lost_leases, got.free_reruns), (JobStatus::Queued, 1, 0));
     let last_error = got.last_error.unwrap();
@@ -1080,7 +1088,7 @@ pub(crate) async fn reclaim_requeues_after_the_backoff_and_shares_the_attempt_bu
     assert!(store.job_retry(retry_params(&lease, at(2), at(1))).await.unwrap());
     let lease = claim_one(&*store, at(2)).await;
     let lost_at = at(2).plus(TTL);
-    assert_eq!(reclaim(&*store, lost_at).await, ReclaimReport { requeued: 1, failed: 0 });
+    assert_eq!(reclaim(&*store, lost_at).await, ReclaimReport { requeued: 1, failed: 0, quarantined: 0 });
     let got = get(&*store, lease.job.id).await;
     assert_eq!((got.status, got.retries, got.lost_leases), (JobStatus::Queued, 1, 1));
     assert!(
@@ -1091,7 +1099,10 @@ pub(crate) async fn reclaim_requeues_after_the_backoff_and_shares_the_attempt_bu
     assert!(got.last_error.as_deref().unwrap().starts_with("lease_lost: "), "{:?}", got.last_error);
     // Attempt 3 also loses its lease: the budget of three is spent.
     claim_one(&*store, got.run_after).await;
-    assert_eq!(reclaim(&*store, got.run_after.plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1 });
+    assert_eq!(
+        reclaim(&*store, got.run_after.plus(TTL)).await,
+        ReclaimReport { requeued: 0, failed: 1, quarantined: 0 }
+    );
     let got = get(&*store, lease.job.id).await;
     assert_eq!((got.status, got.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)));
 }
@@ -1180,7 +1191,7 @@ pub(crate) async fn a_dead_workers_jobs_are_reclaimed_at_once_and_the_second_dea
     let bystander = claim(&*store, "worker-0000000b", 1, at(2)).await.pop().unwrap();
     // Long before the lease runs out, the death frees the job.
     let report = store.worker_died(died_params("worker-0000000a", at(3))).await.unwrap();
-    assert_eq!(report, ReclaimReport { requeued: 1, failed: 0 });
+    assert_eq!(report, ReclaimReport { requeued: 1, failed: 0, quarantined: 0 });
     let got = get(&*store, job.id).await;
     assert_eq!((got.status, got.process_deaths, got.free_reruns, got.lost_leases), (JobStatus::Queued, 1, 1, 0));
     assert!(!store.job_finish(succeed(&first, at(3))).await.unwrap(), "the dead process's token is void");
@@ -1195,7 +1206,7 @@ pub(crate) async fn a_dead_workers_jobs_are_reclaimed_at_once_and_the_second_dea
     assert_eq!(second.job.id, job.id);
     assert_eq!(
         store.worker_died(died_params("worker-0000000c", at(401))).await.unwrap(),
-        ReclaimReport { requeued: 0, failed: 1 }
+        ReclaimReport { requeued: 0, failed: 1, quarantined: 1 }
     );
     let got = get(&*store, job.id).await;
     assert_eq!((got.status, got.error_kind, got.process_deaths), (JobStatus::Failed, Some(ErrorKind::HostCrash), 2));
@@ -1248,19 +1259,19 @@ pub(crate) async fn an_expired_lease_whose_worker_fell_silent_counts_a_process_d
     // Silent: the worker's last report came at the claim.
     store.worker_beat(worker_record("worker-0000000a", at(1))).await.unwrap();
     claim(&*store, "worker-0000000a", 1, at(1)).await;
-    assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0 });
+    assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0, quarantined: 0 });
     let got = get(&*store, job.id).await;
     assert_eq!((got.process_deaths, got.free_reruns), (1, 1));
     // Alive: its worker still reports, so only the lease was lost.
     store.worker_beat(worker_record("worker-0000000b", at(400))).await.unwrap();
     claim(&*store, "worker-0000000b", 1, at(400)).await;
     store.worker_beat(worker_record("worker-0000000b", at(430))).await.unwrap();
-    assert_eq!(reclaim(&*store, at(431)).await, ReclaimReport { requeued: 1, failed: 0 });
+    assert_eq!(reclaim(&*store, at(431)).await, ReclaimReport { requeued: 1, failed: 0, quarantined: 0 });
     let got = get(&*store, job.id).await;
     assert_eq!((got.status, got.process_deaths, got.free_reruns), (JobStatus::Queued, 1, 2));
     // No row: nothing is known, nothing counted.
     claim(&*store, "worker-0000000z", 1, at(800)).await;
-    assert_eq!(reclaim(&*store, at(800).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0 });
+    assert_eq!(reclaim(&*store, at(800).plus(TTL)).await, ReclaimReport { requeued: 1, failed: 0, quarantined: 0 });
     assert_eq!(get(&*store, job.id).await.process_deaths, 1);
     // Stopped and still holding it: the second death.
     let mut stopped = worker_record("worker-0000000c", at(1200));
@@ -1268,7 +1279,7 @@ pub(crate) async fn an_expired_lease_whose_worker_fell_silent_counts_a_process_d
     store.worker_beat(worker_record("worker-0000000c", at(1200))).await.unwrap();
     claim(&*store, "worker-0000000c", 1, at(1200)).await;
     store.worker_beat(stopped).await.unwrap();
-    assert_eq!(reclaim(&*store, at(1200).plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1 });
+    assert_eq!(reclaim(&*store, at(1200).plus(TTL)).await, ReclaimReport { requeued: 0, failed: 1, quarantined: 1 });
     let got = get(&*store, job.id).await;
     assert_eq!((got.status, got.error_kind, got.process_deaths), (JobStatus::Failed, Some(ErrorKind::HostCrash), 2));
     assert!(got.error_message.unwrap().contains("stopped reporting to the store"));

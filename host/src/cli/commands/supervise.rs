@@ -73,6 +73,9 @@ enum ToPool {
     Cancel(JobId),
     /// Send report number `n`.
     Report(u64),
+    /// The supervisor quarantined this many jobs when the pool's
+    /// predecessor died: count them with the pool's finished jobs.
+    Quarantined(u64),
 }
 
 /// Pool to supervisor.
@@ -383,7 +386,7 @@ async fn supervise(
                     "the pool process {how}; its jobs are reclaimed and another starts"
                 );
                 let stderr = pool.stderr_tail().await;
-                reclaim(&runtime, &pool.worker_id, &how, &stderr, args.queue_ttl).await;
+                let quarantined = reclaim(&runtime, &pool.worker_id, &how, &stderr, args.queue_ttl).await;
                 pause = if pool.started.elapsed() >= HEALTHY_AFTER {
                     Duration::ZERO
                 } else {
@@ -405,6 +408,9 @@ async fn supervise(
                 // Jobs it reclaimed are due now: the new pool claims them
                 // as soon as it is up (it claims on start anyway).
                 link.wake();
+                if quarantined > 0 {
+                    link.send(ToPool::Quarantined(quarantined));
+                }
             }
             _ = stop.changed() => {
                 if let Some(pid) = pool.pid.and_then(|pid| i32::try_from(pid).ok()) {
@@ -425,8 +431,9 @@ async fn supervise(
     }
 }
 
-/// Reclaim a dead pool's jobs, retrying while the store is unreachable.
-async fn reclaim(runtime: &Runtime, worker_id: &str, how: &str, stderr: &str, queue_ttl: Duration) {
+/// Reclaim a dead pool's jobs, retrying while the store is unreachable;
+/// how many it quarantined.
+async fn reclaim(runtime: &Runtime, worker_id: &str, how: &str, stderr: &str, queue_ttl: Duration) -> u64 {
     for attempt in 1..=RECLAIM_TRIES {
         let params = WorkerDiedParams {
             worker_id: worker_id.to_owned(),
@@ -441,9 +448,10 @@ async fn reclaim(runtime: &Runtime, worker_id: &str, how: &str, stderr: &str, qu
                     worker_id,
                     requeued = report.requeued,
                     ended = report.failed,
+                    quarantined = report.quarantined,
                     "reclaimed the dead pool's jobs"
                 );
-                return;
+                return report.quarantined;
             }
             Err(e) if attempt < RECLAIM_TRIES => {
                 tracing::warn!(error = %e, "cannot reclaim the dead pool's jobs yet");
@@ -455,6 +463,7 @@ async fn reclaim(runtime: &Runtime, worker_id: &str, how: &str, stderr: &str, qu
             ),
         }
     }
+    0
 }
 
 /// `leash worker --supervised-by PID`: the pool process. Dies with its
@@ -513,6 +522,7 @@ pub(super) async fn run_pool_process(supervisor: u32) -> Result<ExitStatus, CliE
                     Ok(ToPool::Cancel(id)) => {
                         runtime.stop_here(id);
                     }
+                    Ok(ToPool::Quarantined(n)) => runtime.metrics().jobs_quarantined(n),
                     Ok(ToPool::Report(n)) => {
                         let report = Box::new(runtime.pool_report());
                         let _ = out.send(Some(FromPool::Report { n, report }));
