@@ -1,9 +1,9 @@
 //! Density benchmark: a thousand guests running at once in one process.
 //!
 //! Run with `cargo bench -p leash --bench density` (`-- --quick`: 250
-//! guests). It starts a real `leash serve --max-workers 1000` (the worker
-//! pool and its pooling allocator sized to 1,000 slots, the HTTP API in
-//! the same process) and, for the `sleep` guest (blocked in a WASI sleep)
+//! guests). It starts a real `leash serve --pool in-process --max-workers
+//! 1000` (the worker pool and its pooling allocator sized to 1,000 slots,
+//! the HTTP API in the same process, so one `VmRSS` holds it all) and, for the `sleep` guest (blocked in a WASI sleep)
 //! and the `coop` guest (computing, checking for cancellation):
 //!
 //! 1. queues 1,000 jobs in one `POST /v1/jobs:batch` and times until
@@ -40,7 +40,17 @@ impl Drop for Serve {
 fn serve(dir: &std::path::Path, slots: usize, extra: &[&str]) -> Result<Serve, String> {
     let db = dir.join(format!("density-{slots}-{}.db", extra.join("")));
     let mut child = Command::new(env!("CARGO_BIN_EXE_leash"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--poll-interval", "50ms", "--lease-ttl", "10s"])
+        .args([
+            "serve",
+            "--pool",
+            "in-process",
+            "--listen",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "50ms",
+            "--lease-ttl",
+            "10s",
+        ])
         .args(["--max-workers", &slots.to_string(), "--max-queued", "100000"])
         .args(extra)
         .arg("--db")

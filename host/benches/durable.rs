@@ -309,6 +309,7 @@ async fn store_only(n: usize, events: bool) -> f64 {
                 let claim = JobClaimParams {
                     worker_id: format!("w{t}"),
                     limit: CLAIM,
+                    alone: false,
                     lease_ttl: Duration::from_secs(30),
                     now,
                 };

@@ -62,7 +62,7 @@ async fn ledger(store: Arc<dyn JobStore>, input: &str) -> Arc<LeaseLedger> {
         approval_ttl: leash::job::DEFAULT_APPROVAL_TTL,
     };
     store.job_insert(JobInsertParams { jobs: vec![job], now: clock.now() }).await.unwrap();
-    let claim = JobClaimParams { worker_id: "bench".into(), limit: 1, lease_ttl: TTL, now: clock.now() };
+    let claim = JobClaimParams { worker_id: "bench".into(), limit: 1, alone: false, lease_ttl: TTL, now: clock.now() };
     let lease = store.job_claim(claim).await.unwrap().remove(0);
     let keeper = LeaseKeeper {
         store,

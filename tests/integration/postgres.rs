@@ -277,10 +277,12 @@ async fn two_serve_replicas_and_a_worker_share_jobs_and_pass_cancels_along() {
         assert!(job["worker_id"].is_string(), "{job}");
     }
 
-    // Three pools in one registry, each with its own id.
+    // Three pools in one registry, each with its own id: each server's in
+    // the child process it supervises.
     let (_, workers) = a.call(reqwest::Method::GET, "/v1/workers", None).await;
     let pids: Vec<u64> = workers["workers"].as_array().unwrap().iter().map(|w| w["pid"].as_u64().unwrap()).collect();
-    let mut expected = vec![u64::from(a.child.id()), u64::from(b.child.id()), u64::from(worker.id())];
+    let (a_pool, b_pool) = (pool_pid(&a).await, pool_pid(&b).await);
+    let mut expected = vec![a_pool, b_pool, u64::from(worker.id())];
     let mut seen = pids.clone();
     expected.sort();
     seen.sort();
@@ -297,7 +299,7 @@ async fn two_serve_replicas_and_a_worker_share_jobs_and_pass_cancels_along() {
     let id = answer["job_id"].as_str().unwrap().to_owned();
     let running = a.poll_job(&id, |j| j["status"] == "running").await;
     let owner = owner_pid(&a, &running).await;
-    let other = if owner == u64::from(a.child.id()) { &b } else { &a };
+    let other = if owner == a_pool { &b } else { &a };
     let (status, answer) = other.call(reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await;
     assert_eq!(status, 202, "{answer}");
     let done = other.poll_job(&id, |j| j["status"] == "cancelled").await;
@@ -310,6 +312,12 @@ async fn two_serve_replicas_and_a_worker_share_jobs_and_pass_cancels_along() {
 }
 
 /// The pid of the pool that runs `job`.
+/// The pid of a server's supervised pool process.
+async fn pool_pid(server: &Server) -> u64 {
+    let (_, health) = server.call(reqwest::Method::GET, "/v1/health", None).await;
+    health["health"]["supervision"]["pid"].as_u64().unwrap_or_else(|| panic!("no pool process: {health}"))
+}
+
 async fn owner_pid(server: &Server, job: &Value) -> u64 {
     let (_, workers) = server.call(reqwest::Method::GET, "/v1/workers", None).await;
     let owner = job["worker_id"].as_str().unwrap();

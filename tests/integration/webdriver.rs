@@ -158,9 +158,19 @@ impl Browser {
         }
     }
 
+    /// Click the element `css` selects. A live page may redraw it between
+    /// finding and clicking ("stale element reference"): then it is found
+    /// again, within the same bound.
     pub(crate) async fn click(&self, css: &str) {
-        let element = self.wait_for(css).await;
-        self.post(&format!("/element/{element}/click"), json!({})).await;
+        let start = Instant::now();
+        loop {
+            let element = self.wait_for(css).await;
+            match self.command(reqwest::Method::POST, &format!("/element/{element}/click"), Some(json!({}))).await {
+                Ok(_) => return,
+                Err(e) if e["error"] == "stale element reference" && start.elapsed() < GENEROUS => {}
+                Err(e) => panic!("click {css}: {e}"),
+            }
+        }
     }
 
     pub(crate) async fn type_into(&self, css: &str, text: &str) {

@@ -1007,9 +1007,14 @@ impl Runtime {
             }
         };
         let settings = &self.inner.settings;
-        let queued = self.queue_depth().await?;
+        let mut queued = self.queue_depth(false).await?;
         if queued + jobs.len() as u64 > settings.max_queued {
-            return Err(RuntimeError::Backpressure { queued, limit: settings.max_queued });
+            // Refused only on a fresh count: the estimate cannot see claims
+            // made by other processes (a supervised pool's included).
+            queued = self.queue_depth(true).await?;
+            if queued + jobs.len() as u64 > settings.max_queued {
+                return Err(RuntimeError::Backpressure { queued, limit: settings.max_queued });
+            }
         }
         let mut checked: Vec<(Digest, Option<PluginName>, Grants, bool, Submit)> = Vec::with_capacity(jobs.len());
         // A batch names few plugins: each is read once per call.
@@ -1062,11 +1067,12 @@ impl Runtime {
     }
 
     /// Queued jobs, for admission: counted in the store at most once per
-    /// poll interval, plus what this process submitted since, less what it
-    /// claimed since. Counting on every submit would cost a scan per job.
-    async fn queue_depth(&self) -> Result<u64, RuntimeError> {
+    /// poll interval (or now, with `recount`), plus what this process
+    /// submitted since, less what it claimed since. Counting on every
+    /// submit would cost a scan per job.
+    async fn queue_depth(&self, recount: bool) -> Result<u64, RuntimeError> {
         let fresh_for = self.inner.settings.worker.poll_interval;
-        let stale = {
+        let stale = recount || {
             let queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
             queue.counted_at.is_none_or(|at| at.elapsed() >= fresh_for)
         };

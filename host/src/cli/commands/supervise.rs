@@ -413,6 +413,9 @@ async fn supervise(
                 }
             }
             _ = stop.changed() => {
+                // Its stdin closes (it stops at the end of it) and it is
+                // sent SIGTERM, whichever it hears first.
+                link.disconnect();
                 if let Some(pid) = pool.pid.and_then(|pid| i32::try_from(pid).ok()) {
                     // SAFETY: kill only sends a signal to our own child.
                     unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -424,7 +427,6 @@ async fn supervise(
                     let stderr = pool.stderr_tail().await;
                     reclaim(&runtime, &pool.worker_id, "was killed at shutdown", &stderr, args.queue_ttl).await;
                 }
-                link.disconnect();
                 return;
             }
         }
@@ -477,12 +479,19 @@ pub(super) async fn run_pool_process(supervisor: u32) -> Result<ExitStatus, CliE
     if std::os::unix::process::parent_id() != supervisor {
         return Err(CliError::internal(format!("the supervising process {supervisor} is gone")));
     }
-    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
-    let first = stdin
-        .next_line()
-        .await
-        .map_err(|e| CliError::internal(format!("cannot read the pool's settings: {e}")))?
-        .ok_or_else(|| CliError::internal("the supervisor sent no settings"))?;
+    // Read on a thread of its own: a read blocked on stdin must not hold
+    // the process at exit (tokio's stdin would, until the next line).
+    let (lines, mut stdin) = mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let first = stdin.recv().await.ok_or_else(|| CliError::internal("the supervisor sent no settings"))?;
     let Settings { worker_id, worker: args } = serde_json::from_str(&first)
         .map_err(|e| CliError::internal(format!("the pool's settings do not parse: {e}")))?;
     init_logging(&args.log_format)?;
@@ -516,8 +525,8 @@ pub(super) async fn run_pool_process(supervisor: u32) -> Result<ExitStatus, CliE
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            line = stdin.next_line() => match line {
-                Ok(Some(line)) => match serde_json::from_str::<ToPool>(&line) {
+            line = stdin.recv() => match line {
+                Some(line) => match serde_json::from_str::<ToPool>(&line) {
                     Ok(ToPool::Wake) => runtime.wake_pool(),
                     Ok(ToPool::Cancel(id)) => {
                         runtime.stop_here(id);
@@ -530,7 +539,7 @@ pub(super) async fn run_pool_process(supervisor: u32) -> Result<ExitStatus, CliE
                     Err(e) => tracing::warn!(error = %e, "the supervisor wrote a line that is not a message"),
                 },
                 // The supervisor is gone (or closed our stdin): stop.
-                _ => break,
+                None => break,
             },
         }
     }
