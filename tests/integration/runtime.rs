@@ -551,3 +551,57 @@ async fn a_declaration_is_read_at_any_depth_and_a_bad_one_refuses_the_plugin() {
     assert!(err.to_string().contains("more than one"), "{err}");
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_a_process_died_under_runs_alone_for_a_while_then_beside_others() {
+    use leash::store::{JobClaimParams, WorkerDiedParams};
+    let dir = tempfile::tempdir().unwrap();
+    // The suspect: claimed by a worker whose process then died.
+    let setup = builder(&dir).without_workers().build().await.unwrap();
+    let suspect = setup.submit(job("sleep", r#"{"ms": 600000}"#)).await.unwrap();
+    let dead = "worker-dead0000".to_owned();
+    let claim = JobClaimParams {
+        worker_id: dead.clone(),
+        limit: 1,
+        alone: true,
+        lease_ttl: Duration::from_secs(30),
+        now: setup.now(),
+    };
+    assert_eq!(setup.store().job_claim(claim).await.unwrap().len(), 1);
+    let died = WorkerDiedParams {
+        worker_id: dead,
+        how: "killed by signal 9 (SIGKILL)".into(),
+        stderr: String::new(),
+        now: setup.now(),
+        queue_ttl: Duration::from_secs(3600),
+    };
+    assert_eq!(setup.store().worker_died(died).await.unwrap().requeued, 1);
+
+    let alone_for = Duration::from_millis(800);
+    let starts: Arc<std::sync::Mutex<Vec<(JobId, Instant)>>> = Arc::default();
+    let seen = starts.clone();
+    let runtime = builder(&dir)
+        .max_workers(2)
+        .suspect_alone_for(alone_for)
+        .on_start(move |s| seen.lock().unwrap().push((s.id, Instant::now())))
+        .build()
+        .await
+        .unwrap();
+    let start = Instant::now();
+    while !starts.lock().unwrap().iter().any(|(id, _)| *id == suspect) {
+        assert!(start.elapsed() < GENEROUS, "the suspect never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let hello = runtime.submit(job("hello", r#"{"name":"Ada"}"#)).await.unwrap();
+    let done = runtime.wait(hello, GENEROUS).await.unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error_message);
+    let starts = starts.lock().unwrap().clone();
+    let at = |job: JobId| starts.iter().find(|(id, _)| *id == job).map(|(_, at)| *at).unwrap();
+    // A free slot, yet the other job waited for the suspect's time alone,
+    // then ran beside it.
+    assert!(at(hello) - at(suspect) >= alone_for, "started {:?} after the suspect", at(hello) - at(suspect));
+    let still = runtime.get(suspect).await.unwrap();
+    assert_eq!((still.status, still.process_deaths), (JobStatus::Running, 1));
+    runtime.cancel(suspect).await.unwrap();
+    runtime.shutdown().await;
+}

@@ -538,6 +538,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long a job a process died under runs alone in the pool before
+    /// the pool takes other jobs beside it (default 60 s).
+    pub fn suspect_alone_for(mut self, d: Duration) -> Self {
+        self.worker.suspect_alone_for = d;
+        self
+    }
+
     /// Run guests on threads of their own (the default), or beside the
     /// caller's tasks (`false`: one runtime for everything, as a benchmark
     /// baseline).
@@ -797,6 +804,7 @@ impl Runtime {
                 guest_log_level: None,
                 isolate_guests: true,
                 guest_nice: 0,
+                suspect_alone_for: crate::worker::DEFAULT_SUSPECT_ALONE_FOR,
             },
             job_ttl: DEFAULT_JOB_TTL,
             event_ttl: DEFAULT_EVENT_TTL,

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::{Notify, Semaphore, broadcast, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, watch};
 use tracing::Instrument as _;
 
 use crate::clock::{Clock, Timestamp};
@@ -76,7 +76,17 @@ pub struct WorkerConfig {
     /// (target `leash::guest`, in the job's span) when each attempt ends;
     /// `None` forwards none.
     pub guest_log_level: Option<tracing::Level>,
+    /// How long a suspect (a job a process died under) runs alone in this
+    /// pool before the pool takes other jobs beside it: a crash it causes
+    /// in that time costs no other job.
+    pub suspect_alone_for: Duration,
 }
+
+/// Default of [`WorkerConfig::suspect_alone_for`]: a job that crashes its
+/// process through an engine bug does so as its code runs, mostly at once;
+/// a minute spares other jobs that, and spares the pool a long suspect's
+/// whole run.
+pub const DEFAULT_SUSPECT_ALONE_FOR: Duration = Duration::from_secs(60);
 
 /// A fresh random worker id, `worker-<8 hex>`: never a host name.
 pub fn new_worker_id() -> String {
@@ -340,23 +350,23 @@ impl Pool {
             // it crashes the process again, nothing else dies with it, and
             // the next death is its own.
             let suspect = claimed.first().is_some_and(|lease| lease.job.process_deaths > 0);
-            let mut rest = if suspect { permits.split_off(1) } else { Vec::new() };
-            for (lease, permit) in claimed.into_iter().zip(permits.drain(..)) {
-                // Registered before the task starts, so shutdown sees it.
-                let running = self.register(lease.job.id);
-                let pool = self.clone();
-                let held = std::mem::take(&mut rest);
+            if suspect {
+                let held = permits.split_off(1);
+                let alone_for = self.config.suspect_alone_for;
+                let held = Arc::new(Mutex::new(held));
+                let (timer, job) = (held.clone(), held);
                 tokio::spawn(async move {
-                    let _held = held;
-                    // A finish may claim the slot's next job in the same
-                    // round trip; the slot runs it at once.
-                    let mut next = Some((lease, running));
-                    while let Some((lease, running)) = next {
-                        let span = job_span(&pool.worker_id, &lease.job);
-                        next = pool.clone().run_job(lease, running).instrument(span).await;
-                    }
-                    drop(permit);
+                    tokio::time::sleep(alone_for).await;
+                    timer.lock().unwrap_or_else(|e| e.into_inner()).clear();
                 });
+                // Emptied by the job too, if it ends first.
+                if let Some(lease) = claimed.into_iter().next() {
+                    self.spawn_slot(lease, permits.remove(0), Some(job));
+                }
+                continue;
+            }
+            for (lease, permit) in claimed.into_iter().zip(permits.drain(..)) {
+                self.spawn_slot(lease, permit, None);
             }
             drop(permits);
             if got < wanted {
@@ -368,6 +378,33 @@ impl Pool {
                 }
             }
         }
+    }
+
+    /// Run a claimed job on a slot of its own (a suspect also holds the
+    /// pool's other slots in `alone` until its job ends or the timer that
+    /// shares them empties them).
+    fn spawn_slot(
+        self: &Arc<Self>,
+        lease: Lease,
+        permit: OwnedSemaphorePermit,
+        alone: Option<Arc<Mutex<Vec<OwnedSemaphorePermit>>>>,
+    ) {
+        // Registered before the task starts, so shutdown sees it.
+        let running = self.register(lease.job.id);
+        let pool = self.clone();
+        tokio::spawn(async move {
+            // A finish may claim the slot's next job in the same round
+            // trip; the slot runs it at once.
+            let mut next = Some((lease, running));
+            while let Some((lease, running)) = next {
+                let span = job_span(&pool.worker_id, &lease.job);
+                next = pool.clone().run_job(lease, running).instrument(span).await;
+            }
+            if let Some(alone) = alone {
+                alone.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            }
+            drop(permit);
+        });
     }
 
     fn claim_params(&self, limit: u32, alone: bool) -> JobClaimParams {
