@@ -16,6 +16,7 @@ mod events;
 mod faults;
 mod hostile;
 mod http;
+mod layout;
 mod lease_model;
 mod pg;
 mod plans;

@@ -1,7 +1,13 @@
 //! Error answers: a status and `{"error": {"kind", "message"}}`, and how
 //! each refusal of a body, query or path becomes one.
 
-use super::*;
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::RuntimeError;
 
 /// An error answer: a status and `{"error": {"kind", "message"}}`.
 #[derive(Debug)]

@@ -8,10 +8,18 @@
 //! `event: missed` and goes on from the oldest kept.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 
-use super::*;
+use crate::api::error::{ApiError, ErrorBody, query_error};
+use crate::api::{AppState, parse_id};
+use crate::job::{JobId, JobStatus};
 use crate::runtime::{EventStream, StreamItem};
 use crate::store::{Event, EventFilter, EventId};
 

@@ -1,6 +1,14 @@
 //! `/v1/health` and `/v1/workers`.
 
-use super::*;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+
+use crate::api::AppState;
+use crate::api::error::{ApiError, ErrorBody};
+use crate::api::types::HealthReport;
 
 /// This process's worker, the queue by state, and the ceilings.
 #[utoipa::path(get, path = "/v1/health", tag = "health",

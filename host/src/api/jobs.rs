@@ -2,7 +2,28 @@
 //! logs, output, cancel, and the decisions on gated jobs: approve,
 //! reject, run.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
+use crate::api::types::{Accepted, CancelAnswer, EffectList, Finished, JobPage, JobView};
+use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
+use crate::clock::Timestamp;
+use crate::job::{
+    Backoff, Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, MAX_IDEMPOTENCY_KEY_BYTES, PluginRef, Target,
+};
+use crate::runtime::{Cancelled, Ceilings, DecisionBy, PluginSource, Runtime, RuntimeError, Submit};
+use crate::store::JobListParams;
 
 /// How `POST /v1/jobs` answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]

@@ -16,7 +16,7 @@ mod plugins;
 pub mod types;
 mod ui;
 
-use error::{ApiError, ErrorBody, body_error, parse_body, path_error, query_error};
+use error::{ApiError, ErrorBody, path_error};
 use health::{health, workers};
 pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, MAX_BATCH_JOBS};
 use jobs::{
@@ -26,32 +26,20 @@ use jobs::{
 use plans::{plan_approve, plan_cancel, plan_list, plan_reject, plan_show, plan_submit};
 use plugins::{plugin_approval, plugin_grants, plugin_list, plugin_show, plugin_upload};
 pub use types::finished_json;
-use types::{Accepted, CancelAnswer, EffectList, Finished, HealthReport, JobPage, JobView, PluginList};
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, Request, State};
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::{Json, Router};
-use base64::Engine as _;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use subtle::ConstantTimeEq;
 
-use crate::clock::Timestamp;
-use crate::job::{
-    ApprovalPolicy, Backoff, Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, MAX_IDEMPOTENCY_KEY_BYTES,
-    PluginName, PluginRef, Target,
-};
-use crate::runtime::{Cancelled, Ceilings, DecisionBy, PluginSource, Runtime, RuntimeError, Submit};
-use crate::store::JobListParams;
+use crate::job::JobId;
+use crate::runtime::Runtime;
 
 /// Most jobs one list page returns.
 pub const MAX_PAGE: u32 = 500;

@@ -1,10 +1,24 @@
 //! `/v1/plans`: create a plan (its execute job), show and list plans with
 //! their phases and outputs, approve, reject and cancel them.
 
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
 use super::jobs::{DecisionBody, Execution, SubmitBody, decision_by};
-use super::*;
-use crate::job::{ApplyMode, PlanStatus};
-use crate::runtime::{PlanSubmit, PlanView};
+use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
+use crate::api::types::{Finished, JobView};
+use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
+use crate::clock::Timestamp;
+use crate::job::{ApplyMode, Job, JobId, PlanStatus};
+use crate::runtime::{Ceilings, PlanSubmit, PlanView};
 
 /// The body of `POST /v1/plans`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]

@@ -1,6 +1,19 @@
 //! `/v1/plugins`: upload, list, show, grant, approval policy.
 
-use super::*;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
+use crate::api::types::PluginList;
+use crate::api::{AppState, ParsedPath};
+use crate::job::{ApprovalPolicy, PluginName, PluginRef};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -1,9 +1,15 @@
 //! What the API answers, as types: the server serializes them and the
 //! CLI's [`crate::client::Client`] reads them back.
 
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::job::{Job, JobId};
+use crate::runtime::Cancelled;
+
 pub use super::error::{ErrorBody, ErrorDetail};
 pub use super::plans::{PlanAnswer, PlanPage};
-use super::*;
 
 /// A job as the API shows it.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]

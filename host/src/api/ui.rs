@@ -16,14 +16,22 @@
 //! answer carries a Content-Security-Policy that allows only this
 //! server's own scripts, styles and connections.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Form;
-use axum::http::{Method, header};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
 use hmac::{Hmac, Mac};
+use serde::Deserialize;
 use sha2::Sha256;
+use subtle::ConstantTimeEq;
 
-use super::*;
+use crate::api::AppState;
+use crate::api::error::ApiError;
+use crate::clock::Timestamp;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "leash_session";

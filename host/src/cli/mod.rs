@@ -8,19 +8,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use clap::{Args, Parser, Subcommand};
-use serde::Serialize;
 
 use crate::job::grant::{self, AddressRange, HostRule, HttpGrant, HttpLimits, SecretName};
-use crate::job::{Backoff, ErrorKind, Grants, Target};
-use crate::runtime::Runtime;
-use crate::sandbox::{
-    self, Allocator, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
-    StopHandle,
-};
+use crate::job::{ErrorKind, Grants, Target};
+use crate::sandbox::{self};
 use crate::store::{Database, Durability};
-use crate::worker::JobStarted;
 
 /// Like `eprintln!`, but a closed stderr (a log pipe whose reader went
 /// away) is ignored instead of aborting a worker mid-shutdown.

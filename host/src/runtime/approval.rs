@@ -1,7 +1,9 @@
 //! Approval gates through the embedding API: decide on a gated job,
 //! trigger an approved one's run, and set a registration's policy.
 
-use super::*;
+use crate::job::{ApprovalPolicy, Job, JobId, JobStatus, PluginInfo, PluginName};
+use crate::runtime::{Runtime, RuntimeError};
+use crate::store::{DecideRefusal, JobDecideParams, JobDecision, PluginPolicyParams};
 
 /// Who decides and why, for [`Runtime::approve`] and [`Runtime::reject`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -32,9 +32,8 @@ use crate::job::{
 use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig, SandboxError};
 use crate::store::{
-    CancelResult, Database, DecideRefusal, Durability, EventFilter, EventId, JobDecideParams, JobDecision,
-    JobInsertParams, JobListParams, JobStore, JobsExpireParams, PluginGrantsParams, PluginNameParams,
-    PluginPolicyParams, PluginPutParams, StoreError, WorkerRecord, WorkerState,
+    CancelResult, Database, Durability, EventFilter, EventId, JobInsertParams, JobListParams, JobStore,
+    JobsExpireParams, PluginGrantsParams, PluginNameParams, PluginPutParams, StoreError, WorkerRecord, WorkerState,
 };
 use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};

@@ -4,13 +4,16 @@
 //! that ran it ([`spawn_advancer`]), and by every sweep for a process that
 //! died in between.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
+use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::*;
-use crate::job::{ApplyMode, PlanRecord, PlanStatus};
-use crate::store::{PlanInsertParams, PlanListParams, PlansAdvanceParams};
+use crate::clock::Clock;
+use crate::job::{ApplyMode, Job, JobId, JobStatus, PlanRecord, PlanStatus, PluginRef, Target};
+use crate::runtime::approval::DecisionBy;
+use crate::runtime::{PluginSource, Runtime, RuntimeError, Submit};
+use crate::store::{JobStore, PlanInsertParams, PlanListParams, PlansAdvanceParams};
 use crate::worker::Pool;
 
 /// A plan to create: its plugin and input, and how its apply phase starts.

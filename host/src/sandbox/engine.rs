@@ -2,7 +2,25 @@
 //! pooling allocator), the epoch ticker, and loading a component into a
 //! [`Plugin`] through the compile cache.
 
-use super::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, HasSelf, Linker, Resource};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::job::Digest;
+use crate::sandbox::cache::CompileCache;
+use crate::sandbox::http::SecretStore;
+use crate::sandbox::shape::ComponentLimits;
+use crate::sandbox::state::{HostState, cut_text};
+use crate::sandbox::{
+    DEFAULT_COMPILE_CONCURRENCY, DEFAULT_COMPILE_NICE, DEFAULT_EPOCH_TICK, DEFAULT_KEEP_RESIDENT_BYTES,
+    DEFAULT_MEMORY_CEILING_BYTES, DEFAULT_POOL_SLOTS, Loaded, MAX_TABLE_ELEMENTS, Plugin, Sandbox, SandboxError,
+    bindings, lower_thread_priority, one_line, proposals, shape,
+};
 
 impl Sandbox {
     /// Build the engine, linker, ticker and cache.

@@ -10,10 +10,10 @@
 //! stderr and log capture, and WASI with nothing granted — no files, no
 //! environment, no arguments, no sockets; clocks and random only. Outbound
 //! HTTP (`wasi:http/outgoing-handler`) is linked for every guest and
-//! reaches only what the job's [`Grants`] allow (see [`http`]), and
+//! reaches only what the job's [`Grants`](crate::job::Grants) allow (see [`http`]), and
 //! `wasi:config/store` shows the guest its granted configuration only.
 //!
-//! Every ending is an [`Outcome`] whose failures carry an [`ErrorKind`].
+//! Every ending is an [`Outcome`] whose failures carry an [`ErrorKind`](crate::job::ErrorKind).
 //! Nothing wasmtime-typed leaves this module, and the module knows nothing
 //! of storage: the durable parts of leash call it and record the outcome.
 
@@ -32,38 +32,25 @@ mod state;
 mod stop;
 
 use std::fmt;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable, ResourceTableError};
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline, WasmBacktrace,
-};
-use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime::Engine;
+use wasmtime::component::Linker;
 
 use self::cache::CompileCache;
-use self::capture::CapturedOutput;
 use self::engine::EpochTicker;
 pub use self::engine::{Allocator, MAX_GUEST_ERROR_TEXT_BYTES, SandboxConfig};
-use self::http::{HttpGate, SecretStore};
-use self::limiter::JobLimiter;
+use self::outcome::Interrupted;
 pub use self::outcome::{Captured, Failure, Outcome, StopMode, Usage};
-use self::outcome::{Ended, Interrupted, classify};
-use self::run::hostcall_fuel;
 pub use self::run::{RunLimits, RunRequest};
 pub use self::shape::{ComponentLimits, DEFAULT_MAX_COMPONENT_BYTES, declared_requests};
-use self::state::cut_text;
+use self::state::HostState;
 pub use self::state::{
     FIELDS_DROPPED_KEY, LogLevel, LogRecord, MAX_LOG_FIELDS, MAX_LOG_KEY_BYTES, MAX_LOG_MESSAGE_BYTES,
     MAX_LOG_VALUE_BYTES, NoObserver, Progress, RunObserver,
 };
-use self::state::{HostState, Journal, LogBook};
 pub use self::stop::StopHandle;
-use crate::job::{Digest, ErrorKind, Grants, Target};
+use crate::job::Digest;
 
 /// How often the engine's epoch advances. Bounds timeout overshoot and how
 /// often a computing guest yields to other tasks.

@@ -2,7 +2,17 @@
 //! on failure, an error kind, a message and a guest backtrace; and the
 //! classification of wasmtime's errors and traps into those kinds.
 
-use super::*;
+use std::time::Duration;
+
+use serde::Serialize;
+use wasmtime::component::ResourceTableError;
+use wasmtime::{Trap, WasmBacktrace};
+
+use crate::job::ErrorKind;
+use crate::sandbox::capture::CapturedOutput;
+use crate::sandbox::run::{RunLimits, hostcall_fuel};
+use crate::sandbox::state::{HostState, LogRecord, Progress, cut_text};
+use crate::sandbox::{HOSTCALL_SLACK_BYTES, MAX_ERROR_MESSAGE_BYTES, MAX_RESOURCE_HANDLES, bindings};
 
 /// Frames kept in a trap's backtrace.
 pub(super) const MAX_BACKTRACE_FRAMES: usize = 48;

@@ -1,7 +1,27 @@
 //! One run: a fresh store with the job's limits, WASI with nothing
 //! granted, the call raced against its timeout and stop requests.
 
-use super::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, UpdateDeadline};
+use wasmtime_wasi::WasiCtxBuilder;
+
+use crate::job::{Grants, Target};
+use crate::sandbox::capture::CapturedOutput;
+use crate::sandbox::http::{EffectLedger, HttpGate};
+use crate::sandbox::limiter::JobLimiter;
+use crate::sandbox::outcome::{Captured, Ended, Interrupted, Outcome, Usage, classify};
+use crate::sandbox::state::{HostState, Journal, LogBook, RunObserver, cut_text};
+use crate::sandbox::stop::StopHandle;
+use crate::sandbox::{
+    DEFAULT_CANCEL_GRACE, DEFAULT_CAPTURE_BYTES, DEFAULT_LOG_BYTES, DEFAULT_LOG_RECORDS, DEFAULT_MEMORY_BYTES,
+    DEFAULT_OUTPUT_BYTES, DEFAULT_TIMEOUT, HOSTCALL_SLACK_BYTES, MAX_ERROR_MESSAGE_BYTES, MAX_RANDOM_BYTES,
+    MAX_RESOURCE_HANDLES, MAX_TABLE_ELEMENTS, Plugin, Sandbox, bindings, watch_stop,
+};
 
 impl Sandbox {
     /// Run `plugin` once in a fresh store. Never fails: every ending,
@@ -206,7 +226,7 @@ pub struct RunRequest {
     /// default grants nothing.
     pub grants: Arc<Grants>,
     /// Fences and records each effectful request; `None`: neither.
-    pub effects: Option<Arc<dyn http::EffectLedger>>,
+    pub effects: Option<Arc<dyn EffectLedger>>,
 }
 
 impl RunRequest {

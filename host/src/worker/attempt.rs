@@ -2,10 +2,18 @@
 //! guest while the lease is renewed and progress is written, and record the
 //! outcome (a finish, a retry or a release), fenced by the lease token.
 
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use super::*;
-use crate::sandbox::LogRecord;
+use tokio::sync::Notify;
+
+use crate::clock::Timestamp;
+use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine};
+use crate::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
+use crate::sandbox::{LogLevel, LogRecord, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, StopHandle};
+use crate::store::{Finish, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease};
+use crate::worker::{Completion, JobStarted, PROGRESS_WRITE_INTERVAL, Pool, RunningJob};
 
 impl Pool {
     /// The job's plugin, and when this job had to wait for it (the first

@@ -3,7 +3,7 @@
 //! The claim loop waits for a free slot, claims as many queued jobs as
 //! there are free slots in one store call, and runs each on its own task:
 //! load the plugin (compiled once per process), run it in the sandbox while
-//! a [`LeaseKeeper`] renews the lease, then record the outcome — fenced by
+//! a [`LeaseKeeper`](crate::lease::LeaseKeeper) renews the lease, then record the outcome — fenced by
 //! the lease token, so a worker that lost its lease records nothing.
 //!
 //! An enqueue in this process wakes the claim loop at once; `poll_interval`
@@ -31,14 +31,10 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, watch};
 use tracing::Instrument as _;
 
 use crate::clock::{Clock, Timestamp};
-use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine};
-use crate::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
+use crate::job::{Digest, ErrorKind, JobId, JobStatus};
 use crate::metrics::Metrics;
-use crate::sandbox::{LogLevel, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, StopHandle};
-use crate::store::{
-    Finish, JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, Lease,
-    WorkerRecord, WorkerState,
-};
+use crate::sandbox::{Plugin, Sandbox, StopHandle};
+use crate::store::{JobClaimParams, JobStore, Lease, WorkerRecord, WorkerState};
 
 /// Longest a busy pool waits to gather free slots into one claim.
 const CLAIM_COALESCE_WINDOW: Duration = Duration::from_millis(1);

@@ -1,7 +1,16 @@
 //! Reaching jobs: a server (`--server`, with its token) or the local
 //! database, and the table and JSON printing the commands share.
 
-use super::*;
+use std::io::Write;
+
+use comfy_table::{Table, presets};
+use serde_json::Value;
+
+use crate::cli::commands::ConnArgs;
+use crate::cli::{CliError, ExitStatus, parse_duration};
+use crate::client::{Client, read_token_file};
+use crate::runtime::Runtime;
+use crate::sandbox::{Allocator, SandboxConfig};
 
 /// The server-side job defaults for a command that queues on the local
 /// database itself: the variables `leash worker` and `leash serve` read

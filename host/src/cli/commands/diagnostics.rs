@@ -1,7 +1,15 @@
 //! `leash diagnostics`: every worker sharing the database, the queue and
 //! the ceilings.
 
-use super::*;
+use std::io::Write;
+
+use axum::http::Method;
+
+use crate::api::types::HealthReport;
+use crate::cli::commands::DiagnosticsArgs;
+use crate::cli::commands::connect::{new_table, print_json, print_table, with_client};
+use crate::cli::{CliError, ExitStatus, terminal_text};
+use crate::client::typed;
 
 pub(in crate::cli) async fn diagnostics(args: DiagnosticsArgs) -> Result<ExitStatus, CliError> {
     let json_out = args.conn.json;

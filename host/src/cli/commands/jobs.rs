@@ -1,7 +1,19 @@
 //! `leash jobs`: list, show, cancel, approve, reject, run, wait for and
 //! read the logs of jobs (`watch` is in its own module).
 
-use super::*;
+use std::io::Write;
+
+use axum::http::Method;
+use base64::Engine as _;
+use serde_json::Value;
+
+use crate::api::types::{CancelAnswer, JobPage, JobView};
+use crate::cli::commands::connect::{new_table, print_json, print_table, text, with_client};
+use crate::cli::commands::submit::wait_for;
+use crate::cli::commands::{ConnArgs, JobsCommand};
+use crate::cli::{CliError, ExitStatus, terminal_text};
+use crate::client::typed;
+use crate::runtime::Cancelled;
 
 pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, CliError> {
     match command {

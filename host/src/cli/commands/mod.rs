@@ -18,41 +18,25 @@ mod supervise;
 mod watch;
 mod worker;
 
-use connect::{new_table, print_json, print_table, text, with_client};
 pub(super) use diagnostics::diagnostics;
 pub(super) use jobs::jobs;
-use jobs::{short_digest, url_encode};
 pub(super) use new::{NewArgs, new_plugin};
 pub(super) use plan::plan;
 pub(super) use plugins::plugins;
 pub(super) use run::run_once;
 pub(super) use serve::serve;
 pub(super) use submit::submit;
-use submit::wait_for;
 pub(super) use worker::{WorkerCommandArgs, run_worker};
-use worker::{init_logging, stop_signal, worker_runtime};
 
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use axum::http::{Method, StatusCode};
-use base64::Engine as _;
+use axum::http::StatusCode;
 use clap::{Args, Subcommand};
-use comfy_table::{Table, presets};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
-use super::{CliError, ExitStatus, JobArgs, StoreArgs, WorkerArgs, parse_duration, parse_size, read_input};
-use crate::api::listen::ListenLimits;
-use crate::api::types::{CancelAnswer, HealthReport, JobPage, JobView, PluginList};
-use crate::api::{ApiConfig, router};
-use crate::cli::terminal_text;
-use crate::client::{Client, ClientError, ensure_token_file, read_token_file, typed};
-use crate::job::PluginInfo;
-use crate::job::{ErrorKind, JobStatus};
-use crate::runtime::{Cancelled, Runtime};
-use crate::sandbox::{Allocator, SandboxConfig};
+use super::{CliError, ExitStatus, JobArgs, StoreArgs, WorkerArgs, parse_duration, parse_size};
+use crate::client::ClientError;
 
 /// Where a command sends its requests.
 #[derive(Debug, Args)]

@@ -1,7 +1,18 @@
 //! `leash plan`: submit, show, list, approve, reject and cancel plans.
 
-use super::*;
+use std::io::Write;
+use std::time::Duration;
+
+use axum::http::Method;
+use base64::Engine as _;
+use serde_json::{Value, json};
+
 use crate::api::types::PlanAnswer;
+use crate::cli::commands::connect::{new_table, print_json, print_table, text, with_client};
+use crate::cli::commands::jobs::{short_digest, url_encode};
+use crate::cli::commands::{ConnArgs, PlanCommand};
+use crate::cli::{CliError, ExitStatus, read_input, terminal_text};
+use crate::client::{Client, typed};
 
 pub(in crate::cli) async fn plan(command: PlanCommand) -> Result<ExitStatus, CliError> {
     match command {

@@ -1,7 +1,17 @@
 //! `leash plugins`: add, list, show, grant and gate registered plugins.
 
-use super::*;
-use crate::job::Grants;
+use std::io::Write;
+
+use axum::http::Method;
+use serde_json::{Value, json};
+
+use crate::api::types::PluginList;
+use crate::cli::commands::PluginsCommand;
+use crate::cli::commands::connect::{new_table, print_json, print_table, text, with_client};
+use crate::cli::commands::jobs::{short_digest, url_encode};
+use crate::cli::{CliError, ExitStatus, terminal_text};
+use crate::client::{Client, typed};
+use crate::job::{Grants, PluginInfo};
 
 pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliError> {
     match command {

@@ -1,9 +1,22 @@
 //! `leash run`: one component, once, with no store — the plugin author's
 //! loop — and the report it prints.
 
+use std::io::Write;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use serde::Serialize;
+
 use super::worker::default_cache_dir;
-use crate::cli::*;
+use crate::cli::{
+    CliError, ExitStatus, RunArgs, load_secrets, read_input, terminal_lines, terminal_text, write_output,
+};
+use crate::job::ErrorKind;
+use crate::sandbox;
 use crate::sandbox::Loaded;
+use crate::sandbox::{
+    Allocator, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig, StopHandle,
+};
 
 /// Prints guest logs to stderr as they arrive.
 struct StderrLogs;

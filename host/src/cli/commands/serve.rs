@@ -4,7 +4,12 @@
 
 use super::supervise::{PoolLink, Supervisor};
 use super::worker::{build_runtime, worker_builder};
-use super::*;
+use crate::api::listen::ListenLimits;
+use crate::api::{ApiConfig, router};
+use crate::cli::commands::ServeArgs;
+use crate::cli::commands::worker::{init_logging, stop_signal, worker_runtime};
+use crate::cli::{CliError, ExitStatus};
+use crate::client::ensure_token_file;
 
 pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
     init_logging(&args.worker.log_format)?;

@@ -1,6 +1,19 @@
 //! `leash submit`: queue a job, and with `--wait` follow it to its end.
 
-use super::*;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use axum::http::Method;
+use base64::Engine as _;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::{Value, json};
+
+use crate::cli::commands::SubmitArgs;
+use crate::cli::commands::connect::{print_json, text, with_client};
+use crate::cli::{CliError, ExitStatus, read_input};
+use crate::client::{Client, ClientError};
+use crate::job::{ErrorKind, JobStatus};
 
 pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
     if let Some(source) = &args.batch {

@@ -3,10 +3,18 @@
 //! sharing it feeds the stream). A dropped connection is resumed after the
 //! last event printed, so nothing is skipped.
 
+use std::io::Write;
+use std::time::Duration;
+
+use clap::Args;
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 
-use super::*;
+use crate::cli::commands::ConnArgs;
+use crate::cli::commands::connect::with_client;
+use crate::cli::commands::jobs::{short_digest, url_encode};
+use crate::cli::{CliError, ExitStatus, terminal_text};
+use crate::client::ClientError;
 use crate::store::{Event, EventKind};
 
 /// Pause before reconnecting after the stream broke; doubles to a cap.

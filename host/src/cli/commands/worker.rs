@@ -1,10 +1,18 @@
 //! `leash worker`: a worker pool and the sweeps until SIGINT or SIGTERM,
 //! and the runtime, logging and signals it shares with `leash serve`.
 
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
 use super::run::interrupt_signal;
 use super::supervise::run_pool_process;
-use crate::cli::*;
-use crate::runtime::RuntimeBuilder;
+use crate::cli::{CliError, ExitStatus, WorkerArgs, durability, load_secrets};
+use crate::job::Backoff;
+use crate::runtime::{Runtime, RuntimeBuilder};
+use crate::sandbox::{Allocator, SandboxConfig};
+use crate::worker::JobStarted;
 
 /// `leash worker`'s arguments.
 #[derive(Debug, Args)]

@@ -37,8 +37,8 @@ mod schema;
 mod stats;
 
 use rows::{
-    count_jobs, db_err, describe, is_transient, job_columns, list_columns, pool_err, row_to_job, row_to_plan,
-    row_to_plugin, rows_to_jobs,
+    count_jobs, db_err, describe, job_columns, list_columns, pool_err, row_to_job, row_to_plan, row_to_plugin,
+    rows_to_jobs,
 };
 use schema::{connect_when_up, migrate};
 
@@ -57,7 +57,7 @@ use tokio_postgres::{NoTls, Row};
 use super::approval::{self as gate, GatedRow};
 use super::codec::{
     EFFECT_COLUMNS, EffectRow, InsertTimes, approval_to_column, corrupt, grants_of, grants_to_column, i64_of,
-    json_column, list_filters, ms, outcome_columns, policy_of, policy_to_column, target_columns, target_of, to_json,
+    json_column, list_filters, ms, outcome_columns, policy_of, policy_to_column, target_columns, to_json,
 };
 use super::event::{EVENT_COLUMNS, EventRow};
 use super::plan::{DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, apply_job};
@@ -73,7 +73,7 @@ use super::{WorkerRecord, WorkerState, WorkersSnapshot};
 use crate::clock::Timestamp;
 use crate::job::{
     Backoff, Counts, Digest, Effect, ErrorKind, Job, JobId, JobLogs, JobStatus, NewJob, PlanRecord, PluginInfo,
-    PluginName, PluginRef, SCHEMA_VERSION,
+    PluginRef, SCHEMA_VERSION,
 };
 
 /// The first transaction id still running when the statement began: every

@@ -3,7 +3,9 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::*;
+use crate::store::codec::ms;
+use crate::store::postgres::rows::{db_err, pool_err};
+use crate::store::{LeaseExtendParams, LeaseState, StoreError};
 
 /// Most renewals one statement carries.
 const MOST: usize = 1024;

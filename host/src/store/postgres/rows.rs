@@ -1,7 +1,16 @@
 //! Reading rows back into the job model, and what makes an error worth
 //! retrying.
 
-use super::*;
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+use tokio_postgres::error::SqlState;
+
+use crate::clock::Timestamp;
+use crate::job::{Backoff, Counts, Job, JobId, JobStatus, PluginInfo, PluginName};
+use crate::store::StoreError;
+use crate::store::codec::{corrupt, grants_of, json_column, policy_of, target_of};
 
 /// Every job column, in the order [`row_to_job`] reads them.
 pub(super) const JOB_COLUMNS: &[&str] = &[

@@ -1,7 +1,13 @@
 //! Connecting (waiting, bounded, for a PostgreSQL that is not up yet) and
 //! bringing the schema up to date, once, whichever replica starts first.
 
-use super::*;
+use std::time::Duration;
+
+use tokio_postgres::NoTls;
+
+use crate::clock::Timestamp;
+use crate::store::StoreError;
+use crate::store::postgres::rows::{db_err, describe, is_transient};
 
 /// The schema, one migration per entry; applied in order, each once. The
 /// same columns, CHECK constraints and partial indexes as the SQLite

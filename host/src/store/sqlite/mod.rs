@@ -33,15 +33,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, mpsc};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::approval::{self as gate, GatedRow};
 use super::codec::{
     EFFECT_COLUMNS, EffectRow, InsertTimes, approval_to_column, corrupt, grants_of, grants_to_column, i64_of,
-    inserted_job, json_column, list_filters, ms, outcome_columns, policy_of, policy_to_column, target_columns,
-    target_of, to_json,
+    inserted_job, json_column, list_filters, ms, outcome_columns, policy_of, policy_to_column, target_columns, to_json,
 };
-use super::event::{EVENT_COLUMNS, EventRow};
 use super::plan::{DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, apply_job};
 use super::{
     CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, JobClaimParams, JobDecideParams, JobFinishParams,
@@ -55,7 +53,7 @@ use super::{EventId, EventPage, EventsAfterParams};
 use crate::clock::Timestamp;
 use crate::job::{
     Backoff, Counts, Digest, Effect, ErrorKind, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, PlanRecord,
-    PluginInfo, PluginName, PluginRef, SCHEMA_VERSION,
+    PluginInfo, PluginRef, SCHEMA_VERSION,
 };
 
 /// The SQLite [`JobStore`].

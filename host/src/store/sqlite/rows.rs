@@ -1,8 +1,16 @@
 //! Reading rows back into the job model, and the small conversions the
 //! SQL needs.
 
-use super::*;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::clock::Timestamp;
+use crate::job::{Backoff, Counts, Job, JobId, JobStatus, PlanRecord, PluginInfo, PluginName};
+use crate::store::codec::{corrupt, grants_of, json_column, policy_of, target_of};
+use crate::store::event::{EVENT_COLUMNS, EventRow};
 use crate::store::plan::PlanRow;
+use crate::store::{EventId, EventPage, StoreError};
 
 pub(super) const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
     schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, \

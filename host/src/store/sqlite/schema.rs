@@ -1,7 +1,14 @@
 //! Opening a database file (private, WAL, waiting out another process
 //! that holds the write lock) and bringing its schema up to date.
 
-use super::*;
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+
+use crate::clock::Timestamp;
+use crate::store::sqlite::rows::db_err;
+use crate::store::{Durability, StoreError};
 
 /// How long a connection waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

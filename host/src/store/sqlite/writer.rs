@@ -2,9 +2,14 @@
 //! transaction (each in its own savepoint or statement), commits once and
 //! answers every caller.
 
-use super::*;
+use std::sync::mpsc;
 
+use rusqlite::Connection;
 use tokio::sync::oneshot;
+
+use crate::clock::Timestamp;
+use crate::store::StoreError;
+use crate::store::sqlite::rows::db_err;
 
 /// Most calls the writer commits in one transaction.
 const MAX_WRITE_BATCH: usize = 512;
