@@ -41,3 +41,165 @@ fn no_source_file_imports_by_glob_outside_its_tests() {
     }
     assert!(globs.is_empty(), "glob imports outside tests; name what is used instead:\n{}", globs.join("\n"));
 }
+
+/// A file's module path: `src/sandbox/http/mod.rs` is `sandbox::http`.
+fn module_of(file: &Path) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let relative = file.strip_prefix(&src).unwrap().with_extension("");
+    let mut path: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if path.last().is_some_and(|last| last == "mod" || last == "lib") {
+        path.pop();
+    }
+    path
+}
+
+/// The code of a file outside its tests, without comments.
+fn code_of(text: &str) -> String {
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    code.lines().map(|line| line.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n")
+}
+
+/// The paths (`crate::a::b`, `super::c`) a file names, resolved to modules.
+fn uses_of(module: &[String], code: &str, modules: &std::collections::BTreeSet<Vec<String>>) -> Vec<Vec<String>> {
+    let mut used = Vec::new();
+    for (at, _) in code.match_indices("crate::").chain(code.match_indices("super::")) {
+        if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let mut path: Vec<String> = if code[at..].starts_with("crate::") { Vec::new() } else { module.to_vec() };
+        let mut rest = code[at..].strip_prefix("crate::").unwrap_or(&code[at..]);
+        while let Some(after) = rest.strip_prefix("super::") {
+            path.pop();
+            rest = after;
+        }
+        for named in paths_in(rest) {
+            let mut path = path.clone();
+            path.extend(named.split("::").filter(|s| !s.is_empty()).map(str::to_owned));
+            while !path.is_empty() && !modules.contains(&path) {
+                path.pop();
+            }
+            used.push(path);
+        }
+    }
+    used
+}
+
+/// The paths at the start of `text`: `a::b` of `a::b(…)`, and `a::b::c`
+/// and `a::d` of `a::{b::c, d}`.
+fn paths_in(text: &str) -> Vec<String> {
+    let named: String = text.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
+    let Some(group) = text[named.len()..].strip_prefix('{') else {
+        return vec![named];
+    };
+    let (mut depth, mut items, mut item) = (0, Vec::new(), String::new());
+    for c in group.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(std::mem::take(&mut item));
+                continue;
+            }
+            _ => {}
+        }
+        item.push(c);
+    }
+    items.push(item);
+    items.iter().flat_map(|item| paths_in(item.trim())).map(|inner| format!("{named}{inner}")).collect()
+}
+
+/// No two sibling modules import each other, directly or around a longer
+/// circle: each folder's modules form layers. (A module and its own parent
+/// or children may name each other: a parent re-exports, a child reads its
+/// parent's types.)
+#[test]
+fn no_modules_import_each_other_in_a_circle() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let files: Vec<PathBuf> = sources().into_iter().filter(|f| !f.ends_with("main.rs")).collect();
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(f)).collect();
+    // Edges between siblings: `a::b::x` using `a::c::y` is `a::b` → `a::c`.
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for file in &files {
+        let from = module_of(file);
+        let text = std::fs::read_to_string(file).unwrap();
+        for to in uses_of(&from, &code_of(&text), &modules) {
+            let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if common == from.len() || common == to.len() {
+                continue;
+            }
+            edges.entry(from[..=common].to_vec()).or_default().insert(to[..=common].to_vec());
+        }
+    }
+    // Any circle: a module that reaches itself, named by its members.
+    let mut circles: BTreeSet<Vec<String>> = BTreeSet::new();
+    for start in edges.keys() {
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<(Vec<String>, Vec<Vec<String>>)> = vec![(start.clone(), vec![start.clone()])];
+        while let Some((at, trail)) = stack.pop() {
+            for next in edges.get(&at).into_iter().flatten() {
+                if next == start {
+                    let mut members: Vec<String> = trail.iter().map(|m| m.join("::")).collect();
+                    members.sort();
+                    circles.insert(members);
+                } else if seen.insert(next.clone()) {
+                    let mut longer = trail.clone();
+                    longer.push(next.clone());
+                    stack.push((next.clone(), longer));
+                }
+            }
+        }
+    }
+    let known: BTreeSet<Vec<String>> =
+        BEING_UNTANGLED.iter().map(|members| members.iter().map(|m| m.to_string()).collect()).collect();
+    let new: Vec<String> = circles.difference(&known).map(|c| c.join(" ↔ ")).collect();
+    let gone: Vec<String> = known.difference(&circles).map(|c| c.join(" ↔ ")).collect();
+    assert!(new.is_empty(), "modules that import each other in a circle (layer them):\n{}", new.join("\n"));
+    assert!(gone.is_empty(), "untangled: take these off BEING_UNTANGLED:\n{}", gone.join("\n"));
+}
+
+/// Circles still in the tree while they are untangled (each set of
+/// modules sorted by name); no new one may appear, and each leaves this
+/// list once it is broken (the test says so).
+const BEING_UNTANGLED: &[&[&str]] = &[
+    &["api::jobs", "api::plans", "api::types"],
+    &["api::plans", "api::types"],
+    &["cli::commands::jobs", "cli::commands::watch"],
+    &["cli::commands::run", "cli::commands::worker"],
+    &["cli::commands::supervise", "cli::commands::worker"],
+    &["sandbox::http", "sandbox::state"],
+    &["sandbox::outcome", "sandbox::run"],
+];
+
+/// The longest a source file in `host/src` may be.
+const MOST_LINES: usize = 600;
+
+/// Files still over [`MOST_LINES`] while they are split by role, each with
+/// the length it may not grow past; each leaves this list once it is split
+/// (the test says so).
+const BEING_SPLIT: &[(&str, usize)] = &[
+    ("store/sqlite/mod.rs", 1649),
+    ("store/postgres/mod.rs", 1556),
+    ("store/mod.rs", 980),
+    ("store/sqlite/schema.rs", 668),
+    ("api/jobs.rs", 682),
+    ("cli/mod.rs", 682),
+];
+
+/// Every source file can be read in one sitting: at most 600 lines.
+#[test]
+fn no_source_file_is_over_six_hundred_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut over = Vec::new();
+    for file in sources() {
+        let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+        let name = file.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+        let ceiling = BEING_SPLIT.iter().find(|(listed, _)| *listed == name).map(|(_, most)| *most);
+        if lines > ceiling.unwrap_or(MOST_LINES) {
+            over.push(format!("{name}: {lines} lines (at most {MOST_LINES}: split it by what its parts do)"));
+        } else if lines <= MOST_LINES && ceiling.is_some() {
+            over.push(format!("{name}: {lines} lines, split: take it off BEING_SPLIT"));
+        }
+    }
+    assert!(over.is_empty(), "{}", over.join("\n"));
+}

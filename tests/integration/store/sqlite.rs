@@ -10,11 +10,11 @@ use leash::store::Durability;
 use leash::store::sqlite::SqliteStore;
 use leash::store::{JobInsertParams, JobStore};
 
-use crate::conformance::cases;
+use crate::store::conformance::cases;
 
 #[tokio::test]
 async fn sqlite_with_full_durability_passes_a_lifecycle_case() {
-    let fresh = crate::conformance::sqlite_with(Durability::Full);
+    let fresh = crate::store::conformance::sqlite_with(Durability::Full);
     cases::a_stale_token_changes_nothing(fresh.store.clone()).await;
 }
 

@@ -1,10 +1,18 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: the bounded wait
+//! ([`eventually`]), the sandbox and its plugins, a `leash serve` child
+//! (`server`), a private PostgreSQL (`pg`), a WebDriver client
+//! (`webdriver`).
+
+pub mod pg;
+pub mod server;
+pub mod webdriver;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leash::job::Target;
+use leash::job::{JobId, JobStatus, Target};
+use leash::runtime::Runtime;
 use leash::sandbox::{
     Allocator, NoObserver, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
     StopHandle,
@@ -13,6 +21,54 @@ use tokio::sync::mpsc;
 
 /// A bound no healthy run in these tests comes near; only a hang reaches it.
 pub const GENEROUS: Duration = Duration::from_secs(60);
+
+/// How often [`eventually`] asks again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Ask `check` until it answers `Some`, every 20 ms, for at most
+/// [`GENEROUS`]; past that, panic saying what never happened. For a state
+/// another task or process writes with no event to wait on (a job row, a
+/// health report): where an event exists, a test waits on the event.
+pub async fn eventually<T>(what: impl std::fmt::Display, check: impl AsyncFnMut() -> Option<T>) -> T {
+    eventually_within(GENEROUS, what, check).await
+}
+
+/// [`eventually`] with its own bound.
+pub async fn eventually_within<T>(
+    within: Duration,
+    what: impl std::fmt::Display,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(answer) = check().await {
+            return answer;
+        }
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Wait until the job reaches `status`, polling the store (the state is
+/// written by another task or process; there is no event to wait on).
+pub async fn wait_for_status(runtime: &Runtime, id: JobId, status: JobStatus) {
+    eventually(format!("job {id} reaches {status}"), async || {
+        (runtime.get(id).await.unwrap().status == status).then_some(())
+    })
+    .await;
+}
+
+/// [`eventually`] for a test on a plain thread.
+pub fn eventually_blocking<T>(what: impl std::fmt::Display, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(answer) = check() {
+            return answer;
+        }
+        assert!(start.elapsed() < GENEROUS, "{what}: not within {GENEROUS:?}");
+        std::thread::sleep(POLL);
+    }
+}
 
 /// The compiled-component cache shared by every test run.
 pub fn cache_dir() -> PathBuf {

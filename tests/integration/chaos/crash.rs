@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use leash::job::{ErrorKind, JobId, JobStatus, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
 
-use crate::support::{GENEROUS, cache_dir};
+use crate::support::{GENEROUS, cache_dir, eventually, wait_for_status};
 
 const LEASE_TTL: &str = "600ms";
 
@@ -41,7 +41,7 @@ pub(crate) fn start_worker_with(db: impl AsRef<std::ffi::OsStr>, max_workers: u3
 
 /// Fast timings for tests, unless `extra` sets the flag itself.
 fn with_worker_defaults(extra: &[&str]) -> Vec<String> {
-    crate::server::flags_with_defaults(
+    crate::support::server::flags_with_defaults(
         extra,
         &[("--lease-ttl", LEASE_TTL), ("--poll-interval", "50ms"), ("--shutdown-budget", "3s")],
     )
@@ -60,15 +60,6 @@ fn job(name: &str, input: &str, max_attempts: u32) -> Submit {
         Submit::new(PluginSource::Bytes(leash_tests::plugin_bytes(name)), Target::Execute, input.as_bytes().to_vec());
     job.max_attempts = Some(max_attempts);
     job
-}
-
-/// Poll the shared database until the job reaches `status`.
-async fn wait_for_status(runtime: &Runtime, id: JobId, status: JobStatus) {
-    let start = Instant::now();
-    while runtime.get(id).await.unwrap().status != status {
-        assert!(start.elapsed() < GENEROUS, "job {id} never reached {status}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Start a worker, SIGKILL it once it runs `id`, and start another.
@@ -111,16 +102,12 @@ async fn a_job_two_killed_workers_were_running_is_quarantined_through_the_store(
     let (_, mut second) = kill_owner_and_start_another(&db, &runtime, id).await;
     // The second worker's sweep sees the first one silent, counts the
     // death, and runs the job again.
-    let start = Instant::now();
-    loop {
+    let job = eventually("the job runs again", async || {
         let job = runtime.get(id).await.unwrap();
-        if job.status == JobStatus::Running && job.attempt == 2 {
-            assert_eq!(job.process_deaths, 1);
-            break;
-        }
-        assert!(start.elapsed() < GENEROUS, "never ran again: {job:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        (job.status == JobStatus::Running && job.attempt == 2).then_some(job)
+    })
+    .await;
+    assert_eq!(job.process_deaths, 1);
     second.kill().unwrap();
     second.wait().unwrap();
     let mut third = start_worker(&db, 2);
@@ -239,11 +226,10 @@ async fn sigterm_keeps_a_guest_that_returns_inside_the_grace() {
     let id = runtime.submit(job("sleep", r#"{"ms": 700}"#, 1)).await.unwrap();
     let mut worker = start_worker_with(&db, 1, &["--cancel-grace", "2s", "--start-log", start_log.to_str().unwrap()]);
     // The start log's line is written just before the guest runs.
-    let started = Instant::now();
-    while !std::fs::read_to_string(&start_log).unwrap_or_default().contains(&id.to_string()) {
-        assert!(started.elapsed() < GENEROUS, "the job never started");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("the job starts", async || {
+        std::fs::read_to_string(&start_log).unwrap_or_default().contains(&id.to_string()).then_some(())
+    })
+    .await;
     let signalled = leash::clock::Timestamp::now();
     sigterm(&worker);
     assert!(worker.wait().unwrap().success());
@@ -309,17 +295,13 @@ async fn diagnostics_lists_every_worker_sharing_the_database() {
         serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
     };
     // Poll until both jobs run and the registry reports them.
-    let start = Instant::now();
-    let report = loop {
+    let report = eventually("the workers report both jobs", async || {
         let report = diagnostics();
         let workers = report["health"]["workers"].as_array().unwrap().clone();
         let running: u64 = workers.iter().map(|w| w["running"].as_u64().unwrap()).sum();
-        if running == 2 {
-            break report;
-        }
-        assert!(start.elapsed() < GENEROUS, "the workers never reported both jobs: {report}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        (running == 2).then_some(report)
+    })
+    .await;
     let health = &report["health"];
     let workers = health["workers"].as_array().unwrap();
     let mut pids: Vec<u64> = workers.iter().map(|w| w["pid"].as_u64().unwrap()).collect();

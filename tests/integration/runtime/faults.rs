@@ -14,7 +14,7 @@ use leash::store::JobStore;
 use leash::store::faults::{Fault, FaultyStore, Op};
 use leash::store::sqlite::SqliteStore;
 
-use crate::support::{GENEROUS, cache_dir};
+use crate::support::{GENEROUS, cache_dir, eventually, wait_for_status};
 
 const LEASE: Duration = Duration::from_millis(400);
 
@@ -69,11 +69,7 @@ async fn a_finish_that_lands_but_reports_failure_is_still_recorded_once() {
     assert_eq!(faults.injected(), 1);
     // The row is terminal as soon as the write lands; the worker reports
     // the completion after it has checked that the write was its own.
-    let start = std::time::Instant::now();
-    while seen.lock().unwrap().is_empty() {
-        assert!(start.elapsed() < GENEROUS, "the completion was never reported");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("the completion is reported", async || (!seen.lock().unwrap().is_empty()).then_some(())).await;
     assert_eq!(seen.lock().unwrap().len(), 1, "the completion is reported, once");
     let health = runtime.health().await.unwrap();
     assert_eq!((health.processed, health.leases_lost), (1, 0), "not mistaken for a lost lease");
@@ -154,11 +150,8 @@ async fn a_finish_stalled_past_the_lease_never_overwrites_the_next_attempt() {
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!((done.status, done.attempt, done.lost_leases), (JobStatus::Succeeded, 2, 1));
     // Let the stalled write land, then check it changed nothing.
-    let start = std::time::Instant::now();
-    while runtime.health().await.unwrap().leases_lost == 0 {
-        assert!(start.elapsed() < GENEROUS, "the stalled finish never returned");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the stalled finish returns", async || (runtime.health().await.unwrap().leases_lost != 0).then_some(()))
+        .await;
     let after = runtime.get(id).await.unwrap();
     assert_eq!((after.status, after.attempt, after.finished_at), (JobStatus::Succeeded, 2, done.finished_at));
     assert_eq!(seen.lock().unwrap().len(), 1, "one completion: attempt 2's");
@@ -168,10 +161,8 @@ async fn a_finish_stalled_past_the_lease_never_overwrites_the_next_attempt() {
     let id = runtime.submit(job("hello", "{}", 1)).await.unwrap();
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)));
-    while runtime.health().await.unwrap().leases_lost < 2 {
-        assert!(start.elapsed() < GENEROUS, "the stalled finish never returned");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the stalled finish returns", async || (runtime.health().await.unwrap().leases_lost >= 2).then_some(()))
+        .await;
     let after = runtime.get(id).await.unwrap();
     assert_eq!((after.status, after.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)), "never both");
     runtime.shutdown().await;
@@ -186,21 +177,14 @@ async fn a_release_or_cancel_that_lands_but_reports_failure_leaves_a_consistent_
 
     faults.inject(Op::Cancel, Fault::FailAfter);
     let running = runtime.submit(job("coop", "{}", 1)).await.unwrap();
-    let start = std::time::Instant::now();
-    while runtime.get(running).await.unwrap().status != JobStatus::Running {
-        assert!(start.elapsed() < GENEROUS);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_status(&runtime, running, JobStatus::Running).await;
     assert!(matches!(runtime.cancel(running).await, Err(RuntimeError::Store(e)) if e.is_transient()));
     let done = runtime.wait(running, GENEROUS).await.unwrap();
     assert_eq!(done.status, JobStatus::Cancelled, "the request landed although the caller saw an error");
     assert!(matches!(runtime.cancel(running).await, Err(RuntimeError::AlreadyTerminal { .. })));
 
     let released = runtime.submit(job("coop", "{}", 1)).await.unwrap();
-    while runtime.get(released).await.unwrap().status != JobStatus::Running {
-        assert!(start.elapsed() < GENEROUS);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_status(&runtime, released, JobStatus::Running).await;
     faults.inject(Op::Release, Fault::FailAfter);
     runtime.shutdown().await;
     let after = runtime.get(released).await.unwrap();
@@ -223,11 +207,10 @@ async fn a_claim_that_grew_old_before_its_guest_started_is_not_started() {
         let id = runtime.submit(job("hello", "{}", max_attempts)).await.unwrap();
         let done = runtime.wait(id, GENEROUS).await.unwrap();
         // Wait for attempt 1's worker to give up: it counts the lost lease.
-        let start = std::time::Instant::now();
-        while runtime.health().await.unwrap().leases_lost == 0 {
-            assert!(start.elapsed() < GENEROUS, "the stalled plugin load never returned");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually("the stalled plugin load returns", async || {
+            (runtime.health().await.unwrap().leases_lost != 0).then_some(())
+        })
+        .await;
         assert_eq!(faults.injected(), 1);
         if max_attempts == 2 {
             assert_eq!((done.status, done.attempt, done.lost_leases), (JobStatus::Succeeded, 2, 1));

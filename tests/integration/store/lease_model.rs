@@ -569,7 +569,7 @@ async fn the_sqlite_store_follows_the_model_on_every_explored_trace() {
         let mine: Vec<((u8, Gating), Vec<Action>)> = traces.iter().skip(lane).step_by(LANES).cloned().collect();
         async move {
             for (config, trace) in &mine {
-                let fresh = crate::conformance::sqlite().await.expect("SQLite is always there");
+                let fresh = crate::store::conformance::sqlite().await.expect("SQLite is always there");
                 replay(fresh.store.clone(), *config, trace).await;
             }
             mine.len()
@@ -582,7 +582,7 @@ async fn the_sqlite_store_follows_the_model_on_every_explored_trace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_store_follows_the_model_on_every_explored_trace() {
-    let Some(url) = crate::pg::url() else { return };
+    let Some(url) = crate::support::pg::url() else { return };
     let traces = every_trace();
     // Eight lanes, each a schema of its own emptied between its traces (a
     // schema and a pool per trace would cost more than the traces): the
@@ -591,7 +591,7 @@ async fn the_postgres_store_follows_the_model_on_every_explored_trace() {
     const LANES: usize = 8;
     let mut lanes = Vec::new();
     for lane in 0..LANES {
-        let schema = crate::pg::Schema::create(&url).await;
+        let schema = crate::support::pg::Schema::create(&url).await;
         let store: Arc<dyn JobStore> =
             Arc::new(leash::store::postgres::PostgresStore::open(&schema.url).await.unwrap());
         let mine: Vec<((u8, Gating), Vec<Action>)> = traces.iter().skip(lane).step_by(LANES).cloned().collect();

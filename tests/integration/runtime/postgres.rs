@@ -11,14 +11,14 @@ use leash::store::postgres::PostgresStore;
 use leash::store::{JobInsertParams, JobStore};
 use serde_json::{Value, json};
 
-use crate::crash::{sigterm, start_worker_with};
-use crate::pg::Schema;
-use crate::server::Server;
-use crate::support::{GENEROUS, cache_dir};
+use crate::chaos::crash::{sigterm, start_worker_with};
+use crate::support::pg::Schema;
+use crate::support::server::Server;
+use crate::support::{GENEROUS, cache_dir, eventually};
 use leash::sandbox::SandboxConfig;
 
 async fn insert_one(store: &PostgresStore) {
-    let job: NewJob = crate::conformance::cases::new_job("wake");
+    let job: NewJob = crate::store::conformance::cases::new_job("wake");
     store.job_insert(JobInsertParams { jobs: vec![job], now: leash::clock::Timestamp::now() }).await.unwrap();
 }
 
@@ -29,7 +29,7 @@ async fn insert_one(store: &PostgresStore) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_of_a_transaction_that_commits_late_is_read_in_its_place_not_skipped() {
     use leash::store::{EventKind, EventsAfterParams};
-    let Some(url) = crate::pg::url() else { return };
+    let Some(url) = crate::support::pg::url() else { return };
     let schema = Schema::create(&url).await;
     let store = PostgresStore::open(&schema.url).await.unwrap();
     insert_one(&store).await;
@@ -79,7 +79,7 @@ async fn next_signal(signal: &mut tokio::sync::watch::Receiver<u64>, what: &str)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_insert_through_one_store_wakes_another_even_after_its_listener_is_killed() {
-    let Some(url) = crate::pg::url() else { return };
+    let Some(url) = crate::support::pg::url() else { return };
     let schema = Schema::create(&url).await;
     let submitter = PostgresStore::open(&schema.url).await.unwrap();
     let listener = PostgresStore::open(&schema.url).await.unwrap();
@@ -103,11 +103,11 @@ async fn an_insert_through_one_store_wakes_another_even_after_its_listener_is_ki
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_inserts_into_a_new_table_is_analyzed_without_waiting_for_autovacuum() {
-    let Some(url) = crate::pg::url() else { return };
+    let Some(url) = crate::support::pg::url() else { return };
     let schema = Schema::create(&url).await;
     let store = PostgresStore::open(&schema.url).await.unwrap();
     for _ in 0..3 {
-        let jobs = (0..1000).map(|_| crate::conformance::cases::new_job("burst")).collect();
+        let jobs = (0..1000).map(|_| crate::store::conformance::cases::new_job("burst")).collect();
         store.job_insert(JobInsertParams { jobs, now: leash::clock::Timestamp::now() }).await.unwrap();
     }
     // A table never analyzed has reltuples -1, and the claim is planned as
@@ -128,7 +128,7 @@ async fn a_burst_of_inserts_into_a_new_table_is_analyzed_without_waiting_for_aut
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_does_not_vacuum_by_itself_is_named_at_start() {
-    let Some(url) = crate::pg::url() else { return };
+    let Some(url) = crate::support::pg::url() else { return };
     let schema = Schema::create(&url).await;
     let (client, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
@@ -197,7 +197,7 @@ fn hello(name: &str) -> Submit {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_only_polls_hourly_starts_a_job_submitted_elsewhere_at_once() {
-    let Some(url) = crate::pg::url() else { return };
+    let Some(url) = crate::support::pg::url() else { return };
     let schema = Schema::create(&url).await;
     let submitter = runtime_on(schema.url.clone()).without_workers().build().await.unwrap();
     // Ready means its first claim has found nothing: only a wake-up can
@@ -211,7 +211,7 @@ async fn a_worker_that_only_polls_hourly_starts_a_job_submitted_elsewhere_at_onc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_finish_when_every_connection_is_terminated_under_them() {
-    let Some(url) = crate::pg::url() else { return };
+    let Some(url) = crate::support::pg::url() else { return };
     let schema = Schema::create(&url).await;
     let runtime = runtime_on(schema.url.clone()).lease_ttl(Duration::from_secs(3)).build().await.unwrap();
     let sleeper = sleeper(1500);
@@ -248,7 +248,7 @@ fn stop(child: &mut Child) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_serve_replicas_and_a_worker_share_jobs_and_pass_cancels_along() {
-    let Some(url) = crate::pg::url() else { return };
+    let Some(url) = crate::support::pg::url() else { return };
     let schema = Schema::create(&url).await;
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
@@ -356,7 +356,7 @@ async fn bad_settings_in_the_url_are_refused_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_outage_shorter_than_a_lease_kills_no_guest_and_loses_nothing() {
-    let Some(cluster) = crate::pg::Cluster::start() else { return };
+    let Some(cluster) = crate::support::pg::Cluster::start() else { return };
     let runtime = runtime_on(cluster.url()).lease_ttl(Duration::from_secs(15)).build().await.unwrap();
     let ids = [runtime.submit(sleeper(4000)).await.unwrap(), runtime.submit(sleeper(4000)).await.unwrap()];
     for id in ids {
@@ -372,19 +372,15 @@ async fn a_server_outage_shorter_than_a_lease_kills_no_guest_and_loses_nothing()
 
 /// Poll (bounded) until the job runs; the server may be briefly away.
 async fn wait_running(runtime: &Runtime, id: leash::job::JobId) {
-    let start = Instant::now();
-    loop {
-        if runtime.get(id).await.is_ok_and(|j| j.status == JobStatus::Running) {
-            return;
-        }
-        assert!(start.elapsed() < GENEROUS, "{id} never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(format!("{id} starts"), async || {
+        runtime.get(id).await.is_ok_and(|j| j.status == JobStatus::Running).then_some(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_started_while_the_server_is_down_waits_for_it() {
-    let Some(cluster) = crate::pg::Cluster::start() else { return };
+    let Some(cluster) = crate::support::pg::Cluster::start() else { return };
     cluster.crash();
     let url = cluster.url();
     let opening = tokio::spawn(async move { PostgresStore::open(&url).await });
@@ -400,7 +396,7 @@ async fn a_process_started_while_the_server_is_down_waits_for_it() {
 /// finds it migrated, none fails on the race to create the version table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_opening_a_new_schema_at_once_all_start() {
-    let Some(url) = crate::pg::url() else { return };
+    let Some(url) = crate::support::pg::url() else { return };
     for _ in 0..20 {
         let schema = Schema::create(&url).await;
         let opens = (0..8).map(|_| PostgresStore::open(&schema.url));

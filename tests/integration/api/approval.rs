@@ -8,8 +8,8 @@ use std::process::Output;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::cli_ops::leash;
-use crate::server::{Server, is_terminal};
+use crate::cli::ops::leash;
+use crate::support::server::{Server, is_terminal};
 
 fn error_kind(answer: &Value) -> &str {
     answer["error"]["kind"].as_str().unwrap_or_else(|| panic!("not an error body: {answer}"))

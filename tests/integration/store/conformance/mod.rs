@@ -126,7 +126,7 @@ macro_rules! backend_tests {
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                     async fn $case() {
                         let Some(fresh) = $open().await else { return };
-                        crate::conformance::cases::$case(fresh.store.clone()).await;
+                        crate::store::conformance::cases::$case(fresh.store.clone()).await;
                     }
                 )*
             }
@@ -174,7 +174,7 @@ fn migrated_sqlite_file() -> &'static std::path::Path {
 
 /// A new schema in the test PostgreSQL (`None`: skipped, and said why).
 pub(crate) async fn postgres() -> Option<Fresh> {
-    let schema = crate::pg::Schema::create(&crate::pg::url()?).await;
+    let schema = crate::support::pg::Schema::create(&crate::support::pg::url()?).await;
     let store = PostgresStore::open(&schema.url).await.unwrap();
     Some(Fresh::new(Arc::new(store), schema))
 }
@@ -187,9 +187,9 @@ impl Fresh {
 }
 
 mod sqlite {
-    with_cases!(backend_tests!(crate::conformance::sqlite;));
+    with_cases!(backend_tests!(crate::store::conformance::sqlite;));
 }
 
 mod postgres {
-    with_cases!(backend_tests!(crate::conformance::postgres;));
+    with_cases!(backend_tests!(crate::store::conformance::postgres;));
 }

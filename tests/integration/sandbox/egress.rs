@@ -381,7 +381,7 @@ async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_t
         Arc::new(leash::store::sqlite::SqliteStore::open(dir.path().join("f.db"), Default::default()).unwrap());
     let clock = ManualClock::new(Timestamp::from_unix_ms(1_800_000_000_000));
     let ttl = Duration::from_secs(30);
-    let job = crate::conformance::cases::new_job("fenced");
+    let job = crate::store::conformance::cases::new_job("fenced");
     store.job_insert(JobInsertParams { jobs: vec![job], now: clock.now() }).await.unwrap();
     let claim = JobClaimParams { worker_id: "w1".into(), limit: 1, alone: true, lease_ttl: ttl, now: clock.now() };
     let lease = store.job_claim(claim).await.unwrap().remove(0);

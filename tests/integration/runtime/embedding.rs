@@ -10,7 +10,7 @@ use leash::runtime::{Cancelled, PluginSource, Runtime, RuntimeBuilder, RuntimeEr
 use leash::sandbox::SandboxConfig;
 use leash::store::LeaseReclaimParams;
 
-use crate::support::{GENEROUS, cache_dir};
+use crate::support::{GENEROUS, cache_dir, eventually, wait_for_status};
 
 fn builder(dir: &tempfile::TempDir) -> RuntimeBuilder {
     Runtime::builder(dir.path().join("jobs.db"))
@@ -31,16 +31,6 @@ fn completions(runtime: &Runtime) -> tokio::sync::mpsc::UnboundedReceiver<leash:
         let _ = tx.send(c.clone());
     });
     rx
-}
-
-/// Wait until the job reaches `status`, polling the store (the state is
-/// written by another task or process; there is no event to wait on).
-async fn wait_for_status(runtime: &Runtime, id: JobId, status: JobStatus) {
-    let start = Instant::now();
-    while runtime.get(id).await.unwrap().status != status {
-        assert!(start.elapsed() < GENEROUS, "job {id} never reached {status}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -232,18 +222,15 @@ async fn a_worker_that_lost_its_lease_stops_the_guest_and_drops_the_result() {
         store.lease_reclaim_expired(LeaseReclaimParams { now: clock.now(), queue_ttl: GENEROUS }).await.unwrap();
     assert_eq!(report.failed, 1);
     // The next renewal finds the lease gone and stops the guest.
-    let start = Instant::now();
-    while runtime.health().await.unwrap().leases_lost == 0 {
-        assert!(start.elapsed() < GENEROUS, "the worker never noticed its lost lease");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("the worker notices its lost lease", async || {
+        (runtime.health().await.unwrap().leases_lost != 0).then_some(())
+    })
+    .await;
     let job = runtime.get(id).await.unwrap();
     assert_eq!((job.status, job.error_kind), (JobStatus::Failed, Some(ErrorKind::LeaseLost)), "the reclaim stands");
     // The slot is freed just after the loss is counted.
-    while runtime.health().await.unwrap().running_here != 0 {
-        assert!(start.elapsed() < GENEROUS, "the guest was never stopped");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("the guest is stopped", async || (runtime.health().await.unwrap().running_here == 0).then_some(()))
+        .await;
     runtime.shutdown().await;
 }
 
@@ -578,29 +565,32 @@ async fn a_job_a_process_died_under_runs_alone_for_a_while_then_beside_others() 
     assert_eq!(setup.store().worker_died(died).await.unwrap().requeued, 1);
 
     let alone_for = Duration::from_millis(800);
-    let starts: Arc<std::sync::Mutex<Vec<(JobId, Instant)>>> = Arc::default();
+    // Starts by the wall clock, to compare with the claim the store
+    // records: the pool's time alone counts from the claim, which comes
+    // before the guest starts.
+    let starts: Arc<std::sync::Mutex<Vec<(JobId, leash::clock::Timestamp)>>> = Arc::default();
     let seen = starts.clone();
     let runtime = builder(&dir)
         .max_workers(2)
         .suspect_alone_for(alone_for)
-        .on_start(move |s| seen.lock().unwrap().push((s.id, Instant::now())))
+        .on_start(move |s| seen.lock().unwrap().push((s.id, leash::clock::Timestamp::now())))
         .build()
         .await
         .unwrap();
-    let start = Instant::now();
-    while !starts.lock().unwrap().iter().any(|(id, _)| *id == suspect) {
-        assert!(start.elapsed() < GENEROUS, "the suspect never started");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("the suspect starts", async || {
+        starts.lock().unwrap().iter().any(|(id, _)| *id == suspect).then_some(())
+    })
+    .await;
     let hello = runtime.submit(job("hello", r#"{"name":"Ada"}"#)).await.unwrap();
     let done = runtime.wait(hello, GENEROUS).await.unwrap();
     assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error_message);
-    let starts = starts.lock().unwrap().clone();
-    let at = |job: JobId| starts.iter().find(|(id, _)| *id == job).map(|(_, at)| *at).unwrap();
+    let started = starts.lock().unwrap().iter().find(|(id, _)| *id == hello).map(|(_, at)| *at).unwrap();
+    let still = runtime.get(suspect).await.unwrap();
     // A free slot, yet the other job waited for the suspect's time alone,
     // then ran beside it.
-    assert!(at(hello) - at(suspect) >= alone_for, "started {:?} after the suspect", at(hello) - at(suspect));
-    let still = runtime.get(suspect).await.unwrap();
+    let claimed = still.started_at.expect("the suspect's claim");
+    let after = started.unix_ms() - claimed.unix_ms();
+    assert!(after >= alone_for.as_millis() as i64, "started {after} ms after the suspect's claim");
     assert_eq!((still.status, still.process_deaths), (JobStatus::Running, 1));
     runtime.cancel(suspect).await.unwrap();
     runtime.shutdown().await;

@@ -2,12 +2,11 @@
 //! a local database.
 
 use std::process::Output;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::server::{Server, leash_bin};
-use crate::support::GENEROUS;
+use crate::support::server::{Server, leash_bin};
+use crate::support::{GENEROUS, eventually_blocking};
 
 /// Run `leash <args>` against `server`.
 pub(crate) fn leash(server: &Server, args: &[&str]) -> Output {
@@ -59,15 +58,9 @@ async fn a_running_coop_job_is_cancelled_from_the_cli() {
     let submitted = leash(&server, &["submit", coop.to_str().unwrap()]);
     assert_eq!(submitted.status.code(), Some(0));
     let id = stdout(&submitted).trim().to_owned();
-    let start = Instant::now();
-    loop {
-        let shown = json(&leash(&server, &["jobs", "show", &id, "--json"]));
-        if shown["status"] == "running" {
-            break;
-        }
-        assert!(start.elapsed() < GENEROUS, "never ran: {shown}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking("the job runs", || {
+        (json(&leash(&server, &["jobs", "show", &id, "--json"]))["status"] == "running").then_some(())
+    });
     let cancelled = leash(&server, &["jobs", "cancel", &id]);
     assert_eq!(cancelled.status.code(), Some(0));
     assert_eq!(stdout(&cancelled).trim(), format!("{id} cancel requested"));

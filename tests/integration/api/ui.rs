@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::server::Server;
-use crate::webdriver::Browser;
+use crate::support::server::Server;
+use crate::support::webdriver::Browser;
 
 /// Sign in with `token`: the answer's status and session cookie, if any.
 async fn sign_in(server: &Server, token: &str, origin: Option<&str>) -> (u16, Option<String>) {

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::cli_ops::leash;
-use crate::server::Server;
+use crate::cli::ops::leash;
+use crate::support::eventually;
+use crate::support::server::Server;
 
 /// A record store on loopback: `GET /records` lists, `PUT` and `DELETE
 /// /records/{key}` change one record; every change is logged. A `PUT` of
@@ -94,16 +95,12 @@ fn error_kind(answer: &Value) -> &str {
 }
 
 async fn poll_plan(server: &Server, id: &str, done: impl Fn(&str) -> bool) -> Value {
-    let start = std::time::Instant::now();
-    loop {
+    eventually(format!("plan {id} gets there"), async || {
         let (status, plan) = server.call(Method::GET, &format!("/v1/plans/{id}"), None).await;
         assert_eq!(status, 200, "{plan}");
-        if done(plan["status"].as_str().unwrap()) {
-            return plan;
-        }
-        assert!(start.elapsed() < crate::support::GENEROUS, "plan {id} never got there: {plan}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        done(plan["status"].as_str().unwrap()).then_some(plan)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -206,11 +203,7 @@ async fn cancelling_a_plan_while_apply_runs_stops_it() {
     let id = plan["plan_id"].as_str().unwrap().to_owned();
     let plan = poll_plan(&server, &id, |s| s != "planning").await;
     assert_eq!(plan["status"], "applying", "{plan}");
-    let start = std::time::Instant::now();
-    while records.changes().is_empty() {
-        assert!(start.elapsed() < crate::support::GENEROUS, "apply never reached the store");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    eventually("apply reaches the store", async || (!records.changes().is_empty()).then_some(())).await;
     let (status, plan) = server.call(Method::POST, &format!("/v1/plans/{id}/cancel"), None).await;
     assert_eq!(status, 200, "{plan}");
     let plan = poll_plan(&server, &id, |s| s != "applying").await;

@@ -14,8 +14,8 @@ use leash::job::JobStatus;
 use leash::store::{Event, EventKind};
 use serde_json::json;
 
-use crate::server::{Server, leash_bin};
-use crate::support::GENEROUS;
+use crate::support::server::{Server, leash_bin};
+use crate::support::{GENEROUS, eventually};
 
 type Frames = Pin<Box<dyn Stream<Item = eventsource_stream::Event> + Send>>;
 
@@ -197,11 +197,8 @@ async fn a_client_that_stops_reading_is_dropped_while_the_others_keep_receiving(
     let mut head = [0u8; 64];
     let n = stalled.read(&mut head).unwrap();
     assert!(head[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head[..n]));
-    let start = Instant::now();
-    while metric(&server, "leash_event_clients").await != 2.0 {
-        assert!(start.elapsed() < GENEROUS, "both clients connect");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("both clients connect", async || (metric(&server, "leash_event_clients").await == 2.0).then_some(()))
+        .await;
     // Jobs until the stalled client's socket is full and the server gives
     // up on it.
     let mut jobs = Vec::new();
@@ -258,7 +255,7 @@ async fn jobs_watch_prints_events_live_and_ends_with_the_job_it_watches() {
     let id = 'watching: loop {
         assert!(start.elapsed() < GENEROUS, "jobs watch printed no job's end");
         let id = submit_hello(&server, "w").await;
-        server.poll_job(&id, crate::server::is_terminal).await;
+        server.poll_job(&id, crate::support::server::is_terminal).await;
         while let Ok(line) = rx.recv_timeout(Duration::from_millis(500)) {
             let event: Event = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
             if finished(&event, &id) {
@@ -296,7 +293,7 @@ async fn a_subscriber_behind_retention_hears_once_that_it_missed_events_then_get
         .unwrap();
     let store = runtime.store().clone();
     let insert = |input: &str| {
-        let job = crate::conformance::cases::new_job(input);
+        let job = crate::store::conformance::cases::new_job(input);
         store.job_insert(JobInsertParams { jobs: vec![job], now: leash::clock::Timestamp::now() })
     };
     insert("a").await.unwrap();

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::server::{Server, is_terminal};
 use crate::support::GENEROUS;
+use crate::support::server::{Server, is_terminal};
 
 const JOBS: usize = 500;
 const KILLS: u64 = 5;

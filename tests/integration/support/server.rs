@@ -3,11 +3,10 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{GENEROUS, cache_dir};
+use crate::support::{GENEROUS, cache_dir, eventually};
 
 /// A running server; killed when dropped.
 pub struct Server {
@@ -135,16 +134,12 @@ impl Server {
 
     /// Poll a job until `done` holds for it (bounded; a hang fails the test).
     pub async fn poll_job(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
+        eventually(format!("job {id} reaches the state"), async || {
             let (status, job) = self.call(reqwest::Method::GET, &format!("/v1/jobs/{id}"), None).await;
             assert_eq!(status, 200, "{job}");
-            if done(&job) {
-                return job;
-            }
-            assert!(start.elapsed() < GENEROUS, "job {id} never reached the state: {job}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            done(&job).then_some(job)
+        })
+        .await
     }
 
     /// Send SIGKILL and reap.

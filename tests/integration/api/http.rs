@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use leash::job::JobStatus;
 
-use crate::server::{Server, is_terminal};
-use crate::support::GENEROUS;
+use crate::support::server::{Server, is_terminal};
+use crate::support::{GENEROUS, eventually};
 
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -538,13 +538,11 @@ async fn sigterm_with_a_sync_request_open_exits_within_the_budget() {
         let request = server.request(Method::POST, "/v1/jobs").json(&json!({ "plugin": "coop" }));
         tokio::spawn(async move { request.send().await })
     };
-    let (_, list) = loop {
-        let (status, list) = server.call(Method::GET, "/v1/jobs?status=running", None).await;
-        if !list["jobs"].as_array().unwrap().is_empty() {
-            break (status, list);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    let list = eventually("the job starts", async || {
+        let (_, list) = server.call(Method::GET, "/v1/jobs?status=running", None).await;
+        (!list["jobs"].as_array().unwrap().is_empty()).then_some(list)
+    })
+    .await;
     let id = list["jobs"][0]["id"].as_str().unwrap().to_owned();
     let started = std::time::Instant::now();
     assert!(
@@ -836,7 +834,7 @@ async fn leash_submit_retries_a_lost_answer_without_queueing_twice() {
     let output = tokio::task::spawn_blocking({
         let token_file = server.token_file.clone();
         move || {
-            crate::server::leash_bin()
+            crate::support::server::leash_bin()
                 .args(["submit", "hello", "--server", &proxy_url, "--token-file"])
                 .arg(token_file)
                 .output()
@@ -869,15 +867,11 @@ async fn a_sync_client_that_disconnects_leaves_its_job_running_and_is_counted() 
         .send()
         .await;
     assert!(gave_up.is_err(), "the client timed out before the job ended");
-    let start = std::time::Instant::now();
-    let health = loop {
+    let health = eventually("the abandoned wait is counted", async || {
         let (_, report) = server.call(Method::GET, "/v1/health", None).await;
-        if report["health"]["waits_abandoned"] == 1 {
-            break report;
-        }
-        assert!(start.elapsed() < GENEROUS, "the abandoned wait was never counted: {report}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+        (report["health"]["waits_abandoned"] == 1).then_some(report)
+    })
+    .await;
     assert_eq!(health["health"]["counts"]["running"], 1, "the job goes on: {health}");
     let (_, page) = server.call(Method::GET, "/v1/jobs?status=running", None).await;
     let id = page["jobs"][0]["id"].as_str().unwrap().to_owned();

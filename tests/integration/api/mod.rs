@@ -1,0 +1,7 @@
+//! The HTTP API and the dashboard against a real `leash serve`.
+
+mod approval;
+mod events;
+mod http;
+mod plans;
+mod ui;

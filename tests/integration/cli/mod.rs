@@ -1,0 +1,6 @@
+//! The `leash` binary as a user runs it.
+
+mod config;
+pub(crate) mod ops;
+mod run;
+mod scaffold;

@@ -1,0 +1,5 @@
+//! The embedding API (`leash::runtime`) end to end.
+
+mod embedding;
+mod faults;
+mod postgres;

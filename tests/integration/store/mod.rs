@@ -1,0 +1,6 @@
+//! The store: one conformance suite for every backend, the lease-model
+//! replays, SQLite's own cases.
+
+pub(crate) mod conformance;
+mod lease_model;
+mod sqlite;
