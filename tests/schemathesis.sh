@@ -26,7 +26,7 @@ curl -sf -H "Authorization: Bearer $LEASH_API_TOKEN" --data-binary @plugins/targ
 status=0
 # schemathesis keeps a cache in its working directory: keep it out of the tree.
 # GET /v1/events answers a stream that never ends by design: every request
-# to it would hang past the timeout. tests/integration/events.rs covers it.
+# to it would hang past the timeout. tests/integration/api/events.rs covers it.
 (cd "$work" && st run "$url/v1/openapi.json" -H "Authorization: Bearer $LEASH_API_TOKEN" \
     -c not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
     --exclude-path /v1/events -n "$examples" --request-timeout 10 --no-color) || status=$?

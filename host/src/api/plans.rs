@@ -9,16 +9,16 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::jobs::{DecisionBody, Execution, SubmitBody, decision_by};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
-use crate::api::types::{Finished, JobView};
+use crate::api::types::{PlanAnswer, PlanPage};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
 use crate::clock::Timestamp;
-use crate::job::{ApplyMode, Job, JobId, PlanStatus};
-use crate::runtime::{Ceilings, PlanSubmit, PlanView};
+use crate::job::{ApplyMode, JobId};
+use crate::runtime::{Ceilings, PlanSubmit};
 
 /// The body of `POST /v1/plans`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -83,62 +83,6 @@ impl PlanBody {
         let (job, _) = body.into_submit(now, defaults)?;
         Ok(PlanSubmit { job, apply })
     }
-}
-
-/// A plan as the API shows it: its derived status and both phases, each
-/// with its output.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct PlanAnswer {
-    /// The plan id (a ULID): its jobs' `plan_id` and concurrency key.
-    pub plan_id: String,
-    /// Derived from its phases.
-    pub status: PlanStatus,
-    /// How its apply phase starts.
-    pub apply_mode: ApplyMode,
-    /// When it was created.
-    pub created_at: Timestamp,
-    /// When it was cancelled, if it was.
-    pub cancelled_at: Option<Timestamp>,
-    /// Who approved the apply phase, once someone did.
-    pub approved_by: Option<String>,
-    /// The execute phase and its output: the change to approve.
-    pub execute: Finished<JobView>,
-    /// The apply phase and its output, once created.
-    pub apply: Option<Finished<JobView>>,
-}
-
-impl From<PlanView> for PlanAnswer {
-    fn from(view: PlanView) -> Self {
-        let phase = |mut job: Job| {
-            let output = job.output.take();
-            Finished::new(JobView::from(job), output.as_deref())
-        };
-        let approved_by = view
-            .apply
-            .as_ref()
-            .and_then(|a| a.approval.as_ref())
-            .and_then(|a| a.decision.as_ref())
-            .filter(|d| d.verdict == crate::job::Verdict::Approved)
-            .map(|d| d.by.clone());
-        PlanAnswer {
-            plan_id: view.plan.plan_id,
-            status: view.status,
-            apply_mode: view.plan.apply_mode,
-            created_at: view.plan.created_at,
-            cancelled_at: view.plan.cancelled_at,
-            approved_by,
-            execute: phase(view.execute),
-            apply: view.apply.map(phase),
-        }
-    }
-}
-
-/// `GET /v1/plans`: a page, newest first.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct PlanPage {
-    pub plans: Vec<PlanAnswer>,
-    /// Pass as `before` for the next page; `null` when the page is not full.
-    pub next_before: Option<String>,
 }
 
 /// Create a plan and queue its execute phase. When execute succeeds, the

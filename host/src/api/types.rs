@@ -5,11 +5,11 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::job::{Job, JobId};
-use crate::runtime::Cancelled;
+use crate::clock::Timestamp;
+use crate::job::{ApplyMode, Job, JobId, PlanStatus};
+use crate::runtime::{Cancelled, PlanView};
 
 pub use super::error::{ErrorBody, ErrorDetail};
-pub use super::plans::{PlanAnswer, PlanPage};
 
 /// A job as the API shows it.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -99,4 +99,60 @@ pub struct CancelAnswer {
 pub struct HealthReport {
     pub health: crate::runtime::Health,
     pub ceilings: crate::runtime::Ceilings,
+}
+
+/// A plan as the API shows it: its derived status and both phases, each
+/// with its output.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PlanAnswer {
+    /// The plan id (a ULID): its jobs' `plan_id` and concurrency key.
+    pub plan_id: String,
+    /// Derived from its phases.
+    pub status: PlanStatus,
+    /// How its apply phase starts.
+    pub apply_mode: ApplyMode,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it was cancelled, if it was.
+    pub cancelled_at: Option<Timestamp>,
+    /// Who approved the apply phase, once someone did.
+    pub approved_by: Option<String>,
+    /// The execute phase and its output: the change to approve.
+    pub execute: Finished<JobView>,
+    /// The apply phase and its output, once created.
+    pub apply: Option<Finished<JobView>>,
+}
+
+impl From<PlanView> for PlanAnswer {
+    fn from(view: PlanView) -> Self {
+        let phase = |mut job: Job| {
+            let output = job.output.take();
+            Finished::new(JobView::from(job), output.as_deref())
+        };
+        let approved_by = view
+            .apply
+            .as_ref()
+            .and_then(|a| a.approval.as_ref())
+            .and_then(|a| a.decision.as_ref())
+            .filter(|d| d.verdict == crate::job::Verdict::Approved)
+            .map(|d| d.by.clone());
+        PlanAnswer {
+            plan_id: view.plan.plan_id,
+            status: view.status,
+            apply_mode: view.plan.apply_mode,
+            created_at: view.plan.created_at,
+            cancelled_at: view.plan.cancelled_at,
+            approved_by,
+            execute: phase(view.execute),
+            apply: view.apply.map(phase),
+        }
+    }
+}
+
+/// `GET /v1/plans`: a page, newest first.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PlanPage {
+    pub plans: Vec<PlanAnswer>,
+    /// Pass as `before` for the next page; `null` when the page is not full.
+    pub next_before: Option<String>,
 }

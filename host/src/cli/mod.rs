@@ -25,6 +25,7 @@ macro_rules! say {
 }
 
 mod commands;
+mod process;
 
 /// Guest text made safe for a terminal: control characters (escape
 /// sequences, carriage returns, bells, newlines) and the Unicode controls
@@ -521,7 +522,10 @@ impl CliError {
 pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {
         Command::Run(args) => commands::run_once(args).await,
-        Command::Worker(args) => commands::run_worker(args).await,
+        Command::Worker(args) => match args.supervised_by {
+            Some(supervisor) => commands::run_pool_process(supervisor).await,
+            None => commands::run_worker(args.worker).await,
+        },
         Command::Serve(args) => commands::serve(args).await,
         Command::Submit(args) => commands::submit(args).await,
         Command::Jobs(command) => commands::jobs(command).await,

@@ -14,8 +14,9 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use crate::job::Digest;
 use crate::sandbox::cache::CompileCache;
 use crate::sandbox::http::SecretStore;
+use crate::sandbox::journal::cut_text;
 use crate::sandbox::shape::ComponentLimits;
-use crate::sandbox::state::{HostState, cut_text};
+use crate::sandbox::state::HostState;
 use crate::sandbox::{
     DEFAULT_COMPILE_CONCURRENCY, DEFAULT_COMPILE_NICE, DEFAULT_EPOCH_TICK, DEFAULT_KEEP_RESIDENT_BYTES,
     DEFAULT_MEMORY_CEILING_BYTES, DEFAULT_POOL_SLOTS, Loaded, MAX_TABLE_ELEMENTS, Plugin, Sandbox, SandboxError,

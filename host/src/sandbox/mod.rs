@@ -22,10 +22,12 @@ mod cache;
 mod capture;
 mod engine;
 pub mod http;
+mod journal;
 mod limiter;
 mod outcome;
 pub mod proposals;
 mod redact;
+mod request;
 mod run;
 mod shape;
 mod state;
@@ -40,15 +42,15 @@ use wasmtime::component::Linker;
 use self::cache::CompileCache;
 use self::engine::EpochTicker;
 pub use self::engine::{Allocator, MAX_GUEST_ERROR_TEXT_BYTES, SandboxConfig};
-use self::outcome::Interrupted;
-pub use self::outcome::{Captured, Failure, Outcome, StopMode, Usage};
-pub use self::run::{RunLimits, RunRequest};
-pub use self::shape::{ComponentLimits, DEFAULT_MAX_COMPONENT_BYTES, declared_requests};
-use self::state::HostState;
-pub use self::state::{
+pub use self::journal::{
     FIELDS_DROPPED_KEY, LogLevel, LogRecord, MAX_LOG_FIELDS, MAX_LOG_KEY_BYTES, MAX_LOG_MESSAGE_BYTES,
     MAX_LOG_VALUE_BYTES, NoObserver, Progress, RunObserver,
 };
+use self::outcome::Interrupted;
+pub use self::outcome::{Captured, Failure, Outcome, StopMode, Usage};
+pub use self::request::{RunLimits, RunRequest};
+pub use self::shape::{ComponentLimits, DEFAULT_MAX_COMPONENT_BYTES, declared_requests};
+use self::state::HostState;
 pub use self::stop::StopHandle;
 use crate::job::Digest;
 

@@ -10,8 +10,9 @@ use wasmtime::{Trap, WasmBacktrace};
 
 use crate::job::ErrorKind;
 use crate::sandbox::capture::CapturedOutput;
-use crate::sandbox::run::{RunLimits, hostcall_fuel};
-use crate::sandbox::state::{HostState, LogRecord, Progress, cut_text};
+use crate::sandbox::journal::{LogRecord, Progress, cut_text};
+use crate::sandbox::request::{RunLimits, hostcall_fuel};
+use crate::sandbox::state::HostState;
 use crate::sandbox::{HOSTCALL_SLACK_BYTES, MAX_ERROR_MESSAGE_BYTES, MAX_RESOURCE_HANDLES, bindings};
 
 /// Frames kept in a trap's backtrace.

@@ -3,24 +3,24 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
 
-use crate::job::{Grants, Target};
+use crate::job::Target;
 use crate::sandbox::capture::CapturedOutput;
-use crate::sandbox::http::{EffectLedger, HttpGate};
+use crate::sandbox::http::HttpGate;
+use crate::sandbox::journal::{Journal, LogBook, RunObserver, cut_text};
 use crate::sandbox::limiter::JobLimiter;
 use crate::sandbox::outcome::{Captured, Ended, Interrupted, Outcome, Usage, classify};
-use crate::sandbox::state::{HostState, Journal, LogBook, RunObserver, cut_text};
+use crate::sandbox::request::{RunRequest, hostcall_fuel};
+use crate::sandbox::state::HostState;
 use crate::sandbox::stop::StopHandle;
 use crate::sandbox::{
-    DEFAULT_CANCEL_GRACE, DEFAULT_CAPTURE_BYTES, DEFAULT_LOG_BYTES, DEFAULT_LOG_RECORDS, DEFAULT_MEMORY_BYTES,
-    DEFAULT_OUTPUT_BYTES, DEFAULT_TIMEOUT, HOSTCALL_SLACK_BYTES, MAX_ERROR_MESSAGE_BYTES, MAX_RANDOM_BYTES,
-    MAX_RESOURCE_HANDLES, MAX_TABLE_ELEMENTS, Plugin, Sandbox, bindings, watch_stop,
+    MAX_ERROR_MESSAGE_BYTES, MAX_RANDOM_BYTES, MAX_RESOURCE_HANDLES, MAX_TABLE_ELEMENTS, Plugin, Sandbox, bindings,
+    watch_stop,
 };
 
 impl Sandbox {
@@ -173,76 +173,6 @@ impl Sandbox {
     }
 }
 
-/// Limits of one run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RunLimits {
-    /// Wall-clock limit, including instantiation.
-    pub timeout: Duration,
-    /// Fuel budget; `None` means unlimited (fuel is still counted).
-    pub fuel: Option<u64>,
-    /// Linear memory, summed over the component's memories.
-    pub memory_bytes: u64,
-    /// Largest output accepted.
-    pub output_bytes: u64,
-    /// Log records kept.
-    pub log_records: usize,
-    /// Log bytes kept.
-    pub log_bytes: usize,
-    /// Captured stdout and stderr, each.
-    pub capture_bytes: usize,
-    /// Time between a cooperative stop request and a forced stop.
-    pub cancel_grace: Duration,
-}
-
-impl Default for RunLimits {
-    fn default() -> Self {
-        RunLimits {
-            timeout: DEFAULT_TIMEOUT,
-            fuel: None,
-            memory_bytes: DEFAULT_MEMORY_BYTES,
-            output_bytes: DEFAULT_OUTPUT_BYTES,
-            log_records: DEFAULT_LOG_RECORDS,
-            log_bytes: DEFAULT_LOG_BYTES,
-            capture_bytes: DEFAULT_CAPTURE_BYTES,
-            cancel_grace: DEFAULT_CANCEL_GRACE,
-        }
-    }
-}
-
-/// One run of a plugin.
-#[derive(Debug, Clone)]
-pub struct RunRequest {
-    /// The job id shown to the guest (empty for one-shot runs).
-    pub job_id: String,
-    /// Phase or action.
-    pub target: Target,
-    /// 1 for the first attempt.
-    pub attempt: u32,
-    /// Input bytes.
-    pub input: Vec<u8>,
-    /// Limits.
-    pub limits: RunLimits,
-    /// What the guest may use outside its sandbox (HTTP, config); the
-    /// default grants nothing.
-    pub grants: Arc<Grants>,
-    /// Fences and records each effectful request; `None`: neither.
-    pub effects: Option<Arc<dyn EffectLedger>>,
-}
-
-impl RunRequest {
-    /// A one-shot run of `target` on `input`: no job id, attempt 1,
-    /// nothing granted, no effect ledger.
-    pub fn new(target: Target, input: Vec<u8>, limits: RunLimits) -> Self {
-        RunRequest { job_id: String::new(), target, attempt: 1, input, limits, grants: Arc::default(), effects: None }
-    }
-}
-
 pub(super) fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-/// Data the guest may hand over in one call: its output (with room for
-/// the result's framing) or, for host calls, [`HOSTCALL_SLACK_BYTES`].
-pub(super) fn hostcall_fuel(limits: &RunLimits) -> usize {
-    usize::try_from(limits.output_bytes).unwrap_or(usize::MAX).saturating_add(HOSTCALL_SLACK_BYTES)
 }

@@ -78,7 +78,7 @@ pub(super) async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliEr
         let file = std::env::var_os("LEASH_SECRETS_FILE").map(std::path::PathBuf::from);
         builder.sandbox(SandboxConfig {
             allocator: Allocator::Pooling { slots: crate::runtime::DEFAULT_MAX_WORKERS as u32 },
-            cache_dir: super::worker::default_cache_dir(),
+            cache_dir: crate::cli::process::default_cache_dir(),
             secrets: crate::cli::load_secrets(file.as_deref())?,
             ..SandboxConfig::default()
         })
@@ -86,7 +86,7 @@ pub(super) async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliEr
         // `plugins add` compiles what it registers: into the cache the
         // workers on this machine read, so their first job does not wait.
         builder
-            .sandbox(SandboxConfig { cache_dir: super::worker::default_cache_dir(), ..SandboxConfig::default() })
+            .sandbox(SandboxConfig { cache_dir: crate::cli::process::default_cache_dir(), ..SandboxConfig::default() })
             .without_workers()
     };
     let runtime = builder.build().await.map_err(|e| match e {
@@ -137,4 +137,21 @@ pub(super) fn text(value: &Value) -> String {
         Value::String(s) => crate::cli::terminal_text(s),
         other => other.to_string(),
     }
+}
+
+/// A digest cut to its first 12 hex digits, for tables.
+pub(super) fn short_digest(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    format!("sha256:{}", &hex[..hex.len().min(12)])
+}
+
+/// Percent-encode a query value.
+pub(super) fn url_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
 }

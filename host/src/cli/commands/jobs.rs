@@ -8,7 +8,7 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use crate::api::types::{CancelAnswer, JobPage, JobView};
-use crate::cli::commands::connect::{new_table, print_json, print_table, text, with_client};
+use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::commands::submit::wait_for;
 use crate::cli::commands::{ConnArgs, JobsCommand};
 use crate::cli::{CliError, ExitStatus, terminal_text};
@@ -206,20 +206,4 @@ async fn decide(conn: ConnArgs, path: String, body: Option<Value>) -> Result<Exi
         Ok(ExitStatus::Success)
     })
     .await
-}
-
-pub(super) fn short_digest(digest: &str) -> String {
-    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-    format!("sha256:{}", &hex[..hex.len().min(12)])
-}
-
-/// Percent-encode a query value.
-pub(super) fn url_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            other => format!("%{other:02X}"),
-        })
-        .collect()
 }

@@ -26,6 +26,7 @@ pub(super) use plugins::plugins;
 pub(super) use run::run_once;
 pub(super) use serve::serve;
 pub(super) use submit::submit;
+pub(super) use supervise::run_pool_process;
 pub(super) use worker::{WorkerCommandArgs, run_worker};
 
 use std::path::PathBuf;

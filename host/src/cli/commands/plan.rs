@@ -8,8 +8,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::api::types::PlanAnswer;
-use crate::cli::commands::connect::{new_table, print_json, print_table, text, with_client};
-use crate::cli::commands::jobs::{short_digest, url_encode};
+use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::commands::{ConnArgs, PlanCommand};
 use crate::cli::{CliError, ExitStatus, read_input, terminal_text};
 use crate::client::{Client, typed};

@@ -7,8 +7,7 @@ use serde_json::{Value, json};
 
 use crate::api::types::PluginList;
 use crate::cli::commands::PluginsCommand;
-use crate::cli::commands::connect::{new_table, print_json, print_table, text, with_client};
-use crate::cli::commands::jobs::{short_digest, url_encode};
+use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::{CliError, ExitStatus, terminal_text};
 use crate::client::{Client, typed};
 use crate::job::{Grants, PluginInfo};

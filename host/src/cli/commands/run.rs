@@ -7,7 +7,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde::Serialize;
 
-use super::worker::default_cache_dir;
+use crate::cli::process::{default_cache_dir, interrupt_signal};
 use crate::cli::{
     CliError, ExitStatus, RunArgs, load_secrets, read_input, terminal_lines, terminal_text, write_output,
 };
@@ -100,12 +100,6 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
     interrupts.abort();
     report(&outcome, loaded, args.json)?;
     Ok(outcome.error_kind().map_or(ExitStatus::Success, ExitStatus::for_kind))
-}
-
-/// SIGINT, registered before the plugin starts so an early Ctrl-C is seen.
-pub(in crate::cli) fn interrupt_signal() -> Result<tokio::signal::unix::Signal, CliError> {
-    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(|e| CliError::internal(format!("cannot listen for Ctrl-C: {e}")))
 }
 
 /// First Ctrl-C: ask the plugin to stop. Second: stop it now.

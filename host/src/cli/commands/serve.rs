@@ -7,7 +7,8 @@ use super::worker::{build_runtime, worker_builder};
 use crate::api::listen::ListenLimits;
 use crate::api::{ApiConfig, router};
 use crate::cli::commands::ServeArgs;
-use crate::cli::commands::worker::{init_logging, stop_signal, worker_runtime};
+use crate::cli::commands::worker::worker_runtime;
+use crate::cli::process::{init_logging, stop_signal};
 use crate::cli::{CliError, ExitStatus};
 use crate::client::ensure_token_file;
 

@@ -226,7 +226,7 @@ pub(super) async fn wait_for(
     let poll = if client.runtime().is_some() { Duration::from_millis(50) } else { Duration::from_millis(200) };
     let bar = progress_bar(json_out);
     let deadline = tokio::time::Instant::now() + wait;
-    let mut interrupt = super::run::interrupt_signal()?;
+    let mut interrupt = crate::cli::process::interrupt_signal()?;
     let path = format!("/v1/jobs/{id}");
     let job = loop {
         let job = client.json(Method::GET, &path, None).await?;

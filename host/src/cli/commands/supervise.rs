@@ -33,7 +33,8 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::worker::{build_runtime, init_logging, stop_signal, worker_builder};
+use super::worker::{build_runtime, worker_builder};
+use crate::cli::process::{init_logging, stop_signal};
 use crate::cli::{CliError, ExitStatus, WorkerArgs};
 use crate::job::JobId;
 use crate::runtime::{PoolReport, RemotePool, Runtime, Supervision};
@@ -471,7 +472,7 @@ async fn reclaim(runtime: &Runtime, worker_id: &str, how: &str, stderr: &str, qu
 /// `leash worker --supervised-by PID`: the pool process. Dies with its
 /// supervisor; reads its settings, then messages, from stdin; stops on
 /// SIGINT, SIGTERM or the end of stdin.
-pub(super) async fn run_pool_process(supervisor: u32) -> Result<ExitStatus, CliError> {
+pub(in crate::cli) async fn run_pool_process(supervisor: u32) -> Result<ExitStatus, CliError> {
     // SAFETY: prctl(PR_SET_PDEATHSIG) reads only its integer arguments.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
     // Set after the fork: a supervisor that died before it was set has

@@ -11,8 +11,7 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 
 use crate::cli::commands::ConnArgs;
-use crate::cli::commands::connect::with_client;
-use crate::cli::commands::jobs::{short_digest, url_encode};
+use crate::cli::commands::connect::{short_digest, url_encode, with_client};
 use crate::cli::{CliError, ExitStatus, terminal_text};
 use crate::client::ClientError;
 use crate::store::{Event, EventKind};

@@ -1,13 +1,12 @@
 //! `leash worker`: a worker pool and the sweeps until SIGINT or SIGTERM,
 //! and the runtime, logging and signals it shares with `leash serve`.
 
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 
 use clap::Args;
 
-use super::run::interrupt_signal;
-use super::supervise::run_pool_process;
+use crate::cli::process::{default_cache_dir, init_logging, stop_signal};
 use crate::cli::{CliError, ExitStatus, WorkerArgs, durability, load_secrets};
 use crate::job::Backoff;
 use crate::runtime::{Runtime, RuntimeBuilder};
@@ -23,7 +22,7 @@ pub(in crate::cli) struct WorkerCommandArgs {
     /// its settings from stdin (what `leash serve` starts; not for use by
     /// hand).
     #[arg(long, hide = true, value_name = "PID")]
-    supervised_by: Option<u32>,
+    pub(in crate::cli) supervised_by: Option<u32>,
 }
 
 /// A runtime with a worker pool and sweeps, as `worker` and `serve` run.
@@ -109,35 +108,9 @@ impl StartLog {
     }
 }
 
-/// Send the operational log (`tracing` events of `serve`, `worker` and the
-/// runtime) to stderr as text or JSON lines, filtered by `LEASH_LOG`.
-pub(in crate::cli) fn init_logging(format: &str) -> Result<(), CliError> {
-    use tracing_subscriber::EnvFilter;
-    let filter = match std::env::var("LEASH_LOG") {
-        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives).map_err(|e| {
-            CliError::usage(format!("LEASH_LOG: {directives:?} is not a filter like `info,leash::guest=debug`: {e}"))
-        })?,
-        _ => EnvFilter::new("info"),
-    };
-    // A closed stderr (a log pipe whose reader went away) must not stop the
-    // process: events are dropped, as `say!` drops its lines.
-    let builder =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).log_internal_errors(false);
-    let installed = if format == "json" {
-        builder.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init()
-    } else {
-        builder.with_target(false).with_ansi(std::io::stderr().is_terminal()).try_init()
-    };
-    // Already installed (a second command in one process): keep it.
-    let _ = installed;
-    Ok(())
-}
-
-pub(in crate::cli) async fn run_worker(args: WorkerCommandArgs) -> Result<ExitStatus, CliError> {
-    if let Some(supervisor) = args.supervised_by {
-        return run_pool_process(supervisor).await;
-    }
-    let args = args.worker;
+/// `leash worker` (by hand: `leash serve` starts its pool process with
+/// [`super::supervise::run_pool_process`] instead).
+pub(in crate::cli) async fn run_worker(args: WorkerArgs) -> Result<ExitStatus, CliError> {
     init_logging(&args.log_format)?;
     let runtime = worker_runtime(&args).await?;
     let stop = stop_signal()?;
@@ -153,31 +126,4 @@ pub(in crate::cli) async fn run_worker(args: WorkerCommandArgs) -> Result<ExitSt
     runtime.shutdown().await;
     tracing::info!("stopped");
     Ok(ExitStatus::Success)
-}
-
-/// `LEASH_CACHE_DIR`, else `$XDG_CACHE_HOME/leash`, else `~/.cache/leash`.
-pub(in crate::cli) fn default_cache_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("LEASH_CACHE_DIR").filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(dir));
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
-    Some(base.join("leash"))
-}
-
-/// Resolves at the first SIGINT or SIGTERM. The handlers are installed
-/// here, before the process says it is ready, so a signal sent after that
-/// line is never taken by the default action.
-pub(in crate::cli) fn stop_signal() -> Result<impl std::future::Future<Output = ()>, CliError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut interrupt = interrupt_signal()?;
-    let mut terminate =
-        signal(SignalKind::terminate()).map_err(|e| CliError::internal(format!("cannot listen for SIGTERM: {e}")))?;
-    Ok(async move {
-        tokio::select! {
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
-        }
-    })
 }

@@ -27,7 +27,7 @@ pub use secrets::{SECRET_ENV_PREFIX, SecretStore};
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
-use super::state::{Journal, LogLevel};
+use super::journal::{Journal, LogLevel};
 use crate::job::grant::HttpScheme;
 use crate::job::{EffectOutcome, Grants};
 
