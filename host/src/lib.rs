@@ -1,15 +1,23 @@
 //! leash: durable, leased jobs inside WebAssembly sandboxes.
 //!
-//! - [`job`], [`clock`]: the shared words (targets, error kinds, plugin
-//!   digests, timestamps, injected time); they depend on nothing inside.
-//! - [`store`]: the durable job store seam and its SQLite backend; knows
-//!   nothing of wasm.
-//! - [`sandbox`]: runs one plugin as a wasmtime component under enforced
-//!   limits; knows nothing of storage.
-//! - [`lease`], [`worker`], [`sweep`]: claiming, lease renewal, the worker
-//!   pool, shutdown, and the reclaim/expiry/retention sweeps.
-//! - [`runtime`]: the embedding API built from all of the above.
-//! - [`cli`], [`config`]: the `leash` command line and its config file.
+//! The modules stand on floors: each uses only modules on the floors below
+//! its own, never one beside or above it (`tests/integration/layout.rs`
+//! checks it, with no import circles inside a module either).
+//!
+//! 0. [`clock`]: timestamps and injected time. Uses nothing inside.
+//! 1. [`job`]: the shared words (targets, error kinds, digests, grants, the
+//!    job record); [`config`]: the config file's settings.
+//! 2. [`store`]: the durable job store seam, its SQLite and PostgreSQL
+//!    backends; knows nothing of wasm. [`sandbox`]: runs one plugin as a
+//!    wasmtime component under enforced limits; knows nothing of storage.
+//!    [`metrics`]: the Prometheus registry.
+//! 3. [`lease`]: a running job's lease renewal; [`sweep`]: reclaim,
+//!    expiry and retention.
+//! 4. [`worker`]: the pool: claiming, running, recording, shutdown.
+//! 5. [`runtime`]: the embedding API built from all of the above.
+//! 6. [`api`]: the HTTP API and dashboard over a runtime.
+//! 7. [`client`]: the API's client, over the network or in process.
+//! 8. [`cli`]: the `leash` command line.
 
 pub mod api;
 pub mod cli;

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::jobs::{DecisionBody, Execution, SubmitBody, decision_by};
+use super::requests::{DecisionBody, Execution, SubmitBody, decision_by};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::types::{PlanAnswer, PlanPage};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};

@@ -3,7 +3,6 @@
 //! helpers its commands share; each command lives in `commands/`. It talks
 //! to the sandbox and the runtime only through their public APIs.
 
-use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::job::grant::{self, AddressRange, HostRule, HttpGrant, HttpLimits, SecretName};
-use crate::job::{ErrorKind, Grants, Target};
+use crate::job::{Grants, Target};
 use crate::sandbox::{self};
 use crate::store::{Database, Durability};
 
@@ -25,60 +24,16 @@ macro_rules! say {
 }
 
 mod commands;
+mod exit;
+mod parse;
 mod process;
+mod terminal;
 
-/// Guest text made safe for a terminal: control characters (escape
-/// sequences, carriage returns, bells, newlines) and the Unicode controls
-/// that reorder text are shown as escapes (`\u{1b}`, `\n`), so a guest can
-/// neither drive the terminal nor start a line that looks like leash's own.
-pub(crate) fn terminal_text(text: &str) -> String {
-    let reorders = |c: char| matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\t' => out.push(c),
-            '\n' => out.push_str("\\n"),
-            c if c.is_control() || reorders(c) => out.extend(c.escape_unicode()),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Guest text of many lines (captured stdout, a backtrace): each line made
-/// safe with [`terminal_text`], to be printed behind a prefix of leash's.
-pub(crate) fn terminal_lines(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.lines().map(terminal_text)
-}
-
-/// Write a job's output: raw bytes into a pipe or file, but to a terminal
-/// as text with its control characters escaped (newlines kept).
-pub(crate) fn write_output(output: &[u8]) -> std::io::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    if !stdout.is_terminal() {
-        stdout.write_all(output)?;
-        return stdout.flush();
-    }
-    for line in terminal_lines(&String::from_utf8_lossy(output)) {
-        writeln!(stdout, "{line}")?;
-    }
-    stdout.flush()
-}
-
-const EXIT_CODES_HELP: &str = "\
-Exit codes:
-  0   the job succeeded
-  1   the plugin returned an error (failed or retryable)
-  2   usage error, unreadable or invalid component, or input the plugin rejected
-  3   the job ran past its timeout, or a --wait ended before the job did
-  4   the job was cancelled, or rejected while it waited for approval
-  5   a resource limit stopped the job (fuel, memory, output or a counted resource)
-  6   the plugin trapped (panic, stack overflow, bad memory access)
-  7   the server refused: bad token (401), approval policy (403), job already ended
-      or decided (409), queue full (429)
-  8   the server could not be reached
-  9   the job was quarantined: two processes died while running it (host_crash)
-  70  leash itself failed";
+use exit::EXIT_CODES_HELP;
+pub use exit::{CliError, ExitStatus};
+pub(crate) use parse::read_input;
+pub use parse::{parse_duration, parse_size};
+pub(crate) use terminal::{terminal_lines, terminal_text, write_output};
 
 /// Durable, leased jobs inside WebAssembly sandboxes.
 #[derive(Debug, Parser)]
@@ -450,74 +405,6 @@ impl GrantArgs {
     }
 }
 
-/// What `leash` exits with. The numbers are part of the interface.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum ExitStatus {
-    /// The job succeeded.
-    Success = 0,
-    /// The plugin returned `failed` or `retryable`.
-    GuestError = 1,
-    /// Bad arguments, an unusable component, or input the plugin rejected.
-    Usage = 2,
-    /// The job ran past its timeout.
-    Timeout = 3,
-    /// The job was cancelled (or rejected while it waited for approval).
-    Cancelled = 4,
-    /// Fuel, memory or output limit.
-    ResourceLimit = 5,
-    /// The plugin trapped.
-    Trap = 6,
-    /// The server refused the request (token, conflict, backpressure).
-    Refused = 7,
-    /// The server could not be reached.
-    Unreachable = 8,
-    /// Two processes died while running the job: it is quarantined.
-    HostCrash = 9,
-    /// leash failed.
-    Internal = 70,
-}
-
-impl ExitStatus {
-    /// The exit status for a failure of `kind`.
-    pub fn for_kind(kind: ErrorKind) -> Self {
-        match kind {
-            ErrorKind::GuestError => ExitStatus::GuestError,
-            ErrorKind::InvalidInput => ExitStatus::Usage,
-            ErrorKind::Timeout => ExitStatus::Timeout,
-            ErrorKind::Cancelled | ErrorKind::Rejected => ExitStatus::Cancelled,
-            ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit | ErrorKind::ResourceLimit => {
-                ExitStatus::ResourceLimit
-            }
-            ErrorKind::Trap => ExitStatus::Trap,
-            ErrorKind::HostCrash => ExitStatus::HostCrash,
-            ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::Interrupted | ErrorKind::HostError => {
-                ExitStatus::Internal
-            }
-        }
-    }
-}
-
-/// A failure before the job ran, with the exit status it earns.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct CliError {
-    /// One line for people.
-    pub message: String,
-    /// What to exit with.
-    pub status: ExitStatus,
-}
-
-impl CliError {
-    fn usage(message: impl Into<String>) -> Self {
-        CliError { message: message.into(), status: ExitStatus::Usage }
-    }
-
-    fn internal(message: impl Into<String>) -> Self {
-        CliError { message: message.into(), status: ExitStatus::Internal }
-    }
-}
-
 /// Run the parsed command line.
 pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {
@@ -555,61 +442,10 @@ fn legacy_database_path() -> Option<PathBuf> {
     std::env::var_os("LEASH_DATABASE_PATH").filter(|p| !p.is_empty()).map(PathBuf::from)
 }
 
-fn read_input(source: Option<&str>) -> Result<Vec<u8>, CliError> {
-    match source {
-        None => Ok(Vec::new()),
-        Some("-") => {
-            let mut input = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut input)
-                .map_err(|e| CliError::usage(format!("cannot read input from stdin: {e}")))?;
-            Ok(input)
-        }
-        Some(path) => std::fs::read(path).map_err(|e| CliError::usage(format!("cannot read input file {path}: {e}"))),
-    }
-}
-
-/// Parse `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 =
-        number.parse().map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 30s, 2m, 1h, 7d"))?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        "d" => value * 86_400.0,
-        other => return Err(format!("invalid duration unit {other:?} in {text:?}: use ms, s, m, h or d")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("duration {text:?} is out of range"))
-}
-
-/// Parse `64MiB`, `1GiB`, `512KiB`, `10MB`, or a bare number of bytes.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: u64 =
-        number.parse().map_err(|_| format!("invalid size {text:?}: expected e.g. 64MiB, 1GiB or bytes"))?;
-    let scale: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        other => return Err(format!("invalid size unit {other:?} in {text:?}: use B, KiB, MiB, GiB, KB, MB or GB")),
-    };
-    value.checked_mul(scale).ok_or_else(|| format!("size {text:?} is out of range"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::ErrorKind;
 
     #[test]
     fn guest_text_cannot_drive_the_terminal_or_start_a_line() {
