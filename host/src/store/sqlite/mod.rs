@@ -18,6 +18,7 @@
 //! timeout serialise their writers; a busy database surfaces as a
 //! transient [`StoreError`].
 
+mod migrations;
 mod rows;
 mod schema;
 mod writer;
@@ -1317,7 +1318,7 @@ fn apply_fate(
 
 #[cfg(test)]
 mod tests {
-    use super::schema::MIGRATIONS;
+    use super::migrations::MIGRATIONS;
     use super::*;
 
     fn raw(dir: &tempfile::TempDir) -> (SqliteStore, Connection) {
