@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 examples="${1:-100}"
-cargo build -p leash --locked --quiet
+# The binary the tests use, with their features: after `cargo test --workspace`
+# nothing is built again.
+cargo test --workspace --locked --no-run --quiet
 work="$(mktemp -d)"
 port=$((20000 + RANDOM % 20000))
 export LEASH_API_TOKEN="schemathesis-$RANDOM$RANDOM"
