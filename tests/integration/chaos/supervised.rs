@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::support::GENEROUS;
 use crate::support::server::{Server, is_terminal};
+use crate::support::{GENEROUS, eventually};
 
 const JOBS: usize = 500;
 const KILLS: u64 = 5;
@@ -24,16 +24,13 @@ async fn supervision(server: &Server) -> (Option<u64>, u64) {
 
 /// Wait until the pool process is up after `restarts` restarts; its pid.
 async fn pool_pid(server: &Server, restarts: u64) -> u64 {
-    let start = Instant::now();
-    loop {
-        if let (Some(pid), seen) = supervision(server).await
-            && seen == restarts
-        {
-            return pid;
+    eventually(format!("the pool process is back after {restarts} restarts"), async || {
+        match supervision(server).await {
+            (Some(pid), seen) if seen == restarts => Some(pid),
+            _ => None,
         }
-        assert!(start.elapsed() < GENEROUS, "the pool process never came back after {restarts} restarts");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 async fn job(server: &Server, id: &str) -> Value {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::chaos::crash::{sigterm, start_worker_with};
 use crate::support::pg::Schema;
 use crate::support::server::Server;
-use crate::support::{GENEROUS, cache_dir, eventually};
+use crate::support::{GENEROUS, cache_dir, eventually, eventually_blocking};
 use leash::sandbox::SandboxConfig;
 
 async fn insert_one(store: &PostgresStore) {
@@ -56,14 +56,11 @@ async fn an_event_of_a_transaction_that_commits_late_is_read_in_its_place_not_sk
     slow.batch_execute("COMMIT").await.unwrap();
     // Other tests' transactions on the server may hold the events back a
     // moment longer.
-    let waited = std::time::Instant::now();
-    let events = loop {
+    let events = eventually("both events are read", async || {
         let events = read(start).await.unwrap().events;
-        if events.len() >= 2 || waited.elapsed() > GENEROUS {
-            break events;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+        (events.len() >= 2).then_some(events)
+    })
+    .await;
     let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
     assert_eq!(kinds, [EventKind::JobFinished, EventKind::JobSubmitted], "in transaction order, none skipped");
     assert_eq!(events[0].job.as_ref().unwrap().id, queued.id);
@@ -114,16 +111,11 @@ async fn a_burst_of_inserts_into_a_new_table_is_analyzed_without_waiting_for_aut
     // if it held a handful of rows; autovacuum looks once a minute at most.
     let (client, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
-    let deadline = Instant::now() + GENEROUS;
-    loop {
+    eventually("the jobs table is analyzed after 3,000 inserts", async || {
         let row = client.query_one("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass", &[]).await.unwrap();
-        let rows: f32 = row.get(0);
-        if rows >= 3000.0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the jobs table was not analyzed after 3,000 inserts (reltuples {rows})");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (row.get::<_, f32>(0) >= 3000.0).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,15 +227,8 @@ async fn jobs_finish_when_every_connection_is_terminated_under_them() {
 /// SIGTERM and wait for exit 0.
 fn stop(child: &mut Child) {
     sigterm(child);
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            return;
-        }
-        assert!(start.elapsed() < GENEROUS, "did not exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = eventually_blocking("the process exits after SIGTERM", || child.try_wait().unwrap());
+    assert!(status.success(), "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
