@@ -9,10 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")"
 secs="${1:-30}"
 export RUSTC_BOOTSTRAP=1
-# Line tables rather than cargo-fuzz's full debug info: a crash's backtrace
-# still names files and lines, and the build is minutes shorter. Build and
-# run must agree, or the run builds again.
-export RUSTFLAGS="${RUSTFLAGS:-} -Cdebuginfo=line-tables-only"
 # The HTTP targets register the `hello` plugin when it is built.
 cargo build --release --target wasm32-wasip2 --manifest-path ../plugins/Cargo.toml --locked -p hello
 cargo fuzz build -s none
