@@ -20,7 +20,7 @@ use crate::job::JobId;
 use crate::metrics::Metrics;
 use crate::sandbox::StopHandle;
 use crate::sandbox::http::EffectTicket;
-use crate::store::{EffectBeginParams, EffectEndParams, JobStore, LeaseExtendParams, LeaseState};
+use crate::store::{EffectBeginParams, EffectEndParams, Effects, LeaseExtendParams, LeaseState, Leases};
 
 /// What the keeper saw; read after the guest has ended.
 #[derive(Debug, Default)]
@@ -38,7 +38,7 @@ pub struct LeaseWatch {
 #[derive(Debug, Clone)]
 pub struct LeaseKeeper {
     /// The store holding the lease.
-    pub store: Arc<dyn JobStore>,
+    pub store: Arc<dyn Leases>,
     /// Time source for `now`.
     pub clock: Arc<dyn Clock>,
     /// The job.
@@ -129,6 +129,8 @@ impl LeaseKeeper {
 pub struct LeaseLedger {
     /// The attempt's lease.
     pub keeper: LeaseKeeper,
+    /// Where the attempt's effects are recorded.
+    pub effects: Arc<dyn Effects>,
     /// The attempt's stop handle: a stopping attempt starts no new effect.
     pub stop: StopHandle,
     /// What the keeper has seen.
@@ -184,7 +186,7 @@ impl crate::sandbox::http::EffectLedger for LeaseLedger {
         };
         // The intent is recorded under the lease token: a lease lost since
         // the check above records nothing, and the effect is not made.
-        match self.keeper.store.effect_begin(params).await {
+        match self.effects.effect_begin(params).await {
             Ok(Some(effect)) => {
                 // The lease holds for a TTL from its last confirmation.
                 let confirmed = Timestamp::from_unix_ms(self.watch.confirmed_at_ms.load(Ordering::SeqCst));
@@ -216,7 +218,7 @@ impl crate::sandbox::http::EffectLedger for LeaseLedger {
                 outcome: outcome.clone(),
                 now: self.keeper.clock.now(),
             };
-            match self.keeper.store.effect_end(params).await {
+            match self.effects.effect_end(params).await {
                 Err(e) if e.is_transient() => {
                     tokio::time::sleep(delay).await;
                     delay *= 2;

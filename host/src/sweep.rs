@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, Timestamp};
 use crate::store::{
-    JobStore, JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, StoreError,
+    JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, StoreError, Sweeps,
 };
 
 /// Sweep settings.
@@ -48,7 +48,7 @@ pub struct SweepReport {
 /// Runs the three sweeps.
 #[derive(Debug, Clone)]
 pub struct Sweeper {
-    store: Arc<dyn JobStore>,
+    store: Arc<dyn Sweeps>,
     clock: Arc<dyn Clock>,
     config: SweepConfig,
     metrics: Option<Arc<crate::metrics::Metrics>>,
@@ -56,7 +56,7 @@ pub struct Sweeper {
 
 impl Sweeper {
     /// A sweeper over `store`.
-    pub fn new(store: Arc<dyn JobStore>, clock: Arc<dyn Clock>, config: SweepConfig) -> Self {
+    pub fn new(store: Arc<dyn Sweeps>, clock: Arc<dyn Clock>, config: SweepConfig) -> Self {
         Sweeper { store, clock, config, metrics: None }
     }
 

@@ -2,9 +2,11 @@
 //! job's lease.
 
 use crate::clock::Timestamp;
+use crate::job::Effect;
 use crate::job::{EffectOutcome, JobId};
+use crate::store::StoreError;
 
-/// Parameters of [`JobStore::effect_begin`](super::JobStore::effect_begin).
+/// Parameters of [`Effects::effect_begin`].
 #[derive(Debug, Clone)]
 pub struct EffectBeginParams {
     /// The job.
@@ -19,12 +21,12 @@ pub struct EffectBeginParams {
     pub now: Timestamp,
 }
 
-/// Parameters of [`JobStore::effect_end`](super::JobStore::effect_end).
+/// Parameters of [`Effects::effect_end`].
 #[derive(Debug, Clone)]
 pub struct EffectEndParams {
     /// The job.
     pub id: JobId,
-    /// The attempt, as [`JobStore::effect_begin`](super::JobStore::effect_begin) returned it.
+    /// The attempt, as [`Effects::effect_begin`] returned it.
     pub attempt: u32,
     /// The effect's place in the attempt.
     pub seq: u32,
@@ -32,4 +34,23 @@ pub struct EffectEndParams {
     pub outcome: EffectOutcome,
     /// Now.
     pub now: Timestamp,
+}
+
+/// The effect ledger: each outbound write an attempt makes, recorded
+/// before it is made (fenced by the lease) and after it answers.
+#[async_trait::async_trait]
+pub trait Effects: Send + Sync + std::fmt::Debug {
+    /// Record the intent of an effect, fenced by the lease: only while the
+    /// job is running under `token`, in the attempt that token belongs to,
+    /// numbered after that attempt's earlier effects. Committed before it
+    /// returns. `None`: the lease is not held; nothing was recorded, and the
+    /// effect must not be made.
+    async fn effect_begin(&self, params: EffectBeginParams) -> Result<Option<Effect>, StoreError>;
+
+    /// Record how an effect ended (not fenced: it happened either way).
+    async fn effect_end(&self, params: EffectEndParams) -> Result<(), StoreError>;
+
+    /// A job's effects, by attempt then place. Retention deletes them with
+    /// the job.
+    async fn effects(&self, id: JobId) -> Result<Vec<Effect>, StoreError>;
 }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::WorkerState;
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, JobId, JobProgress, JobStatus, PluginName, PluginRef, Target};
+use crate::store::StoreError;
 
 /// An event's place in the feed: opaque to clients, ordered, written
 /// `<txn>-<seq>`.
@@ -226,7 +227,7 @@ impl EventFilter {
     }
 }
 
-/// Parameters of [`super::JobStore::events_after`].
+/// Parameters of [`Events::events_after`].
 #[derive(Debug, Clone, Copy)]
 pub struct EventsAfterParams {
     /// Events after this one; `None`: from the oldest kept.
@@ -337,6 +338,18 @@ impl EventRow {
 /// An optional text column read as `T`.
 fn parse_column<T: FromStr<Err = String>>(value: Option<String>) -> Result<Option<T>, String> {
     value.map(|s| s.parse()).transpose()
+}
+
+/// The change feed, read in commit order.
+#[async_trait::async_trait]
+pub trait Events: Send + Sync + std::fmt::Debug {
+    /// Events after `params.after`, in order, up to `params.limit`; and
+    /// whether retention deleted some of them (see [`EventPage::missed`]).
+    async fn events_after(&self, params: EventsAfterParams) -> Result<EventPage, StoreError>;
+
+    /// The newest event a reader can see now (`None`: none kept yet): a
+    /// reader that starts here sees what happens from now on.
+    async fn events_head(&self) -> Result<Option<EventId>, StoreError>;
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use super::{
     DecideRefusal, JobDecideParams, PlanInsertParams, PlanListParams, PlansAdvanceParams, PluginPolicyParams,
     WorkerDiedParams, WorkerRecord, WorkersSnapshot,
 };
+use super::{Effects, Events, Jobs, Leases, Plans, Plugins, Sweeps, Workers};
 use super::{EventId, EventPage, EventsAfterParams};
 use crate::clock::Timestamp;
 use crate::job::PlanRecord;
@@ -163,7 +164,7 @@ fn injected(op: Op, when: &str) -> StoreError {
 }
 
 #[async_trait::async_trait]
-impl JobStore for FaultyStore {
+impl Jobs for FaultyStore {
     async fn job_insert(&self, params: JobInsertParams) -> Result<Vec<Job>, StoreError> {
         self.around(Op::Insert, self.inner.job_insert(params)).await
     }
@@ -179,6 +180,33 @@ impl JobStore for FaultyStore {
         self.inner.jobs_by_idempotency_key(keys).await
     }
 
+    async fn job_decide(&self, params: JobDecideParams) -> Result<Result<Job, DecideRefusal>, StoreError> {
+        self.inner.job_decide(params).await
+    }
+
+    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {
+        self.around(Op::Cancel, self.inner.job_cancel(id, now)).await
+    }
+
+    async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
+        self.inner.counts_snapshot().await
+    }
+
+    async fn queued_count(&self) -> Result<u64, StoreError> {
+        self.inner.queued_count().await
+    }
+
+    async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {
+        self.inner.job_list(params).await
+    }
+
+    async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError> {
+        self.inner.job_logs(id).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Leases for FaultyStore {
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
         self.around(Op::Claim, self.inner.job_claim(params)).await
     }
@@ -199,14 +227,32 @@ impl JobStore for FaultyStore {
         self.around(Op::Retry, self.inner.job_retry(params)).await
     }
 
-    async fn job_decide(&self, params: JobDecideParams) -> Result<Result<Job, DecideRefusal>, StoreError> {
-        self.inner.job_decide(params).await
+    async fn job_progress_set(&self, params: JobProgressParams) -> Result<bool, StoreError> {
+        self.around(Op::Progress, self.inner.job_progress_set(params)).await
     }
 
-    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {
-        self.around(Op::Cancel, self.inner.job_cancel(id, now)).await
+    fn enqueued(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.enqueued()
+    }
+}
+
+#[async_trait::async_trait]
+impl Effects for FaultyStore {
+    async fn effect_begin(&self, params: EffectBeginParams) -> Result<Option<Effect>, StoreError> {
+        self.inner.effect_begin(params).await
     }
 
+    async fn effect_end(&self, params: EffectEndParams) -> Result<(), StoreError> {
+        self.inner.effect_end(params).await
+    }
+
+    async fn effects(&self, id: JobId) -> Result<Vec<Effect>, StoreError> {
+        self.inner.effects(id).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Sweeps for FaultyStore {
     async fn lease_reclaim_expired(&self, params: LeaseReclaimParams) -> Result<ReclaimReport, StoreError> {
         self.around(Op::Reclaim, self.inner.lease_reclaim_expired(params)).await
     }
@@ -223,44 +269,19 @@ impl JobStore for FaultyStore {
         self.inner.jobs_delete_expired(params).await
     }
 
-    async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
-        self.inner.counts_snapshot().await
-    }
-
-    async fn events_after(&self, params: EventsAfterParams) -> Result<EventPage, StoreError> {
-        self.inner.events_after(params).await
-    }
-
-    async fn events_head(&self) -> Result<Option<EventId>, StoreError> {
-        self.inner.events_head().await
-    }
-
-    async fn queued_count(&self) -> Result<u64, StoreError> {
-        self.inner.queued_count().await
-    }
-
-    async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
-        self.inner.plugin_put(params).await
-    }
-
-    async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError> {
-        self.around(Op::Insert, self.inner.plan_insert(params)).await
-    }
-
-    async fn plan_get(&self, plan_id: String) -> Result<Option<PlanRecord>, StoreError> {
-        self.inner.plan_get(plan_id).await
-    }
-
-    async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError> {
-        self.inner.plan_list(params).await
-    }
-
     async fn plans_advance(&self, params: PlansAdvanceParams) -> Result<Vec<Job>, StoreError> {
         self.inner.plans_advance(params).await
     }
 
-    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError> {
-        self.inner.plan_cancel(plan_id, now).await
+    async fn workers_delete_stale(&self, last_heartbeat_before: Timestamp) -> Result<u64, StoreError> {
+        self.inner.workers_delete_stale(last_heartbeat_before).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Plugins for FaultyStore {
+    async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
+        self.inner.plugin_put(params).await
     }
 
     async fn plugin_policy_set(&self, params: PluginPolicyParams) -> Result<Option<PluginInfo>, StoreError> {
@@ -279,18 +300,6 @@ impl JobStore for FaultyStore {
         self.inner.plugin_grants_set(params).await
     }
 
-    async fn effect_begin(&self, params: EffectBeginParams) -> Result<Option<Effect>, StoreError> {
-        self.inner.effect_begin(params).await
-    }
-
-    async fn effect_end(&self, params: EffectEndParams) -> Result<(), StoreError> {
-        self.inner.effect_end(params).await
-    }
-
-    async fn effects(&self, id: JobId) -> Result<Vec<Effect>, StoreError> {
-        self.inner.effects(id).await
-    }
-
     async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {
         self.inner.plugin_list().await
     }
@@ -298,19 +307,29 @@ impl JobStore for FaultyStore {
     async fn plugin_resolve(&self, plugin: PluginRef) -> Result<Option<PluginInfo>, StoreError> {
         self.inner.plugin_resolve(plugin).await
     }
+}
 
-    async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {
-        self.inner.job_list(params).await
+#[async_trait::async_trait]
+impl Plans for FaultyStore {
+    async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError> {
+        self.around(Op::Insert, self.inner.plan_insert(params)).await
     }
 
-    async fn job_progress_set(&self, params: JobProgressParams) -> Result<bool, StoreError> {
-        self.around(Op::Progress, self.inner.job_progress_set(params)).await
+    async fn plan_get(&self, plan_id: String) -> Result<Option<PlanRecord>, StoreError> {
+        self.inner.plan_get(plan_id).await
     }
 
-    async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError> {
-        self.inner.job_logs(id).await
+    async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError> {
+        self.inner.plan_list(params).await
     }
 
+    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError> {
+        self.inner.plan_cancel(plan_id, now).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Workers for FaultyStore {
     async fn worker_beat(&self, worker: WorkerRecord) -> Result<(), StoreError> {
         self.inner.worker_beat(worker).await
     }
@@ -318,12 +337,15 @@ impl JobStore for FaultyStore {
     async fn workers_snapshot(&self) -> Result<WorkersSnapshot, StoreError> {
         self.inner.workers_snapshot().await
     }
+}
 
-    async fn workers_delete_stale(&self, last_heartbeat_before: Timestamp) -> Result<u64, StoreError> {
-        self.inner.workers_delete_stale(last_heartbeat_before).await
+#[async_trait::async_trait]
+impl Events for FaultyStore {
+    async fn events_after(&self, params: EventsAfterParams) -> Result<EventPage, StoreError> {
+        self.inner.events_after(params).await
     }
 
-    fn enqueued(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        self.inner.enqueued()
+    async fn events_head(&self) -> Result<Option<EventId>, StoreError> {
+        self.inner.events_head().await
     }
 }

@@ -3,9 +3,13 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::job::{JobId, JobProgress, JobStatus, NewJob, PluginRef};
+use crate::job::{JobId, JobStatus, NewJob, PluginRef};
+use std::collections::HashMap;
 
-/// What [`JobStore::job_decide`](super::JobStore::job_decide) is asked to do.
+use crate::job::{Counts, Job, JobLogs};
+use crate::store::StoreError;
+
+/// What [`Jobs::job_decide`] is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobDecision {
     /// Approve a job pending approval: queued, or `approved` to wait for a
@@ -17,7 +21,7 @@ pub enum JobDecision {
     Run,
 }
 
-/// Parameters of [`JobStore::job_decide`](super::JobStore::job_decide).
+/// Parameters of [`Jobs::job_decide`].
 #[derive(Debug, Clone)]
 pub struct JobDecideParams {
     /// The job.
@@ -36,7 +40,7 @@ pub struct JobDecideParams {
     pub now: Timestamp,
 }
 
-/// Why [`JobStore::job_decide`](super::JobStore::job_decide) changed nothing.
+/// Why [`Jobs::job_decide`] changed nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecideRefusal {
     /// No such job.
@@ -52,7 +56,7 @@ pub enum DecideRefusal {
     NotApproved(JobStatus),
 }
 
-/// Parameters of [`JobStore::job_list`](super::JobStore::job_list): filters, newest first, keyset-paged.
+/// Parameters of [`Jobs::job_list`]: filters, newest first, keyset-paged.
 #[derive(Debug, Clone, Default)]
 pub struct JobListParams {
     /// Only jobs in this state.
@@ -69,20 +73,7 @@ pub struct JobListParams {
     pub limit: u32,
 }
 
-/// Parameters of [`JobStore::job_progress_set`](super::JobStore::job_progress_set).
-#[derive(Debug, Clone)]
-pub struct JobProgressParams {
-    /// The job.
-    pub id: JobId,
-    /// The lease token from the claim.
-    pub token: String,
-    /// The report.
-    pub progress: JobProgress,
-    /// Now (recorded as a heartbeat).
-    pub now: Timestamp,
-}
-
-/// Parameters of [`JobStore::job_insert`](super::JobStore::job_insert).
+/// Parameters of [`Jobs::job_insert`].
 #[derive(Debug, Clone)]
 pub struct JobInsertParams {
     /// Jobs to insert, in one transaction.
@@ -102,4 +93,50 @@ pub enum CancelResult {
     AlreadyTerminal(JobStatus),
     /// No such job.
     NotFound,
+}
+
+/// Jobs as submitters and operators see them: insert, read, list,
+/// cancel, decide on a gate, count.
+#[async_trait::async_trait]
+pub trait Jobs: Send + Sync + std::fmt::Debug {
+    /// Insert jobs as `queued`. All or nothing. A job whose idempotency key
+    /// a stored job already has fails the insert with
+    /// [`StoreError::IdempotencyKeyTaken`]; keys live as long as their job.
+    async fn job_insert(&self, params: JobInsertParams) -> Result<Vec<Job>, StoreError>;
+
+    /// One job by id.
+    async fn job_get(&self, id: JobId) -> Result<Option<Job>, StoreError>;
+
+    /// The stored jobs that hold any of these idempotency keys: for each
+    /// such key, its job's id and status. Keys no job holds are left out.
+    async fn jobs_by_idempotency_key(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<HashMap<String, (JobId, JobStatus)>, StoreError>;
+
+    /// Jobs matching the filters, newest first. List rows carry no input or
+    /// output bytes (`input` is empty, `output` is `None`): fetch a job by
+    /// id for those.
+    async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError>;
+
+    /// What a finished job's last attempt logged. `None` when the job does
+    /// not exist or kept no logs.
+    async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError>;
+
+    /// Cancel: queued and gated (`pending_approval`, `approved`) jobs at
+    /// once, running jobs by request.
+    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError>;
+
+    /// Decide on a gated job, atomically: of two decisions racing, one
+    /// wins and the other is refused. Returns the job as changed.
+    async fn job_decide(&self, params: JobDecideParams) -> Result<Result<Job, DecideRefusal>, StoreError>;
+
+    /// Counts by state from one consistent read.
+    async fn counts_snapshot(&self) -> Result<Counts, StoreError>;
+
+    /// Queued jobs, for admission control. Called often: it must cost in
+    /// proportion to the queue, not to the jobs kept for retention.
+    async fn queued_count(&self) -> Result<u64, StoreError> {
+        Ok(self.counts_snapshot().await?.queued)
+    }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::job::{ErrorKind, Job, JobId, JobLogs, JobProgress, JobStatus};
+use crate::store::StoreError;
 
 /// Message recorded when a job's lease expired with no attempts left.
 pub const LEASE_LOST_MESSAGE: &str = "LeaseLost: Heartbeat timeout — job stuck (its worker stopped renewing the lease)";
@@ -18,7 +19,7 @@ pub struct Lease {
     pub token: String,
 }
 
-/// Parameters of [`JobStore::job_claim`](super::JobStore::job_claim).
+/// Parameters of [`Leases::job_claim`].
 #[derive(Debug, Clone)]
 pub struct JobClaimParams {
     /// The claiming worker.
@@ -35,7 +36,7 @@ pub struct JobClaimParams {
     pub now: Timestamp,
 }
 
-/// Parameters of [`JobStore::lease_extend`](super::JobStore::lease_extend).
+/// Parameters of [`Leases::lease_extend`].
 #[derive(Debug, Clone)]
 pub struct LeaseExtendParams {
     /// The job.
@@ -113,7 +114,7 @@ impl Finish {
     }
 }
 
-/// Parameters of [`JobStore::job_finish`](super::JobStore::job_finish).
+/// Parameters of [`Leases::job_finish`].
 #[derive(Debug, Clone)]
 pub struct JobFinishParams {
     /// The job.
@@ -134,7 +135,7 @@ pub struct JobFinishParams {
     pub now: Timestamp,
 }
 
-/// Parameters of [`JobStore::job_retry`](super::JobStore::job_retry).
+/// Parameters of [`Leases::job_retry`].
 #[derive(Debug, Clone)]
 pub struct JobRetryParams {
     /// The job.
@@ -159,7 +160,7 @@ pub struct JobRetryParams {
     pub now: Timestamp,
 }
 
-/// Parameters of [`JobStore::job_release`](super::JobStore::job_release).
+/// Parameters of [`Leases::job_release`].
 #[derive(Debug, Clone)]
 pub struct JobReleaseParams {
     /// The job.
@@ -173,4 +174,76 @@ pub struct JobReleaseParams {
     pub run_after: Timestamp,
     /// Now.
     pub now: Timestamp,
+}
+
+/// Parameters of [`Leases::job_progress_set`].
+#[derive(Debug, Clone)]
+pub struct JobProgressParams {
+    /// The job.
+    pub id: JobId,
+    /// The lease token from the claim.
+    pub token: String,
+    /// The report.
+    pub progress: JobProgress,
+    /// Now (recorded as a heartbeat).
+    pub now: Timestamp,
+}
+
+/// The running side of a job, fenced by its lease: claim, renew, report
+/// progress, and the three ways an attempt ends (finish, retry, release).
+/// Every write takes the lease token and answers `false` when the lease
+/// was lost: the caller drops its result.
+#[async_trait::async_trait]
+pub trait Leases: Send + Sync + std::fmt::Debug {
+    /// Claim up to `limit` queued, unexpired jobs whose `run_after` has
+    /// come, earliest due first (then oldest), skipping
+    /// any whose concurrency key already has a running job (and all but the
+    /// oldest queued job of each key). Each gets a fresh lease token.
+    async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError>;
+
+    /// Renew a lease and read `cancel_requested` in the same statement.
+    async fn lease_extend(&self, params: LeaseExtendParams) -> Result<LeaseState, StoreError>;
+
+    /// Record a running job's progress. `false` if the token no longer owns it.
+    async fn job_progress_set(&self, params: JobProgressParams) -> Result<bool, StoreError>;
+
+    /// End a running job. `false` if the token no longer owns it.
+    async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError>;
+
+    /// End a running job and, if that worked, claim up to `next.limit`
+    /// more for the slot it frees: a busy worker's one round trip per job
+    /// instead of two. A claim that fails leaves the finish standing and
+    /// claims nothing. The default runs the two calls one after the other;
+    /// a store that can should do both in one transaction.
+    async fn job_finish_and_claim(
+        &self,
+        params: JobFinishParams,
+        next: JobClaimParams,
+    ) -> Result<(bool, Vec<Lease>), StoreError> {
+        if !self.job_finish(params).await? {
+            return Ok((false, Vec::new()));
+        }
+        Ok((true, self.job_claim(next).await.unwrap_or_default()))
+    }
+
+    /// Queue a running job again after a retryable failure, due at
+    /// `run_after`, spending one of its attempts (`retries + 1`). `false`
+    /// if the token no longer owns it or it has no attempt left (then the
+    /// caller records the failure with [`Leases::job_finish`]).
+    async fn job_retry(&self, params: JobRetryParams) -> Result<bool, StoreError>;
+
+    /// Give a running job back to the queue (shutdown, or a transient
+    /// fault before its guest started): no attempt spent if the attempt
+    /// recorded no effect; after an effect an attempt is spent, and with
+    /// none left the job fails as `interrupted`. `false` if the token no
+    /// longer owns it.
+    async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError>;
+
+    /// A signal that changes when jobs may have become claimable through
+    /// another process sharing the store (PostgreSQL's `NOTIFY`), so a
+    /// pool wakes before its poll interval. `None`: the store cannot tell,
+    /// and pools poll.
+    fn enqueued(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }

@@ -2,8 +2,10 @@
 
 use crate::clock::Timestamp;
 use crate::job::{ApplyMode, NewJob};
+use crate::job::{Job, PlanRecord};
+use crate::store::StoreError;
 
-/// Parameters of [`JobStore::plan_insert`](super::JobStore::plan_insert).
+/// Parameters of [`Plans::plan_insert`].
 #[derive(Debug, Clone)]
 pub struct PlanInsertParams {
     /// The new plan's id (a ULID).
@@ -20,7 +22,7 @@ pub struct PlanInsertParams {
     pub now: Timestamp,
 }
 
-/// Parameters of [`JobStore::plan_list`](super::JobStore::plan_list): newest first, keyset-paged.
+/// Parameters of [`Plans::plan_list`]: newest first, keyset-paged.
 #[derive(Debug, Clone, Default)]
 pub struct PlanListParams {
     /// Only plans older than this one (the previous page's last id).
@@ -29,12 +31,21 @@ pub struct PlanListParams {
     pub limit: u32,
 }
 
-/// Parameters of [`JobStore::plans_advance`](super::JobStore::plans_advance).
-#[derive(Debug, Clone)]
-pub struct PlansAdvanceParams {
-    /// Only this plan (`None`: every plan whose execute job succeeded and
-    /// whose apply job does not exist yet).
-    pub plan_id: Option<String>,
-    /// Now.
-    pub now: Timestamp,
+/// Plans: a plan's record beside its execute job, read, listed and
+/// cancelled (the sweep advances them: [`Sweeps::plans_advance`](super::Sweeps::plans_advance)).
+#[async_trait::async_trait]
+pub trait Plans: Send + Sync + std::fmt::Debug {
+    /// Create a plan and its execute job, in one transaction.
+    async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError>;
+
+    /// One plan by id.
+    async fn plan_get(&self, plan_id: String) -> Result<Option<PlanRecord>, StoreError>;
+
+    /// Plans, newest first.
+    async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError>;
+
+    /// Mark a plan cancelled (no apply job is created for it from now on)
+    /// and return it; `None` if there is no such plan. Cancelling the
+    /// phase that waits or runs is the caller's next step.
+    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError>;
 }

@@ -3,14 +3,16 @@
 
 use crate::clock::Timestamp;
 use crate::job::{ApprovalPolicy, Digest, Grants, PluginName};
+use crate::job::{PluginInfo, PluginRef};
+use crate::store::StoreError;
 
-/// Parameters of [`JobStore::plugin_name_set`](super::JobStore::plugin_name_set).
+/// Parameters of [`Plugins::plugin_name_set`].
 #[derive(Debug, Clone)]
 pub struct PluginNameParams {
     /// The name and version; an existing pair is pointed at the new digest
     /// and keeps its grants.
     pub name: PluginName,
-    /// A digest already stored with [`JobStore::plugin_put`](super::JobStore::plugin_put).
+    /// A digest already stored with [`Plugins::plugin_put`].
     pub digest: Digest,
     /// Which targets wait for approval, set with the name in one step (no
     /// job can slip in between ungated); `None` keeps what a replaced pair
@@ -20,7 +22,7 @@ pub struct PluginNameParams {
     pub now: Timestamp,
 }
 
-/// Parameters of [`JobStore::plugin_grants_set`](super::JobStore::plugin_grants_set).
+/// Parameters of [`Plugins::plugin_grants_set`].
 #[derive(Debug, Clone)]
 pub struct PluginGrantsParams {
     /// A registered name and version.
@@ -30,7 +32,7 @@ pub struct PluginGrantsParams {
     pub grants: Grants,
 }
 
-/// Parameters of [`JobStore::plugin_policy_set`](super::JobStore::plugin_policy_set).
+/// Parameters of [`Plugins::plugin_policy_set`].
 #[derive(Debug, Clone)]
 pub struct PluginPolicyParams {
     /// A registered name and version.
@@ -41,11 +43,42 @@ pub struct PluginPolicyParams {
     pub policy: ApprovalPolicy,
 }
 
-/// Parameters of [`JobStore::plugin_put`](super::JobStore::plugin_put).
+/// Parameters of [`Plugins::plugin_put`].
 #[derive(Debug, Clone)]
 pub struct PluginPutParams {
     /// The component bytes.
     pub bytes: Vec<u8>,
     /// Now.
     pub now: Timestamp,
+}
+
+/// Plugin bytes by digest, registered names, and what each registration
+/// grants and requires.
+#[async_trait::async_trait]
+pub trait Plugins: Send + Sync + std::fmt::Debug {
+    /// Store plugin bytes under their digest (idempotent); returns the digest.
+    async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError>;
+
+    /// The bytes of the plugin with `digest`.
+    async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Point `name@version` at a stored digest (a new pair, or a
+    /// replacement: jobs already queued keep the digest they were given).
+    async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError>;
+
+    /// Replace the grants of a registered `name@version`; `None` if that
+    /// pair is not registered.
+    async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError>;
+
+    /// Replace the approval policy of a registered `name@version`; `None`
+    /// if that pair is not registered.
+    async fn plugin_policy_set(&self, params: PluginPolicyParams) -> Result<Option<PluginInfo>, StoreError>;
+
+    /// Every registered name in name order (each name's newest version
+    /// first), then every stored digest that has no name.
+    async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError>;
+
+    /// Resolve a reference: a name to its most recently registered version,
+    /// `name@version` exactly, a digest to itself (with its newest name).
+    async fn plugin_resolve(&self, plugin: PluginRef) -> Result<Option<PluginInfo>, StoreError>;
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::job::{Counts, JobId};
+use crate::store::StoreError;
 
 /// Where a registered worker pool is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -84,4 +85,17 @@ pub struct WorkersSnapshot {
     pub running_jobs: Vec<(JobId, String)>,
     /// Job counts by state.
     pub counts: Counts,
+}
+
+/// The worker registry: each pool's heartbeat row and the snapshot that
+/// health reads.
+#[async_trait::async_trait]
+pub trait Workers: Send + Sync + std::fmt::Debug {
+    /// Register a worker or refresh its row (everything but `started_at`,
+    /// which the first report sets).
+    async fn worker_beat(&self, worker: WorkerRecord) -> Result<(), StoreError>;
+
+    /// Every worker, the running jobs with their workers, and the job
+    /// counts, from one consistent read.
+    async fn workers_snapshot(&self) -> Result<WorkersSnapshot, StoreError>;
 }

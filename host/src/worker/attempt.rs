@@ -100,6 +100,7 @@ impl Pool {
                     grants: Arc::new(job.grants),
                     effects: Some(Arc::new(LeaseLedger {
                         keeper: keeper.clone(),
+                        effects: self.store.clone(),
                         stop: stop.clone(),
                         watch: watch.clone(),
                     })),

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use leash::job::{JobStatus, NewJob, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
+use leash::store::JobInsertParams;
 use leash::store::postgres::PostgresStore;
-use leash::store::{JobInsertParams, JobStore};
 use serde_json::{Value, json};
 
 use crate::chaos::crash::{sigterm, start_worker_with};
@@ -16,6 +16,7 @@ use crate::support::pg::Schema;
 use crate::support::server::Server;
 use crate::support::{GENEROUS, cache_dir, eventually, eventually_blocking};
 use leash::sandbox::SandboxConfig;
+use leash::store::{Events, Jobs, Leases};
 
 async fn insert_one(store: &PostgresStore) {
     let job: NewJob = crate::store::conformance::cases::new_job("wake");

@@ -397,7 +397,7 @@ async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_t
     let watch = Arc::new(LeaseWatch::default());
     watch.confirmed_at_ms.store(clock.now().unix_ms(), Ordering::SeqCst);
     let stop = StopHandle::new();
-    let ledger = LeaseLedger { keeper, stop: stop.clone(), watch: watch.clone() };
+    let ledger = LeaseLedger { keeper, effects: store.clone(), stop: stop.clone(), watch: watch.clone() };
 
     let url = "https://api.example.com/charge";
     let first = ledger.begin("POST", url).await.unwrap();
@@ -424,8 +424,12 @@ async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_t
     assert!(watch.lost.load(Ordering::SeqCst) && stop.is_forced(), "the keeper saw it lost and stopped the guest");
     assert_eq!(store.effects(lease.job.id).await.unwrap().len(), 2, "nothing more was recorded");
 
-    let stopping =
-        LeaseLedger { keeper: ledger.keeper.clone(), stop: StopHandle::new(), watch: Arc::new(LeaseWatch::default()) };
+    let stopping = LeaseLedger {
+        keeper: ledger.keeper.clone(),
+        effects: store.clone(),
+        stop: StopHandle::new(),
+        watch: Arc::new(LeaseWatch::default()),
+    };
     stopping.stop.request();
     assert!(stopping.begin("POST", url).await.unwrap_err().contains("stopping"));
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use leash::clock::Timestamp;
 use leash::store::Durability;
+use leash::store::JobInsertParams;
 use leash::store::sqlite::SqliteStore;
-use leash::store::{JobInsertParams, JobStore};
 
 use crate::store::conformance::cases;
+use leash::store::Jobs;
 
 #[tokio::test]
 async fn sqlite_with_full_durability_passes_a_lifecycle_case() {

@@ -12,7 +12,7 @@
 //! copied to the server's, and its last lines are kept.
 //!
 //! When the child dies, the supervisor reclaims its jobs at once
-//! ([`JobStore::worker_died`](crate::store::JobStore::worker_died)): each
+//! ([`Sweeps::worker_died`](crate::store::Sweeps::worker_died)): each
 //! counts a process death, and the second quarantines the job
 //! (`host_crash`, with how the process ended and its stderr's last lines).
 //! Then it starts another, pausing (doubling up to 10 s) only while

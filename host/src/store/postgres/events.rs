@@ -1,0 +1,86 @@
+//! The PostgreSQL store's [`Events`]: reading the change feed.
+
+use std::sync::LazyLock;
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::PostgresStore;
+use super::rows::db_err;
+use crate::store::event::{EVENT_COLUMNS, EventRow};
+use crate::store::{Event, EventId, EventPage, Events, EventsAfterParams, StoreError};
+
+#[async_trait::async_trait]
+impl Events for PostgresStore {
+    async fn events_after(&self, params: EventsAfterParams) -> Result<EventPage, StoreError> {
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT txn, seq, {EVENT_COLUMNS} FROM events WHERE (txn, seq) > ($1, $2) AND txn < {VISIBLE_TXN} \
+                 ORDER BY txn, seq LIMIT $3"
+            )
+        });
+        let err = db_err("reading events");
+        let mut client = self.client("reading events").await?;
+        // One snapshot for the horizon and the events.
+        let tx = snapshot(&mut client).await.map_err(&err)?;
+        let horizon = tx.query_opt("SELECT txn, seq FROM event_horizon", &[]).await.map_err(&err)?;
+        let after = params.after.unwrap_or_default();
+        let missed = params.after.is_some()
+            && horizon
+                .is_some_and(|h| after < EventId { txn: h.get::<_, i64>(0) as u64, seq: h.get::<_, i64>(1) as u64 });
+        let stmt = tx.prepare_cached(&SQL).await.map_err(&err)?;
+        let (txn, seq, limit) = (after.txn as i64, after.seq as i64, i64::from(params.limit.max(1)));
+        let rows = tx.query(&stmt, &[&txn, &seq, &limit]).await.map_err(&err)?;
+        tx.commit().await.map_err(&err)?;
+        let events = rows.iter().map(row_to_event).collect::<Result<_, _>>()?;
+        Ok(EventPage { events, missed })
+    }
+
+    async fn events_head(&self) -> Result<Option<EventId>, StoreError> {
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!("SELECT txn, seq FROM events WHERE txn < {VISIBLE_TXN} ORDER BY txn DESC, seq DESC LIMIT 1")
+        });
+        let rows = self.read("reading events", &SQL, &[]).await?;
+        Ok(rows.first().map(|r| EventId { txn: r.get::<_, i64>(0) as u64, seq: r.get::<_, i64>(1) as u64 }))
+    }
+}
+
+/// The first transaction id still running when the statement began: every
+/// event of an older transaction is committed (or never will be), so a
+/// reader that stops below it never sees an older event appear later.
+pub(super) const VISIBLE_TXN: &str = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
+
+/// A read-only transaction whose reads all see one snapshot.
+pub(super) async fn snapshot(
+    client: &mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'_>, tokio_postgres::Error> {
+    client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+}
+
+/// An event row: `txn, seq`, then [`EVENT_COLUMNS`].
+pub(super) fn row_to_event(r: &Row) -> Result<Event, StoreError> {
+    EventRow {
+        id: EventId { txn: r.get::<_, i64>(0) as u64, seq: r.get::<_, i64>(1) as u64 },
+        at_ms: r.get(2),
+        what: r.get(3),
+        job_id: r.get(4),
+        plan_id: r.get(5),
+        plugin_digest: r.get(6),
+        plugin_name: r.get(7),
+        plugin_version: r.get(8),
+        phase: r.get(9),
+        action: r.get(10),
+        status: r.get(11),
+        previous: r.get(12),
+        attempt: r.get(13),
+        worker_id: r.get(14),
+        error_kind: r.get(15),
+        progress_json: r.get(16),
+    }
+    .into_event()
+}

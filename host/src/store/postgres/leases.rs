@@ -1,0 +1,258 @@
+//! The PostgreSQL store's [`Leases`]: the claim, renewals,
+//! progress, and an attempt's three endings (finish, retry, release).
+
+use std::sync::LazyLock;
+
+use deadpool_postgres::GenericClient;
+use tokio::sync::watch;
+use tokio_postgres::error::SqlState;
+
+use super::fate::{apply_fate, attempt_effects, counters_of};
+use super::rows::{db_err, job_columns, row_to_job};
+use super::{NOTIFY, PostgresStore};
+use crate::job::ErrorKind;
+use crate::store::codec::{corrupt, i64_of, ms, to_json};
+use crate::store::unfinished::{self, COUNTER_COLUMNS, Decision};
+use crate::store::{
+    JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease, LeaseExtendParams,
+    LeaseState, Leases, StoreError,
+};
+
+#[async_trait::async_trait]
+impl Leases for PostgresStore {
+    async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
+        let client = self.client("claiming jobs").await?;
+        claim(&client, &params).await
+    }
+
+    async fn lease_extend(&self, params: LeaseExtendParams) -> Result<LeaseState, StoreError> {
+        self.inner.renewals.renew(params).await
+    }
+
+    async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError> {
+        let client = self.client("finishing a job").await?;
+        finish(&client, &params).await
+    }
+
+    async fn job_finish_and_claim(
+        &self,
+        params: JobFinishParams,
+        next: JobClaimParams,
+    ) -> Result<(bool, Vec<Lease>), StoreError> {
+        let err = db_err("finishing a job");
+        let mut client = self.client("finishing a job").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        // The finish and the claim go to the server together (one round
+        // trip, not two) and run in order in one transaction: the claim
+        // sees the finished job's concurrency key released. A finish that
+        // changed nothing (the lease was lost) takes the claim back with it.
+        let (finished, claimed) = tokio::join!(finish(&tx, &params), claim(&tx, &next));
+        if !finished? {
+            tx.rollback().await.map_err(&err)?;
+            return Ok((false, Vec::new()));
+        }
+        match claimed {
+            Ok(leases) => {
+                tx.commit().await.map_err(&err)?;
+                Ok((true, leases))
+            }
+            // A failed claim aborted the transaction: the finish stands on
+            // its own, and the claim loop will claim later.
+            Err(_) => {
+                tx.rollback().await.map_err(&err)?;
+                Ok((finish(&client, &params).await?, Vec::new()))
+            }
+        }
+    }
+
+    async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
+        let run_after = params.run_after.max(params.now).unix_ms();
+        let requeue_until = run_after.saturating_add(ms(params.queue_ttl));
+        let err = db_err("releasing a job");
+        let mut client = self.client("releasing a job").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let id = params.id.to_string();
+        let sql = format!(
+            "SELECT {COUNTER_COLUMNS} FROM jobs WHERE job_id = $1 AND status = 'running' AND lease_token = $2 \
+             FOR UPDATE"
+        );
+        let Some(row) = tx.query_opt(&sql, &[&id, &params.token]).await.map_err(&err)? else { return Ok(false) };
+        let (_, attempt, counters) = counters_of(&row);
+        let effects = attempt_effects(&tx, &id, attempt).await.map_err(&err)?;
+        match unfinished::released(&counters, effects.as_ref(), params.now) {
+            Some(fate) => {
+                let decision = Decision { fate, died: false };
+                apply_fate(&tx, &id, &decision, params.queue_ttl, params.now).await.map_err(&err)?
+            }
+            None => {
+                tx.execute(
+                    "UPDATE jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, \
+                     releases = releases + 1, run_after = GREATEST(run_after, $3), \
+                     expires_at = LEAST(GREATEST(expires_at, $1), COALESCE(deadline_at, GREATEST(expires_at, $1))) \
+                     WHERE job_id = $2",
+                    &[&requeue_until, &id, &run_after],
+                )
+                .await
+                .map_err(&err)?;
+            }
+        }
+        tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+        tx.commit().await.map_err(&err)?;
+        Ok(true)
+    }
+
+    async fn job_retry(&self, params: JobRetryParams) -> Result<bool, StoreError> {
+        let logs = params.logs.as_ref().map(to_json).transpose()?;
+        let run_after = params.run_after.unix_ms();
+        let changed = self
+            .execute(
+                "queueing a job for retry",
+                "UPDATE jobs SET status = 'queued', retries = retries + 1, lease_token = NULL, \
+                 lease_expires_at = NULL, run_after = $1, \
+                 expires_at = LEAST(GREATEST(expires_at, $2), COALESCE(deadline_at, GREATEST(expires_at, $2))), \
+                 last_error = $3, fuel_used = $4, peak_memory_bytes = $5, logs_json = $6, last_heartbeat = $7 \
+                 WHERE job_id = $8 AND status = 'running' AND lease_token = $9 \
+                 AND lost_leases + retries + 1 < max_attempts",
+                &[
+                    &run_after,
+                    &run_after.saturating_add(ms(params.queue_ttl)),
+                    &format!("{}: {}", params.kind, params.message),
+                    &i64_of(params.fuel_used),
+                    &i64_of(params.peak_memory_bytes),
+                    &logs,
+                    &params.now.unix_ms(),
+                    &params.id.to_string(),
+                    &params.token,
+                ],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn job_progress_set(&self, params: JobProgressParams) -> Result<bool, StoreError> {
+        let progress = to_json(&params.progress)?;
+        let changed = self
+            .execute(
+                "recording progress",
+                "UPDATE jobs SET progress_json = $1, last_heartbeat = $2 \
+                 WHERE job_id = $3 AND status = 'running' AND lease_token = $4",
+                &[&progress, &params.now.unix_ms(), &params.id.to_string(), &params.token],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    fn enqueued(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner.enqueued.clone())
+    }
+}
+
+/// Claim up to `params.limit` eligible jobs in one statement: queued,
+/// unexpired, due, and either keyless or the oldest queued job of a key
+/// with no running job; earliest due first, then oldest. Rows another
+/// claimer has locked are skipped, not waited for.
+pub(super) async fn claim(client: &impl GenericClient, params: &JobClaimParams) -> Result<Vec<Lease>, StoreError> {
+    // Built once: this runs for every claim.
+    static SQL: LazyLock<String> = LazyLock::new(|| claim_sql("q.process_deaths = 0"));
+    static SUSPECT: LazyLock<String> = LazyLock::new(|| claim_sql("q.process_deaths > 0"));
+    // A claimer that runs nothing takes a suspect first, and only it.
+    if params.alone {
+        let suspect = claim_from(client, &SUSPECT, &JobClaimParams { limit: 1, ..params.clone() }).await?;
+        if !suspect.is_empty() {
+            return Ok(suspect);
+        }
+    }
+    claim_from(client, &SQL, params).await
+}
+
+/// The claim statement for the queued jobs `which` picks.
+pub(super) fn claim_sql(which: &str) -> String {
+    format!(
+        "WITH picked AS ( \
+               SELECT q.job_id FROM jobs q WHERE q.status = 'queued' AND {which} \
+               AND q.run_after <= $1 AND q.expires_at > $1 \
+               AND (q.concurrency_key IS NULL OR ( \
+                 q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
+                 AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
+               ORDER BY q.run_after, q.job_id LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             UPDATE jobs j SET status = 'running', worker_id = $3, \
+               lease_token = replace(gen_random_uuid()::text, '-', ''), lease_expires_at = $4, \
+               started_at = $1, last_heartbeat = $1, attempt = j.attempt + 1, cancel_requested = FALSE, \
+               progress_json = NULL, logs_json = NULL \
+             FROM picked WHERE j.job_id = picked.job_id RETURNING {}",
+        job_columns("j")
+    )
+}
+
+pub(super) async fn claim_from(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &JobClaimParams,
+) -> Result<Vec<Lease>, StoreError> {
+    let err = |e: tokio_postgres::Error| {
+        // Two claimers racing for one key's next job: the unique index
+        // refused the second. Nothing changed; the next claim will do.
+        let race = e.code() == Some(&SqlState::UNIQUE_VIOLATION);
+        let mut error = db_err("claiming jobs")(e);
+        if let StoreError::Database { transient, .. } = &mut error {
+            *transient |= race;
+        }
+        error
+    };
+    let now = params.now.unix_ms();
+    let expires = now.saturating_add(ms(params.lease_ttl));
+    let stmt = client.prepare_cached(sql).await.map_err(err)?;
+    let rows =
+        client.query(&stmt, &[&now, &i64::from(params.limit), &params.worker_id, &expires]).await.map_err(err)?;
+    let mut leases = rows
+        .iter()
+        .map(|row| {
+            let job = row_to_job(row)?;
+            let token =
+                job.lease_token.clone().ok_or_else(|| corrupt(&job.id.to_string(), "claimed without a token"))?;
+            Ok(Lease { job, token })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    leases.sort_by_key(|l| (l.job.run_after, l.job.id));
+    Ok(leases)
+}
+
+/// Record a running job's ending, fenced by its lease token.
+pub(super) async fn finish(client: &impl GenericClient, params: &JobFinishParams) -> Result<bool, StoreError> {
+    let err = db_err("finishing a job");
+    let (status, kind) = (params.finish.status(), params.finish.error_kind());
+    let (output, message, backtrace) = params.finish.columns();
+    let progress = params.progress.as_ref().map(to_json).transpose()?;
+    let logs = params.logs.as_ref().map(to_json).transpose()?;
+    let stmt = client
+        .prepare_cached(
+            "UPDATE jobs SET status = $1, output = $2, error_kind = $3, error_message = $4, backtrace = $5, \
+             fuel_used = $6, peak_memory_bytes = $7, finished_at = $8, last_heartbeat = $8, \
+             lease_token = NULL, lease_expires_at = NULL, \
+             progress_json = COALESCE($11, progress_json), logs_json = $12 \
+             WHERE job_id = $9 AND status = 'running' AND lease_token = $10",
+        )
+        .await
+        .map_err(&err)?;
+    let changed = client
+        .execute(
+            &stmt,
+            &[
+                &status.as_str(),
+                &output,
+                &kind.map(ErrorKind::as_str),
+                &message,
+                &backtrace,
+                &i64_of(params.fuel_used),
+                &i64_of(params.peak_memory_bytes),
+                &params.now.unix_ms(),
+                &params.id.to_string(),
+                &params.token,
+                &progress,
+                &logs,
+            ],
+        )
+        .await
+        .map_err(&err)?;
+    Ok(changed == 1)
+}

@@ -1,0 +1,78 @@
+//! The PostgreSQL store's [`Plans`]: a plan's record beside its
+//! execute job.
+
+use deadpool_postgres::GenericClient;
+
+use super::jobs::{InsertColumns, insert_rows};
+use super::rows::{db_err, row_to_plan};
+use super::{NOTIFY, PostgresStore};
+use crate::clock::Timestamp;
+use crate::job::{Job, JobId, JobStatus, PlanRecord};
+use crate::store::codec::ms;
+use crate::store::plan::PLAN_COLUMNS;
+use crate::store::{PlanInsertParams, PlanListParams, Plans, StoreError};
+
+#[async_trait::async_trait]
+impl Plans for PostgresStore {
+    async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError> {
+        params.execute.check().map_err(StoreError::Invalid)?;
+        let err = db_err("creating a plan");
+        let mut client = self.client("creating a plan").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let (queue_ttl, approval_ttl) = (params.execute.queue_ttl, params.execute.approval_ttl);
+        let mut columns = InsertColumns::default();
+        columns.push(params.execute, JobId::new(params.now), params.now)?;
+        let execute = insert_rows(&tx, &columns, params.now).await?.remove(0);
+        tx.execute(
+            &format!("INSERT INTO plans ({PLAN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL)"),
+            &[
+                &params.plan_id,
+                &params.apply_mode.as_str(),
+                &params.input,
+                &ms(queue_ttl),
+                &ms(approval_ttl),
+                &params.now.unix_ms(),
+                &execute.id.to_string(),
+            ],
+        )
+        .await
+        .map_err(&err)?;
+        if execute.status == JobStatus::Queued {
+            tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+        }
+        tx.commit().await.map_err(&err)?;
+        let record = PlanRecord {
+            plan_id: params.plan_id,
+            apply_mode: params.apply_mode,
+            input: params.input,
+            created_at: params.now,
+            execute_job: execute.id,
+            apply_job: None,
+            cancelled_at: None,
+        };
+        Ok((record, execute))
+    }
+
+    async fn plan_get(&self, plan_id: String) -> Result<Option<PlanRecord>, StoreError> {
+        let sql = format!("SELECT {PLAN_COLUMNS} FROM plans WHERE plan_id = $1");
+        let rows = self.read("reading a plan", &sql, &[&plan_id]).await?;
+        rows.first().map(|r| row_to_plan(r).map(|p| p.record)).transpose()
+    }
+
+    async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {PLAN_COLUMNS} FROM plans WHERE $1::text IS NULL OR plan_id < $1 ORDER BY plan_id DESC LIMIT $2"
+        );
+        let rows = self.read("listing plans", &sql, &[&params.before, &i64::from(params.limit.max(1))]).await?;
+        rows.iter().map(|r| row_to_plan(r).map(|p| p.record)).collect()
+    }
+
+    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError> {
+        let sql = format!(
+            "UPDATE plans SET cancelled_at = COALESCE(cancelled_at, $2) WHERE plan_id = $1 RETURNING {PLAN_COLUMNS}"
+        );
+        let client = self.client("cancelling a plan").await?;
+        let rows = client.query(&sql, &[&plan_id, &now.unix_ms()]).await.map_err(db_err("cancelling a plan"))?;
+        rows.first().map(|r| row_to_plan(r).map(|p| p.record)).transpose()
+    }
+}

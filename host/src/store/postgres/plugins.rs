@@ -1,0 +1,158 @@
+//! The PostgreSQL store's [`Plugins`]: bytes by digest,
+//! registered names, grants and approval policies.
+
+use deadpool_postgres::GenericClient;
+
+use super::PostgresStore;
+use super::rows::{db_err, row_to_plugin};
+use crate::job::{Digest, PluginInfo, PluginRef};
+use crate::store::codec::{grants_of, grants_to_column, policy_of, policy_to_column};
+use crate::store::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError};
+
+#[async_trait::async_trait]
+impl Plugins for PostgresStore {
+    async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
+        let digest = Digest::of(&params.bytes);
+        self.execute(
+            "storing a plugin",
+            "INSERT INTO plugins (digest, bytes, size_bytes, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (digest) DO NOTHING",
+            &[&digest.to_string(), &params.bytes, &(params.bytes.len() as i64), &params.now.unix_ms()],
+        )
+        .await?;
+        Ok(digest)
+    }
+
+    async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {
+        let rows = self
+            .read("reading a plugin", "SELECT bytes FROM plugins WHERE digest = $1", &[&digest.to_string()])
+            .await?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError> {
+        let err = db_err("naming a plugin");
+        let mut client = self.client("naming a plugin").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let (name, version, digest) = (&params.name.name, &params.name.version, params.digest.to_string());
+        // A replaced pair keeps its grants and its approval policy.
+        let (grants, policy): (Option<String>, Option<String>) = tx
+            .query_opt(
+                "DELETE FROM plugin_names WHERE name = $1 AND version = $2 RETURNING grants_json, approval_json",
+                &[name, version],
+            )
+            .await
+            .map_err(&err)?
+            .map_or((None, None), |r| (r.get(0), r.get(1)));
+        let policy = match &params.policy {
+            Some(policy) => policy_to_column(policy)?,
+            None => policy,
+        };
+        let size: Option<i64> = tx
+            .query_opt(
+                "INSERT INTO plugin_names (name, version, digest, created_at, grants_json, approval_json) \
+                 SELECT $1, $2, digest, $4, $5, $6 FROM plugins WHERE digest = $3 \
+                 RETURNING (SELECT size_bytes FROM plugins WHERE digest = $3)",
+                &[name, version, &digest, &params.now.unix_ms(), &grants, &policy],
+            )
+            .await
+            .map_err(&err)?
+            .map(|r| r.get(0));
+        let Some(size) = size else {
+            return Err(StoreError::Invalid(format!("plugin {} is not stored", params.digest)));
+        };
+        tx.commit().await.map_err(&err)?;
+        Ok(PluginInfo {
+            grants: grants_of(&digest, grants)?,
+            approval: policy_of(&digest, policy)?,
+            name: Some(params.name),
+            digest: params.digest,
+            size_bytes: size as u64,
+            created_at: params.now,
+            requests: None,
+        })
+    }
+
+    async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError> {
+        let grants = grants_to_column(&params.grants)?;
+        let changed = self
+            .execute(
+                "granting a plugin",
+                "UPDATE plugin_names SET grants_json = $3 WHERE name = $1 AND version = $2",
+                &[&params.name.name, &params.name.version, &grants],
+            )
+            .await?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.plugin_resolve(PluginRef::Version(params.name)).await
+    }
+
+    async fn plugin_policy_set(&self, params: PluginPolicyParams) -> Result<Option<PluginInfo>, StoreError> {
+        let policy = policy_to_column(&params.policy)?;
+        let changed = self
+            .execute(
+                "setting a plugin's approval policy",
+                "UPDATE plugin_names SET approval_json = $3 WHERE name = $1 AND version = $2",
+                &[&params.name.name, &params.name.version, &policy],
+            )
+            .await?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.plugin_resolve(PluginRef::Version(params.name)).await
+    }
+
+    async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {
+        let rows = self
+            .read(
+                "listing plugins",
+                "SELECT name, version, digest, size_bytes, created_at, grants_json, approval_json FROM ( \
+                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json, \
+                   n.seq FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
+                   UNION ALL \
+                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, NULL, 0 FROM plugins p \
+                   WHERE NOT EXISTS (SELECT 1 FROM plugin_names n WHERE n.digest = p.digest)) listed \
+                 ORDER BY name IS NULL, name, seq DESC, created_at DESC",
+                &[],
+            )
+            .await?;
+        rows.iter().map(row_to_plugin).collect()
+    }
+
+    async fn plugin_resolve(&self, plugin: PluginRef) -> Result<Option<PluginInfo>, StoreError> {
+        let operation = "resolving a plugin";
+        let rows = match plugin {
+            PluginRef::Digest(digest) => {
+                self.read(
+                    operation,
+                    "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at), \
+                     n.grants_json, n.approval_json FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
+                     WHERE p.digest = $1 ORDER BY n.seq DESC NULLS LAST LIMIT 1",
+                    &[&digest.to_string()],
+                )
+                .await?
+            }
+            PluginRef::Name(name) => {
+                self.read(
+                    operation,
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
+                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 \
+                     ORDER BY n.seq DESC LIMIT 1",
+                    &[&name],
+                )
+                .await?
+            }
+            PluginRef::Version(v) => {
+                self.read(
+                    operation,
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
+                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 AND n.version = $2",
+                    &[&v.name, &v.version],
+                )
+                .await?
+            }
+        };
+        rows.first().map(row_to_plugin).transpose()
+    }
+}

@@ -1,0 +1,311 @@
+//! The SQLite store's [`Jobs`]: inserting jobs (in chunked
+//! multi-row statements), reading, listing, cancels and decisions on gates.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::SqliteStore;
+use super::rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs};
+use crate::clock::Timestamp;
+use crate::job::{Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION};
+use crate::store::approval::{self as gate, GatedRow};
+use crate::store::codec::{
+    InsertTimes, approval_to_column, corrupt, grants_to_column, i64_of, inserted_job, json_column, list_filters,
+    target_columns, to_json,
+};
+use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
+
+#[async_trait::async_trait]
+impl Jobs for SqliteStore {
+    async fn job_insert(&self, params: JobInsertParams) -> Result<Vec<Job>, StoreError> {
+        for job in &params.jobs {
+            job.check().map_err(StoreError::Invalid)?;
+        }
+        let now = params.now;
+        // One job is one statement, whole or nothing by itself: no savepoint.
+        if let [_] = params.jobs[..] {
+            return self.write(move |conn| insert_rows(conn, params.jobs, now)).await;
+        }
+        self.write_all_or_nothing(move |conn| {
+            let mut inserted = Vec::with_capacity(params.jobs.len());
+            let mut jobs = params.jobs.into_iter().peekable();
+            while jobs.peek().is_some() {
+                let rows = INSERT_CHUNKS.into_iter().find(|&rows| jobs.len() >= rows).unwrap_or(1);
+                let chunk: Vec<NewJob> = jobs.by_ref().take(rows).collect();
+                inserted.extend(insert_rows(conn, chunk, now)?);
+            }
+            Ok(inserted)
+        })
+        .await
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        self.read(move |conn| {
+            let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?1");
+            Ok(query_jobs(conn, &sql, params![id.to_string()])?.pop())
+        })
+        .await
+    }
+
+    async fn jobs_by_idempotency_key(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<HashMap<String, (JobId, JobStatus)>, StoreError> {
+        let keys = to_json(&keys)?;
+        self.read(move |conn| {
+            let err = db_err("reading jobs by idempotency key");
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT idempotency_key, job_id, status FROM jobs \
+                     WHERE idempotency_key IN (SELECT value FROM json_each(?1))",
+                )
+                .map_err(&err)?;
+            let mut rows = stmt.query(params![keys]).map_err(&err)?;
+            let mut found = HashMap::new();
+            while let Some(row) = rows.next().map_err(&err)? {
+                let (key, id, status): (String, String, String) =
+                    (row.get(0).map_err(&err)?, row.get(1).map_err(&err)?, row.get(2).map_err(&err)?);
+                let job: JobId = id.parse().map_err(|e: String| corrupt(&id, e))?;
+                found.insert(key, (job, status.parse().map_err(|e: String| corrupt(&id, e))?));
+            }
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {
+        self.write(move |conn| {
+            let err = db_err("cancelling a job");
+            let id = id.to_string();
+            let cancelled = conn
+                .execute(
+                    "UPDATE jobs SET status = 'cancelled', finished_at = ?1, error_kind = 'cancelled', \
+                     error_message = CASE status WHEN 'queued' THEN 'Cancelled: cancelled while queued' \
+                       ELSE 'Cancelled: cancelled while waiting for approval' END \
+                     WHERE job_id = ?2 AND status IN ('queued', 'pending_approval', 'approved')",
+                    params![now.unix_ms(), id],
+                )
+                .map_err(&err)?;
+            if cancelled == 1 {
+                return Ok(CancelResult::Cancelled);
+            }
+            let requested = conn
+                .execute("UPDATE jobs SET cancel_requested = 1 WHERE job_id = ?1 AND status = 'running'", params![id])
+                .map_err(&err)?;
+            if requested == 1 {
+                return Ok(CancelResult::Requested);
+            }
+            let status: Option<String> = conn
+                .query_row("SELECT status FROM jobs WHERE job_id = ?1", params![id], |r| r.get(0))
+                .optional()
+                .map_err(&err)?;
+            match status {
+                None => Ok(CancelResult::NotFound),
+                Some(s) => Ok(CancelResult::AlreadyTerminal(s.parse().map_err(|e: String| corrupt(&id, e))?)),
+            }
+        })
+        .await
+    }
+
+    async fn job_decide(&self, params: JobDecideParams) -> Result<Result<Job, DecideRefusal>, StoreError> {
+        self.write(move |conn| {
+            let err = db_err("deciding on a job");
+            let id = params.id.to_string();
+            let row: Option<(String, Option<String>, i64)> = conn
+                .prepare_cached("SELECT status, approval_json, run_after FROM jobs WHERE job_id = ?1")
+                .and_then(|mut s| s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+                .map_err(&err)?;
+            let Some((status, approval, run_after)) = row else { return Ok(Err(DecideRefusal::NotFound)) };
+            let row = GatedRow {
+                status: status.parse().map_err(|e: String| corrupt(&id, e))?,
+                approval: json_column(&id, "approval", approval)?,
+                run_after: Timestamp::from_unix_ms(run_after),
+            };
+            let change = match gate::decide(row, &params) {
+                Ok(change) => change,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            let approval = to_json(change.approval())?;
+            let c = change.columns(params.now);
+            let sql = gate::update_sql('?') + JOB_COLUMNS;
+            let status = change.status().as_str();
+            let mut jobs = query_jobs(
+                conn,
+                &sql,
+                params![
+                    id,
+                    status,
+                    approval,
+                    c.run_after,
+                    c.expires_at,
+                    c.deadline_at,
+                    c.finished_at,
+                    c.error_kind,
+                    c.error_message
+                ],
+            )?;
+            jobs.pop().map(Ok).ok_or_else(|| corrupt(&id, "decided but not returned"))
+        })
+        .await
+    }
+
+    async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {
+        self.read(move |conn| {
+            // List rows leave the payload and output behind.
+            let columns = JOB_COLUMNS.replacen("payload", "X''", 1).replacen(" output,", " NULL,", 1);
+            let mut sql = format!("SELECT {columns} FROM jobs WHERE 1 = 1");
+            let mut args: Vec<String> = Vec::new();
+            for (condition, value) in list_filters(&params) {
+                args.push(value);
+                sql.push_str(&format!(" AND {condition} ?{}", args.len()));
+            }
+            sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {}", params.limit.max(1)));
+            query_jobs(conn, &sql, rusqlite::params_from_iter(args.iter()))
+        })
+        .await
+    }
+
+    async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError> {
+        self.read(move |conn| {
+            let text: Option<Option<String>> = conn
+                .query_row("SELECT logs_json FROM jobs WHERE job_id = ?1", params![id.to_string()], |r| r.get(0))
+                .optional()
+                .map_err(db_err("reading logs"))?;
+            json_column(&id.to_string(), "logs", text.flatten())
+        })
+        .await
+    }
+
+    async fn queued_count(&self) -> Result<u64, StoreError> {
+        self.read(|conn| {
+            // Answered from a partial index on queued rows: only they are read.
+            conn.prepare_cached("SELECT COUNT(*) FROM jobs WHERE status = 'queued'")
+                .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+                .map(|n| n as u64)
+                .map_err(db_err("counting queued jobs"))
+        })
+        .await
+    }
+
+    async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
+        self.read(count_jobs).await
+    }
+}
+
+/// Rows per statement of a large submit (24 parameters each), largest
+/// first: whole chunks, then the rest one by one. Two statement shapes in
+/// the cache, and few statements in the savepoint (each statement's end
+/// costs SQLite a walk over the in-memory journal, so one per row is
+/// quadratic). A 16-row shape between them changed nothing measurable.
+pub(super) const INSERT_CHUNKS: [usize; 2] = [256, 1];
+
+/// The insert of `rows` jobs. One row is `OR FAIL`, which spares it a
+/// statement journal as [`CLAIM_ONE`](super::leases::CLAIM_ONE) explains: its constraints are all
+/// checked before it writes, and its trigger's insert cannot fail, so it
+/// lands whole or not at all. A statement of many rows could fail after
+/// writing some, so it keeps the default (`ABORT`) and its journal.
+pub(super) fn insert_sql(rows: usize) -> String {
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    format!(
+        "INSERT {}INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
+         schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
+         idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
+         free_rerun_limit, approval_json) VALUES {}",
+        if rows == 1 { "OR FAIL " } else { "" },
+        vec![row; rows].join(", ")
+    )
+}
+
+/// Insert `jobs` in one statement, queued or (gated) pending approval;
+/// returned in the given order, as [`inserted_job`] builds them.
+pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+    use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+    let err = db_err("inserting jobs");
+    // Built once: the statement cache finds a statement by its text.
+    static STATEMENTS: LazyLock<[String; 2]> = LazyLock::new(|| INSERT_CHUNKS.map(insert_sql));
+    let built;
+    let sql = match INSERT_CHUNKS.iter().position(|&rows| rows == jobs.len()) {
+        Some(shape) => &STATEMENTS[shape],
+        None => {
+            built = insert_sql(jobs.len());
+            &built
+        }
+    };
+    let text = |s: Option<&str>| s.map_or(Value::Null, |s| Value::Text(s.to_owned()));
+    // The jobs answered first, each owning its input; the statement then
+    // borrows the inputs from them, so a payload is held once, not twice.
+    let mut inserted = Vec::with_capacity(jobs.len());
+    let mut columns = Vec::with_capacity(jobs.len());
+    for mut job in jobs {
+        if let Some(idempotency) = &job.idempotency {
+            check_idempotency_key(conn, idempotency)?;
+        }
+        let id = JobId::new(now);
+        let (phase, action) = target_columns(&job.target);
+        let limits = serde_json::to_string(&job.limits).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let times = InsertTimes::of(&job, now);
+        let input = std::mem::take(&mut job.input);
+        let mut row = inserted_job(id, &job, &times, now)?;
+        row.input = input;
+        let approval = approval_to_column(row.approval.as_ref())?;
+        // Every column but the payload (bound from the answered job below).
+        let before = [
+            Value::Text(id.to_string()),
+            text(job.plan_id.as_deref()),
+            Value::Text(phase.to_owned()),
+            text(action),
+            Value::Text(job.plugin.to_string()),
+            Value::Text(times.status.to_owned()),
+        ];
+        let after = [
+            Value::Text(limits),
+            Value::Integer(i64::from(SCHEMA_VERSION)),
+            Value::Integer(now.unix_ms()),
+            Value::Integer(times.expires_at.unix_ms()),
+            Value::Integer(i64::from(job.max_attempts)),
+            text(job.concurrency_key.as_deref()),
+            text(job.plugin_name.as_ref().map(|n| n.name.as_str())),
+            text(job.plugin_name.as_ref().map(|n| n.version.as_str())),
+            text(job.idempotency.as_ref().map(|i| i.key.as_str())),
+            text(job.idempotency.as_ref().map(|i| i.request_digest.as_str())),
+            Value::Integer(times.run_after.unix_ms()),
+            times.deadline_at.map_or(Value::Null, |d| Value::Integer(d.unix_ms())),
+            Value::Integer(i64_of(job.backoff.base_ms)),
+            Value::Integer(i64_of(job.backoff.cap_ms)),
+            grants_to_column(&job.grants)?.map_or(Value::Null, Value::Text),
+            Value::Integer(i64::from(job.free_rerun_limit)),
+            approval.map_or(Value::Null, Value::Text),
+        ];
+        columns.push((before, after));
+        inserted.push(row);
+    }
+    let values = columns.into_iter().zip(&inserted).flat_map(|((before, after), row)| {
+        let payload = ToSqlOutput::Borrowed(ValueRef::Blob(&row.input));
+        before.into_iter().map(ToSqlOutput::Owned).chain([payload]).chain(after.into_iter().map(ToSqlOutput::Owned))
+    });
+    let stored =
+        conn.prepare_cached(sql).and_then(|mut s| s.execute(rusqlite::params_from_iter(values))).map_err(&err)?;
+    if stored != inserted.len() {
+        return Err(StoreError::Invalid(format!("{} jobs to insert, {stored} stored", inserted.len())));
+    }
+    Ok(inserted)
+}
+
+/// Refuse a key a stored job already has (the insert's transaction keeps
+/// this check and the insert together: no other writer runs in between).
+pub(super) fn check_idempotency_key(conn: &Connection, idempotency: &IdempotencyKey) -> Result<(), StoreError> {
+    let taken: Option<(String, Option<String>)> = conn
+        .prepare_cached("SELECT job_id, request_digest FROM jobs WHERE idempotency_key = ?1")
+        .and_then(|mut s| s.query_row(params![idempotency.key], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .map_err(db_err("checking an idempotency key"))?;
+    match taken {
+        None => Ok(()),
+        Some((job, digest)) => Err(StoreError::IdempotencyKeyTaken {
+            key: idempotency.key.clone(),
+            job: job.parse().map_err(|e: String| corrupt(&job, e))?,
+            same_request: digest.as_deref() == Some(idempotency.request_digest.as_str()),
+        }),
+    }
+}

@@ -1,0 +1,169 @@
+//! The SQLite store's [`Plugins`]: bytes by digest,
+//! registered names, grants and approval policies.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::SqliteStore;
+use super::rows::{db_err, query_plugins};
+use crate::job::{Digest, PluginInfo, PluginRef};
+use crate::store::codec::{grants_of, grants_to_column, policy_of, policy_to_column};
+use crate::store::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError};
+
+#[async_trait::async_trait]
+impl Plugins for SqliteStore {
+    async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
+        let digest = Digest::of(&params.bytes);
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO plugins (digest, bytes, size_bytes, created_at) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (digest) DO NOTHING",
+            )
+            .and_then(|mut s| {
+                s.execute(params![digest.to_string(), params.bytes, params.bytes.len() as i64, params.now.unix_ms()])
+            })
+            .map_err(db_err("storing a plugin"))?;
+            Ok(digest)
+        })
+        .await
+    }
+
+    async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read(move |conn| {
+            conn.query_row("SELECT bytes FROM plugins WHERE digest = ?1", params![digest.to_string()], |r| r.get(0))
+                .optional()
+                .map_err(db_err("reading a plugin"))
+        })
+        .await
+    }
+
+    async fn plugin_name_set(&self, params: PluginNameParams) -> Result<PluginInfo, StoreError> {
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("naming a plugin");
+            let (name, version) = (&params.name.name, &params.name.version);
+            // A replaced pair keeps its grants and its approval policy.
+            let kept: Option<(Option<String>, Option<String>)> = conn
+                .query_row(
+                    "SELECT grants_json, approval_json FROM plugin_names WHERE name = ?1 AND version = ?2",
+                    params![name, version],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(&err)?;
+            let (grants, kept_policy) = kept.unwrap_or_default();
+            let policy = match &params.policy {
+                Some(policy) => policy_to_column(policy)?,
+                None => kept_policy,
+            };
+            conn.prepare_cached("DELETE FROM plugin_names WHERE name = ?1 AND version = ?2")
+                .and_then(|mut s| s.execute(params![name, version]))
+                .map_err(&err)?;
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT INTO plugin_names (name, version, digest, created_at, grants_json, approval_json) \
+                     SELECT ?1, ?2, digest, ?4, ?5, ?6 FROM plugins WHERE digest = ?3",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![name, version, params.digest.to_string(), params.now.unix_ms(), grants, policy])
+                })
+                .map_err(&err)?;
+            if inserted == 0 {
+                return Err(StoreError::Invalid(format!("plugin {} is not stored", params.digest)));
+            }
+            let size: i64 = conn
+                .query_row(
+                    "SELECT size_bytes FROM plugins WHERE digest = ?1",
+                    params![params.digest.to_string()],
+                    |r| r.get(0),
+                )
+                .map_err(&err)?;
+            Ok(PluginInfo {
+                grants: grants_of(&params.digest.to_string(), grants)?,
+                approval: policy_of(&params.digest.to_string(), policy)?,
+                name: Some(params.name),
+                digest: params.digest,
+                size_bytes: size as u64,
+                created_at: params.now,
+                requests: None,
+            })
+        })
+        .await
+    }
+
+    async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError> {
+        let grants = grants_to_column(&params.grants)?;
+        let name = params.name.clone();
+        let changed = self
+            .write(move |conn| {
+                conn.prepare_cached("UPDATE plugin_names SET grants_json = ?3 WHERE name = ?1 AND version = ?2")
+                    .and_then(|mut s| s.execute(params![name.name, name.version, grants]))
+                    .map_err(db_err("granting a plugin"))
+            })
+            .await?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.plugin_resolve(PluginRef::Version(params.name)).await
+    }
+
+    async fn plugin_policy_set(&self, params: PluginPolicyParams) -> Result<Option<PluginInfo>, StoreError> {
+        let policy = policy_to_column(&params.policy)?;
+        let name = params.name.clone();
+        let changed = self
+            .write(move |conn| {
+                conn.prepare_cached("UPDATE plugin_names SET approval_json = ?3 WHERE name = ?1 AND version = ?2")
+                    .and_then(|mut s| s.execute(params![name.name, name.version, policy]))
+                    .map_err(db_err("setting a plugin's approval policy"))
+            })
+            .await?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.plugin_resolve(PluginRef::Version(params.name)).await
+    }
+
+    async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError> {
+        self.read(|conn| {
+            query_plugins(
+                conn,
+                "SELECT name, version, digest, size_bytes, created_at, grants_json, approval_json FROM ( \
+                   SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json, \
+                   n.rowid AS seq FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
+                   UNION ALL \
+                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, NULL, 0 FROM plugins p \
+                   WHERE NOT EXISTS (SELECT 1 FROM plugin_names n WHERE n.digest = p.digest)) \
+                 ORDER BY name IS NULL, name, seq DESC, created_at DESC",
+                [],
+            )
+        })
+        .await
+    }
+
+    async fn plugin_resolve(&self, plugin: PluginRef) -> Result<Option<PluginInfo>, StoreError> {
+        self.read(move |conn| {
+            let found = match plugin {
+                PluginRef::Digest(digest) => query_plugins(
+                    conn,
+                    "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at), \
+                     n.grants_json, n.approval_json FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
+                     WHERE p.digest = ?1 ORDER BY n.rowid DESC LIMIT 1",
+                    params![digest.to_string()],
+                )?,
+                PluginRef::Name(name) => query_plugins(
+                    conn,
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
+                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 \
+                     ORDER BY n.rowid DESC LIMIT 1",
+                    params![name],
+                )?,
+                PluginRef::Version(v) => query_plugins(
+                    conn,
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
+                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 AND n.version = ?2",
+                    params![v.name, v.version],
+                )?,
+            };
+            Ok(found.into_iter().next())
+        })
+        .await
+    }
+}
