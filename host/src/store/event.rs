@@ -272,10 +272,6 @@ pub(super) struct EventRow {
     pub(super) progress_json: Option<String>,
 }
 
-/// The columns of an event row, in [`EventRow`]'s order after the id.
-pub(super) const EVENT_COLUMNS: &str = "at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, \
-     phase, action, status, previous, attempt, worker_id, error_kind, progress_json";
-
 impl EventRow {
     /// Read the row; a row that does not parse is corrupt.
     pub(super) fn into_event(self) -> Result<Event, super::StoreError> {
@@ -308,7 +304,11 @@ impl EventRow {
             ("cancel", _) => EventKind::JobCancelRequested,
             (what, _) => return Err(corrupt(format!("unknown event {what:?}"))),
         };
-        let target = super::codec::target_of(&format!("event {id}"), &required(self.phase, "phase")?, self.action)?;
+        let target = crate::store::rules::codec::target_of(
+            &format!("event {id}"),
+            &required(self.phase, "phase")?,
+            self.action,
+        )?;
         let plugin = match (self.plugin_name, self.plugin_version) {
             (Some(name), Some(version)) => Some(PluginName::new(&name, &version).map_err(corrupt)?),
             _ => None,

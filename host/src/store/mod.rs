@@ -12,8 +12,6 @@
 //!
 //! This module knows nothing of wasm: it stores plugin digests and bytes.
 
-mod approval;
-mod codec;
 mod database;
 mod effects;
 mod error;
@@ -21,16 +19,16 @@ mod event;
 pub mod faults;
 mod jobs;
 mod leases;
-mod plan;
 mod plans;
 mod plugins;
 pub mod postgres;
+mod rules;
+mod sql;
 pub mod sqlite;
 mod sweeps;
-mod unfinished;
 mod workers;
 
-pub use unfinished::QUARANTINE_AFTER_DEATHS;
+pub use rules::unfinished::QUARANTINE_AFTER_DEATHS;
 
 pub use database::{Database, Durability, open};
 pub use effects::{EffectBeginParams, EffectEndParams, Effects};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::clock::Timestamp;
 use crate::job::Job;
 use crate::store::StoreError;
-use crate::store::unfinished;
+use crate::store::rules::unfinished;
 
 /// Parameters of [`Sweeps::lease_reclaim_expired`].
 #[derive(Debug, Clone)]

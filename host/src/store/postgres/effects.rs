@@ -8,7 +8,8 @@ use tokio_postgres::types::ToSql;
 use super::PostgresStore;
 use super::rows::db_err;
 use crate::job::{Effect, JobId};
-use crate::store::codec::{EFFECT_COLUMNS, EffectRow, outcome_columns};
+use crate::store::rules::codec::{EffectRow, outcome_columns};
+use crate::store::sql::EFFECT_COLUMNS;
 use crate::store::{EffectBeginParams, EffectEndParams, Effects, StoreError};
 
 #[async_trait::async_trait]

@@ -7,7 +7,8 @@ use tokio_postgres::Row;
 
 use super::PostgresStore;
 use super::rows::db_err;
-use crate::store::event::{EVENT_COLUMNS, EventRow};
+use crate::store::event::EventRow;
+use crate::store::sql::EVENT_COLUMNS;
 use crate::store::{Event, EventId, EventPage, Events, EventsAfterParams, StoreError};
 
 #[async_trait::async_trait]

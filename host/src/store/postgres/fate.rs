@@ -10,10 +10,10 @@ use tokio_postgres::Row;
 
 use crate::clock::Timestamp;
 use crate::job::Backoff;
-use crate::store::codec::ms;
-use crate::store::unfinished::{self, AttemptEffects, Counters, Decision, Fate};
+use crate::store::rules::codec::ms;
+use crate::store::rules::unfinished::{AttemptEffects, Counters, Decision, Fate};
 
-/// A job's counters (see [`COUNTER_COLUMNS`](unfinished::COUNTER_COLUMNS)): its id, attempt and the rest.
+/// A job's counters (see [`COUNTER_COLUMNS`](crate::store::sql::COUNTER_COLUMNS)): its id, attempt and the rest.
 pub(super) fn counters_of(r: &Row) -> (String, u32, Counters) {
     (
         r.get(0),
@@ -38,7 +38,7 @@ pub(super) async fn attempt_effects(
     attempt: u32,
 ) -> Result<Option<AttemptEffects>, tokio_postgres::Error> {
     let attempt = i32::try_from(attempt).unwrap_or(i32::MAX);
-    let row = client.query_opt(unfinished::ATTEMPT_EFFECTS_POSTGRES, &[&id, &attempt]).await?;
+    let row = client.query_opt(ATTEMPT_EFFECTS, &[&id, &attempt]).await?;
     Ok(row.map(|r| AttemptEffects {
         seq: r.get(0),
         method: r.get(1),
@@ -81,3 +81,10 @@ pub(super) async fn apply_fate(
     }
     Ok(())
 }
+
+/// The query PostgreSQL runs for [`AttemptEffects`]; parameters: job id,
+/// attempt.
+const ATTEMPT_EFFECTS: &str = "SELECT seq::BIGINT, method, url, status::BIGINT, error, \
+     COUNT(*) FILTER (WHERE finished_at IS NULL) OVER () FROM effects \
+     WHERE job_id = $1 AND attempt = $2 \
+     ORDER BY finished_at IS NULL DESC, CASE WHEN finished_at IS NULL THEN -seq ELSE seq END DESC LIMIT 1";

@@ -11,11 +11,11 @@ use super::rows::{count_jobs, db_err, job_columns, list_columns, row_to_job, row
 use super::{BATCH, NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
 use crate::job::{Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION};
-use crate::store::approval::{self as gate, GatedRow};
-use crate::store::codec::{
-    InsertTimes, approval_to_column, corrupt, grants_to_column, i64_of, json_column, list_filters, target_columns,
-    to_json,
+use crate::store::rules::approval::{self as gate, GatedRow};
+use crate::store::rules::codec::{
+    InsertTimes, approval_to_column, corrupt, grants_to_column, i64_of, json_column, target_columns, to_json,
 };
+use crate::store::sql::{decision_update_sql, list_filters};
 use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
 
 #[async_trait::async_trait]
@@ -152,7 +152,7 @@ impl Jobs for PostgresStore {
         };
         let approval = to_json(change.approval())?;
         let c = change.columns(params.now);
-        let sql = gate::update_sql('$') + &job_columns("");
+        let sql = decision_update_sql('$') + &job_columns("");
         let rows = tx
             .query(
                 &sql,

@@ -11,8 +11,9 @@ use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::rows::{db_err, job_columns, row_to_job};
 use super::{NOTIFY, PostgresStore};
 use crate::job::ErrorKind;
-use crate::store::codec::{corrupt, i64_of, ms, to_json};
-use crate::store::unfinished::{self, COUNTER_COLUMNS, Decision};
+use crate::store::rules::codec::{corrupt, i64_of, ms, to_json};
+use crate::store::rules::unfinished::{self, Decision};
+use crate::store::sql::COUNTER_COLUMNS;
 use crate::store::{
     JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease, LeaseExtendParams,
     LeaseState, Leases, StoreError,

@@ -6,7 +6,7 @@ use deadpool_postgres::GenericClient;
 use super::PostgresStore;
 use super::rows::{db_err, row_to_plugin};
 use crate::job::{Digest, PluginInfo, PluginRef};
-use crate::store::codec::{grants_of, grants_to_column, policy_of, policy_to_column};
+use crate::store::rules::codec::{grants_of, grants_to_column, policy_of, policy_to_column};
 use crate::store::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError};
 
 #[async_trait::async_trait]

@@ -3,8 +3,8 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::codec::ms;
 use crate::store::postgres::rows::{db_err, pool_err};
+use crate::store::rules::codec::ms;
 use crate::store::{LeaseExtendParams, LeaseState, StoreError};
 
 /// Most renewals one statement carries.

@@ -10,7 +10,7 @@ use tokio_postgres::error::SqlState;
 use crate::clock::Timestamp;
 use crate::job::{Backoff, Counts, Job, JobId, JobStatus, PluginInfo, PluginName};
 use crate::store::StoreError;
-use crate::store::codec::{corrupt, grants_of, json_column, policy_of, target_of};
+use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, target_of};
 
 /// Every job column, in the order [`row_to_job`] reads them.
 pub(super) const JOB_COLUMNS: &[&str] = &[
@@ -235,14 +235,14 @@ pub(super) async fn count_jobs(client: &impl GenericClient) -> Result<Counts, St
     Ok(counts)
 }
 
-/// A plan row, as [`crate::store::plan::PLAN_COLUMNS`] lists them.
-pub(super) fn row_to_plan(row: &Row) -> Result<crate::store::plan::PlanRow, StoreError> {
+/// A plan row, as [`PLAN_COLUMNS`](crate::store::sql::PLAN_COLUMNS) lists them.
+pub(super) fn row_to_plan(row: &Row) -> Result<crate::store::rules::plan::PlanRow, StoreError> {
     let read = db_err("reading a plan row");
     let id: String = row.try_get(0).map_err(&read)?;
     let mode: String = row.try_get(1).map_err(&read)?;
     let job_id = |text: String| -> Result<JobId, StoreError> { text.parse().map_err(|e: String| corrupt(&id, e)) };
     let ms = |n: i64| Duration::from_millis(n.max(0) as u64);
-    Ok(crate::store::plan::PlanRow {
+    Ok(crate::store::rules::plan::PlanRow {
         record: crate::job::PlanRecord {
             apply_mode: mode.parse().map_err(|e: String| corrupt(&id, e))?,
             input: row.try_get(2).map_err(&read)?,

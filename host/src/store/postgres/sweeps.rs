@@ -11,9 +11,10 @@ use super::rows::{db_err, job_columns, row_to_plan, rows_to_jobs};
 use super::{BATCH, NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
 use crate::job::{Job, JobId, JobStatus};
-use crate::store::codec::corrupt;
-use crate::store::plan::{DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, apply_job};
-use crate::store::unfinished::{self, COUNTER_COLUMNS, Death, Decision, Fate, SILENT_WORKER};
+use crate::store::rules::codec::corrupt;
+use crate::store::rules::plan::apply_job;
+use crate::store::rules::unfinished::{self, Death, Decision, Fate};
+use crate::store::sql::{COUNTER_COLUMNS, DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, SILENT_WORKER};
 use crate::store::{
     JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, StoreError, Sweeps,
     WorkerDiedParams,

@@ -6,7 +6,8 @@ use rusqlite::{OptionalExtension, params};
 use super::SqliteStore;
 use super::rows::db_err;
 use crate::job::{Effect, JobId};
-use crate::store::codec::{EFFECT_COLUMNS, EffectRow, outcome_columns};
+use crate::store::rules::codec::{EffectRow, outcome_columns};
+use crate::store::sql::EFFECT_COLUMNS;
 use crate::store::{EffectBeginParams, EffectEndParams, Effects, StoreError};
 
 #[async_trait::async_trait]

@@ -9,10 +9,10 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::clock::Timestamp;
 use crate::job::Backoff;
-use crate::store::codec::ms;
-use crate::store::unfinished::{self, AttemptEffects, Counters, Decision, Fate};
+use crate::store::rules::codec::ms;
+use crate::store::rules::unfinished::{AttemptEffects, Counters, Decision, Fate};
 
-/// A job's counters (see [`COUNTER_COLUMNS`](unfinished::COUNTER_COLUMNS)): its id, attempt and the rest.
+/// A job's counters (see [`COUNTER_COLUMNS`](crate::store::sql::COUNTER_COLUMNS)): its id, attempt and the rest.
 pub(super) fn counters_of(r: &Row<'_>) -> rusqlite::Result<(String, u32, Counters)> {
     Ok((
         r.get(0)?,
@@ -32,7 +32,7 @@ pub(super) fn counters_of(r: &Row<'_>) -> rusqlite::Result<(String, u32, Counter
 
 /// What the attempt's effects were (`None`: it recorded none).
 pub(super) fn attempt_effects(conn: &Connection, id: &str, attempt: u32) -> rusqlite::Result<Option<AttemptEffects>> {
-    conn.prepare_cached(unfinished::ATTEMPT_EFFECTS_SQLITE)?
+    conn.prepare_cached(ATTEMPT_EFFECTS)?
         .query_row(params![id, attempt], |r| {
             Ok(AttemptEffects {
                 seq: r.get(0)?,
@@ -83,3 +83,9 @@ pub(super) fn apply_fate(
     }
     Ok(())
 }
+
+/// The query SQLite runs for [`AttemptEffects`]; parameters: job id,
+/// attempt.
+const ATTEMPT_EFFECTS: &str = "SELECT seq, method, url, status, error, \
+     SUM(finished_at IS NULL) OVER () FROM effects WHERE job_id = ?1 AND attempt = ?2 \
+     ORDER BY finished_at IS NULL DESC, CASE WHEN finished_at IS NULL THEN -seq ELSE seq END DESC LIMIT 1";

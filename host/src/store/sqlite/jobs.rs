@@ -10,11 +10,12 @@ use super::SqliteStore;
 use super::rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs};
 use crate::clock::Timestamp;
 use crate::job::{Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION};
-use crate::store::approval::{self as gate, GatedRow};
-use crate::store::codec::{
-    InsertTimes, approval_to_column, corrupt, grants_to_column, i64_of, inserted_job, json_column, list_filters,
-    target_columns, to_json,
+use crate::store::rules::approval::{self as gate, GatedRow};
+use crate::store::rules::codec::{
+    InsertTimes, approval_to_column, corrupt, grants_to_column, i64_of, inserted_job, json_column, target_columns,
+    to_json,
 };
+use crate::store::sql::{decision_update_sql, list_filters};
 use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
 
 #[async_trait::async_trait]
@@ -129,7 +130,7 @@ impl Jobs for SqliteStore {
             };
             let approval = to_json(change.approval())?;
             let c = change.columns(params.now);
-            let sql = gate::update_sql('?') + JOB_COLUMNS;
+            let sql = decision_update_sql('?') + JOB_COLUMNS;
             let status = change.status().as_str();
             let mut jobs = query_jobs(
                 conn,

@@ -10,8 +10,9 @@ use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::rows::{JOB_COLUMNS, db_err, query_jobs};
 use crate::clock::Timestamp;
 use crate::job::{ErrorKind, JobStatus};
-use crate::store::codec::{corrupt, ms, to_json};
-use crate::store::unfinished::{self, COUNTER_COLUMNS, Decision};
+use crate::store::rules::codec::{corrupt, ms, to_json};
+use crate::store::rules::unfinished::{self, Decision};
+use crate::store::sql::COUNTER_COLUMNS;
 use crate::store::{
     JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease, LeaseExtendParams,
     LeaseState, Leases, StoreError,

@@ -8,8 +8,8 @@ use super::jobs::insert_rows;
 use super::rows::{db_err, query_plans};
 use crate::clock::Timestamp;
 use crate::job::{Job, PlanRecord};
-use crate::store::codec::ms;
-use crate::store::plan::PLAN_COLUMNS;
+use crate::store::rules::codec::ms;
+use crate::store::sql::PLAN_COLUMNS;
 use crate::store::{PlanInsertParams, PlanListParams, Plans, StoreError};
 
 #[async_trait::async_trait]

@@ -6,7 +6,7 @@ use rusqlite::{OptionalExtension, params};
 use super::SqliteStore;
 use super::rows::{db_err, query_plugins};
 use crate::job::{Digest, PluginInfo, PluginRef};
-use crate::store::codec::{grants_of, grants_to_column, policy_of, policy_to_column};
+use crate::store::rules::codec::{grants_of, grants_to_column, policy_of, policy_to_column};
 use crate::store::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError};
 
 #[async_trait::async_trait]

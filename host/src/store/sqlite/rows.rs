@@ -7,9 +7,10 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::clock::Timestamp;
 use crate::job::{Backoff, Counts, Job, JobId, JobStatus, PlanRecord, PluginInfo, PluginName};
-use crate::store::codec::{corrupt, grants_of, json_column, policy_of, target_of};
-use crate::store::event::{EVENT_COLUMNS, EventRow};
-use crate::store::plan::PlanRow;
+use crate::store::event::EventRow;
+use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, target_of};
+use crate::store::rules::plan::PlanRow;
+use crate::store::sql::EVENT_COLUMNS;
 use crate::store::{EventId, EventPage, StoreError};
 
 pub(super) const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
@@ -156,7 +157,7 @@ pub(super) fn count_jobs(conn: &Connection) -> Result<Counts, StoreError> {
     Ok(counts)
 }
 
-/// A plan row, as [`super::super::plan::PLAN_COLUMNS`] lists them.
+/// A plan row, as [`PLAN_COLUMNS`](crate::store::sql::PLAN_COLUMNS) lists them.
 pub(super) fn row_to_plan(row: &Row<'_>) -> Result<PlanRow, StoreError> {
     let read = db_err("reading a plan row");
     let id: String = row.get(0).map_err(&read)?;

@@ -9,9 +9,10 @@ use super::jobs::insert_rows;
 use super::rows::{JOB_COLUMNS, db_err, query_jobs, query_plans};
 use crate::clock::Timestamp;
 use crate::job::Job;
-use crate::store::codec::corrupt;
-use crate::store::plan::{DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, apply_job};
-use crate::store::unfinished::{self, COUNTER_COLUMNS, Counters, Death, Decision, SILENT_WORKER};
+use crate::store::rules::codec::corrupt;
+use crate::store::rules::plan::apply_job;
+use crate::store::rules::unfinished::{self, Counters, Death, Decision};
+use crate::store::sql::{COUNTER_COLUMNS, DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, SILENT_WORKER};
 use crate::store::{
     JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, StoreError, Sweeps,
     WorkerDiedParams,

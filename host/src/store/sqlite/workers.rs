@@ -6,7 +6,7 @@ use rusqlite::params;
 use super::SqliteStore;
 use super::rows::{count_jobs, db_err};
 use crate::clock::Timestamp;
-use crate::store::codec::{corrupt, i64_of};
+use crate::store::rules::codec::{corrupt, i64_of};
 use crate::store::{StoreError, WorkerRecord, WorkerState, Workers, WorkersSnapshot};
 
 #[async_trait::async_trait]

@@ -17,8 +17,7 @@
 
 use crate::clock::Timestamp;
 use crate::job::{Backoff, ErrorKind};
-
-use super::LEASE_LOST_MESSAGE;
+use crate::store::LEASE_LOST_MESSAGE;
 
 /// A job's counters as the sweep or the release reads them.
 #[derive(Debug, Clone)]
@@ -36,21 +35,6 @@ pub(crate) struct Counters {
 /// Processes that may die under one job before it is quarantined.
 pub const QUARANTINE_AFTER_DEATHS: u32 = 2;
 
-/// The columns both stores read for [`Counters`], after the job id and
-/// attempt.
-pub(crate) const COUNTER_COLUMNS: &str = "job_id, attempt, lost_leases, retries, max_attempts, free_reruns, \
-     free_rerun_limit, cancel_requested, backoff_base_ms, backoff_cap_ms, process_deaths";
-
-/// True when the process holding an expired lease died, as the store can
-/// tell: its worker row says it stopped, or fell silent before two thirds
-/// of the lease had run (a live process reports every poll interval, so
-/// its last report is recent; a dead one's is no later than the lease's
-/// last renewal plus a third of the lease). A missing row tells nothing
-/// (a first report can fail). Both stores spell it alike, over
-/// `jobs j LEFT JOIN workers w`.
-pub(crate) const SILENT_WORKER: &str = "COALESCE(w.state = 'stopped' OR w.last_heartbeat < \
-     j.lease_expires_at - (j.lease_expires_at - COALESCE(j.last_heartbeat, j.started_at)) / 3, FALSE)";
-
 /// The attempt's effects: how many have no outcome, and the one
 /// to name (the first still in flight, else the last).
 #[derive(Debug, Clone)]
@@ -63,20 +47,8 @@ pub(crate) struct AttemptEffects {
     pub error: Option<String>,
 }
 
-/// The query SQLite runs for [`AttemptEffects`]; parameters: job id,
-/// attempt.
-pub(crate) const ATTEMPT_EFFECTS_SQLITE: &str = "SELECT seq, method, url, status, error, \
-     SUM(finished_at IS NULL) OVER () FROM effects WHERE job_id = ?1 AND attempt = ?2 \
-     ORDER BY finished_at IS NULL DESC, CASE WHEN finished_at IS NULL THEN -seq ELSE seq END DESC LIMIT 1";
-
-/// [`ATTEMPT_EFFECTS_SQLITE`] for PostgreSQL.
-pub(crate) const ATTEMPT_EFFECTS_POSTGRES: &str = "SELECT seq::BIGINT, method, url, status::BIGINT, error, \
-     COUNT(*) FILTER (WHERE finished_at IS NULL) OVER () FROM effects \
-     WHERE job_id = $1 AND attempt = $2 \
-     ORDER BY finished_at IS NULL DESC, CASE WHEN finished_at IS NULL THEN -seq ELSE seq END DESC LIMIT 1";
-
 impl AttemptEffects {
-    /// "effect #2 (POST https://api.example/hooks) was in flight: its
+    /// "effect #2 (POST `https://api.example/hooks`) was in flight: its
     /// outcome is unknown", or what the last one answered.
     pub(crate) fn describe(&self) -> String {
         let which = format!("#{} ({} {})", self.seq, self.method, self.url);

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use super::{DecideRefusal, JobDecideParams, JobDecision};
 use crate::clock::Timestamp;
 use crate::job::{Approval, Decision, ErrorKind, JobStatus, Verdict};
+use crate::store::{DecideRefusal, JobDecideParams, JobDecision};
 
 /// The columns of a gated job that a decision reads.
 pub(crate) struct GatedRow {
@@ -27,27 +27,6 @@ pub(crate) struct ChangeColumns {
     pub(crate) finished_at: Option<i64>,
     pub(crate) error_kind: Option<&'static str>,
     pub(crate) error_message: Option<String>,
-}
-
-/// The statement that writes a [`Change`], after the job id (1), status
-/// (2), record (3) and the [`ChangeColumns`] in order (4–9); the caller
-/// appends its backend's `RETURNING` list.
-pub(crate) fn update_sql(placeholder: char) -> String {
-    let p = |n: u8| format!("{placeholder}{n}");
-    format!(
-        "UPDATE jobs SET status = {}, approval_json = {}, run_after = COALESCE({}, run_after), \
-         expires_at = COALESCE({}, expires_at), deadline_at = {}, finished_at = {}, error_kind = {}, \
-         error_message = {} WHERE job_id = {} RETURNING ",
-        p(2),
-        p(3),
-        p(4),
-        p(5),
-        p(6),
-        p(7),
-        p(8),
-        p(9),
-        p(1)
-    )
 }
 
 /// What a decision writes.

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use super::{EffectBeginParams, JobListParams, StoreError};
 use crate::clock::Timestamp;
-use crate::job::{Approval, ApprovalPolicy, Effect, EffectOutcome, Grants, Job, JobId, NewJob, PluginRef, Target};
+use crate::job::{Approval, ApprovalPolicy, Effect, EffectOutcome, Grants, Job, JobId, NewJob, Target};
+use crate::store::{EffectBeginParams, StoreError};
 
 /// A row that could not be read back into the job model.
 pub(crate) fn corrupt(id: &str, detail: impl Into<String>) -> StoreError {
@@ -40,9 +40,6 @@ pub(crate) struct EffectRow {
     pub(crate) status: Option<i64>,
     pub(crate) error: Option<String>,
 }
-
-/// The columns of an effect row, in [`EffectRow`]'s order.
-pub(crate) const EFFECT_COLUMNS: &str = "attempt, seq, method, url, started_at, finished_at, status, error";
 
 impl EffectRow {
     /// The intent just recorded at `(attempt, seq)`: no outcome yet.
@@ -191,34 +188,6 @@ pub(crate) fn ms(d: Duration) -> i64 {
 /// A `u64` counter or limit as a signed 64-bit column, saturating.
 pub(crate) fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// A list's filters as `(condition, value)` pairs, the condition a column
-/// and an operator to which each backend appends its own placeholder.
-pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)> {
-    let mut filters = Vec::new();
-    if let Some(status) = params.status {
-        filters.push(("status =", status.as_str().to_owned()));
-    }
-    match &params.plugin {
-        Some(PluginRef::Digest(digest)) => filters.push(("plugin_digest =", digest.to_string())),
-        Some(PluginRef::Name(name)) => filters.push(("plugin_name =", name.clone())),
-        Some(PluginRef::Version(v)) => {
-            filters.push(("plugin_name =", v.name.clone()));
-            filters.push(("plugin_version =", v.version.clone()));
-        }
-        None => {}
-    }
-    if let Some(plan) = &params.plan_id {
-        filters.push(("plan_id =", plan.clone()));
-    }
-    if let Some(key) = &params.concurrency_key {
-        filters.push(("concurrency_key =", key.clone()));
-    }
-    if let Some(before) = params.before {
-        filters.push(("job_id <", before.to_string()));
-    }
-    filters
 }
 
 /// The stored `phase` and `action` columns of a target.

@@ -50,20 +50,3 @@ pub(crate) fn apply_job(plan: &PlanRow, execute: &Job) -> NewJob {
         approval_ttl: plan.approval_ttl,
     }
 }
-
-/// The plan columns both backends read, in this order.
-pub(crate) const PLAN_COLUMNS: &str =
-    "plan_id, apply_mode, input, queue_ttl_ms, approval_ttl_ms, created_at, execute_job_id, apply_job_id, cancelled_at";
-
-/// The condition retention adds for a finished job in `jobs`: it is not
-/// the execute job of a plan that still needs it (its apply job is not
-/// created yet, or has not ended), so a plan's phases are deleted
-/// together, after the last one ends.
-pub(crate) const NOT_HELD_BY_A_PLAN: &str = "NOT EXISTS (SELECT 1 FROM plans p WHERE p.execute_job_id = jobs.job_id \
-     AND ((p.apply_job_id IS NULL AND p.cancelled_at IS NULL AND jobs.status = 'succeeded') \
-       OR EXISTS (SELECT 1 FROM jobs a WHERE a.job_id = p.apply_job_id AND a.finished_at IS NULL)))";
-
-/// Delete the plans none of whose jobs are left.
-pub(crate) const DELETE_EMPTY_PLANS: &str = "DELETE FROM plans WHERE NOT EXISTS \
-     (SELECT 1 FROM jobs WHERE jobs.job_id = plans.execute_job_id) \
-     AND (apply_job_id IS NULL OR NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.job_id = plans.apply_job_id))";

@@ -1,0 +1,95 @@
+//! SQL both backends run alike: the column lists and conditions SQLite and
+//! PostgreSQL both accept, written once. A statement whose spelling
+//! differs between them lives in its backend; the decisions around them
+//! live in [`rules`](super::rules), which has no SQL.
+
+use crate::job::PluginRef;
+use crate::store::JobListParams;
+
+/// The columns both stores read for [`Counters`](super::rules::unfinished::Counters), after the job id and
+/// attempt.
+pub(crate) const COUNTER_COLUMNS: &str = "job_id, attempt, lost_leases, retries, max_attempts, free_reruns, \
+     free_rerun_limit, cancel_requested, backoff_base_ms, backoff_cap_ms, process_deaths";
+
+/// True when the process holding an expired lease died, as the store can
+/// tell: its worker row says it stopped, or fell silent before two thirds
+/// of the lease had run (a live process reports every poll interval, so
+/// its last report is recent; a dead one's is no later than the lease's
+/// last renewal plus a third of the lease). A missing row tells nothing
+/// (a first report can fail). Both stores spell it alike, over
+/// `jobs j LEFT JOIN workers w`.
+pub(crate) const SILENT_WORKER: &str = "COALESCE(w.state = 'stopped' OR w.last_heartbeat < \
+     j.lease_expires_at - (j.lease_expires_at - COALESCE(j.last_heartbeat, j.started_at)) / 3, FALSE)";
+
+/// The plan columns both backends read, in this order.
+pub(crate) const PLAN_COLUMNS: &str =
+    "plan_id, apply_mode, input, queue_ttl_ms, approval_ttl_ms, created_at, execute_job_id, apply_job_id, cancelled_at";
+
+/// The condition retention adds for a finished job in `jobs`: it is not
+/// the execute job of a plan that still needs it (its apply job is not
+/// created yet, or has not ended), so a plan's phases are deleted
+/// together, after the last one ends.
+pub(crate) const NOT_HELD_BY_A_PLAN: &str = "NOT EXISTS (SELECT 1 FROM plans p WHERE p.execute_job_id = jobs.job_id \
+     AND ((p.apply_job_id IS NULL AND p.cancelled_at IS NULL AND jobs.status = 'succeeded') \
+       OR EXISTS (SELECT 1 FROM jobs a WHERE a.job_id = p.apply_job_id AND a.finished_at IS NULL)))";
+
+/// Delete the plans none of whose jobs are left.
+pub(crate) const DELETE_EMPTY_PLANS: &str = "DELETE FROM plans WHERE NOT EXISTS \
+     (SELECT 1 FROM jobs WHERE jobs.job_id = plans.execute_job_id) \
+     AND (apply_job_id IS NULL OR NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.job_id = plans.apply_job_id))";
+
+/// The columns of an effect row, in [`EffectRow`](super::rules::codec::EffectRow)'s order.
+pub(crate) const EFFECT_COLUMNS: &str = "attempt, seq, method, url, started_at, finished_at, status, error";
+
+/// A list's filters as `(condition, value)` pairs, the condition a column
+/// and an operator to which each backend appends its own placeholder.
+pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)> {
+    let mut filters = Vec::new();
+    if let Some(status) = params.status {
+        filters.push(("status =", status.as_str().to_owned()));
+    }
+    match &params.plugin {
+        Some(PluginRef::Digest(digest)) => filters.push(("plugin_digest =", digest.to_string())),
+        Some(PluginRef::Name(name)) => filters.push(("plugin_name =", name.clone())),
+        Some(PluginRef::Version(v)) => {
+            filters.push(("plugin_name =", v.name.clone()));
+            filters.push(("plugin_version =", v.version.clone()));
+        }
+        None => {}
+    }
+    if let Some(plan) = &params.plan_id {
+        filters.push(("plan_id =", plan.clone()));
+    }
+    if let Some(key) = &params.concurrency_key {
+        filters.push(("concurrency_key =", key.clone()));
+    }
+    if let Some(before) = params.before {
+        filters.push(("job_id <", before.to_string()));
+    }
+    filters
+}
+
+/// The columns of an event row, in [`EventRow`](super::event::EventRow)'s order after the id.
+pub(crate) const EVENT_COLUMNS: &str = "at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, \
+     phase, action, status, previous, attempt, worker_id, error_kind, progress_json";
+
+/// The statement that writes a [`Change`](super::rules::approval::Change), after the job id (1), status
+/// (2), record (3) and the [`ChangeColumns`](super::rules::approval::ChangeColumns) in order (4–9); the caller
+/// appends its backend's `RETURNING` list.
+pub(crate) fn decision_update_sql(placeholder: char) -> String {
+    let p = |n: u8| format!("{placeholder}{n}");
+    format!(
+        "UPDATE jobs SET status = {}, approval_json = {}, run_after = COALESCE({}, run_after), \
+         expires_at = COALESCE({}, expires_at), deadline_at = {}, finished_at = {}, error_kind = {}, \
+         error_message = {} WHERE job_id = {} RETURNING ",
+        p(2),
+        p(3),
+        p(4),
+        p(5),
+        p(6),
+        p(7),
+        p(8),
+        p(9),
+        p(1)
+    )
+}
