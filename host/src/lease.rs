@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use crate::clock::{Clock, Timestamp};
-use crate::job::EffectOutcome;
-use crate::job::JobId;
+use crate::job::{EffectOutcome, JobId};
 use crate::metrics::Metrics;
 use crate::sandbox::StopHandle;
 use crate::sandbox::http::EffectTicket;

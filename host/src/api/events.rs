@@ -19,9 +19,9 @@ use serde::Deserialize;
 
 use crate::api::error::{ApiError, ErrorBody, query_error};
 use crate::api::{AppState, parse_id};
-use crate::job::{JobId, JobStatus};
+use crate::job::{Event, EventId, JobId, JobStatus};
 use crate::runtime::{EventStream, StreamItem};
-use crate::store::{Event, EventFilter, EventId};
+use crate::store::EventFilter;
 
 /// Filters of `GET /v1/events`; unset ones match everything. A job, plan,
 /// plugin or status filter leaves worker events out.

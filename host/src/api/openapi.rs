@@ -12,8 +12,7 @@ use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use crate::clock::Timestamp;
 use crate::job::approval::TargetPattern;
-use crate::job::{Digest, JobId, PluginInfo, Target};
-use crate::store::EventId;
+use crate::job::{Digest, EventId, JobId, PluginInfo, Target};
 
 fn text(description: &str, pattern: Option<&str>, format: Option<SchemaFormat>) -> RefOr<Schema> {
     ObjectBuilder::new().schema_type(Type::String).description(Some(description)).pattern(pattern).format(format).into()

@@ -13,14 +13,17 @@ use sha2::{Digest as _, Sha256};
 
 pub mod approval;
 mod effect;
+mod event;
 pub mod grant;
 mod id;
 pub mod plan;
 mod plugin;
 mod record;
+mod worker;
 
 pub use approval::{Approval, ApprovalPolicy, Decision, ExecutionMode, Gate, GateSource, Verdict};
 pub use effect::{Effect, EffectOutcome};
+pub use event::{Event, EventId, EventKind, JobEvent, WorkerEvent};
 pub use grant::Grants;
 pub use id::JobId;
 pub use plan::{ApplyInput, ApplyMode, PlanRecord, PlanStatus};
@@ -30,6 +33,7 @@ pub use record::{
     JobLogs, JobProgress, JobStatus, LogLine, MAX_ATTEMPTS_CEILING, MAX_IDEMPOTENCY_KEY_BYTES, MAX_KEY_BYTES, NewJob,
     SCHEMA_VERSION,
 };
+pub use worker::{WorkerRecord, WorkerState};
 
 /// Serialize a type as its `Display` text and deserialize it with its
 /// `FromStr`, so the JSON form is the same text people and the store see.

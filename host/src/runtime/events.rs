@@ -19,7 +19,8 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use super::RuntimeError;
-use crate::store::{Event, EventFilter, EventId, EventsAfterParams, JobStore, StoreError};
+use crate::job::{Event, EventId};
+use crate::store::{EventFilter, EventsAfterParams, JobStore, StoreError};
 
 /// Default time between reads of the change feed while a client listens.
 pub const DEFAULT_EVENT_POLL: Duration = Duration::from_millis(250);

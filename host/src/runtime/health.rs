@@ -3,12 +3,10 @@
 
 use serde::Serialize;
 
-use crate::clock::Timestamp;
-use crate::job::{Backoff, Counts, JobId, MAX_ATTEMPTS_CEILING};
-use crate::store::{WorkerRecord, WorkerState};
-use crate::worker::PoolState;
-
 use super::{PoolReport, Runtime, RuntimeError, Supervision};
+use crate::clock::Timestamp;
+use crate::job::{Backoff, Counts, JobId, MAX_ATTEMPTS_CEILING, WorkerRecord, WorkerState};
+use crate::worker::PoolState;
 
 /// The health report: this process's worker and the store's queue depth.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]

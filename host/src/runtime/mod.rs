@@ -22,10 +22,10 @@ use tokio::sync::watch;
 
 use crate::clock::Timestamp;
 use crate::job::grant::Requests;
-use crate::job::{Digest, Effect, Job, JobId, JobLogs};
+use crate::job::{Digest, Effect, EventId, Job, JobId, JobLogs};
 use crate::metrics::Metrics;
 use crate::sandbox::Sandbox;
-use crate::store::{EventFilter, EventId, JobListParams, JobStore};
+use crate::store::{EventFilter, JobListParams, JobStore};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber};
 
 mod approval;
@@ -125,7 +125,7 @@ impl Runtime {
 
     /// Job and worker events after `after` (`None`: from now on) that pass
     /// `filter`, from every process sharing the store, in the store's
-    /// order (see [`crate::store::EventId`]).
+    /// order (see [`crate::job::EventId`]).
     pub async fn events(&self, after: Option<EventId>, filter: EventFilter) -> Result<EventStream, RuntimeError> {
         self.inner.events.subscribe(after, filter).await
     }

@@ -2,8 +2,7 @@
 //! job's lease.
 
 use crate::clock::Timestamp;
-use crate::job::Effect;
-use crate::job::{EffectOutcome, JobId};
+use crate::job::{Effect, EffectOutcome, JobId};
 use crate::store::StoreError;
 
 /// Parameters of [`Effects::effect_begin`].

@@ -14,20 +14,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{
-    CancelResult, EffectBeginParams, EffectEndParams, JobClaimParams, JobFinishParams, JobInsertParams, JobListParams,
-    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
-    LeaseExtendParams, LeaseReclaimParams, LeaseState, PluginGrantsParams, PluginNameParams, PluginPutParams,
-    ReclaimReport, StoreError,
+    CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, Effects, EventPage, Events, EventsAfterParams,
+    JobClaimParams, JobDecideParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
+    JobReleaseParams, JobRetryParams, JobStore, Jobs, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams,
+    LeaseReclaimParams, LeaseState, Leases, PlanInsertParams, PlanListParams, Plans, PlansAdvanceParams,
+    PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, ReclaimReport, StoreError,
+    Sweeps, WorkerDiedParams, Workers, WorkersSnapshot,
 };
-use super::{
-    DecideRefusal, JobDecideParams, PlanInsertParams, PlanListParams, PlansAdvanceParams, PluginPolicyParams,
-    WorkerDiedParams, WorkerRecord, WorkersSnapshot,
-};
-use super::{Effects, Events, Jobs, Leases, Plans, Plugins, Sweeps, Workers};
-use super::{EventId, EventPage, EventsAfterParams};
 use crate::clock::Timestamp;
-use crate::job::PlanRecord;
-use crate::job::{Counts, Digest, Effect, Job, JobId, JobLogs, JobStatus, PluginInfo, PluginRef};
+use crate::job::{
+    Counts, Digest, Effect, EventId, Job, JobId, JobLogs, JobStatus, PlanRecord, PluginInfo, PluginRef, WorkerRecord,
+};
 
 /// Operations a fault can target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -3,10 +3,9 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::job::{JobId, JobStatus, NewJob, PluginRef};
+use crate::job::{Counts, Job, JobId, JobLogs, JobStatus, NewJob, PluginRef};
 use std::collections::HashMap;
 
-use crate::job::{Counts, Job, JobLogs};
 use crate::store::StoreError;
 
 /// What [`Jobs::job_decide`] is asked to do.

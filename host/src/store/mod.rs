@@ -15,7 +15,7 @@
 mod database;
 mod effects;
 mod error;
-mod event;
+mod events;
 pub mod faults;
 mod jobs;
 mod leases;
@@ -33,7 +33,7 @@ pub use rules::unfinished::QUARANTINE_AFTER_DEATHS;
 pub use database::{Database, Durability, open};
 pub use effects::{EffectBeginParams, EffectEndParams, Effects};
 pub use error::StoreError;
-pub use event::{Event, EventFilter, EventId, EventKind, EventPage, Events, EventsAfterParams, JobEvent, WorkerEvent};
+pub use events::{EventFilter, EventPage, Events, EventsAfterParams};
 pub use jobs::{CancelResult, DecideRefusal, JobDecideParams, JobDecision, JobInsertParams, JobListParams, Jobs};
 pub use leases::{
     Finish, JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, LEASE_LOST_MESSAGE,
@@ -44,7 +44,7 @@ pub use plugins::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, Plug
 pub use sweeps::{
     JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, Sweeps, WorkerDiedParams,
 };
-pub use workers::{WorkerRecord, WorkerState, Workers, WorkersSnapshot};
+pub use workers::{Workers, WorkersSnapshot};
 
 /// The durable job store: every role at once. See the module docs for the
 /// rules every implementation keeps. A store implements each role;

@@ -1,8 +1,7 @@
 //! Plans: a plan's record, its listing and the sweep that advances it.
 
 use crate::clock::Timestamp;
-use crate::job::{ApplyMode, NewJob};
-use crate::job::{Job, PlanRecord};
+use crate::job::{ApplyMode, Job, NewJob, PlanRecord};
 use crate::store::StoreError;
 
 /// Parameters of [`Plans::plan_insert`].

@@ -2,8 +2,7 @@
 //! approval policies.
 
 use crate::clock::Timestamp;
-use crate::job::{ApprovalPolicy, Digest, Grants, PluginName};
-use crate::job::{PluginInfo, PluginRef};
+use crate::job::{ApprovalPolicy, Digest, Grants, PluginInfo, PluginName, PluginRef};
 use crate::store::StoreError;
 
 /// Parameters of [`Plugins::plugin_name_set`].

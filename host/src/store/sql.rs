@@ -69,7 +69,7 @@ pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)
     filters
 }
 
-/// The columns of an event row, in [`EventRow`](super::event::EventRow)'s order after the id.
+/// The columns of an event row, in [`EventRow`](super::rules::events::EventRow)'s order after the id.
 pub(crate) const EVENT_COLUMNS: &str = "at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, \
      phase, action, status, previous, attempt, worker_id, error_kind, progress_json";
 

@@ -31,10 +31,10 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, watch};
 use tracing::Instrument as _;
 
 use crate::clock::{Clock, Timestamp};
-use crate::job::{Digest, ErrorKind, JobId, JobStatus};
+use crate::job::{Digest, ErrorKind, JobId, JobStatus, WorkerRecord, WorkerState};
 use crate::metrics::Metrics;
 use crate::sandbox::{Plugin, Sandbox, StopHandle};
-use crate::store::{JobClaimParams, JobStore, Lease, WorkerRecord, WorkerState};
+use crate::store::{JobClaimParams, JobStore, Lease};
 
 /// Longest a busy pool waits to gather free slots into one claim.
 const CLAIM_COALESCE_WINDOW: Duration = Duration::from_millis(1);

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use eventsource_stream::Eventsource;
 use futures_util::{Stream, StreamExt};
-use leash::job::JobStatus;
-use leash::store::{Event, EventKind};
+use leash::job::{Event, EventKind, JobStatus};
 use serde_json::json;
 
 use crate::support::server::{Server, leash_bin};

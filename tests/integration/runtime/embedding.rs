@@ -390,7 +390,7 @@ async fn workers_register_and_silent_ones_show_stale() {
     let listed = observer.workers().await.unwrap();
     let me = listed.workers.iter().find(|w| w.worker.worker_id == pool.worker_id()).expect("registered at start");
     assert_eq!((me.worker.slots, me.worker.pid, me.stale), (3, std::process::id(), false));
-    assert_eq!(me.worker.state, leash::store::WorkerState::Running);
+    assert_eq!(me.worker.state, leash::job::WorkerState::Running);
     assert_eq!(listed.workers.len(), 1, "a runtime without workers does not register");
     assert_eq!(listed.summary, "Async workers: enabled, max_workers=3, poll_interval=0.1s");
     // A worker that stopped reporting 31 s ago (three TTLs are 30 s).
@@ -405,7 +405,7 @@ async fn workers_register_and_silent_ones_show_stale() {
     pool.shutdown().await;
     let listed = observer.workers().await.unwrap();
     let me = listed.workers.iter().find(|w| w.worker.worker_id == pool.worker_id()).unwrap();
-    assert_eq!((me.worker.state, me.stale), (leash::store::WorkerState::Stopped, false));
+    assert_eq!((me.worker.state, me.stale), (leash::job::WorkerState::Stopped, false));
     assert_eq!(listed.summary, "Async workers: disabled (no live worker)");
 }
 

@@ -7,16 +7,15 @@ use std::time::{Duration, Instant};
 
 use leash::job::{JobStatus, NewJob, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
-use leash::store::JobInsertParams;
+use leash::sandbox::SandboxConfig;
 use leash::store::postgres::PostgresStore;
+use leash::store::{Events, JobInsertParams, Jobs, Leases};
 use serde_json::{Value, json};
 
 use crate::chaos::crash::{sigterm, start_worker_with};
 use crate::support::pg::Schema;
 use crate::support::server::Server;
 use crate::support::{GENEROUS, cache_dir, eventually, eventually_blocking};
-use leash::sandbox::SandboxConfig;
-use leash::store::{Events, Jobs, Leases};
 
 async fn insert_one(store: &PostgresStore) {
     let job: NewJob = crate::store::conformance::cases::new_job("wake");
@@ -29,7 +28,8 @@ async fn insert_one(store: &PostgresStore) {
 /// has ended, then come in transaction order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_of_a_transaction_that_commits_late_is_read_in_its_place_not_skipped() {
-    use leash::store::{EventKind, EventsAfterParams};
+    use leash::job::EventKind;
+    use leash::store::EventsAfterParams;
     let Some(url) = crate::support::pg::url() else { return };
     let schema = Schema::create(&url).await;
     let store = PostgresStore::open(&schema.url).await.unwrap();

@@ -6,12 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::clock::Timestamp;
-use leash::store::Durability;
-use leash::store::JobInsertParams;
 use leash::store::sqlite::SqliteStore;
+use leash::store::{Durability, JobInsertParams, Jobs};
 
 use crate::store::conformance::cases;
-use leash::store::Jobs;
 
 #[tokio::test]
 async fn sqlite_with_full_durability_passes_a_lifecycle_case() {

@@ -14,7 +14,7 @@ use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{short_digest, url_encode, with_client};
 use crate::cli::{CliError, ExitStatus, terminal_text};
 use crate::client::ClientError;
-use crate::store::{Event, EventKind};
+use crate::job::{Event, EventKind};
 
 /// Pause before reconnecting after the stream broke; doubles to a cap.
 const RECONNECT_DELAY: Duration = Duration::from_millis(250);

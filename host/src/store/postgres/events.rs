@@ -7,9 +7,10 @@ use tokio_postgres::Row;
 
 use super::PostgresStore;
 use super::rows::db_err;
-use crate::store::event::EventRow;
+use crate::job::{Event, EventId};
+use crate::store::rules::events::EventRow;
 use crate::store::sql::EVENT_COLUMNS;
-use crate::store::{Event, EventId, EventPage, Events, EventsAfterParams, StoreError};
+use crate::store::{EventPage, Events, EventsAfterParams, StoreError};
 
 #[async_trait::async_trait]
 impl Events for PostgresStore {

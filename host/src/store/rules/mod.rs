@@ -11,5 +11,6 @@
 
 pub(crate) mod approval;
 pub(crate) mod codec;
+pub(crate) mod events;
 pub(crate) mod plan;
 pub(crate) mod unfinished;

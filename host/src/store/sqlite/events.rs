@@ -2,7 +2,8 @@
 
 use super::SqliteStore;
 use super::rows::{db_err, read_events};
-use crate::store::{EventId, EventPage, Events, EventsAfterParams, StoreError};
+use crate::job::EventId;
+use crate::store::{EventPage, Events, EventsAfterParams, StoreError};
 
 #[async_trait::async_trait]
 impl Events for SqliteStore {

@@ -40,8 +40,7 @@ use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::Connection;
 
-use super::Durability;
-use super::StoreError;
+use super::{Durability, StoreError};
 
 /// The SQLite [`JobStore`](super::JobStore).
 #[derive(Debug, Clone)]

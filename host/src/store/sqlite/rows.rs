@@ -6,12 +6,12 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::clock::Timestamp;
-use crate::job::{Backoff, Counts, Job, JobId, JobStatus, PlanRecord, PluginInfo, PluginName};
-use crate::store::event::EventRow;
+use crate::job::{Backoff, Counts, EventId, Job, JobId, JobStatus, PlanRecord, PluginInfo, PluginName};
 use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, target_of};
+use crate::store::rules::events::EventRow;
 use crate::store::rules::plan::PlanRow;
 use crate::store::sql::EVENT_COLUMNS;
-use crate::store::{EventId, EventPage, StoreError};
+use crate::store::{EventPage, StoreError};
 
 pub(super) const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
     schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, \

@@ -16,8 +16,7 @@ use super::schema::open_when_free;
 use super::writer::{write_op, writer_loop};
 use crate::clock::Timestamp;
 use crate::job::Digest;
-use crate::store::{Durability, StoreError};
-use crate::store::{Plugins, Sweeps};
+use crate::store::{Durability, Plugins, StoreError, Sweeps};
 
 fn raw(dir: &tempfile::TempDir) -> (SqliteStore, Connection) {
     let path = dir.path().join("jobs.db");

@@ -6,8 +6,9 @@ use rusqlite::params;
 use super::SqliteStore;
 use super::rows::{count_jobs, db_err};
 use crate::clock::Timestamp;
+use crate::job::{WorkerRecord, WorkerState};
 use crate::store::rules::codec::{corrupt, i64_of};
-use crate::store::{StoreError, WorkerRecord, WorkerState, Workers, WorkersSnapshot};
+use crate::store::{StoreError, Workers, WorkersSnapshot};
 
 #[async_trait::async_trait]
 impl Workers for SqliteStore {

@@ -9,16 +9,16 @@ use std::time::Duration;
 
 use leash::clock::Timestamp;
 use leash::job::{
-    ApplyInput, ApplyMode, ApprovalPolicy, Digest, EffectOutcome, ErrorKind, ExecutionMode, Gate, GateSource, Grants,
-    Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob, PluginName, Target, Verdict,
+    ApplyInput, ApplyMode, ApprovalPolicy, Digest, EffectOutcome, ErrorKind, Event, EventId, EventKind, ExecutionMode,
+    Gate, GateSource, Grants, Job, JobId, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, NewJob, PluginName,
+    Target, Verdict,
 };
 use leash::store::{
-    CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, Event, EventId, EventKind, EventsAfterParams,
-    Finish, JobClaimParams, JobDecideParams, JobDecision, JobFinishParams, JobInsertParams, JobListParams,
-    JobProgressParams, JobReleaseParams, JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease,
-    LeaseExtendParams, LeaseReclaimParams, LeaseState, PlanInsertParams, PlanListParams, PlansAdvanceParams,
-    PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, ReclaimReport, StoreError,
-    WorkerDiedParams,
+    CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, EventsAfterParams, Finish, JobClaimParams,
+    JobDecideParams, JobDecision, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams, JobReleaseParams,
+    JobRetryParams, JobStore, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams, LeaseReclaimParams,
+    LeaseState, PlanInsertParams, PlanListParams, PlansAdvanceParams, PluginGrantsParams, PluginNameParams,
+    PluginPolicyParams, PluginPutParams, ReclaimReport, StoreError, WorkerDiedParams,
 };
 
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
@@ -1126,15 +1126,15 @@ pub(crate) async fn a_deadline_caps_the_queue_expiry_through_every_requeue(store
     assert!(got.error_message.as_deref().unwrap().contains("deadline"), "{:?}", got.error_message);
 }
 
-fn worker_record(id: &str, now: Timestamp) -> leash::store::WorkerRecord {
-    leash::store::WorkerRecord {
+fn worker_record(id: &str, now: Timestamp) -> leash::job::WorkerRecord {
+    leash::job::WorkerRecord {
         worker_id: id.into(),
         host: "host-a".into(),
         pid: 42,
         version: "0.1.0".into(),
         slots: 4,
         running: 0,
-        state: leash::store::WorkerState::Running,
+        state: leash::job::WorkerState::Running,
         poll_interval_ms: 1000,
         processed: 0,
         failed: 0,
@@ -1153,14 +1153,14 @@ pub(crate) async fn workers_register_refresh_and_are_deleted_at_retention(store:
     let mut beat = worker_record("worker-0000000a", at(9));
     beat.running = 1;
     beat.processed = 5;
-    beat.state = leash::store::WorkerState::Draining;
+    beat.state = leash::job::WorkerState::Draining;
     store.worker_beat(beat).await.unwrap();
     let snapshot = store.workers_snapshot().await.unwrap();
     let ids: Vec<&str> = snapshot.workers.iter().map(|w| w.worker_id.as_str()).collect();
     assert_eq!(ids, ["worker-0000000a", "worker-0000000b"], "oldest first");
     let a = &snapshot.workers[0];
     assert_eq!((a.started_at, a.last_heartbeat, a.running, a.processed), (at(0), at(9), 1, 5));
-    assert_eq!(a.state, leash::store::WorkerState::Draining);
+    assert_eq!(a.state, leash::job::WorkerState::Draining);
     assert_eq!(snapshot.running_jobs, [(lease.job.id, "worker-0000000a".to_owned())]);
     assert_eq!((snapshot.counts.running, snapshot.counts.total()), (1, 1));
     // Retention deletes the rows not refreshed since the cutoff.
@@ -1198,7 +1198,7 @@ pub(crate) async fn a_dead_workers_jobs_are_reclaimed_at_once_and_the_second_dea
     assert_eq!(get(&*store, bystander.job.id).await.status, JobStatus::Running, "another worker's job stays");
     let snapshot = store.workers_snapshot().await.unwrap();
     let a = snapshot.workers.iter().find(|w| w.worker_id == "worker-0000000a").unwrap();
-    assert_eq!(a.state, leash::store::WorkerState::Stopped);
+    assert_eq!(a.state, leash::job::WorkerState::Stopped);
 
     // The second process to die under it quarantines it, attempts or not.
     store.worker_beat(worker_record("worker-0000000c", at(400))).await.unwrap();
@@ -1275,7 +1275,7 @@ pub(crate) async fn an_expired_lease_whose_worker_fell_silent_counts_a_process_d
     assert_eq!(get(&*store, job.id).await.process_deaths, 1);
     // Stopped and still holding it: the second death.
     let mut stopped = worker_record("worker-0000000c", at(1200));
-    stopped.state = leash::store::WorkerState::Stopped;
+    stopped.state = leash::job::WorkerState::Stopped;
     store.worker_beat(worker_record("worker-0000000c", at(1200))).await.unwrap();
     claim(&*store, "worker-0000000c", 1, at(1200)).await;
     store.worker_beat(stopped).await.unwrap();
@@ -1678,7 +1678,7 @@ pub(crate) async fn a_decision_and_a_worker_change_are_events(store: Arc<dyn Job
     store.worker_beat(worker_record("worker-0000000a", at(4))).await.unwrap();
     store.worker_beat(worker_record("worker-0000000a", at(5))).await.unwrap();
     let mut draining = worker_record("worker-0000000a", at(6));
-    draining.state = leash::store::WorkerState::Draining;
+    draining.state = leash::job::WorkerState::Draining;
     store.worker_beat(draining).await.unwrap();
     assert_eq!(store.workers_delete_stale(at(7)).await.unwrap(), 1);
 
@@ -1692,7 +1692,7 @@ pub(crate) async fn a_decision_and_a_worker_change_are_events(store: Arc<dyn Job
         .iter()
         .filter_map(|e| e.worker.as_ref().map(|w| (e.kind, w.id.as_str(), w.state, w.previous_state)))
         .collect();
-    use leash::store::WorkerState as W;
+    use leash::job::WorkerState as W;
     assert_eq!(
         workers,
         [
