@@ -155,7 +155,7 @@ impl Pool {
         // backoff pause, a job whose guest never started because of a
         // transient host fault (its plugin could not be read). No attempt
         // is spent unless the attempt recorded an effect (the store
-        // decides: see store/unfinished.rs).
+        // decides: see store/rules/unfinished.rs).
         let release_pause = match &outcome {
             _ if user_cancel => None,
             Ok(o) if self.shutting_down.load(Ordering::SeqCst) && o.error_kind() == Some(ErrorKind::Cancelled) => {

@@ -14,7 +14,7 @@ use crate::store::conformance::cases;
 #[tokio::test]
 async fn sqlite_with_full_durability_passes_a_lifecycle_case() {
     let fresh = crate::store::conformance::sqlite_with(Durability::Full);
-    cases::a_stale_token_changes_nothing(fresh.store.clone()).await;
+    cases::leases::a_stale_token_changes_nothing(fresh.store.clone()).await;
 }
 
 /// Another process holding the write lock past the busy timeout: queued

@@ -1,7 +1,8 @@
 //! One conformance suite for every store backend: each case in `cases` runs
 //! as its own test against each backend, named
-//! `conformance::<backend>::<topic>::<case>` (grouped by topic, as River's
-//! driver tests are), so a failure names the backend and the case.
+//! `conformance::<backend>::<role>::<case>` (grouped by the store role
+//! each exercises, one file per role in `cases/`), so a failure names the
+//! backend and the case.
 
 pub(crate) mod cases;
 
@@ -15,46 +16,17 @@ use leash::store::{Durability, JobStore};
 macro_rules! with_cases {
     ($callback:ident ! ($($args:tt)*)) => {
         $callback!($($args)*
-            insert {
+            jobs {
                 insert_then_get_round_trips_every_field,
                 an_insert_answers_the_rows_as_stored,
                 insert_refuses_zero_attempts_and_writes_nothing,
                 a_large_insert_returns_every_job_in_order,
                 an_idempotency_key_belongs_to_one_job_while_it_is_kept,
-            }
-            claim {
-                claim_takes_the_oldest_jobs_first_up_to_the_limit,
-                claim_sets_owner_token_and_lease,
-                claim_skips_running_and_expired_jobs,
-                a_claim_never_starts_a_job_younger_than_itself,
-                every_claim_gets_a_fresh_token,
-                concurrency_key_allows_one_running_job_per_key,
-                a_delayed_job_is_not_claimed_before_its_time,
-                claims_take_the_earliest_due_first,
-            }
-            finish {
-                finish_records_success_output_and_usage,
-                finish_records_failure_kind_message_and_backtrace,
-                a_stale_token_changes_nothing,
-                finish_and_claim_ends_one_job_and_claims_the_next,
-                terminal_jobs_have_no_way_out,
-                finish_keeps_logs_and_last_progress,
-                progress_is_fenced_by_the_token_and_reset_by_a_claim,
-            }
-            lease {
-                extend_renews_the_lease_and_reads_cancel_requested,
-                reclaim_requeues_while_attempts_remain,
-                reclaim_fails_with_lease_lost_when_no_attempts_remain,
-                reclaim_leaves_live_leases_alone,
-                reclaim_of_a_job_being_cancelled_cancels_it,
-                release_requeues_without_spending_an_attempt,
-                a_released_job_is_claimable_again,
-            }
-            cancel {
                 cancel_has_three_windows,
                 cancel_of_an_unknown_job_is_not_found,
-            }
-            approval {
+                counts_snapshot_matches_the_states,
+                list_filters_pages_newest_first_without_payloads,
+                queued_count_matches_the_snapshot,
                 a_gated_job_waits_unclaimed_and_uncounted_as_queued,
                 approval_queues_the_job_and_records_the_decision,
                 a_held_approval_waits_for_its_run_trigger,
@@ -64,53 +36,70 @@ macro_rules! with_cases {
                 cancel_of_a_gated_job_is_immediate,
                 a_pending_approval_expires_after_its_ttl,
                 a_sync_gate_counts_its_deadline_from_the_trigger,
+            }
+            leases {
+                claim_takes_the_oldest_jobs_first_up_to_the_limit,
+                claim_sets_owner_token_and_lease,
+                claim_skips_running_and_expired_jobs,
+                a_claim_never_starts_a_job_younger_than_itself,
+                every_claim_gets_a_fresh_token,
+                finish_records_success_output_and_usage,
+                finish_records_failure_kind_message_and_backtrace,
+                a_stale_token_changes_nothing,
+                finish_and_claim_ends_one_job_and_claims_the_next,
+                terminal_jobs_have_no_way_out,
+                extend_renews_the_lease_and_reads_cancel_requested,
+                release_requeues_without_spending_an_attempt,
+                a_released_job_is_claimable_again,
+                concurrency_key_allows_one_running_job_per_key,
+                progress_is_fenced_by_the_token_and_reset_by_a_claim,
+                finish_keeps_logs_and_last_progress,
+                a_delayed_job_is_not_claimed_before_its_time,
+                claims_take_the_earliest_due_first,
+                a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt,
+                a_retry_with_a_stale_token_changes_nothing,
+                a_suspect_is_claimed_only_by_a_claimer_that_runs_nothing_and_alone,
+            }
+            effects {
+                a_lost_lease_without_effects_reruns_free_until_its_limit,
+                a_lost_lease_after_an_effect_spends_the_attempt_and_names_the_effect,
+                a_release_after_an_effect_spends_an_attempt,
+                effects_are_recorded_only_under_the_lease_and_numbered_per_attempt,
+            }
+            sweeps {
+                reclaim_requeues_while_attempts_remain,
+                reclaim_fails_with_lease_lost_when_no_attempts_remain,
+                reclaim_leaves_live_leases_alone,
+                reclaim_of_a_job_being_cancelled_cancels_it,
+                queued_jobs_expire_as_expired,
+                a_requeued_job_gets_a_fresh_expiry,
+                retention_deletes_only_old_terminal_jobs,
+                reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget,
+                a_deadline_caps_the_queue_expiry_through_every_requeue,
+                a_dead_workers_jobs_are_reclaimed_at_once_and_the_second_death_quarantines,
+                an_expired_lease_whose_worker_fell_silent_counts_a_process_death,
+            }
+            plugins {
+                plugins_are_stored_by_digest_once,
+                plugin_names_resolve_to_the_newest_registration,
+                replacing_a_plugin_name_does_not_change_queued_jobs,
+                grants_belong_to_a_registration_and_are_pinned_on_jobs,
                 approval_policy_belongs_to_a_registration,
             }
-            plan {
+            plans {
                 a_plan_is_stored_with_its_execute_job,
                 a_succeeded_execute_leads_to_one_apply_job_with_its_output,
                 a_failed_or_cancelled_plan_never_gets_an_apply_job,
                 retention_keeps_a_plans_phases_until_the_last_ends,
             }
-            retry {
-                a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt,
-                a_retry_with_a_stale_token_changes_nothing,
-                reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget,
-                a_deadline_caps_the_queue_expiry_through_every_requeue,
-            }
-            sweep {
-                queued_jobs_expire_as_expired,
-                a_requeued_job_gets_a_fresh_expiry,
-                retention_deletes_only_old_terminal_jobs,
-            }
-            read {
-                counts_snapshot_matches_the_states,
-                queued_count_matches_the_snapshot,
-                list_filters_pages_newest_first_without_payloads,
-            }
-            plugin {
-                plugins_are_stored_by_digest_once,
-                plugin_names_resolve_to_the_newest_registration,
-                replacing_a_plugin_name_does_not_change_queued_jobs,
-                grants_belong_to_a_registration_and_are_pinned_on_jobs,
-            }
-            worker {
+            workers {
                 workers_register_refresh_and_are_deleted_at_retention,
-                a_dead_workers_jobs_are_reclaimed_at_once_and_the_second_death_quarantines,
-                an_expired_lease_whose_worker_fell_silent_counts_a_process_death,
-                a_suspect_is_claimed_only_by_a_claimer_that_runs_nothing_and_alone,
             }
-            event {
+            events {
                 every_change_appends_one_event_in_commit_order,
                 a_decision_and_a_worker_change_are_events,
                 events_resume_after_any_id_and_page_in_order,
                 retention_deletes_old_events_and_a_reader_behind_hears_it_missed_some,
-            }
-            effect {
-                effects_are_recorded_only_under_the_lease_and_numbered_per_attempt,
-                a_lost_lease_without_effects_reruns_free_until_its_limit,
-                a_lost_lease_after_an_effect_spends_the_attempt_and_names_the_effect,
-                a_release_after_an_effect_spends_an_attempt,
             }
         );
     };
@@ -126,7 +115,7 @@ macro_rules! backend_tests {
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                     async fn $case() {
                         let Some(fresh) = $open().await else { return };
-                        crate::store::conformance::cases::$case(fresh.store.clone()).await;
+                        crate::store::conformance::cases::$topic::$case(fresh.store.clone()).await;
                     }
                 )*
             }

@@ -1,0 +1,89 @@
+//! Conformance cases for [`Plans`](leash::store::Plans): a plan and its phases.
+
+use std::sync::Arc;
+
+use leash::job::{ApplyInput, ApplyMode, ErrorKind, GateSource, JobStatus, Target};
+use leash::store::{Finish, JobDecision, JobStore, JobsDeleteParams, PlanListParams};
+
+use super::{KEEP_EVENTS, T0, advance, at, claim_one, decide, get, new_plan, run_to, succeed};
+
+pub(crate) async fn a_plan_is_stored_with_its_execute_job(store: Arc<dyn JobStore>) {
+    let execute = new_plan(&*store, "01PLANA0000000000000000000", ApplyMode::Approval, T0).await;
+    assert_eq!((execute.target.clone(), execute.status), (Target::Execute, JobStatus::Queued));
+    assert_eq!(execute.plan_id.as_deref(), Some("01PLANA0000000000000000000"));
+    let plan = store.plan_get("01PLANA0000000000000000000".into()).await.unwrap().unwrap();
+    assert_eq!((plan.apply_mode, plan.input.as_slice(), plan.created_at), (ApplyMode::Approval, &b"want"[..], T0));
+    new_plan(&*store, "01PLANB0000000000000000000", ApplyMode::Auto, at(1)).await;
+    let listed = store.plan_list(PlanListParams { before: None, limit: 10 }).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|p| p.plan_id.as_str()).collect();
+    assert_eq!(ids, ["01PLANB0000000000000000000", "01PLANA0000000000000000000"], "newest first");
+    let page = store.plan_list(PlanListParams { before: Some(ids[0].into()), limit: 10 }).await.unwrap();
+    assert_eq!(page.len(), 1);
+    assert!(store.plan_get("01NOPE00000000000000000000".into()).await.unwrap().is_none());
+    assert!(advance(&*store, None, at(2)).await.is_empty(), "nothing to advance before execute succeeds");
+}
+
+pub(crate) async fn a_succeeded_execute_leads_to_one_apply_job_with_its_output(store: Arc<dyn JobStore>) {
+    let plan_id = "01PLANC0000000000000000000";
+    let execute = new_plan(&*store, plan_id, ApplyMode::Approval, T0).await;
+    run_to(&*store, Finish::Succeeded { output: br#"{"diff":["+a"]}"#.to_vec() }, at(1)).await;
+    let created = advance(&*store, Some(plan_id), at(2)).await;
+    assert_eq!(created.len(), 1);
+    let apply = &created[0];
+    assert_eq!((apply.target.clone(), apply.status), (Target::Apply, JobStatus::PendingApproval));
+    assert_eq!(apply.approval.as_ref().unwrap().required_by, GateSource::Plan);
+    assert_eq!((apply.plan_id.as_deref(), apply.concurrency_key.as_deref()), (Some(plan_id), Some(plan_id)));
+    assert_eq!((apply.plugin, apply.max_attempts, &apply.limits), (execute.plugin, 2, &execute.limits));
+    let input: ApplyInput = serde_json::from_slice(&get(&*store, apply.id).await.input).unwrap();
+    assert_eq!(input.execute_job_id, execute.id);
+    assert_eq!(input.execute_output, Some(serde_json::json!({"diff": ["+a"]})));
+    assert_eq!(input.input_base64, "d2FudA==", "the plan's own input rides along");
+    assert_eq!(store.plan_get(plan_id.into()).await.unwrap().unwrap().apply_job, Some(apply.id));
+    assert!(advance(&*store, None, at(3)).await.is_empty(), "at most one apply job per plan");
+    let (a, b) = tokio::join!(advance(&*store, None, at(4)), advance(&*store, Some(plan_id), at(4)));
+    assert!(a.is_empty() && b.is_empty());
+
+    // `auto`: queued at once, claimable only once execute has ended.
+    let auto = "01PLAND0000000000000000000";
+    new_plan(&*store, auto, ApplyMode::Auto, at(5)).await;
+    run_to(&*store, Finish::Succeeded { output: b"plan".to_vec() }, at(6)).await;
+    let created = advance(&*store, None, at(7)).await;
+    assert_eq!(created.len(), 1);
+    assert_eq!((created[0].status, created[0].approval.is_none()), (JobStatus::Queued, true));
+    assert_eq!(claim_one(&*store, at(8)).await.job.id, created[0].id);
+}
+
+pub(crate) async fn a_failed_or_cancelled_plan_never_gets_an_apply_job(store: Arc<dyn JobStore>) {
+    new_plan(&*store, "01PLANE0000000000000000000", ApplyMode::Auto, T0).await;
+    let failure = Finish::Failed { kind: ErrorKind::GuestError, message: "GuestError: no".into(), backtrace: None };
+    run_to(&*store, failure, at(1)).await;
+    assert!(advance(&*store, None, at(2)).await.is_empty(), "a failed execute ends the plan");
+
+    let plan_id = "01PLANF0000000000000000000";
+    new_plan(&*store, plan_id, ApplyMode::Auto, at(3)).await;
+    let lease = claim_one(&*store, at(4)).await;
+    let cancelled = store.plan_cancel(plan_id.into(), at(5)).await.unwrap().unwrap();
+    assert_eq!(cancelled.cancelled_at, Some(at(5)));
+    let again = store.plan_cancel(plan_id.into(), at(6)).await.unwrap().unwrap();
+    assert_eq!(again.cancelled_at, Some(at(5)), "the first cancel's time is kept");
+    // Its execute finished anyway (the guest returned first): still no apply.
+    assert!(store.job_finish(succeed(&lease, at(7))).await.unwrap());
+    assert!(advance(&*store, None, at(8)).await.is_empty(), "a cancelled plan is not advanced");
+    assert!(store.plan_cancel("01NOPE00000000000000000000".into(), at(9)).await.unwrap().is_none());
+}
+
+pub(crate) async fn retention_keeps_a_plans_phases_until_the_last_ends(store: Arc<dyn JobStore>) {
+    let plan_id = "01PLANG0000000000000000000";
+    let execute = new_plan(&*store, plan_id, ApplyMode::Approval, T0).await;
+    run_to(&*store, Finish::Succeeded { output: b"diff".to_vec() }, at(1)).await;
+    let delete =
+        |cutoff| store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff, events_before: KEEP_EVENTS });
+    assert_eq!(delete(at(100)).await.unwrap(), 0, "an execute job whose apply is still to be created is kept");
+    let apply = advance(&*store, None, at(2)).await.remove(0);
+    assert_eq!(delete(at(100)).await.unwrap(), 0, "an execute job whose apply waits is kept");
+    decide(&*store, apply.id, JobDecision::Approve, "alice", at(3)).await.unwrap();
+    run_to(&*store, Finish::Succeeded { output: b"done".to_vec() }, at(4)).await;
+    assert_eq!(delete(at(100)).await.unwrap(), 2, "both phases go once the last has ended");
+    assert!(store.job_get(execute.id).await.unwrap().is_none());
+    assert!(store.plan_get(plan_id.into()).await.unwrap().is_none(), "and the plan with them");
+}
