@@ -226,15 +226,26 @@ impl Client {
         answer_json(&self.send(method, path, body).await?)
     }
 
+    /// Send one of the API's request types (`crate::api::requests`, or
+    /// a type the API reads as its body) and read a JSON answer.
+    pub async fn send_json(
+        &self,
+        method: Method,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<Value, ClientError> {
+        answer_json(&self.send(method, path, Some((request_bytes(body)?, "application/json"))).await?)
+    }
+
     /// Create something with a JSON body under a fresh idempotency key,
     /// retrying while the server cannot be reached or is busy: a retry of
     /// a request whose answer was lost returns what the first one created
     /// instead of creating it twice.
-    pub async fn create(&self, path: &str, body: Value) -> Result<Value, ClientError> {
+    pub async fn create(&self, path: &str, body: &impl serde::Serialize) -> Result<Value, ClientError> {
         let mut key = [0u8; 16];
         getrandom::fill(&mut key).map_err(|e| ClientError::Protocol(format!("no random source: {e}")))?;
         let headers = [(crate::api::IDEMPOTENCY_KEY, format!("leash-{}", hex::encode(key)))];
-        let bytes = body.to_string().into_bytes();
+        let bytes = request_bytes(body)?;
         let mut delay = CREATE_RETRY_DELAY;
         for tries_left in (0..CREATE_TRIES).rev() {
             let answer = self.send_with(Method::POST, path, Some((bytes.clone(), "application/json")), &headers).await;
@@ -329,6 +340,11 @@ pub fn ensure_token_file(path: &Path) -> Result<(String, bool), String> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok((read_token_file(path)?, false)),
         Err(e) => Err(format!("cannot create token file {}: {e}", path.display())),
     }
+}
+
+/// A request body as JSON bytes.
+fn request_bytes(body: &impl serde::Serialize) -> Result<Vec<u8>, ClientError> {
+    serde_json::to_vec(body).map_err(|e| ClientError::Protocol(format!("cannot encode the request: {e}")))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
-use crate::api::requests::{BatchBody, DecisionBody, Execution, SubmitBody, decision_by};
+use crate::api::requests::{BatchRequest, DecisionRequest, Execution, SubmitRequest, decision_by};
 use crate::api::types::{Accepted, CancelAnswer, EffectList, Finished, JobPage, JobView};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
 use crate::job::{Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, MAX_IDEMPOTENCY_KEY_BYTES};
@@ -41,7 +41,7 @@ fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<Idempotenc
 /// Validate and queue a job; `sync` waits for its outcome.
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs",
     params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry of this request safe")),
-    request_body = SubmitBody,
+    request_body = SubmitRequest,
     responses(
         (status = 200, description = "Sync: the finished job and its output", body = Finished<JobView>),
         (status = 202, description = "Async: `accepted` (queued); sync or async: `pending_approval` \
@@ -66,7 +66,7 @@ pub(super) async fn job_submit(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let idempotency = idempotency_key(&headers, &body)?;
-    let body: SubmitBody = parse_body(&body, "job request")?;
+    let body: SubmitRequest = parse_body(&body, "job request")?;
     let ceilings = state.runtime.ceilings();
     let (mut job, execution) = body.into_submit(state.runtime.now(), &ceilings)?;
     job.idempotency = idempotency;
@@ -132,7 +132,7 @@ pub struct BatchAccepted {
 #[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs",
     params(("Idempotency-Key" = Option<String>, Header,
         description = "Makes a retry of this request safe (at most 251 characters here)")),
-    request_body = BatchBody,
+    request_body = BatchRequest,
     responses(
         (status = 202, description = "Every job queued (or waiting for approval), in order", body = BatchAccepted),
         (status = 400, description = "Refused, and nothing queued: the message names the job \
@@ -154,7 +154,7 @@ pub(super) async fn job_batch(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let idempotency = idempotency_key(&headers, &body)?;
-    let batch: BatchBody = parse_body(&body, "batch")?;
+    let batch: BatchRequest = parse_body(&body, "batch")?;
     if batch.jobs.is_empty() || batch.jobs.len() > MAX_BATCH_JOBS {
         return Err(ApiError::bad_request(format!(
             "`jobs`: a batch holds 1 to {MAX_BATCH_JOBS} jobs, not {}",
@@ -424,7 +424,7 @@ pub(super) async fn job_cancel(
 /// outcome within the job's deadline, as the sync submit would have.
 #[utoipa::path(post, path = "/v1/jobs/{id}/approve", tag = "jobs",
     params(("id" = JobId, Path)),
-    request_body = DecisionBody,
+    request_body = DecisionRequest,
     responses(
         (status = 200, description = "Approved: the job (queued, approved, or — stamped sync — finished, \
             with its output)", body = Finished<JobView>),
@@ -447,7 +447,7 @@ pub(super) async fn job_approve(
 /// Reject a job waiting for approval: cancelled with kind `rejected`.
 #[utoipa::path(post, path = "/v1/jobs/{id}/reject", tag = "jobs",
     params(("id" = JobId, Path)),
-    request_body = DecisionBody,
+    request_body = DecisionRequest,
     responses(
         (status = 200, description = "Rejected: the job, cancelled", body = Finished<JobView>),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),

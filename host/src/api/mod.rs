@@ -13,7 +13,7 @@ pub mod listen;
 pub mod openapi;
 mod plans;
 mod plugins;
-mod requests;
+pub mod requests;
 pub mod types;
 mod ui;
 

@@ -178,7 +178,7 @@ mod tests {
         use crate::runtime::{DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE_TTL, DEFAULT_MAX_TIMEOUT};
         use crate::sandbox::DEFAULT_MEMORY_CEILING_BYTES;
         let doc: serde_json::Value = serde_json::from_str(&document_json()).unwrap();
-        let body = &doc["components"]["schemas"]["SubmitBody"]["properties"];
+        let body = &doc["components"]["schemas"]["SubmitRequest"]["properties"];
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         let bounds = [
             ("timeout_ms", "maximum", ms(DEFAULT_MAX_TIMEOUT)),

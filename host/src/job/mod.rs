@@ -16,6 +16,7 @@ mod effect;
 mod event;
 pub mod grant;
 mod id;
+pub mod millis;
 pub mod plan;
 mod plugin;
 mod record;

@@ -5,8 +5,8 @@ use std::io::Write;
 
 use axum::http::Method;
 use base64::Engine as _;
-use serde_json::Value;
 
+use crate::api::requests::DecisionRequest;
 use crate::api::types::{CancelAnswer, JobPage, JobView};
 use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::commands::submit::wait_for;
@@ -188,10 +188,13 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
 
 /// Send a decision and say what it did: the job's state now (and, for a
 /// job stamped sync whose run it triggered, its outcome and output).
-async fn decide(conn: ConnArgs, path: String, body: Option<Value>) -> Result<ExitStatus, CliError> {
+async fn decide(conn: ConnArgs, path: String, body: Option<DecisionRequest>) -> Result<ExitStatus, CliError> {
     let json_out = conn.json;
     with_client(&conn, false, async move |client| {
-        let answer = client.json(Method::POST, &path, body).await?;
+        let answer = match &body {
+            Some(body) => client.send_json(Method::POST, &path, body).await?,
+            None => client.json(Method::POST, &path, None).await?,
+        };
         if json_out {
             print_json(&answer)?;
         } else {

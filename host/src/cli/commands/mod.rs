@@ -34,9 +34,9 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
 
 use super::{CliError, ExitStatus, JobArgs, StoreArgs, WorkerArgs, parse_duration, parse_size};
+use crate::api::requests::DecisionRequest;
 use crate::client::ClientError;
 
 /// Where a command sends its requests.
@@ -374,17 +374,13 @@ pub(super) struct DecisionArgs {
 
 impl DecisionArgs {
     /// The body of an approve or reject request.
-    pub(super) fn body(&self) -> Value {
+    pub(super) fn body(&self) -> DecisionRequest {
         let by = self
             .by
             .clone()
             .or_else(|| std::env::var("USER").ok().filter(|u| !u.trim().is_empty()))
             .unwrap_or_else(|| "operator".to_owned());
-        let mut body = json!({ "by": by });
-        if let Some(comment) = &self.comment {
-            body["comment"] = json!(comment);
-        }
-        body
+        DecisionRequest { by, comment: self.comment.clone() }
     }
 }
 

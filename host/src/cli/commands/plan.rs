@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use axum::http::Method;
 use base64::Engine as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::api::requests::DecisionRequest;
+use crate::api::requests::PlanRequest;
 use crate::api::types::PlanAnswer;
 use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::commands::{ConnArgs, PlanCommand};
@@ -17,14 +19,15 @@ pub(in crate::cli) async fn plan(command: PlanCommand) -> Result<ExitStatus, Cli
     match command {
         PlanCommand::Submit { conn, plugin, input, apply, wait } => {
             let input = read_input(input.as_deref())?;
-            let body = json!({
-                "plugin": plugin,
-                "input_base64": base64::engine::general_purpose::STANDARD.encode(&input),
-                "apply": apply,
-            });
+            let body = PlanRequest {
+                plugin,
+                input_base64: Some(base64::engine::general_purpose::STANDARD.encode(&input)),
+                apply: apply.parse().map_err(CliError::usage)?,
+                ..PlanRequest::default()
+            };
             let json_out = conn.json;
             with_client(&conn, false, async move |client| {
-                let plan = client.json(Method::POST, "/v1/plans", Some(body)).await?;
+                let plan = client.send_json(Method::POST, "/v1/plans", &body).await?;
                 let id = text(&plan["plan_id"]);
                 match wait {
                     None if json_out => print_json(&plan).map(|()| ExitStatus::Success),
@@ -91,10 +94,13 @@ pub(in crate::cli) async fn plan(command: PlanCommand) -> Result<ExitStatus, Cli
     }
 }
 
-async fn decide(conn: ConnArgs, path: String, body: Option<Value>) -> Result<ExitStatus, CliError> {
+async fn decide(conn: ConnArgs, path: String, body: Option<DecisionRequest>) -> Result<ExitStatus, CliError> {
     let json_out = conn.json;
     with_client(&conn, false, async move |client| {
-        let plan = client.json(Method::POST, &path, body).await?;
+        let plan = match &body {
+            Some(body) => client.send_json(Method::POST, &path, body).await?,
+            None => client.json(Method::POST, &path, None).await?,
+        };
         if json_out {
             return print_json(&plan).map(|()| ExitStatus::Success);
         }

@@ -3,14 +3,14 @@
 use std::io::Write;
 
 use axum::http::Method;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::api::types::PluginList;
 use crate::cli::commands::PluginsCommand;
 use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::{CliError, ExitStatus, terminal_text};
 use crate::client::{Client, typed};
-use crate::job::{Grants, PluginInfo};
+use crate::job::{ApprovalPolicy, Grants, PluginInfo};
 
 pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliError> {
     match command {
@@ -54,7 +54,10 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
             let json_out = conn.json;
             let path = format!("/v1/plugins/{}/approval", url_encode(&reference));
             with_client(&conn, false, async move |client| {
-                let info = client.json(Method::PUT, &path, Some(json!({ "require": require }))).await?;
+                let policy = ApprovalPolicy {
+                    require: require.iter().map(|t| t.parse()).collect::<Result<_, _>>().map_err(CliError::usage)?,
+                };
+                let info = client.send_json(Method::PUT, &path, &policy).await?;
                 print_registration(info, json_out, print_policy)
             })
             .await
@@ -125,8 +128,7 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
 
 async fn put_grants(client: &Client, reference: &str, grants: &Grants) -> Result<serde_json::Value, CliError> {
     let path = format!("/v1/plugins/{}/grants", url_encode(reference));
-    let body = serde_json::to_value(grants).map_err(|e| CliError::internal(e.to_string()))?;
-    Ok(client.json(Method::PUT, &path, Some(body)).await?)
+    Ok(client.send_json(Method::PUT, &path, grants).await?)
 }
 
 /// One line per granted rule and range, or `nothing` (terminal-safe).

@@ -9,11 +9,12 @@ use base64::Engine as _;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
+use crate::api::requests::{BatchRequest, Execution, GateChoice, SubmitRequest};
 use crate::cli::commands::SubmitArgs;
 use crate::cli::commands::connect::{print_json, text, with_client};
 use crate::cli::{CliError, ExitStatus, read_input};
 use crate::client::{Client, ClientError};
-use crate::job::{ErrorKind, JobStatus};
+use crate::job::{ErrorKind, JobStatus, Target};
 
 pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
     if let Some(source) = &args.batch {
@@ -40,36 +41,32 @@ pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliEr
             }
             None => plugin,
         };
-        let mut body = json!({
-            "plugin": plugin,
-            "input_base64": base64::engine::general_purpose::STANDARD.encode(&input),
-            "execution": "async",
-        });
-        match &target {
-            crate::job::Target::Action(name) => body["action"] = json!(name),
-            other => body["phase"] = json!(other.to_string()),
-        }
-        let optional = [
-            ("timeout_ms", args.timeout.map(|d| json!(d.as_millis() as u64))),
-            ("fuel", args.fuel.map(|f| json!(f))),
-            ("memory_bytes", args.memory.map(|m| json!(m))),
-            ("max_attempts", args.max_attempts.map(|n| json!(n))),
-            ("queue_ttl_ms", args.queue_ttl.map(|d| json!(d.as_millis() as u64))),
-            ("concurrency_key", args.concurrency_key.clone().map(|k| json!(k))),
-            ("plan_id", args.plan.clone().map(|p| json!(p))),
-            ("backoff_ms", args.retry_backoff.map(|d| json!(d.as_millis() as u64))),
-            ("backoff_cap_ms", args.retry_backoff_cap.map(|d| json!(d.as_millis() as u64))),
-            ("run_at", args.run_after.clone().map(|t| json!(t))),
-            ("delay_ms", args.delay.map(|d| json!(d.as_millis() as u64))),
-            ("gate", args.gate.clone().map(|g| json!(g))),
-            ("run_on_approve", args.hold_after_approval.then_some(json!(false))),
-        ];
-        for (key, value) in optional {
-            if let Some(value) = value {
-                body[key] = value;
-            }
-        }
-        let accepted = client.create("/v1/jobs", body).await?;
+        let (phase, action) = match &target {
+            Target::Action(name) => (None, Some(name.clone())),
+            other => (Some(other.to_string()), None),
+        };
+        let body = SubmitRequest {
+            plugin,
+            phase,
+            action,
+            input_base64: Some(base64::engine::general_purpose::STANDARD.encode(&input)),
+            timeout: args.timeout,
+            fuel: args.fuel,
+            memory_bytes: args.memory,
+            max_attempts: args.max_attempts,
+            queue_ttl: args.queue_ttl,
+            concurrency_key: args.concurrency_key.clone(),
+            plan_id: args.plan.clone(),
+            backoff: args.retry_backoff,
+            backoff_cap: args.retry_backoff_cap,
+            run_at: args.run_after.clone(),
+            delay: args.delay,
+            gate: args.gate.as_deref().map(gate_choice),
+            run_on_approve: args.hold_after_approval.then_some(false),
+            execution: Some(Execution::Async),
+            ..SubmitRequest::default()
+        };
+        let accepted = client.create("/v1/jobs", &body).await?;
         let id = text(&accepted["job_id"]);
         let gated = accepted["status"] == "pending_approval";
         let Some(wait) = wait else {
@@ -92,15 +89,15 @@ pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliEr
     .await
 }
 
-/// One job of a `--batch` file: its line number (from 1) and its body.
+/// One job of a `--batch` file: its line number (from 1) and its request.
 struct BatchLine {
     number: usize,
-    body: Value,
+    body: SubmitRequest,
 }
 
 /// Read and check a `--batch` file before anything is sent: every
-/// non-empty line must be a JSON object. `queue_ttl` fills in lines that
-/// give none.
+/// non-empty line must be a JSON object that is a job request (`POST
+/// /v1/jobs`'s body). `queue_ttl` fills in lines that give none.
 fn batch_lines(source: &str, queue_ttl: Option<Duration>) -> Result<Vec<BatchLine>, CliError> {
     let text = read_input(Some(source))?;
     let text = String::from_utf8(text).map_err(|_| CliError::usage(format!("--batch {source}: not UTF-8 text")))?;
@@ -110,14 +107,14 @@ fn batch_lines(source: &str, queue_ttl: Option<Duration>) -> Result<Vec<BatchLin
         if line.trim().is_empty() {
             continue;
         }
-        let mut body: Value = serde_json::from_str(line)
+        let value: Value = serde_json::from_str(line)
             .map_err(|e| CliError::usage(format!("--batch {source}, line {number}: not JSON: {e}")))?;
-        let Some(job) = body.as_object_mut() else {
+        if !value.is_object() {
             return Err(CliError::usage(format!("--batch {source}, line {number}: expected a JSON object (one job)")));
-        };
-        if let Some(ttl) = queue_ttl {
-            job.entry("queue_ttl_ms").or_insert_with(|| json!(ttl.as_millis() as u64));
         }
+        let mut body: SubmitRequest = serde_json::from_value(value)
+            .map_err(|e| CliError::usage(format!("--batch {source}, line {number}: not a job request: {e}")))?;
+        body.queue_ttl = body.queue_ttl.or(queue_ttl);
         lines.push(BatchLine { number, body });
     }
     if lines.is_empty() {
@@ -133,8 +130,8 @@ fn batch_lines(source: &str, queue_ttl: Option<Duration>) -> Result<Vec<BatchLin
 async fn submit_batch(client: &Client, lines: Vec<BatchLine>, json_out: bool) -> Result<ExitStatus, CliError> {
     let mut queued = Vec::with_capacity(lines.len());
     for chunk in lines.chunks(crate::api::MAX_BATCH_JOBS) {
-        let body = json!({ "jobs": chunk.iter().map(|l| &l.body).collect::<Vec<_>>() });
-        let answer = match client.create("/v1/jobs:batch", body).await {
+        let body = BatchRequest { jobs: chunk.iter().map(|l| l.body.clone()).collect() };
+        let answer = match client.create("/v1/jobs:batch", &body).await {
             Ok(answer) => answer,
             Err(e) => {
                 let first = chunk[0].number;
@@ -286,4 +283,9 @@ pub(super) async fn wait_for(
         say!("leash: job {id} {}: {}", text(&job["status"]), text(&job["error_message"]));
     }
     Ok(error_kind.map_or(ExitStatus::Success, ExitStatus::for_kind))
+}
+
+/// `--gate`'s value (clap allows only these two).
+fn gate_choice(gate: &str) -> GateChoice {
+    if gate == "none" { GateChoice::None } else { GateChoice::Approval }
 }

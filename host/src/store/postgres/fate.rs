@@ -10,7 +10,8 @@ use tokio_postgres::Row;
 
 use crate::clock::Timestamp;
 use crate::job::Backoff;
-use crate::store::rules::codec::ms;
+use crate::job::millis;
+
 use crate::store::rules::unfinished::{AttemptEffects, Counters, Decision, Fate};
 
 /// A job's counters (see [`COUNTER_COLUMNS`](crate::store::sql::COUNTER_COLUMNS)): its id, attempt and the rest.
@@ -67,7 +68,9 @@ pub(super) async fn apply_fate(
                  WHERE job_id = $4",
                 decision.bumps()
             );
-            client.execute(&sql, &[&run_after, last_error, &run_after.saturating_add(ms(queue_ttl)), &id]).await?;
+            client
+                .execute(&sql, &[&run_after, last_error, &run_after.saturating_add(millis::column(queue_ttl)), &id])
+                .await?;
         }
         Fate::End { cancelled, kind, message, .. } => {
             let sql = format!(

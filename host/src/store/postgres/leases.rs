@@ -11,7 +11,8 @@ use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::rows::{db_err, job_columns, row_to_job};
 use super::{NOTIFY, PostgresStore};
 use crate::job::ErrorKind;
-use crate::store::rules::codec::{corrupt, i64_of, ms, to_json};
+use crate::job::millis;
+use crate::store::rules::codec::{corrupt, i64_of, to_json};
 use crate::store::rules::unfinished::{self, Decision};
 use crate::store::sql::COUNTER_COLUMNS;
 use crate::store::{
@@ -68,7 +69,7 @@ impl Leases for PostgresStore {
 
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
         let run_after = params.run_after.max(params.now).unix_ms();
-        let requeue_until = run_after.saturating_add(ms(params.queue_ttl));
+        let requeue_until = run_after.saturating_add(millis::column(params.queue_ttl));
         let err = db_err("releasing a job");
         let mut client = self.client("releasing a job").await?;
         let tx = client.transaction().await.map_err(&err)?;
@@ -116,7 +117,7 @@ impl Leases for PostgresStore {
                  AND lost_leases + retries + 1 < max_attempts",
                 &[
                     &run_after,
-                    &run_after.saturating_add(ms(params.queue_ttl)),
+                    &run_after.saturating_add(millis::column(params.queue_ttl)),
                     &format!("{}: {}", params.kind, params.message),
                     &i64_of(params.fuel_used),
                     &i64_of(params.peak_memory_bytes),
@@ -201,7 +202,7 @@ pub(super) async fn claim_from(
         error
     };
     let now = params.now.unix_ms();
-    let expires = now.saturating_add(ms(params.lease_ttl));
+    let expires = now.saturating_add(millis::column(params.lease_ttl));
     let stmt = client.prepare_cached(sql).await.map_err(err)?;
     let rows =
         client.query(&stmt, &[&now, &i64::from(params.limit), &params.worker_id, &expires]).await.map_err(err)?;

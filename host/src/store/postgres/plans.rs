@@ -7,8 +7,9 @@ use super::jobs::{InsertColumns, insert_rows};
 use super::rows::{db_err, row_to_plan};
 use super::{NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
+use crate::job::millis;
 use crate::job::{Job, JobId, JobStatus, PlanRecord};
-use crate::store::rules::codec::ms;
+
 use crate::store::sql::PLAN_COLUMNS;
 use crate::store::{PlanInsertParams, PlanListParams, Plans, StoreError};
 
@@ -29,8 +30,8 @@ impl Plans for PostgresStore {
                 &params.plan_id,
                 &params.apply_mode.as_str(),
                 &params.input,
-                &ms(queue_ttl),
-                &ms(approval_ttl),
+                &millis::column(queue_ttl),
+                &millis::column(approval_ttl),
                 &params.now.unix_ms(),
                 &execute.id.to_string(),
             ],

@@ -3,8 +3,9 @@
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::job::millis;
 use crate::store::postgres::rows::{db_err, pool_err};
-use crate::store::rules::codec::ms;
+
 use crate::store::{LeaseExtendParams, LeaseState, StoreError};
 
 /// Most renewals one statement carries.
@@ -91,7 +92,8 @@ async fn renew_all(
     sorted.sort_by_key(|p| p.id);
     let ids: Vec<String> = sorted.iter().map(|p| p.id.to_string()).collect();
     let tokens: Vec<&str> = sorted.iter().map(|p| p.token.as_str()).collect();
-    let expires: Vec<i64> = sorted.iter().map(|p| p.now.unix_ms().saturating_add(ms(p.lease_ttl))).collect();
+    let expires: Vec<i64> =
+        sorted.iter().map(|p| p.now.unix_ms().saturating_add(millis::column(p.lease_ttl))).collect();
     let nows: Vec<i64> = sorted.iter().map(|p| p.now.unix_ms()).collect();
     let rows = client.query(&stmt, &[&ids, &tokens, &expires, &nows]).await.map_err(&err)?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())

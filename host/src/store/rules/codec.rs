@@ -1,8 +1,6 @@
 //! Small conversions every backend's SQL needs: JSON columns, durations
 //! as milliseconds, and the error for a row that cannot be read back.
 
-use std::time::Duration;
-
 use crate::clock::Timestamp;
 use crate::job::{Approval, ApprovalPolicy, Effect, EffectOutcome, Grants, Job, JobId, NewJob, Target};
 use crate::store::{EffectBeginParams, StoreError};
@@ -178,11 +176,6 @@ pub(crate) fn inserted_job(id: JobId, job: &NewJob, times: &InsertTimes, now: Ti
 /// A value as a JSON text column.
 pub(crate) fn to_json(value: &impl serde::Serialize) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::Invalid(e.to_string()))
-}
-
-/// A duration in whole milliseconds, saturating.
-pub(crate) fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// A `u64` counter or limit as a signed 64-bit column, saturating.

@@ -9,7 +9,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::clock::Timestamp;
 use crate::job::Backoff;
-use crate::store::rules::codec::ms;
+use crate::job::millis;
+
 use crate::store::rules::unfinished::{AttemptEffects, Counters, Decision, Fate};
 
 /// A job's counters (see [`COUNTER_COLUMNS`](crate::store::sql::COUNTER_COLUMNS)): its id, attempt and the rest.
@@ -67,7 +68,7 @@ pub(super) fn apply_fate(
             conn.prepare_cached(&sql)?.execute(params![
                 run_after,
                 last_error,
-                run_after.saturating_add(ms(queue_ttl)),
+                run_after.saturating_add(millis::column(queue_ttl)),
                 id
             ])?;
         }

@@ -9,8 +9,9 @@ use super::SqliteStore;
 use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::rows::{JOB_COLUMNS, db_err, query_jobs};
 use crate::clock::Timestamp;
+use crate::job::millis;
 use crate::job::{ErrorKind, JobStatus};
-use crate::store::rules::codec::{corrupt, ms, to_json};
+use crate::store::rules::codec::{corrupt, to_json};
 use crate::store::rules::unfinished::{self, Decision};
 use crate::store::sql::COUNTER_COLUMNS;
 use crate::store::{
@@ -33,9 +34,10 @@ impl Leases for SqliteStore {
                      WHERE job_id = ?3 AND status = 'running' AND lease_token = ?4 RETURNING cancel_requested",
                 )
                 .and_then(|mut s| {
-                    s.query_row(params![now + ms(params.lease_ttl), now, params.id.to_string(), params.token], |r| {
-                        r.get(0)
-                    })
+                    s.query_row(
+                        params![now + millis::column(params.lease_ttl), now, params.id.to_string(), params.token],
+                        |r| r.get(0),
+                    )
                     .optional()
                 })
                 .map_err(db_err("extending a lease"))?;
@@ -92,7 +94,7 @@ impl Leases for SqliteStore {
                  expires_at = MIN(MAX(expires_at, ?1), COALESCE(deadline_at, MAX(expires_at, ?1))) \
                  WHERE job_id = ?2",
             )
-            .and_then(|mut s| s.execute(params![run_after + ms(params.queue_ttl), id, run_after]))
+            .and_then(|mut s| s.execute(params![run_after + millis::column(params.queue_ttl), id, run_after]))
             .map_err(&err)?;
             Ok(true)
         })
@@ -115,7 +117,7 @@ impl Leases for SqliteStore {
                 .and_then(|mut s| {
                     s.execute(params![
                         run_after,
-                        run_after.saturating_add(ms(params.queue_ttl)),
+                        run_after.saturating_add(millis::column(params.queue_ttl)),
                         format!("{}: {}", params.kind, params.message),
                         params.fuel_used as i64,
                         params.peak_memory_bytes as i64,
@@ -174,7 +176,7 @@ pub(super) fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lea
         )
     }
     let now = params.now.unix_ms();
-    let expires = now + ms(params.lease_ttl);
+    let expires = now + millis::column(params.lease_ttl);
     // A claimer that runs nothing takes a suspect first, and only it.
     let mut candidates = Vec::new();
     if params.alone {

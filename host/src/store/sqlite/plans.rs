@@ -7,8 +7,9 @@ use super::SqliteStore;
 use super::jobs::insert_rows;
 use super::rows::{db_err, query_plans};
 use crate::clock::Timestamp;
+use crate::job::millis;
 use crate::job::{Job, PlanRecord};
-use crate::store::rules::codec::ms;
+
 use crate::store::sql::PLAN_COLUMNS;
 use crate::store::{PlanInsertParams, PlanListParams, Plans, StoreError};
 
@@ -28,8 +29,8 @@ impl Plans for SqliteStore {
                     params.plan_id,
                     params.apply_mode.as_str(),
                     params.input,
-                    ms(queue_ttl),
-                    ms(approval_ttl),
+                    millis::column(queue_ttl),
+                    millis::column(approval_ttl),
                     params.now.unix_ms(),
                     execute.id.to_string()
                 ])
