@@ -21,7 +21,7 @@ pub(super) async fn health(State(state): State<Arc<AppState>>) -> Result<Respons
     Ok(Json(HealthReport { health, ceilings: state.runtime.ceilings() }).into_response())
 }
 
-/// Every worker sharing the database (with seed 000's summary line), the
+/// Every worker sharing the database (with a summary line), the
 /// jobs each holds, and the queue depth, from one read.
 #[utoipa::path(get, path = "/v1/workers", tag = "health",
     responses(

@@ -19,7 +19,7 @@ use crate::api::requests::{BatchRequest, DecisionRequest, Execution, SubmitReque
 use crate::api::types::{Accepted, CancelAnswer, EffectList, Finished, JobPage, JobView};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
 use crate::job::{Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, MAX_IDEMPOTENCY_KEY_BYTES};
-use crate::runtime::{Cancelled, Runtime, RuntimeError};
+use crate::runtime::{Cancelled, Ceilings, Runtime, RuntimeError};
 use crate::store::JobListParams;
 
 /// The header a client names its create request with, so a retry after a
@@ -70,52 +70,47 @@ pub(super) async fn job_submit(
     let ceilings = state.runtime.ceilings();
     let (mut job, execution) = body.into_submit(state.runtime.now(), &ceilings)?;
     job.idempotency = idempotency;
-    let sync_timeout = if execution == Execution::Sync {
-        let ceiling = state.config.sync_ceiling;
-        let timeout = match job.timeout {
-            Some(asked) if asked > ceiling => {
-                return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "sync_ceiling",
-                    format!(
-                        "timeout_ms {} is over the sync ceiling of {} ms: a sync call must end within it. \
-                         Send \"execution\": \"async\" to queue a longer job and poll GET /v1/jobs/{{id}}",
-                        asked.as_millis(),
-                        ceiling.as_millis()
-                    ),
-                ));
-            }
-            Some(asked) => asked,
-            None => Duration::from_millis(ceilings.default_timeout_ms).min(ceiling),
-        };
-        // The deadline covers the queue wait and the run: the answer is
-        // always the job's own outcome.
-        job.timeout = Some(timeout);
-        job.deadline = Some(timeout);
-        Some(timeout)
-    } else {
-        None
-    };
-    let submitted = state.runtime.submit_once(job).await?;
-    let id = submitted.id;
-    let mark = |mut response: Response| {
-        if submitted.replayed {
+    let mark = |mut response: Response, replayed: bool| {
+        if replayed {
             response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
         }
         response
     };
-    // A gated call answers as itself, sync or async: waiting on a person
-    // is not the same as queued.
-    if submitted.status.is_gated() {
-        let status = submitted.status.as_str().to_owned();
-        return Ok(mark((StatusCode::ACCEPTED, Json(Accepted { status, job_id: id })).into_response()));
+    if execution == Execution::Async {
+        let submitted = state.runtime.submit_once(job).await?;
+        // A gated job answers as itself: waiting on a person is not the
+        // same as queued.
+        let status = if submitted.status.is_gated() { submitted.status.as_str() } else { "accepted" };
+        let accepted = Accepted { status: status.to_owned(), job_id: submitted.id };
+        return Ok(mark((StatusCode::ACCEPTED, Json(accepted)).into_response(), submitted.replayed));
     }
-    let Some(timeout) = sync_timeout else {
-        return Ok(mark(
-            (StatusCode::ACCEPTED, Json(Accepted { status: "accepted".into(), job_id: id })).into_response(),
-        ));
-    };
-    Ok(mark(sync_answer(&state.runtime, id, timeout).await?))
+    let deadline = sync_deadline(job.timeout, state.config.sync_ceiling, &ceilings)?;
+    let called = state.runtime.call(job, deadline).await.map_err(sync_error)?;
+    if called.job.status.is_gated() {
+        let accepted = Accepted { status: called.job.status.as_str().to_owned(), job_id: called.job.id };
+        return Ok(mark((StatusCode::ACCEPTED, Json(accepted)).into_response(), called.replayed));
+    }
+    Ok(mark(finished(called.job), called.replayed))
+}
+
+/// A sync job's deadline: its timeout, within the sync ceiling (a longer
+/// one is refused), or the default timeout cut to the ceiling. It covers
+/// the queue wait and the run.
+fn sync_deadline(timeout: Option<Duration>, ceiling: Duration, ceilings: &Ceilings) -> Result<Duration, ApiError> {
+    match timeout {
+        Some(asked) if asked > ceiling => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "sync_ceiling",
+            format!(
+                "timeout_ms {} is over the sync ceiling of {} ms: a sync call must end within it. \
+                 Send \"execution\": \"async\" to queue a longer job and poll GET /v1/jobs/{{id}}",
+                asked.as_millis(),
+                ceiling.as_millis()
+            ),
+        )),
+        Some(asked) => Ok(asked),
+        None => Ok(Duration::from_millis(ceilings.default_timeout_ms).min(ceiling)),
+    }
 }
 
 /// Most jobs one `POST /v1/jobs:batch` queues.
@@ -202,16 +197,10 @@ pub(super) async fn job_batch(
     Ok(response)
 }
 
-/// Wait for a sync job's outcome, up to its deadline (and the settle time
-/// past it), and answer it with its output.
-async fn sync_answer(runtime: &Runtime, id: JobId, timeout: Duration) -> Result<Response, ApiError> {
-    // A client that disconnects drops this future: the job goes on, and the
-    // wait is counted as abandoned.
-    let abandoned = AbandonedWait { runtime, armed: true };
-    let waited = runtime.wait_past_deadline(id, timeout).await;
-    abandoned.disarm();
-    let mut job = waited.map_err(|e| match e {
-        RuntimeError::WaitTimeout(_) => ApiError::new(
+/// A sync wait's error: past the deadline and its settle time, 504.
+fn sync_error(error: RuntimeError) -> ApiError {
+    match error {
+        RuntimeError::WaitTimeout(id) => ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
             "sync_deadline",
             format!(
@@ -220,29 +209,13 @@ async fn sync_answer(runtime: &Runtime, id: JobId, timeout: Duration) -> Result<
             ),
         ),
         other => other.into(),
-    })?;
+    }
+}
+
+/// A finished job with its output.
+fn finished(mut job: Job) -> Response {
     let output = job.output.take();
-    Ok(Json(Finished::new(JobView::from(job), output.as_deref())).into_response())
-}
-
-/// Counts a sync wait whose client went away before the answer.
-struct AbandonedWait<'a> {
-    runtime: &'a Runtime,
-    armed: bool,
-}
-
-impl AbandonedWait<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for AbandonedWait<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.runtime.count_abandoned_wait();
-        }
-    }
+    Json(Finished::new(JobView::from(job), output.as_deref())).into_response()
 }
 
 /// One job.
@@ -495,7 +468,7 @@ async fn triggered(runtime: &Runtime, job: Job) -> Result<Response, ApiError> {
         .filter(|a| a.execution == ExecutionMode::Sync && job.status == JobStatus::Queued)
         .and_then(|a| a.deadline_ms);
     match sync_deadline {
-        Some(ms) => sync_answer(runtime, job.id, Duration::from_millis(ms)).await,
+        Some(ms) => Ok(finished(runtime.wait_sync(job.id, Duration::from_millis(ms)).await.map_err(sync_error)?)),
         None => Ok(Json(Finished::new(JobView::from(job), None)).into_response()),
     }
 }

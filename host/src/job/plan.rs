@@ -1,4 +1,4 @@
-//! Plans (seed 000): an `execute` job whose successful output becomes the
+//! Plans: an `execute` job whose successful output becomes the
 //! input of an `apply` job, gated by approval unless the plan says `auto`.
 //! A plan's status is derived from its phases, never stored.
 

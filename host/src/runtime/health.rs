@@ -34,7 +34,7 @@ pub struct Health {
     pub last_heartbeat: Option<Timestamp>,
     /// Queue depth by state, read with `workers`.
     pub counts: Counts,
-    /// Seed 000's summary of the workers sharing the store:
+    /// A summary of the workers sharing the store:
     /// `Async workers: enabled, max_workers=4, poll_interval=1.0s`.
     pub summary: String,
     /// Every worker registered in the store (this process's too, unless it

@@ -47,7 +47,7 @@ pub use plan::{PlanSubmit, PlanView};
 pub use remote::{PoolReport, RemotePool, Supervision};
 use submit::QueueDepth;
 pub use submit::{PluginSource, Submit, Submitted};
-pub use wait::Cancelled;
+pub use wait::{Called, Cancelled};
 
 /// Default job slots per process.
 pub const DEFAULT_MAX_WORKERS: usize = 4;

@@ -60,33 +60,42 @@ impl Runtime {
         waited
     }
 
-    /// Submit a job with an operation deadline and wait for it (seed 003's
-    /// waiter): the job must start within `deadline` — its queue TTL is cut
-    /// to it, so if the deadline passes first it never starts and ends
-    /// `expired` — and the wait ends at the deadline too. A job that
-    /// started in time runs on to its own limits when the wait ends: the
-    /// caller gets [`RuntimeError::WaitTimeout`], counted as an abandoned
-    /// wait, and reads the outcome later.
+    /// Run a job synchronously: the one meaning of *sync*, for an embedder
+    /// and for `POST /v1/jobs` alike: an operation deadline.
+    /// `deadline` counts from now and covers the queue wait and the run: a
+    /// job not started by then never starts (it ends `expired`), and a job
+    /// that started has its run cut to end by then (its timeout is at most
+    /// the deadline), so the answer is the job's own outcome.
+    /// [`RuntimeError::WaitTimeout`] only when the job had not ended
+    /// shortly after the deadline (its worker stopped without a word); it
+    /// never starts again.
     ///
     /// A job that must wait for approval is answered at once, in
-    /// `pending_approval`; whoever triggers its run ([`Runtime::approve`],
-    /// [`Runtime::run_approved`]) can wait for the outcome.
-    pub async fn call(&self, mut job: Submit, deadline: Duration) -> Result<Job, RuntimeError> {
-        job.queue_ttl = Some(job.queue_ttl.map_or(deadline, |ttl| ttl.min(deadline)));
-        let id = self.submit(job).await?;
-        let submitted = self.get(id).await?;
-        if submitted.status.is_gated() {
-            return Ok(submitted);
-        }
-        if let Some(job) = self.wait_then_expire(id, deadline).await? {
-            return Ok(job);
-        }
-        let job = self.get(id).await?;
-        if job.status.is_terminal() {
-            return Ok(job);
-        }
-        self.count_abandoned_wait();
-        Err(RuntimeError::WaitTimeout(id))
+    /// `pending_approval`; its run, when triggered ([`Runtime::approve`],
+    /// [`Runtime::run_approved`]), keeps the deadline, counted from the
+    /// trigger, and [`Runtime::wait_sync`] waits for it. Dropping the
+    /// future before it answers (an HTTP client that went away) leaves the
+    /// job to run and counts an abandoned wait.
+    pub async fn call(&self, mut job: Submit, deadline: Duration) -> Result<Called, RuntimeError> {
+        job.timeout = Some(job.timeout.map_or(deadline, |own| own.min(deadline)));
+        job.deadline = Some(deadline);
+        let submitted = self.submit_once(job).await?;
+        let job = if submitted.status.is_gated() {
+            self.get(submitted.id).await?
+        } else {
+            self.wait_sync(submitted.id, deadline).await?
+        };
+        Ok(Called { job, replayed: submitted.replayed })
+    }
+
+    /// Wait for a job run with a deadline (a sync call, or a gated one
+    /// stamped sync whose run was triggered) to end, as [`Runtime::call`]
+    /// does. Dropping the future before it answers counts an abandoned wait.
+    pub async fn wait_sync(&self, id: JobId, deadline: Duration) -> Result<Job, RuntimeError> {
+        let abandoned = AbandonedWait { runtime: self, armed: true };
+        let waited = self.wait_past_deadline(id, deadline).await;
+        abandoned.disarm();
+        waited
     }
 
     /// A waiter gave up on a job that goes on.
@@ -140,6 +149,36 @@ impl Runtime {
             }
             CancelResult::AlreadyTerminal(status) => Err(RuntimeError::AlreadyTerminal { id, status }),
             CancelResult::NotFound => Err(RuntimeError::NotFound(id)),
+        }
+    }
+}
+
+/// What [`Runtime::call`] answers.
+#[derive(Debug, Clone)]
+pub struct Called {
+    /// The job as it ended, or, gated, as it waits for a person.
+    pub job: Job,
+    /// The idempotency key already belonged to this same request: nothing
+    /// new was queued, and this is the first request's job.
+    pub replayed: bool,
+}
+
+/// Counts a sync wait whose caller went away before the answer.
+struct AbandonedWait<'a> {
+    runtime: &'a Runtime,
+    armed: bool,
+}
+
+impl AbandonedWait<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbandonedWait<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.runtime.count_abandoned_wait();
         }
     }
 }

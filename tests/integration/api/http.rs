@@ -328,7 +328,7 @@ async fn cancel_answers_200_queued_202_running_and_409_terminal() {
     assert_eq!((status, error_kind(&answer)), (404, "not_found"));
 }
 
-/// Seed 004: an over-ceiling sync call is refused with a 400 naming the
+/// An over-ceiling sync call is refused with a 400 naming the
 /// ceiling, never turned into a background job.
 #[tokio::test]
 async fn a_sync_request_over_the_ceiling_is_refused_and_nothing_is_queued() {
@@ -399,7 +399,7 @@ async fn a_sync_job_that_runs_past_its_deadline_answers_its_timeout() {
     assert_eq!((job["status"].as_str(), job["error_kind"].as_str()), (Some("failed"), Some("timeout")), "{answer}");
 }
 
-/// Seed 004: a stored job's limits are clamped again, against the ceiling
+/// A stored job's limits are clamped again, against the ceiling
 /// in force when a worker claims it.
 #[tokio::test]
 async fn a_stored_job_is_clamped_to_the_ceiling_in_force_at_claim() {
@@ -851,7 +851,7 @@ async fn leash_submit_retries_a_lost_answer_without_queueing_twice() {
     assert_eq!(jobs[0]["id"], id);
 }
 
-/// Seed 003: a waiter that gives up never cancels the job. A sync client
+/// A waiter that gives up never cancels the job. A sync client
 /// that disconnects leaves its job running, and the wait is counted as
 /// abandoned in health and metrics.
 #[tokio::test]

@@ -173,7 +173,7 @@ fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     found
 }
 
-/// Seed 000: the job timeout and attempts are server-side defaults, read
+/// The job timeout and attempts are server-side defaults, read
 /// from the same variables by `serve`, `worker` and a local submit; and a
 /// submit can delay its job.
 #[test]

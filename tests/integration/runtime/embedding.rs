@@ -425,28 +425,28 @@ async fn a_wait_that_times_out_leaves_the_job_running_and_is_counted() {
     runtime.shutdown().await;
 }
 
-/// Seed 003's operation deadline: a job that cannot start before it never
-/// starts (`expired`, not an abandoned wait); one that started runs on to
-/// its own limits while the caller is answered with a timeout (counted as
-/// abandoned).
+/// An operation deadline, as `Runtime::call` keeps it (the same
+/// *sync* as `POST /v1/jobs`): a job that cannot start before it never
+/// starts (`expired`, not an abandoned wait); one that started has its run
+/// cut to the deadline, so the caller gets the job's own outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operation_deadline_expires_unstarted_jobs_and_lets_started_ones_run_on() {
+async fn an_operation_deadline_expires_unstarted_jobs_and_cuts_started_ones_to_it() {
     let dir = tempfile::tempdir().unwrap();
     let starts = Arc::new(std::sync::Mutex::new(Vec::<JobId>::new()));
     let seen = starts.clone();
-    let runtime =
-        builder(&dir).max_workers(1).on_start(move |s| seen.lock().unwrap().push(s.id)).build().await.unwrap();
-    // The one slot runs a job that outlives the deadline.
-    let blocker = runtime.call(job("coop", "{}"), Duration::from_secs(2)).await;
-    let Err(RuntimeError::WaitTimeout(blocker)) = blocker else { panic!("{blocker:?}") };
-    assert_eq!(runtime.get(blocker).await.unwrap().status, JobStatus::Running, "it runs on");
-    assert_eq!(runtime.health().await.unwrap().waits_abandoned, 1);
+    let runtime = Arc::new(
+        builder(&dir).max_workers(1).on_start(move |s| seen.lock().unwrap().push(s.id)).build().await.unwrap(),
+    );
+    // The one slot runs a job that would outlive the deadline.
+    let calling = runtime.clone();
+    let blocker = tokio::spawn(async move { calling.call(job("coop", "{}"), Duration::from_secs(3)).await });
+    eventually("the blocker starts", async || (!starts.lock().unwrap().is_empty()).then_some(())).await;
     // Behind it, a job whose deadline passes before it can start.
-    let late = runtime.call(job("hello", "{}"), Duration::from_millis(300)).await.unwrap();
+    let late = runtime.call(job("hello", "{}"), Duration::from_millis(300)).await.unwrap().job;
     assert_eq!((late.status, late.error_kind, late.attempt), (JobStatus::Failed, Some(ErrorKind::Expired), 0));
-    assert_eq!(runtime.health().await.unwrap().waits_abandoned, 1, "an expired job is not an abandoned wait");
-    runtime.cancel(blocker).await.unwrap();
-    runtime.wait(blocker, GENEROUS).await.unwrap();
+    let blocker = blocker.await.unwrap().expect("the caller gets the outcome, not a timeout").job;
+    assert_eq!((blocker.status, blocker.error_kind), (JobStatus::Failed, Some(ErrorKind::Timeout)), "cut to it");
+    assert_eq!(runtime.health().await.unwrap().waits_abandoned, 0, "neither wait was abandoned");
     // The slot is free: the expired job never starts.
     let next = runtime.submit(job("hello", "{}")).await.unwrap();
     runtime.wait(next, GENEROUS).await.unwrap();
