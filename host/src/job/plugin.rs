@@ -117,7 +117,8 @@ pub struct PluginInfo {
     pub approval: ApprovalPolicy,
     /// What the component declares it asks for (its `leash:requests`
     /// section), if it declares anything: a job then gets only what is
-    /// both declared and granted. Read by the runtime, not stored.
+    /// both declared and granted. Read from the component once, when it is
+    /// stored, and kept with its bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<crate::job::grant::Requests>,
 }

@@ -13,6 +13,7 @@ use crate::store::{Database, Durability, JobStore};
 use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};
 
+use super::plugins::declare_stored_plugins;
 use super::submit::check_backoff;
 use super::{
     DEFAULT_EVENT_POLL, DEFAULT_EVENT_TTL, DEFAULT_FREE_RERUNS, DEFAULT_JOB_TTL, DEFAULT_LEASE_TTL,
@@ -299,6 +300,7 @@ impl RuntimeBuilder {
             Some(store) => store.clone(),
             None => crate::store::open(&self.database, self.durability).await?,
         };
+        declare_stored_plugins(store.as_ref(), self.clock.as_ref()).await?;
         let sandbox = Arc::new(Sandbox::new(self.sandbox.clone()).map_err(RuntimeError::Sandbox)?);
         let metrics = Arc::new(Metrics::new());
         let worker_id = self.worker_id.clone().unwrap_or_else(crate::worker::new_worker_id);
@@ -354,7 +356,6 @@ impl RuntimeBuilder {
                 events,
                 queue: Default::default(),
                 known_plugins: Default::default(),
-                declared: Default::default(),
                 store,
                 sandbox,
                 pool,

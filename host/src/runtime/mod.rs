@@ -21,7 +21,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::clock::Timestamp;
-use crate::job::grant::Requests;
 use crate::job::{Digest, Effect, EventId, Job, JobId, JobLogs};
 use crate::metrics::Metrics;
 use crate::sandbox::Sandbox;
@@ -85,8 +84,6 @@ struct Inner {
     events: Arc<events::EventHub>,
     queue: std::sync::Mutex<QueueDepth>,
     known_plugins: std::sync::Mutex<std::collections::HashSet<Digest>>,
-    /// Each digest's declared requests, read once per process.
-    declared: std::sync::Mutex<std::collections::HashMap<Digest, Option<Arc<Requests>>>>,
     store: Arc<dyn JobStore>,
     sandbox: Arc<Sandbox>,
     pool: Arc<Pool>,

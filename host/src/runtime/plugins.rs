@@ -2,19 +2,38 @@
 
 use std::sync::Arc;
 
+use crate::clock::Clock;
 use crate::job::grant::Requests;
 use crate::job::{ApprovalPolicy, Digest, Grants, PluginInfo, PluginName, PluginRef};
 use crate::sandbox::{self, SandboxError};
-use crate::store::{PluginGrantsParams, PluginNameParams, PluginPutParams};
+use crate::store::{JobStore, PluginGrantsParams, PluginNameParams, PluginPutParams};
 
 use super::{Runtime, RuntimeError};
 
 /// What a component declares it asks for; a declaration that does not
 /// parse makes the plugin invalid.
-pub(super) fn declaration(bytes: &[u8]) -> Result<Option<Arc<Requests>>, RuntimeError> {
-    let declared = sandbox::declared_requests(bytes)
-        .map_err(|e| RuntimeError::InvalidPlugin(SandboxError::InvalidComponent(e)))?;
-    Ok(declared.map(Arc::new))
+fn declaration(bytes: &[u8]) -> Result<Option<Requests>, RuntimeError> {
+    sandbox::declared_requests(bytes).map_err(|e| RuntimeError::InvalidPlugin(SandboxError::InvalidComponent(e)))
+}
+
+/// Keep with each plugin stored by an older leash what its component
+/// declares (read from its bytes once; see
+/// [`Plugins::plugins_undeclared`](crate::store::Plugins::plugins_undeclared)),
+/// so every plugin is read whole from the store. A component whose
+/// declaration does not parse is left as it was, and said.
+pub(super) async fn declare_stored_plugins(store: &dyn JobStore, clock: &dyn Clock) -> Result<(), RuntimeError> {
+    for digest in store.plugins_undeclared().await? {
+        let Some(bytes) = store.plugin_get(digest).await? else { continue };
+        let requests = match declaration(&bytes) {
+            Ok(requests) => requests,
+            Err(e) => {
+                tracing::warn!(%digest, error = %e, "a stored plugin's declared requests do not parse");
+                continue;
+            }
+        };
+        store.plugin_put(PluginPutParams { bytes, requests, now: clock.now() }).await?;
+    }
+    Ok(())
 }
 
 impl Runtime {
@@ -40,30 +59,7 @@ impl Runtime {
         let digest = self.plugin_add(bytes).await?;
         let now = self.inner.settings.clock.now();
         let info = self.inner.store.plugin_name_set(PluginNameParams { name, digest, policy, now }).await?;
-        self.with_requests(info).await
-    }
-
-    /// `info` with what its component declares.
-    pub(super) async fn with_requests(&self, mut info: PluginInfo) -> Result<PluginInfo, RuntimeError> {
-        info.requests = self.declared(info.digest).await?.map(|r| r.as_ref().clone());
         Ok(info)
-    }
-
-    /// What the component `digest` declares it asks for, read from its
-    /// bytes once per process.
-    async fn declared(&self, digest: Digest) -> Result<Option<Arc<Requests>>, RuntimeError> {
-        if let Some(known) = self.inner.declared.lock().unwrap_or_else(|e| e.into_inner()).get(&digest) {
-            return Ok(known.clone());
-        }
-        let bytes = self
-            .inner
-            .store
-            .plugin_get(digest)
-            .await?
-            .ok_or_else(|| RuntimeError::UnknownPlugin(digest.to_string()))?;
-        let requests = declaration(&bytes)?;
-        self.inner.declared.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, requests.clone());
-        Ok(requests)
     }
 
     /// Replace what jobs of a registered `name@version` may use outside
@@ -77,24 +73,20 @@ impl Runtime {
             .plugin_grants_set(PluginGrantsParams { name, grants })
             .await?
             .ok_or(RuntimeError::UnknownPlugin(shown))?;
-        self.with_requests(info).await
+        Ok(info)
     }
 
     /// Registered plugins: names in order (newest version first), then
     /// unnamed digests.
     pub async fn plugins(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
-        let mut listed = Vec::new();
-        for info in self.inner.store.plugin_list().await? {
-            listed.push(self.with_requests(info).await?);
-        }
-        Ok(listed)
+        Ok(self.inner.store.plugin_list().await?)
     }
 
     /// Resolve a plugin reference.
     pub async fn plugin(&self, plugin: PluginRef) -> Result<PluginInfo, RuntimeError> {
         let shown = plugin.to_string();
         let info = self.inner.store.plugin_resolve(plugin).await?.ok_or(RuntimeError::UnknownPlugin(shown))?;
-        self.with_requests(info).await
+        Ok(info)
     }
 
     /// Validate, precompile and store a plugin; returns its digest.
@@ -102,14 +94,13 @@ impl Runtime {
         let bytes = Arc::new(bytes);
         self.inner.sandbox.compile(bytes.clone()).await.map_err(RuntimeError::InvalidPlugin)?;
         // A declaration that does not parse is refused with the plugin; one
-        // that does is kept, so the first job by name need not read it back.
-        let declared = declaration(&bytes)?;
+        // that does is stored with it.
+        let requests = declaration(&bytes)?;
         // The compile's share is dropped once it returns: no copy is made.
         let bytes = Arc::try_unwrap(bytes).unwrap_or_else(|shared| shared.as_ref().clone());
         let now = self.inner.settings.clock.now();
-        let digest = self.inner.store.plugin_put(PluginPutParams { bytes, now }).await?;
+        let digest = self.inner.store.plugin_put(PluginPutParams { bytes, requests, now }).await?;
         self.inner.known_plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest);
-        self.inner.declared.lock().unwrap_or_else(|e| e.into_inner()).insert(digest, declared);
         Ok(digest)
     }
 }

@@ -285,6 +285,10 @@ impl Plugins for FaultyStore {
         self.inner.plugin_policy_set(params).await
     }
 
+    async fn plugins_undeclared(&self) -> Result<Vec<Digest>, StoreError> {
+        self.inner.plugins_undeclared().await
+    }
+
     async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {
         self.around(Op::PluginGet, self.inner.plugin_get(digest)).await
     }

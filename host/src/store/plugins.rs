@@ -2,6 +2,7 @@
 //! approval policies.
 
 use crate::clock::Timestamp;
+use crate::job::grant::Requests;
 use crate::job::{ApprovalPolicy, Digest, Grants, PluginInfo, PluginName, PluginRef};
 use crate::store::StoreError;
 
@@ -47,6 +48,11 @@ pub struct PluginPolicyParams {
 pub struct PluginPutParams {
     /// The component bytes.
     pub bytes: Vec<u8>,
+    /// What the component declares it asks for (its `leash:requests`
+    /// section, read by the caller: the store knows nothing of wasm);
+    /// `None` when it declares nothing. Kept with the bytes and read back
+    /// on every [`PluginInfo`].
+    pub requests: Option<Requests>,
     /// Now.
     pub now: Timestamp,
 }
@@ -55,8 +61,15 @@ pub struct PluginPutParams {
 /// grants and requires.
 #[async_trait::async_trait]
 pub trait Plugins: Send + Sync + std::fmt::Debug {
-    /// Store plugin bytes under their digest (idempotent); returns the digest.
+    /// Store plugin bytes and their declared requests under their digest
+    /// (idempotent; a digest stored before declarations were kept gets
+    /// them now); returns the digest.
     async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError>;
+
+    /// Digests stored before their declared requests were kept with them
+    /// (by an older leash): whoever can read a component puts each again
+    /// with its requests. Empty once that is done.
+    async fn plugins_undeclared(&self) -> Result<Vec<Digest>, StoreError>;
 
     /// The bytes of the plugin with `digest`.
     async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError>;

@@ -539,6 +539,31 @@ async fn a_declaration_is_read_at_any_depth_and_a_bad_one_refuses_the_plugin() {
     runtime.shutdown().await;
 }
 
+/// A plugin stored by a leash that did not keep declarations with the
+/// bytes gets its declaration the next time a runtime opens the store, so
+/// every read of it is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_keeps_the_declarations_of_plugins_stored_before_they_were_kept() {
+    use leash::job::{PluginName, PluginRef};
+    let dir = tempfile::tempdir().unwrap();
+    let declared =
+        with_custom_section(leash_tests::plugin_bytes("hello"), "leash:requests", br#"{"config": ["name"]}"#);
+    let runtime = builder(&dir).without_workers().build().await.unwrap();
+    let info = runtime.plugin_register(declared, PluginName::new("hello", "1").unwrap()).await.unwrap();
+    runtime.shutdown().await;
+    drop(runtime);
+    // As an older leash left the row: no declaration, not yet read.
+    let conn = rusqlite::Connection::open(dir.path().join("jobs.db")).unwrap();
+    conn.execute("UPDATE plugins SET requests_json = NULL, requests_read = 0", []).unwrap();
+    drop(conn);
+
+    let runtime = builder(&dir).without_workers().build().await.unwrap();
+    let read = runtime.plugin(PluginRef::Digest(info.digest)).await.unwrap();
+    assert_eq!(read.requests.map(|r| r.config), Some(vec!["name".to_owned()]), "read from the bytes once, then kept");
+    assert!(runtime.store().plugins_undeclared().await.unwrap().is_empty());
+    runtime.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_a_process_died_under_runs_alone_for_a_while_then_beside_others() {
     use leash::store::{JobClaimParams, WorkerDiedParams};

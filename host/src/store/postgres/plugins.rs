@@ -6,21 +6,36 @@ use deadpool_postgres::GenericClient;
 use super::PostgresStore;
 use super::rows::{db_err, row_to_plugin};
 use crate::job::{Digest, PluginInfo, PluginRef};
-use crate::store::rules::codec::{grants_of, grants_to_column, policy_of, policy_to_column};
+use crate::store::rules::codec::{
+    corrupt, grants_of, grants_to_column, policy_of, policy_to_column, requests_of, requests_to_column,
+};
 use crate::store::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError};
 
 #[async_trait::async_trait]
 impl Plugins for PostgresStore {
     async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
         let digest = Digest::of(&params.bytes);
+        let requests = requests_to_column(params.requests.as_ref())?;
         self.execute(
             "storing a plugin",
-            "INSERT INTO plugins (digest, bytes, size_bytes, created_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (digest) DO NOTHING",
-            &[&digest.to_string(), &params.bytes, &(params.bytes.len() as i64), &params.now.unix_ms()],
+            "INSERT INTO plugins (digest, bytes, size_bytes, created_at, requests_json, requests_read) \
+             VALUES ($1, $2, $3, $4, $5, TRUE) ON CONFLICT (digest) DO UPDATE \
+             SET requests_json = excluded.requests_json, requests_read = TRUE WHERE NOT plugins.requests_read",
+            &[&digest.to_string(), &params.bytes, &(params.bytes.len() as i64), &params.now.unix_ms(), &requests],
         )
         .await?;
         Ok(digest)
+    }
+
+    async fn plugins_undeclared(&self) -> Result<Vec<Digest>, StoreError> {
+        let rows =
+            self.read("reading undeclared plugins", "SELECT digest FROM plugins WHERE NOT requests_read", &[]).await?;
+        rows.iter()
+            .map(|r| {
+                let digest: String = r.get(0);
+                digest.parse().map_err(|e: String| corrupt(&digest, e))
+            })
+            .collect()
     }
 
     async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {
@@ -48,17 +63,18 @@ impl Plugins for PostgresStore {
             Some(policy) => policy_to_column(policy)?,
             None => policy,
         };
-        let size: Option<i64> = tx
+        let stored: Option<(i64, Option<String>)> = tx
             .query_opt(
                 "INSERT INTO plugin_names (name, version, digest, created_at, grants_json, approval_json) \
                  SELECT $1, $2, digest, $4, $5, $6 FROM plugins WHERE digest = $3 \
-                 RETURNING (SELECT size_bytes FROM plugins WHERE digest = $3)",
+                 RETURNING (SELECT size_bytes FROM plugins WHERE digest = $3), \
+                 (SELECT requests_json FROM plugins WHERE digest = $3)",
                 &[name, version, &digest, &params.now.unix_ms(), &grants, &policy],
             )
             .await
             .map_err(&err)?
-            .map(|r| r.get(0));
-        let Some(size) = size else {
+            .map(|r| (r.get(0), r.get(1)));
+        let Some((size, requests)) = stored else {
             return Err(StoreError::Invalid(format!("plugin {} is not stored", params.digest)));
         };
         tx.commit().await.map_err(&err)?;
@@ -69,7 +85,7 @@ impl Plugins for PostgresStore {
             digest: params.digest,
             size_bytes: size as u64,
             created_at: params.now,
-            requests: None,
+            requests: requests_of(&digest, requests)?,
         })
     }
 
@@ -107,11 +123,12 @@ impl Plugins for PostgresStore {
         let rows = self
             .read(
                 "listing plugins",
-                "SELECT name, version, digest, size_bytes, created_at, grants_json, approval_json FROM ( \
+                "SELECT name, version, digest, size_bytes, created_at, grants_json, approval_json, requests_json FROM ( \
                    SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json, \
-                   n.seq FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
+                   p.requests_json, n.seq FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
                    UNION ALL \
-                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, NULL, 0 FROM plugins p \
+                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, NULL, p.requests_json, 0 \
+                   FROM plugins p \
                    WHERE NOT EXISTS (SELECT 1 FROM plugin_names n WHERE n.digest = p.digest)) listed \
                  ORDER BY name IS NULL, name, seq DESC, created_at DESC",
                 &[],
@@ -127,7 +144,8 @@ impl Plugins for PostgresStore {
                 self.read(
                     operation,
                     "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at), \
-                     n.grants_json, n.approval_json FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
+                     n.grants_json, n.approval_json, p.requests_json \
+                     FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
                      WHERE p.digest = $1 ORDER BY n.seq DESC NULLS LAST LIMIT 1",
                     &[&digest.to_string()],
                 )
@@ -136,8 +154,8 @@ impl Plugins for PostgresStore {
             PluginRef::Name(name) => {
                 self.read(
                     operation,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
-                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 \
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json, \
+                     p.requests_json FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 \
                      ORDER BY n.seq DESC LIMIT 1",
                     &[&name],
                 )
@@ -146,8 +164,9 @@ impl Plugins for PostgresStore {
             PluginRef::Version(v) => {
                 self.read(
                     operation,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
-                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = $1 AND n.version = $2",
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json, \
+                     p.requests_json FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
+                     WHERE n.name = $1 AND n.version = $2",
                     &[&v.name, &v.version],
                 )
                 .await?

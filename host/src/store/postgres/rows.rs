@@ -10,7 +10,7 @@ use tokio_postgres::error::SqlState;
 use crate::clock::Timestamp;
 use crate::job::{Backoff, Counts, Job, JobId, JobStatus, PluginInfo, PluginName};
 use crate::store::StoreError;
-use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, target_of};
+use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, requests_of, target_of};
 
 /// Every job column, in the order [`row_to_job`] reads them.
 pub(super) const JOB_COLUMNS: &[&str] = &[
@@ -217,7 +217,7 @@ pub(super) fn row_to_plugin(row: &Row) -> Result<PluginInfo, StoreError> {
         created_at: Timestamp::from_unix_ms(row.try_get(4).map_err(&read)?),
         grants: grants_of(&digest, row.try_get(5).map_err(&read)?)?,
         approval: policy_of(&digest, row.try_get(6).map_err(&read)?)?,
-        requests: None,
+        requests: requests_of(&digest, row.try_get(7).map_err(&read)?)?,
     })
 }
 

@@ -270,6 +270,15 @@ CREATE TRIGGER workers_events_update AFTER UPDATE ON workers FOR EACH ROW
 ALTER TABLE jobs ADD COLUMN process_deaths INTEGER NOT NULL DEFAULT 0 CHECK (process_deaths >= 0);
 CREATE INDEX jobs_suspects ON jobs (run_after, job_id) WHERE status = 'queued' AND process_deaths > 0;
 "#,
+    r#"
+-- What a component declares it asks for (its `leash:requests` section as
+-- JSON; NULL: nothing), kept with its bytes so a plugin is read whole.
+-- Rows stored before this have `requests_read = FALSE` until the runtime
+-- reads their bytes once and puts them again.
+ALTER TABLE plugins ADD COLUMN requests_json TEXT;
+ALTER TABLE plugins ADD COLUMN requests_read BOOLEAN NOT NULL DEFAULT FALSE;
+CREATE INDEX plugins_undeclared ON plugins (digest) WHERE NOT requests_read;
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

@@ -2,6 +2,7 @@
 //! as milliseconds, and the error for a row that cannot be read back.
 
 use crate::clock::Timestamp;
+use crate::job::grant::Requests;
 use crate::job::{Approval, ApprovalPolicy, Effect, EffectOutcome, Grants, Job, JobId, NewJob, Target};
 use crate::store::{EffectBeginParams, StoreError};
 
@@ -89,6 +90,16 @@ pub(crate) fn policy_to_column(policy: &ApprovalPolicy) -> Result<Option<String>
 /// A policy read back from its column (`NULL`: none).
 pub(crate) fn policy_of(id: &str, text: Option<String>) -> Result<ApprovalPolicy, StoreError> {
     Ok(json_column(id, "approval policy", text)?.unwrap_or_default())
+}
+
+/// A component's declared requests as their column (`NULL`: none).
+pub(crate) fn requests_to_column(requests: Option<&Requests>) -> Result<Option<String>, StoreError> {
+    requests.map(to_json).transpose()
+}
+
+/// Declared requests read back from their column (`NULL`: none).
+pub(crate) fn requests_of(id: &str, text: Option<String>) -> Result<Option<Requests>, StoreError> {
+    json_column(id, "declared requests", text)
 }
 
 /// A gated job's approval record as its column (`NULL`: never gated).

@@ -539,4 +539,13 @@ ALTER TABLE plugins_next RENAME TO plugins;
 ALTER TABLE jobs ADD COLUMN process_deaths INTEGER NOT NULL DEFAULT 0 CHECK (process_deaths >= 0);
 CREATE INDEX jobs_suspects ON jobs (run_after, job_id) WHERE status = 'queued' AND process_deaths > 0;
 "#,
+    r#"
+-- What a component declares it asks for (its `leash:requests` section as
+-- JSON; NULL: nothing), kept with its bytes so a plugin is read whole.
+-- Rows stored before this have `requests_read = 0` until the runtime
+-- reads their bytes once and puts them again.
+ALTER TABLE plugins ADD COLUMN requests_json TEXT;
+ALTER TABLE plugins ADD COLUMN requests_read INTEGER NOT NULL DEFAULT 0 CHECK (requests_read IN (0, 1));
+CREATE INDEX plugins_undeclared ON plugins (digest) WHERE requests_read = 0;
+"#,
 ];

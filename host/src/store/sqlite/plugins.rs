@@ -6,23 +6,38 @@ use rusqlite::{OptionalExtension, params};
 use super::SqliteStore;
 use super::rows::{db_err, query_plugins};
 use crate::job::{Digest, PluginInfo, PluginRef};
-use crate::store::rules::codec::{grants_of, grants_to_column, policy_of, policy_to_column};
+use crate::store::rules::codec::{
+    corrupt, grants_of, grants_to_column, policy_of, policy_to_column, requests_of, requests_to_column,
+};
 use crate::store::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError};
 
 #[async_trait::async_trait]
 impl Plugins for SqliteStore {
     async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
         let digest = Digest::of(&params.bytes);
+        let requests = requests_to_column(params.requests.as_ref())?;
         self.write(move |conn| {
             conn.prepare_cached(
-                "INSERT INTO plugins (digest, bytes, size_bytes, created_at) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT (digest) DO NOTHING",
+                "INSERT INTO plugins (digest, bytes, size_bytes, created_at, requests_json, requests_read) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 1) ON CONFLICT (digest) DO UPDATE \
+                 SET requests_json = excluded.requests_json, requests_read = 1 WHERE plugins.requests_read = 0",
             )
             .and_then(|mut s| {
-                s.execute(params![digest.to_string(), params.bytes, params.bytes.len() as i64, params.now.unix_ms()])
+                let size = params.bytes.len() as i64;
+                s.execute(params![digest.to_string(), params.bytes, size, params.now.unix_ms(), requests])
             })
             .map_err(db_err("storing a plugin"))?;
             Ok(digest)
+        })
+        .await
+    }
+
+    async fn plugins_undeclared(&self) -> Result<Vec<Digest>, StoreError> {
+        self.read(|conn| {
+            let err = db_err("reading undeclared plugins");
+            let mut stmt = conn.prepare_cached("SELECT digest FROM plugins WHERE requests_read = 0").map_err(&err)?;
+            let digests: Vec<String> = stmt.query_map([], |r| r.get(0)).and_then(|r| r.collect()).map_err(&err)?;
+            digests.into_iter().map(|d| d.parse().map_err(|e: String| corrupt(&d, e))).collect()
         })
         .await
     }
@@ -69,11 +84,11 @@ impl Plugins for SqliteStore {
             if inserted == 0 {
                 return Err(StoreError::Invalid(format!("plugin {} is not stored", params.digest)));
             }
-            let size: i64 = conn
+            let (size, requests): (i64, Option<String>) = conn
                 .query_row(
-                    "SELECT size_bytes FROM plugins WHERE digest = ?1",
+                    "SELECT size_bytes, requests_json FROM plugins WHERE digest = ?1",
                     params![params.digest.to_string()],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .map_err(&err)?;
             Ok(PluginInfo {
@@ -83,7 +98,7 @@ impl Plugins for SqliteStore {
                 digest: params.digest,
                 size_bytes: size as u64,
                 created_at: params.now,
-                requests: None,
+                requests: requests_of(&params.digest.to_string(), requests)?,
             })
         })
         .await
@@ -125,11 +140,12 @@ impl Plugins for SqliteStore {
         self.read(|conn| {
             query_plugins(
                 conn,
-                "SELECT name, version, digest, size_bytes, created_at, grants_json, approval_json FROM ( \
+                "SELECT name, version, digest, size_bytes, created_at, grants_json, approval_json, requests_json FROM ( \
                    SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json, \
-                   n.rowid AS seq FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
+                   p.requests_json, n.rowid AS seq FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
                    UNION ALL \
-                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, NULL, 0 FROM plugins p \
+                   SELECT NULL, NULL, p.digest, p.size_bytes, p.created_at, NULL, NULL, p.requests_json, 0 \
+                   FROM plugins p \
                    WHERE NOT EXISTS (SELECT 1 FROM plugin_names n WHERE n.digest = p.digest)) \
                  ORDER BY name IS NULL, name, seq DESC, created_at DESC",
                 [],
@@ -144,21 +160,23 @@ impl Plugins for SqliteStore {
                 PluginRef::Digest(digest) => query_plugins(
                     conn,
                     "SELECT n.name, n.version, p.digest, p.size_bytes, COALESCE(n.created_at, p.created_at), \
-                     n.grants_json, n.approval_json FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
+                     n.grants_json, n.approval_json, p.requests_json \
+                     FROM plugins p LEFT JOIN plugin_names n ON n.digest = p.digest \
                      WHERE p.digest = ?1 ORDER BY n.rowid DESC LIMIT 1",
                     params![digest.to_string()],
                 )?,
                 PluginRef::Name(name) => query_plugins(
                     conn,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
-                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 \
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json, \
+                     p.requests_json FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 \
                      ORDER BY n.rowid DESC LIMIT 1",
                     params![name],
                 )?,
                 PluginRef::Version(v) => query_plugins(
                     conn,
-                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json \
-                     FROM plugin_names n JOIN plugins p ON p.digest = n.digest WHERE n.name = ?1 AND n.version = ?2",
+                    "SELECT n.name, n.version, n.digest, p.size_bytes, n.created_at, n.grants_json, n.approval_json, \
+                     p.requests_json FROM plugin_names n JOIN plugins p ON p.digest = n.digest \
+                     WHERE n.name = ?1 AND n.version = ?2",
                     params![v.name, v.version],
                 )?,
             };

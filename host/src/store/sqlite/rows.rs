@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::clock::Timestamp;
 use crate::job::{Backoff, Counts, EventId, Job, JobId, JobStatus, PlanRecord, PluginInfo, PluginName};
-use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, target_of};
+use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, requests_of, target_of};
 use crate::store::rules::events::EventRow;
 use crate::store::rules::plan::PlanRow;
 use crate::store::sql::EVENT_COLUMNS;
@@ -99,14 +99,15 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
 }
 
 /// A plugin row as read: name, version, digest, size, created, grants,
-/// approval policy.
-type PluginRow = (Option<String>, Option<String>, String, i64, i64, Option<String>, Option<String>);
+/// approval policy, declared requests.
+type PluginRow = (Option<String>, Option<String>, String, i64, i64, Option<String>, Option<String>, Option<String>);
 
 fn row_to_plugin(row: &Row<'_>) -> rusqlite::Result<PluginRow> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?))
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?))
 }
 
-fn plugin_info((name, version, digest, size, created, grants, policy): PluginRow) -> Result<PluginInfo, StoreError> {
+fn plugin_info(row: PluginRow) -> Result<PluginInfo, StoreError> {
+    let (name, version, digest, size, created, grants, policy, requests) = row;
     Ok(PluginInfo {
         name: match (name, version) {
             (Some(name), Some(version)) => Some(PluginName { name, version }),
@@ -117,7 +118,7 @@ fn plugin_info((name, version, digest, size, created, grants, policy): PluginRow
         created_at: Timestamp::from_unix_ms(created),
         grants: grants_of(&digest, grants)?,
         approval: policy_of(&digest, policy)?,
-        requests: None,
+        requests: requests_of(&digest, requests)?,
     })
 }
 

@@ -85,6 +85,7 @@ macro_rules! with_cases {
                 replacing_a_plugin_name_does_not_change_queued_jobs,
                 grants_belong_to_a_registration_and_are_pinned_on_jobs,
                 approval_policy_belongs_to_a_registration,
+                declared_requests_are_kept_with_the_bytes,
             }
             plans {
                 a_plan_is_stored_with_its_execute_job,
