@@ -109,7 +109,7 @@ fn sync_deadline(timeout: Option<Duration>, ceiling: Duration, ceilings: &Ceilin
             ),
         )),
         Some(asked) => Ok(asked),
-        None => Ok(Duration::from_millis(ceilings.default_timeout_ms).min(ceiling)),
+        None => Ok(ceilings.default_timeout.min(ceiling)),
     }
 }
 
@@ -466,9 +466,9 @@ async fn triggered(runtime: &Runtime, job: Job) -> Result<Response, ApiError> {
         .approval
         .as_ref()
         .filter(|a| a.execution == ExecutionMode::Sync && job.status == JobStatus::Queued)
-        .and_then(|a| a.deadline_ms);
+        .and_then(|a| a.deadline);
     match sync_deadline {
-        Some(ms) => Ok(finished(runtime.wait_sync(job.id, Duration::from_millis(ms)).await.map_err(sync_error)?)),
+        Some(deadline) => Ok(finished(runtime.wait_sync(job.id, deadline).await.map_err(sync_error)?)),
         None => Ok(Json(Finished::new(JobView::from(job), None)).into_response()),
     }
 }

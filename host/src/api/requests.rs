@@ -176,9 +176,9 @@ impl SubmitRequest {
         }
         if self.backoff.is_some() || self.backoff_cap.is_some() {
             let default = defaults.backoff;
-            let base_ms = self.backoff.map_or(default.base_ms, millis::of);
-            let cap_ms = self.backoff_cap.map_or(default.cap_ms.max(self.backoff.map_or(0, millis::of)), millis::of);
-            job.backoff = Some(Backoff { base_ms, cap_ms });
+            let base = self.backoff.unwrap_or(default.base);
+            let cap = self.backoff_cap.unwrap_or(default.cap.max(self.backoff.unwrap_or_default()));
+            job.backoff = Some(Backoff { base, cap });
         }
         Ok((job, execution))
     }

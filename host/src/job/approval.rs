@@ -12,6 +12,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -123,7 +124,7 @@ pub enum GateSource {
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionMode {
     /// Whoever triggers the run (the approval, or the run request) waits
-    /// for the outcome, within `deadline_ms` from the trigger.
+    /// for the outcome, within its deadline from the trigger.
     Sync,
     /// The trigger answers at once; poll for the outcome.
     #[default]
@@ -143,7 +144,7 @@ pub struct Gate {
     pub execution: ExecutionMode,
     /// A sync job's deadline, counted from the trigger rather than from
     /// the submit: its queue wait and its run both end by then.
-    pub deadline_ms: Option<u64>,
+    pub deadline: Option<Duration>,
 }
 
 /// The verdict of a decision.
@@ -197,8 +198,14 @@ pub struct Approval {
     /// How the submitter asked to hear of the outcome.
     pub execution: ExecutionMode,
     /// A sync job's deadline from its trigger, milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline_ms: Option<u64>,
+    #[serde(
+        rename = "deadline_ms",
+        default,
+        with = "crate::job::millis::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<u64>)]
+    pub deadline: Option<Duration>,
     /// The decision, once made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
@@ -213,7 +220,7 @@ impl From<Gate> for Approval {
             required_by: gate.source,
             run_on_approve: gate.run_on_approve,
             execution: gate.execution,
-            deadline_ms: gate.deadline_ms,
+            deadline: gate.deadline,
             decision: None,
             triggered_at: None,
         }

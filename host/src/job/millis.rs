@@ -18,6 +18,12 @@ pub fn column(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// A duration read back from a milliseconds column (a negative one, which
+/// the schema never writes, as zero).
+pub fn from_column(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
 /// Write a duration as its milliseconds.
 pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_u64(of(*duration))

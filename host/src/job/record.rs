@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::approval::{Approval, Gate};
 use super::{Digest, ErrorKind, Grants, JobId, PluginName, Target};
 use crate::clock::Timestamp;
+use crate::job::millis;
 
 /// Version of the stored job payload format.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -89,7 +90,9 @@ impl FromStr for JobStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobLimits {
     /// Wall-clock limit, milliseconds.
-    pub timeout_ms: u64,
+    #[serde(rename = "timeout_ms", with = "crate::job::millis")]
+    #[schema(value_type = u64)]
+    pub timeout: Duration,
     /// Fuel budget; `None` for unlimited.
     pub fuel: Option<u64>,
     /// Memory limit, bytes.
@@ -171,7 +174,7 @@ impl NewJob {
                 self.free_rerun_limit
             ));
         }
-        if self.limits.timeout_ms == 0 {
+        if self.limits.timeout.is_zero() {
             return Err("timeout must be positive".into());
         }
         if self.concurrency_key.as_deref().is_some_and(str::is_empty) {
@@ -193,9 +196,13 @@ impl NewJob {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Backoff {
     /// The first retry's pause, milliseconds.
-    pub base_ms: u64,
+    #[serde(rename = "base_ms", with = "crate::job::millis")]
+    #[schema(value_type = u64)]
+    pub base: Duration,
     /// The longest pause, milliseconds.
-    pub cap_ms: u64,
+    #[serde(rename = "cap_ms", with = "crate::job::millis")]
+    #[schema(value_type = u64)]
+    pub cap: Duration,
 }
 
 /// Default first pause before a retry.
@@ -205,7 +212,7 @@ pub const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(300);
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff { base_ms: DEFAULT_BACKOFF_BASE.as_millis() as u64, cap_ms: DEFAULT_BACKOFF_CAP.as_millis() as u64 }
+        Backoff { base: DEFAULT_BACKOFF_BASE, cap: DEFAULT_BACKOFF_CAP }
     }
 }
 
@@ -216,7 +223,8 @@ impl Backoff {
     /// half the exponential step, so retries of many jobs that failed
     /// together spread out without ever firing at once).
     pub fn delay(&self, failures: u32) -> Duration {
-        let step = self.base_ms.saturating_mul(1u64 << failures.saturating_sub(1).min(40)).min(self.cap_ms);
+        let (base, cap) = (millis::of(self.base), millis::of(self.cap));
+        let step = base.saturating_mul(1u64 << failures.saturating_sub(1).min(40)).min(cap);
         let half = step / 2;
         let mut bytes = [0u8; 8];
         getrandom::fill(&mut bytes).expect("the OS random source is available");
@@ -390,7 +398,9 @@ pub struct LogLine {
     /// Key/value fields.
     pub fields: Vec<(String, String)>,
     /// Milliseconds since the attempt started.
-    pub elapsed_ms: u64,
+    #[serde(rename = "elapsed_ms", with = "crate::job::millis")]
+    #[schema(value_type = u64)]
+    pub elapsed: Duration,
 }
 
 /// Job counts by state, from one consistent snapshot.
@@ -452,13 +462,14 @@ mod tests {
 
     #[test]
     fn backoff_doubles_with_jitter_up_to_its_cap() {
-        let backoff = Backoff { base_ms: 1000, cap_ms: 10_000 };
+        let backoff = Backoff { base: Duration::from_secs(1), cap: Duration::from_secs(10) };
         for (failures, step) in [(1, 1000), (2, 2000), (3, 4000), (4, 8000), (5, 10_000), (60, 10_000)] {
             let seen: Vec<u64> = (0..200).map(|_| backoff.delay(failures).as_millis() as u64).collect();
             assert!(seen.iter().all(|&d| (step / 2..=step).contains(&d)), "failure {failures}: {seen:?}");
             let distinct: std::collections::HashSet<_> = seen.iter().collect();
             assert!(distinct.len() > 10, "failure {failures}: jittered, not one value: {distinct:?}");
         }
-        assert!(Backoff { base_ms: 1, cap_ms: 1 }.delay(3) <= Duration::from_millis(1));
+        let tiny = Duration::from_millis(1);
+        assert!(Backoff { base: tiny, cap: tiny }.delay(3) <= tiny);
     }
 }

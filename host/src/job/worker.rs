@@ -1,6 +1,7 @@
 //! The worker vocabulary: a registered pool and where it is in its life.
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +60,9 @@ pub struct WorkerRecord {
     /// Its state as it last reported it.
     pub state: WorkerState,
     /// Its fallback poll interval, milliseconds.
-    pub poll_interval_ms: u64,
+    #[serde(rename = "poll_interval_ms", with = "crate::job::millis")]
+    #[schema(value_type = u64)]
+    pub poll_interval: Duration,
     /// Jobs that succeeded in it.
     pub processed: u64,
     /// Jobs that failed in it.

@@ -1,6 +1,8 @@
 //! What the runtime reports: health, the workers sharing the store, the
 //! ceilings, the metrics text.
 
+use std::time::Duration;
+
 use serde::Serialize;
 
 use super::{PoolReport, Runtime, RuntimeError, Supervision};
@@ -76,15 +78,21 @@ pub struct Workers {
 #[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Ceilings {
     /// Longest wall-clock limit, milliseconds.
-    pub max_timeout_ms: u64,
+    #[serde(rename = "max_timeout_ms", with = "crate::job::millis")]
+    #[schema(value_type = u64)]
+    pub max_timeout: Duration,
     /// Largest memory limit, bytes.
     pub max_memory_bytes: u64,
     /// Largest output limit, bytes.
     pub max_output_bytes: u64,
     /// The wall-clock limit of a job that sets none, milliseconds.
-    pub default_timeout_ms: u64,
+    #[serde(rename = "default_timeout_ms", with = "crate::job::millis")]
+    #[schema(value_type = u64)]
+    pub default_timeout: Duration,
     /// Longest queue wait a job may ask for, milliseconds.
-    pub max_queue_ttl_ms: u64,
+    #[serde(rename = "max_queue_ttl_ms", with = "crate::job::millis")]
+    #[schema(value_type = u64)]
+    pub max_queue_ttl: Duration,
     /// Most attempts a job may ask for.
     pub max_attempts: u32,
     /// The retry backoff of a job that sets none.
@@ -96,11 +104,11 @@ impl Runtime {
     pub fn ceilings(&self) -> Ceilings {
         let s = &self.inner.settings;
         Ceilings {
-            max_timeout_ms: s.worker.max_timeout.as_millis() as u64,
+            max_timeout: s.worker.max_timeout,
             max_memory_bytes: s.sandbox.memory_ceiling_bytes,
             max_output_bytes: s.worker.max_output_bytes,
-            default_timeout_ms: s.default_timeout.as_millis() as u64,
-            max_queue_ttl_ms: s.max_queue_ttl.as_millis() as u64,
+            default_timeout: s.default_timeout,
+            max_queue_ttl: s.max_queue_ttl,
             max_attempts: MAX_ATTEMPTS_CEILING,
             backoff: s.default_backoff,
         }
@@ -128,12 +136,12 @@ impl Runtime {
             .collect();
         let live: Vec<&WorkerRecord> =
             workers.iter().filter(|w| !w.stale && w.worker.state != WorkerState::Stopped).map(|w| &w.worker).collect();
-        let summary = match live.iter().map(|w| w.poll_interval_ms).min() {
+        let summary = match live.iter().map(|w| w.poll_interval).min() {
             None => "Async workers: disabled (no live worker)".to_owned(),
-            Some(poll_ms) => format!(
+            Some(poll) => format!(
                 "Async workers: enabled, max_workers={}, poll_interval={:.1}s",
                 live.iter().map(|w| u64::from(w.slots)).sum::<u64>(),
-                poll_ms as f64 / 1000.0
+                poll.as_secs_f64()
             ),
         };
         Ok(Workers { summary, workers, counts: snapshot.counts })

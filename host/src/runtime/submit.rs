@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::clock::Timestamp;
 use crate::job::{
     Backoff, Digest, ExecutionMode, Gate, GateSource, Grants, IdempotencyKey, Job, JobId, JobLimits, JobStatus, NewJob,
-    PluginInfo, PluginName, PluginRef, Target,
+    PluginInfo, PluginName, PluginRef, Target, millis,
 };
 use crate::store::{JobInsertParams, StoreError};
 
@@ -112,12 +112,11 @@ pub struct Submitted {
 /// A backoff a job may use: a base of at least 1 ms, no more than its cap,
 /// and a cap of at most [`MAX_BACKOFF`].
 pub(super) fn check_backoff(backoff: Backoff) -> Result<(), String> {
-    let max_backoff = MAX_BACKOFF.as_millis() as u64;
-    if backoff.base_ms == 0 || backoff.base_ms > backoff.cap_ms || backoff.cap_ms > max_backoff {
+    let (base, cap, max_backoff) = (millis::of(backoff.base), millis::of(backoff.cap), millis::of(MAX_BACKOFF));
+    if base == 0 || base > cap || cap > max_backoff {
         return Err(format!(
-            "backoff {} ms doubling to {} ms is out of range: use a base of at least 1 ms, no more than the cap, \
-             and a cap of at most {max_backoff} ms",
-            backoff.base_ms, backoff.cap_ms
+            "backoff {base} ms doubling to {cap} ms is out of range: use a base of at least 1 ms, no more than the \
+             cap, and a cap of at most {max_backoff} ms"
         ));
     }
     Ok(())
@@ -389,7 +388,7 @@ impl Runtime {
             source,
             run_on_approve: job.run_on_approve,
             execution: if job.deadline.is_some() { ExecutionMode::Sync } else { ExecutionMode::Async },
-            deadline_ms: job.deadline.map(|d| d.as_millis() as u64),
+            deadline: job.deadline,
         });
         if approval.is_none() && !job.run_on_approve {
             return Err(RuntimeError::InvalidJob(
@@ -401,7 +400,7 @@ impl Runtime {
             plugin_name,
             target: job.target,
             input: job.input,
-            limits: JobLimits { timeout_ms: timeout.as_millis() as u64, fuel: job.fuel, memory_bytes, output_bytes },
+            limits: JobLimits { timeout, fuel: job.fuel, memory_bytes, output_bytes },
             grants,
             max_attempts: job.max_attempts.unwrap_or(settings.default_max_attempts),
             free_rerun_limit: settings.free_rerun_limit,

@@ -3,11 +3,12 @@
 //! secrets and shown to the run's observer as they are kept.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use super::redact::Redactor;
+use crate::job::millis;
 
 /// Longest log message or progress note kept, in bytes; longer ones are cut.
 pub const MAX_LOG_MESSAGE_BYTES: usize = 4096;
@@ -60,8 +61,9 @@ pub struct LogRecord {
     /// to [`MAX_LOG_KEY_BYTES`] and [`MAX_LOG_VALUE_BYTES`]; a record that
     /// had more ends with a [`FIELDS_DROPPED_KEY`] field counting them.
     pub fields: Vec<(String, String)>,
-    /// Milliseconds since the job started running.
-    pub elapsed_ms: u64,
+    /// Since the job started running (whole milliseconds).
+    #[serde(rename = "elapsed_ms", with = "crate::job::millis")]
+    pub elapsed: Duration,
 }
 
 /// A guest's latest progress report.
@@ -211,7 +213,7 @@ impl Journal {
             level,
             message: cut_text(message, MAX_LOG_MESSAGE_BYTES),
             fields: bounded_fields(fields),
-            elapsed_ms: self.started.elapsed().as_millis() as u64,
+            elapsed: Duration::from_millis(millis::of(self.started.elapsed())),
         };
         let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(kept) = book.push(record) {
@@ -231,7 +233,7 @@ mod tests {
     use super::*;
 
     fn record(message: &str) -> LogRecord {
-        LogRecord { level: LogLevel::Info, message: message.to_owned(), fields: Vec::new(), elapsed_ms: 0 }
+        LogRecord { level: LogLevel::Info, message: message.to_owned(), fields: Vec::new(), elapsed: Duration::ZERO }
     }
 
     #[test]

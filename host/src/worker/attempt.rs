@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::clock::Timestamp;
-use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine};
+use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine, millis};
 use crate::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 use crate::sandbox::{LogLevel, LogRecord, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, StopHandle};
 use crate::store::{Finish, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease};
@@ -89,7 +89,7 @@ impl Pool {
                     input: job.input,
                     // Clamped again: the ceilings in force now, not at submit.
                     limits: RunLimits {
-                        timeout: Duration::from_millis(job.limits.timeout_ms).min(self.config.max_timeout),
+                        timeout: job.limits.timeout.min(self.config.max_timeout),
                         fuel: job.limits.fuel,
                         memory_bytes: job.limits.memory_bytes,
                         output_bytes: job.limits.output_bytes.min(self.config.max_output_bytes),
@@ -120,7 +120,7 @@ impl Pool {
                             if let Some(left) = left {
                                 request.limits.timeout = request.limits.timeout.min(left);
                             }
-                            tracing::debug!(timeout_ms = request.limits.timeout.as_millis() as u64, "started");
+                            tracing::debug!(timeout_ms = millis::of(request.limits.timeout), "started");
                             self.notify_start(&JobStarted { id, attempt: job.attempt });
                             let progress = Arc::new(ProgressWatch::default());
                             let run = self.run_guest(plugin, request, stop.clone(), progress.clone());
@@ -309,7 +309,7 @@ impl Pool {
             }
             let fields: String = record.fields.iter().map(|(k, v)| format!(" {k}={v:?}")).collect();
             let message = record.message.as_str();
-            let elapsed_ms = record.elapsed_ms;
+            let elapsed_ms = millis::of(record.elapsed);
             match level {
                 tracing::Level::ERROR => tracing::error!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
                 tracing::Level::WARN => tracing::warn!(target: "leash::guest", elapsed_ms, fields, "{message:?}"),
@@ -455,7 +455,7 @@ fn compile_wait_record(plugin: &Plugin, waited: Duration) -> LogRecord {
             ("leash.compile_ms".into(), ms.to_string()),
             ("leash.compile_cached".into(), from_cache.to_string()),
         ],
-        elapsed_ms: 0,
+        elapsed: Duration::ZERO,
     }
 }
 
@@ -473,7 +473,7 @@ fn logs_for(outcome: &mut Outcome) -> Option<JobLogs> {
                 level: r.level.as_str().to_owned(),
                 message: r.message,
                 fields: r.fields,
-                elapsed_ms: r.elapsed_ms,
+                elapsed: r.elapsed,
             })
             .collect(),
         records_dropped: outcome.logs_dropped,

@@ -253,7 +253,7 @@ impl Pool {
                 PoolState::Stopping => WorkerState::Draining,
                 PoolState::Stopped => WorkerState::Stopped,
             },
-            poll_interval_ms: self.config.poll_interval.as_millis() as u64,
+            poll_interval: self.config.poll_interval,
             processed: self.stats.processed.load(Ordering::Relaxed),
             failed: self.stats.failed.load(Ordering::Relaxed),
             cancelled: self.stats.cancelled.load(Ordering::Relaxed),

@@ -332,7 +332,7 @@ async fn retryable_failures_run_again_after_the_backoff_and_others_never_do() {
     let submit = |kind: &str| {
         let mut j = job("fail", &format!(r#"{{"kind":"{kind}","message":"try {kind}"}}"#));
         j.max_attempts = Some(3);
-        j.backoff = Some(leash::job::Backoff { base_ms: 200, cap_ms: 300 });
+        j.backoff = Some(leash::job::Backoff { base: Duration::from_millis(200), cap: Duration::from_millis(300) });
         runtime.submit(j)
     };
     let retried = submit("retryable").await.unwrap();

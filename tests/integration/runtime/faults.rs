@@ -234,7 +234,7 @@ async fn a_transient_host_error_before_the_start_releases_the_job() {
         let (runtime, faults) = runtime(&dir).await;
         faults.inject(Op::PluginGet, Fault::FailBefore);
         let mut submit = job("hello", "{}", max_attempts);
-        submit.backoff = Some(leash::job::Backoff { base_ms: 10, cap_ms: 10 });
+        submit.backoff = Some(leash::job::Backoff { base: Duration::from_millis(10), cap: Duration::from_millis(10) });
         let id = runtime.submit(submit).await.unwrap();
         let done = runtime.wait(id, GENEROUS).await.unwrap();
         assert_eq!(faults.injected(), 1);
@@ -255,7 +255,7 @@ async fn a_store_closed_before_the_start_releases_the_job() {
     let (runtime, faults) = runtime(&dir).await;
     faults.inject(Op::PluginGet, Fault::Closed);
     let mut submit = job("hello", "{}", 1);
-    submit.backoff = Some(leash::job::Backoff { base_ms: 10, cap_ms: 10 });
+    submit.backoff = Some(leash::job::Backoff { base: Duration::from_millis(10), cap: Duration::from_millis(10) });
     let id = runtime.submit(submit).await.unwrap();
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!(faults.injected(), 1);

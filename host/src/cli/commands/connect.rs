@@ -54,9 +54,9 @@ pub(super) fn local_job_defaults(
         builder = builder.approval_ttl(d);
     }
     let default = crate::job::Backoff::default();
-    let base = duration("LEASH_RETRY_BACKOFF")?.map_or(default.base_ms, |d| d.as_millis() as u64);
-    let cap = duration("LEASH_RETRY_BACKOFF_CAP")?.map_or(default.cap_ms, |d| d.as_millis() as u64);
-    Ok(builder.default_backoff(crate::job::Backoff { base_ms: base, cap_ms: cap }))
+    let base = duration("LEASH_RETRY_BACKOFF")?.unwrap_or(default.base);
+    let cap = duration("LEASH_RETRY_BACKOFF_CAP")?.unwrap_or(default.cap);
+    Ok(builder.default_backoff(crate::job::Backoff { base, cap }))
 }
 
 pub(super) async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliError> {

@@ -35,7 +35,7 @@ pub(in crate::cli) async fn diagnostics(args: DiagnosticsArgs) -> Result<ExitSta
             ("target", client.target()),
             ("client version", env!("CARGO_PKG_VERSION").to_owned()),
             ("queue", queue),
-            ("max timeout", format!("{} ms", ceilings.max_timeout_ms)),
+            ("max timeout", format!("{} ms", ceilings.max_timeout.as_millis())),
             ("max memory", format!("{} bytes", ceilings.max_memory_bytes)),
             ("max output", format!("{} bytes", ceilings.max_output_bytes)),
         ];

@@ -66,10 +66,7 @@ pub(in crate::cli) fn worker_builder(args: &WorkerArgs) -> Result<RuntimeBuilder
         .default_max_attempts(args.max_attempts)
         .free_rerun_limit(args.free_reruns)
         .approval_ttl(args.approval_ttl)
-        .default_backoff(Backoff {
-            base_ms: args.retry_backoff.as_millis() as u64,
-            cap_ms: args.retry_backoff_cap.as_millis() as u64,
-        }))
+        .default_backoff(Backoff { base: args.retry_backoff, cap: args.retry_backoff_cap }))
 }
 
 /// Build a runtime from the command line's settings.

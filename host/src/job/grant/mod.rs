@@ -45,7 +45,7 @@ pub struct HttpLimits {
     pub response_bytes: u64,
     /// Longest one request may take, from connecting to the last byte of
     /// the response, in milliseconds; never past the job's deadline.
-    #[serde(rename = "request_timeout_ms", with = "duration_ms")]
+    #[serde(rename = "request_timeout_ms", with = "crate::job::millis")]
     #[schema(value_type = u64)]
     pub request_timeout: Duration,
 }
@@ -58,18 +58,6 @@ impl Default for HttpLimits {
             response_bytes: DEFAULT_HTTP_RESPONSE_BYTES,
             request_timeout: DEFAULT_HTTP_REQUEST_TIMEOUT,
         }
-    }
-}
-
-mod duration_ms {
-    use std::time::Duration;
-
-    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
-    }
-
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        <u64 as serde::Deserialize>::deserialize(d).map(Duration::from_millis)
     }
 }
 

@@ -10,10 +10,10 @@ use tokio_postgres::types::ToSql;
 use super::rows::{count_jobs, db_err, job_columns, list_columns, row_to_job, rows_to_jobs};
 use super::{BATCH, NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
-use crate::job::{Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION};
+use crate::job::{Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::codec::{
-    InsertTimes, approval_to_column, corrupt, grants_to_column, i64_of, json_column, target_columns, to_json,
+    InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
 };
 use crate::store::sql::{decision_update_sql, list_filters};
 use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
@@ -259,8 +259,8 @@ impl InsertColumns {
         self.request_digest.push(job.idempotency.map(|i| i.request_digest));
         self.run_after.push(times.run_after.unix_ms());
         self.deadline.push(times.deadline_at.map(Timestamp::unix_ms));
-        self.backoff_base.push(i64_of(job.backoff.base_ms));
-        self.backoff_cap.push(i64_of(job.backoff.cap_ms));
+        self.backoff_base.push(millis::column(job.backoff.base));
+        self.backoff_cap.push(millis::column(job.backoff.cap));
         self.grants.push(grants_to_column(&job.grants)?);
         self.free_rerun_limit.push(i32::try_from(job.free_rerun_limit).unwrap_or(i32::MAX));
         Ok(())

@@ -8,7 +8,7 @@ use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 
 use crate::clock::Timestamp;
-use crate::job::{Backoff, Counts, Job, JobId, JobStatus, PluginInfo, PluginName};
+use crate::job::{Backoff, Counts, Job, JobId, JobStatus, PluginInfo, PluginName, millis};
 use crate::store::StoreError;
 use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, requests_of, target_of};
 
@@ -185,8 +185,8 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
         deadline_at: ts(row.try_get(32).map_err(&read)?),
         retries: count(row.try_get(33).map_err(&read)?),
         backoff: Backoff {
-            base_ms: row.try_get::<_, i64>(34).map_err(&read)?.max(0) as u64,
-            cap_ms: row.try_get::<_, i64>(35).map_err(&read)?.max(0) as u64,
+            base: millis::from_column(row.try_get(34).map_err(&read)?),
+            cap: millis::from_column(row.try_get(35).map_err(&read)?),
         },
         last_error: row.try_get(36).map_err(&read)?,
         releases: count(row.try_get(37).map_err(&read)?),

@@ -7,7 +7,7 @@ use super::PostgresStore;
 use super::events::snapshot;
 use super::rows::{count_jobs, db_err};
 use crate::clock::Timestamp;
-use crate::job::{WorkerRecord, WorkerState};
+use crate::job::{WorkerRecord, WorkerState, millis};
 use crate::store::rules::codec::{corrupt, i64_of};
 use crate::store::{StoreError, Workers, WorkersSnapshot};
 
@@ -32,7 +32,7 @@ impl Workers for PostgresStore {
                 &i64::from(worker.slots),
                 &i64::from(worker.running),
                 &worker.state.as_str(),
-                &i64_of(worker.poll_interval_ms),
+                &millis::column(worker.poll_interval),
                 &i64_of(worker.processed),
                 &i64_of(worker.failed),
                 &i64_of(worker.cancelled),
@@ -69,7 +69,7 @@ impl Workers for PostgresStore {
                     version: r.get(3),
                     slots: r.get::<_, i64>(4).clamp(0, i64::from(u32::MAX)) as u32,
                     running: r.get::<_, i64>(5).clamp(0, i64::from(u32::MAX)) as u32,
-                    poll_interval_ms: r.get::<_, i64>(7).max(0) as u64,
+                    poll_interval: millis::from_column(r.get(7)),
                     processed: r.get::<_, i64>(8).max(0) as u64,
                     failed: r.get::<_, i64>(9).max(0) as u64,
                     cancelled: r.get::<_, i64>(10).max(0) as u64,

@@ -144,7 +144,7 @@ pub(crate) fn decide(row: GatedRow, params: &JobDecideParams) -> Result<Change, 
 fn queue(mut approval: Approval, run_after: Timestamp, queue_ttl: Duration, now: Timestamp) -> Change {
     approval.triggered_at = Some(now);
     let run_after = run_after.max(now);
-    let deadline_at = approval.deadline_ms.map(|ms| now.plus(Duration::from_millis(ms)));
+    let deadline_at = approval.deadline.map(|deadline| now.plus(deadline));
     let expires_at = deadline_at.map_or(run_after.plus(queue_ttl), |d| run_after.plus(queue_ttl).min(d));
     Change::Queue { approval, run_after, expires_at, deadline_at }
 }
@@ -159,7 +159,7 @@ mod tests {
             required_by: GateSource::Request,
             run_on_approve,
             execution: ExecutionMode::Sync,
-            deadline_ms: Some(5_000),
+            deadline: Some(Duration::from_secs(5)),
             decision: None,
             triggered_at: None,
         }

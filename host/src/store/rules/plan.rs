@@ -28,7 +28,7 @@ pub(crate) fn apply_job(plan: &PlanRow, execute: &Job) -> NewJob {
         source: GateSource::Plan,
         run_on_approve: true,
         execution: ExecutionMode::Async,
-        deadline_ms: None,
+        deadline: None,
     });
     NewJob {
         plugin: execute.plugin,

@@ -239,7 +239,7 @@ mod tests {
             free_reruns,
             free_rerun_limit: 2,
             cancel_requested: false,
-            backoff: Backoff { base_ms: 1, cap_ms: 1 },
+            backoff: Backoff { base: std::time::Duration::from_millis(1), cap: std::time::Duration::from_millis(1) },
             process_deaths: 0,
         }
     }

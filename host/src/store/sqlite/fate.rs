@@ -25,7 +25,7 @@ pub(super) fn counters_of(r: &Row<'_>) -> rusqlite::Result<(String, u32, Counter
             free_reruns: r.get(5)?,
             free_rerun_limit: r.get(6)?,
             cancel_requested: r.get(7)?,
-            backoff: Backoff { base_ms: r.get::<_, i64>(8)?.max(0) as u64, cap_ms: r.get::<_, i64>(9)?.max(0) as u64 },
+            backoff: Backoff { base: millis::from_column(r.get(8)?), cap: millis::from_column(r.get(9)?) },
             process_deaths: r.get(10)?,
         },
     ))

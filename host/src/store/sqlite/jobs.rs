@@ -9,11 +9,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::SqliteStore;
 use super::rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs};
 use crate::clock::Timestamp;
-use crate::job::{Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION};
+use crate::job::{Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::codec::{
-    InsertTimes, approval_to_column, corrupt, grants_to_column, i64_of, inserted_job, json_column, target_columns,
-    to_json,
+    InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns, to_json,
 };
 use crate::store::sql::{decision_update_sql, list_filters};
 use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
@@ -273,8 +272,8 @@ pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) 
             text(job.idempotency.as_ref().map(|i| i.request_digest.as_str())),
             Value::Integer(times.run_after.unix_ms()),
             times.deadline_at.map_or(Value::Null, |d| Value::Integer(d.unix_ms())),
-            Value::Integer(i64_of(job.backoff.base_ms)),
-            Value::Integer(i64_of(job.backoff.cap_ms)),
+            Value::Integer(millis::column(job.backoff.base)),
+            Value::Integer(millis::column(job.backoff.cap)),
             grants_to_column(&job.grants)?.map_or(Value::Null, Value::Text),
             Value::Integer(i64::from(job.free_rerun_limit)),
             approval.map_or(Value::Null, Value::Text),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::clock::Timestamp;
-use crate::job::{Backoff, Counts, EventId, Job, JobId, JobStatus, PlanRecord, PluginInfo, PluginName};
+use crate::job::{Backoff, Counts, EventId, Job, JobId, JobStatus, PlanRecord, PluginInfo, PluginName, millis};
 use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, requests_of, target_of};
 use crate::store::rules::events::EventRow;
 use crate::store::rules::plan::PlanRow;
@@ -85,8 +85,8 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
         deadline_at: ts(row.get(32).map_err(&read)?),
         retries: row.get(33).map_err(&read)?,
         backoff: Backoff {
-            base_ms: row.get::<_, i64>(34).map_err(&read)?.max(0) as u64,
-            cap_ms: row.get::<_, i64>(35).map_err(&read)?.max(0) as u64,
+            base: millis::from_column(row.get(34).map_err(&read)?),
+            cap: millis::from_column(row.get(35).map_err(&read)?),
         },
         last_error: row.get(36).map_err(&read)?,
         releases: row.get(37).map_err(&read)?,

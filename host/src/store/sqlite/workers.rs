@@ -6,8 +6,8 @@ use rusqlite::params;
 use super::SqliteStore;
 use super::rows::{count_jobs, db_err};
 use crate::clock::Timestamp;
-use crate::job::{WorkerRecord, WorkerState};
-use crate::store::rules::codec::{corrupt, i64_of};
+use crate::job::{WorkerRecord, WorkerState, millis};
+use crate::store::rules::codec::corrupt;
 use crate::store::{StoreError, Workers, WorkersSnapshot};
 
 #[async_trait::async_trait]
@@ -33,7 +33,7 @@ impl Workers for SqliteStore {
                     worker.slots,
                     worker.running,
                     worker.state.as_str(),
-                    i64_of(worker.poll_interval_ms),
+                    millis::column(worker.poll_interval),
                     worker.processed as i64,
                     worker.failed as i64,
                     worker.cancelled as i64,
@@ -69,7 +69,7 @@ impl Workers for SqliteStore {
                                     slots: r.get(4)?,
                                     running: r.get(5)?,
                                     state: WorkerState::Stopped,
-                                    poll_interval_ms: r.get::<_, i64>(7)?.max(0) as u64,
+                                    poll_interval: millis::from_column(r.get(7)?),
                                     processed: r.get::<_, i64>(8)?.max(0) as u64,
                                     failed: r.get::<_, i64>(9)?.max(0) as u64,
                                     cancelled: r.get::<_, i64>(10)?.max(0) as u64,

@@ -55,14 +55,14 @@ pub(crate) async fn an_insert_answers_the_rows_as_stored(store: Arc<dyn JobStore
         concurrency_key: Some("k".into()),
         idempotency: Some(leash::job::IdempotencyKey::new("full-1", "digest-1".to_owned()).unwrap()),
         deadline: Some(Duration::from_secs(20)),
-        backoff: leash::job::Backoff { base_ms: 250, cap_ms: 9_000 },
+        backoff: leash::job::Backoff { base: Duration::from_millis(250), cap: Duration::from_millis(9_000) },
         ..new_job("full")
     };
     let gate = Gate {
         source: GateSource::Policy,
         run_on_approve: false,
         execution: ExecutionMode::Sync,
-        deadline_ms: Some(15_000),
+        deadline: Some(Duration::from_millis(15_000)),
     };
     let gated = NewJob { approval: Some(gate), ..new_job("gated") };
     let delayed = NewJob { run_at: Some(at(90)), ..new_job("delayed") };
@@ -371,7 +371,7 @@ pub(crate) async fn a_sync_gate_counts_its_deadline_from_the_trigger(store: Arc<
         source: GateSource::Policy,
         run_on_approve: true,
         execution: ExecutionMode::Sync,
-        deadline_ms: Some(30_000),
+        deadline: Some(Duration::from_millis(30_000)),
     };
     let job = NewJob { approval: Some(gate), deadline: Some(Duration::from_secs(30)), ..new_job("s") };
     let gated = insert_one(&*store, job, T0).await;

@@ -281,7 +281,7 @@ pub(crate) async fn finish_keeps_logs_and_last_progress(store: Arc<dyn JobStore>
             level: "info".into(),
             message: "hi".into(),
             fields: vec![("k".into(), "v".into())],
-            elapsed_ms: 3,
+            elapsed: Duration::from_millis(3),
         }],
         records_dropped: 2,
         stdout: "out".into(),

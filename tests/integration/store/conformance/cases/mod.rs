@@ -53,7 +53,12 @@ pub(crate) fn new_job(input: &str) -> NewJob {
         plugin_name: None,
         target: Target::Execute,
         input: input.as_bytes().to_vec(),
-        limits: JobLimits { timeout_ms: 1000, fuel: Some(5), memory_bytes: 1 << 20, output_bytes: 1 << 10 },
+        limits: JobLimits {
+            timeout: Duration::from_secs(1),
+            fuel: Some(5),
+            memory_bytes: 1 << 20,
+            output_bytes: 1 << 10,
+        },
         grants: Default::default(),
         max_attempts: 1,
         free_rerun_limit: 0,
@@ -188,7 +193,7 @@ pub(crate) fn worker_record(id: &str, now: Timestamp) -> leash::job::WorkerRecor
         slots: 4,
         running: 0,
         state: leash::job::WorkerState::Running,
-        poll_interval_ms: 1000,
+        poll_interval: Duration::from_secs(1),
         processed: 0,
         failed: 0,
         cancelled: 0,
@@ -210,7 +215,7 @@ pub(crate) fn died_params(worker: &str, now: Timestamp) -> WorkerDiedParams {
 /// A job that waits for approval; `run_on_approve = false` holds it
 /// `approved` until its run is triggered.
 pub(crate) fn gated_job(input: &str, run_on_approve: bool) -> NewJob {
-    let gate = Gate { source: GateSource::Request, run_on_approve, execution: ExecutionMode::Async, deadline_ms: None };
+    let gate = Gate { source: GateSource::Request, run_on_approve, execution: ExecutionMode::Async, deadline: None };
     NewJob { approval: Some(gate), ..new_job(input) }
 }
 

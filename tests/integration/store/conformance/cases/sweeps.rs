@@ -111,7 +111,7 @@ pub(crate) async fn retention_deletes_only_old_terminal_jobs(store: Arc<dyn JobS
 pub(crate) async fn reclaim_requeues_after_the_backoff_and_shares_the_attempt_budget(store: Arc<dyn JobStore>) {
     let mut job = new_job("x");
     job.max_attempts = 3;
-    job.backoff = leash::job::Backoff { base_ms: 10_000, cap_ms: 10_000 };
+    job.backoff = leash::job::Backoff { base: Duration::from_millis(10_000), cap: Duration::from_millis(10_000) };
     insert_one(&*store, job, T0).await;
     // Attempt 1 fails retryably; attempt 2's worker dies.
     let lease = claim_one(&*store, at(1)).await;
