@@ -89,7 +89,7 @@ enum Command {
     /// to stderr. The first Ctrl-C asks the plugin to stop; a second stops it
     /// at once.
     #[command(after_help = EXIT_CODES_HELP)]
-    Run(RunArgs),
+    Run(commands::RunArgs),
     /// Run a worker pool and the sweeps on a job database until SIGINT or
     /// SIGTERM, then shut down within the shutdown budget.
     Worker(commands::WorkerCommandArgs),
@@ -276,45 +276,6 @@ struct WorkerArgs {
     /// Several processes may share one file.
     #[arg(long, env = "LEASH_START_LOG", value_name = "FILE")]
     start_log: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-struct RunArgs {
-    /// The component (.wasm) implementing leash:plugin@0.1.0.
-    component: PathBuf,
-    #[command(flatten)]
-    job: JobArgs,
-    /// Wall-clock limit, e.g. `30s`, `500ms`, `2m`, `1h`.
-    #[arg(long, value_parser = parse_duration, default_value = "1h")]
-    timeout: Duration,
-    /// Fuel budget (roughly, wasm instructions). Unlimited when absent.
-    #[arg(long)]
-    fuel: Option<u64>,
-    /// Memory limit, e.g. `64MiB`, `1GiB`, or bytes.
-    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
-    memory: u64,
-    /// Largest output accepted, e.g. `1MiB`.
-    #[arg(long, value_parser = parse_size, default_value = "1MiB")]
-    output_limit: u64,
-    /// Time the plugin has to stop after Ctrl-C before it is stopped by force.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    cancel_grace: Duration,
-    /// Print the outcome as one JSON object on stdout.
-    #[arg(long)]
-    json: bool,
-    /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
-    #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
-    cache_dir: Option<PathBuf>,
-    /// A file of `NAME=value` lines (mode 0600) with the secrets granted
-    /// plugins may send; `LEASH_SECRET_<NAME>` variables set them too.
-    #[arg(long, env = "LEASH_SECRETS_FILE", value_name = "FILE")]
-    secrets_file: Option<PathBuf>,
-    /// Do not read or write the compiled-component cache (overrides
-    /// `--cache-dir` and LEASH_CACHE_DIR).
-    #[arg(long)]
-    no_cache: bool,
-    #[command(flatten)]
-    grants: GrantArgs,
 }
 
 /// What a plugin may reach over HTTP. Nothing unless granted.

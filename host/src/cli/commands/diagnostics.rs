@@ -4,12 +4,19 @@
 use std::io::Write;
 
 use axum::http::Method;
+use clap::Args;
 
 use crate::api::types::HealthReport;
-use crate::cli::commands::DiagnosticsArgs;
+use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{new_table, print_json, print_table, with_client};
 use crate::cli::{CliError, ExitStatus, terminal_text};
 use crate::client::typed;
+
+#[derive(Debug, Args)]
+pub(in crate::cli) struct DiagnosticsArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+}
 
 pub(in crate::cli) async fn diagnostics(args: DiagnosticsArgs) -> Result<ExitStatus, CliError> {
     let json_out = args.conn.json;

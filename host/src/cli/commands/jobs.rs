@@ -2,18 +2,119 @@
 //! read the logs of jobs (`watch` is in its own module).
 
 use std::io::Write;
+use std::time::Duration;
 
 use axum::http::Method;
 use base64::Engine as _;
+use clap::Subcommand;
 
 use crate::api::requests::DecisionRequest;
 use crate::api::types::{CancelAnswer, JobPage, JobView};
 use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::commands::submit::wait_for;
-use crate::cli::commands::{ConnArgs, JobsCommand};
-use crate::cli::{CliError, ExitStatus, terminal_text};
+use crate::cli::commands::watch::WatchArgs;
+use crate::cli::commands::{ConnArgs, DecisionArgs};
+use crate::cli::{CliError, ExitStatus, parse_duration, terminal_text};
 use crate::client::typed;
 use crate::runtime::Cancelled;
+
+#[derive(Debug, Subcommand)]
+pub(in crate::cli) enum JobsCommand {
+    /// List jobs, newest first.
+    List {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// Only jobs in this state (pending_approval, approved, queued, running,
+        /// succeeded, failed, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only jobs of this plugin: name, name@version or digest.
+        #[arg(long)]
+        plugin: Option<String>,
+        /// Only jobs of this plan.
+        #[arg(long)]
+        plan: Option<String>,
+        /// Only jobs with this concurrency key.
+        #[arg(long)]
+        concurrency_key: Option<String>,
+        /// Jobs per page (1-500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Jobs older than this id (the previous page's last).
+        #[arg(long, value_name = "JOB_ID")]
+        before: Option<String>,
+    },
+    /// Show one job.
+    Show {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
+    /// Cancel a job: queued jobs at once, running jobs by asking their worker.
+    Cancel {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
+    /// Print a job's effect ledger: every effectful request (by default any
+    /// method but GET and HEAD) its attempts made, and how each ended.
+    Effects {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
+    /// Print what a finished job logged (records, stdout, stderr).
+    Logs {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
+    /// Approve a job waiting for approval: it is queued (or, submitted
+    /// with `--hold-after-approval`, waits for `leash jobs run`).
+    Approve {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+    /// Reject a job waiting for approval: it is cancelled (kind
+    /// `rejected`) and never runs.
+    Reject {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+    /// Trigger the run of an approved job that waits for it.
+    Run {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
+    /// Print job and worker events as they happen (every process sharing
+    /// the database), one line each; with `--json`, each event's JSON.
+    /// Runs until interrupted, or with `--job` until that job ends.
+    Watch(WatchArgs),
+    /// Wait for a job to end, showing its progress, and print its output.
+    Wait {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+        /// Longest wait.
+        #[arg(long, value_parser = parse_duration, default_value = "1h")]
+        timeout: Duration,
+    },
+}
 
 pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, CliError> {
     match command {

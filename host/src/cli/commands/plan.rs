@@ -5,15 +5,83 @@ use std::time::Duration;
 
 use axum::http::Method;
 use base64::Engine as _;
+use clap::Subcommand;
 use serde_json::Value;
 
-use crate::api::requests::DecisionRequest;
-use crate::api::requests::PlanRequest;
+use crate::api::requests::{DecisionRequest, PlanRequest};
 use crate::api::types::PlanAnswer;
 use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
-use crate::cli::commands::{ConnArgs, PlanCommand};
-use crate::cli::{CliError, ExitStatus, read_input, terminal_text};
+use crate::cli::commands::{ConnArgs, DecisionArgs};
+use crate::cli::{CliError, ExitStatus, parse_duration, read_input, terminal_text};
 use crate::client::{Client, typed};
+
+#[derive(Debug, Subcommand)]
+pub(in crate::cli) enum PlanCommand {
+    /// Create a plan: its execute phase runs at once; when it succeeds, its
+    /// apply phase gets the execute output (and the plan's input) and waits
+    /// for approval (or, with `--apply auto`, runs at once).
+    Submit {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// A registered plugin: `name`, `name@version` or a digest.
+        plugin: String,
+        /// The plan's input: a file, or `-` for stdin (default: none).
+        #[arg(long)]
+        input: Option<String>,
+        /// `approval`: apply waits for `leash plan approve`; `auto`: it runs
+        /// once execute succeeds.
+        #[arg(long, default_value = "approval", value_parser = ["approval", "auto"])]
+        apply: String,
+        /// Wait (up to this long) until the plan needs a decision or ends,
+        /// showing its phase, then print what execute produced: the change
+        /// to approve. On a local database a worker must be running.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        wait: Option<Duration>,
+    },
+    /// Show a plan: its status, both phases and their outputs.
+    Show {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The plan id.
+        id: String,
+    },
+    /// List plans, newest first.
+    List {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// Plans per page (1-500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Plans older than this id (the previous page's last).
+        #[arg(long, value_name = "PLAN_ID")]
+        before: Option<String>,
+    },
+    /// Approve the phase of a plan that waits for approval.
+    Approve {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The plan id.
+        id: String,
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+    /// Reject the phase of a plan that waits for approval: apply never runs.
+    Reject {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The plan id.
+        id: String,
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+    /// Cancel a plan: the phase that waits or runs is cancelled.
+    Cancel {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The plan id.
+        id: String,
+    },
+}
 
 pub(in crate::cli) async fn plan(command: PlanCommand) -> Result<ExitStatus, CliError> {
     match command {

@@ -1,16 +1,85 @@
 //! `leash plugins`: add, list, show, grant and gate registered plugins.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use axum::http::Method;
+use clap::Subcommand;
 use serde_json::Value;
 
 use crate::api::types::PluginList;
-use crate::cli::commands::PluginsCommand;
+use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
-use crate::cli::{CliError, ExitStatus, terminal_text};
+use crate::cli::{CliError, ExitStatus, GrantArgs, terminal_text};
 use crate::client::{Client, typed};
 use crate::job::{ApprovalPolicy, Grants, PluginInfo};
+
+#[derive(Debug, Subcommand)]
+pub(in crate::cli) enum PluginsCommand {
+    /// Validate, precompile and register a component.
+    Add {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The component file (.wasm).
+        file: PathBuf,
+        /// Registry name (default: the file name without `.wasm`).
+        #[arg(long)]
+        name: Option<String>,
+        /// Version (default 0.0.0). Adding a name@version again replaces it
+        /// and keeps its grants; jobs already queued keep the bytes they were
+        /// given.
+        #[arg(long)]
+        version: Option<String>,
+        /// Grant jobs of this name@version what the flags say (replacing
+        /// what it had). Without any grant flag, grants are left as they
+        /// are (none, for a new name@version).
+        #[command(flatten)]
+        grants: GrantArgs,
+        /// Jobs of this target wait for approval: `*`, `execute`, `apply`,
+        /// `action:*` or `action:NAME` (repeat for more), set with the name
+        /// in one step. Without it, a replaced name@version keeps its
+        /// policy.
+        #[arg(long, value_name = "TARGET")]
+        require_approval: Vec<String>,
+    },
+    /// Replace which targets of a registered name@version wait for
+    /// approval. Jobs submitted afterwards follow it; a submit can add a
+    /// gate but never remove one the policy sets.
+    Approval {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The registration: name@version.
+        reference: String,
+        /// A gated target: `*`, `execute`, `apply`, `action:*` or
+        /// `action:NAME` (repeat for more; none gates nothing).
+        #[arg(long, value_name = "TARGET")]
+        require: Vec<String>,
+    },
+    /// Replace what jobs of a registered name@version may use outside
+    /// their sandbox. Jobs submitted afterwards get the new grants; jobs
+    /// already submitted keep theirs. With no `--allow-host`, every
+    /// request of later jobs is denied.
+    Grant {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The registration: name@version.
+        reference: String,
+        #[command(flatten)]
+        grants: GrantArgs,
+    },
+    /// List registered plugins.
+    List {
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+    /// Show one plugin: name, name@version or digest.
+    Show {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The reference.
+        reference: String,
+    },
+}
 
 pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliError> {
     match command {

@@ -2,21 +2,64 @@
 //! loop — and the report it prints.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine as _;
+use clap::Args;
 use serde::Serialize;
 
 use crate::cli::process::{default_cache_dir, interrupt_signal};
 use crate::cli::{
-    CliError, ExitStatus, RunArgs, load_secrets, read_input, terminal_lines, terminal_text, write_output,
+    CliError, ExitStatus, GrantArgs, JobArgs, load_secrets, parse_duration, parse_size, read_input, terminal_lines,
+    terminal_text, write_output,
 };
 use crate::job::ErrorKind;
 use crate::sandbox;
-use crate::sandbox::Loaded;
 use crate::sandbox::{
-    Allocator, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig, StopHandle,
+    Allocator, Loaded, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
+    StopHandle,
 };
+
+#[derive(Debug, Args)]
+pub(in crate::cli) struct RunArgs {
+    /// The component (.wasm) implementing leash:plugin@0.1.0.
+    component: PathBuf,
+    #[command(flatten)]
+    job: JobArgs,
+    /// Wall-clock limit, e.g. `30s`, `500ms`, `2m`, `1h`.
+    #[arg(long, value_parser = parse_duration, default_value = "1h")]
+    timeout: Duration,
+    /// Fuel budget (roughly, wasm instructions). Unlimited when absent.
+    #[arg(long)]
+    fuel: Option<u64>,
+    /// Memory limit, e.g. `64MiB`, `1GiB`, or bytes.
+    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
+    memory: u64,
+    /// Largest output accepted, e.g. `1MiB`.
+    #[arg(long, value_parser = parse_size, default_value = "1MiB")]
+    output_limit: u64,
+    /// Time the plugin has to stop after Ctrl-C before it is stopped by force.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    cancel_grace: Duration,
+    /// Print the outcome as one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
+    #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// A file of `NAME=value` lines (mode 0600) with the secrets granted
+    /// plugins may send; `LEASH_SECRET_<NAME>` variables set them too.
+    #[arg(long, env = "LEASH_SECRETS_FILE", value_name = "FILE")]
+    secrets_file: Option<PathBuf>,
+    /// Do not read or write the compiled-component cache (overrides
+    /// `--cache-dir` and LEASH_CACHE_DIR).
+    #[arg(long)]
+    no_cache: bool,
+    #[command(flatten)]
+    grants: GrantArgs,
+}
 
 /// Prints guest logs to stderr as they arrive.
 struct StderrLogs;

@@ -2,15 +2,58 @@
 //! supervised child process (see [`supervise`](super::supervise)) or in
 //! its own (`--pool in-process`).
 
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
 use super::supervise::{PoolLink, Supervisor};
 use super::worker::{build_runtime, worker_builder};
 use crate::api::listen::ListenLimits;
 use crate::api::{ApiConfig, router};
-use crate::cli::commands::ServeArgs;
 use crate::cli::commands::worker::worker_runtime;
 use crate::cli::process::{init_logging, stop_signal};
-use crate::cli::{CliError, ExitStatus};
+use crate::cli::{CliError, ExitStatus, WorkerArgs, parse_duration, parse_size};
 use crate::client::ensure_token_file;
+
+#[derive(Debug, Args)]
+pub(in crate::cli) struct ServeArgs {
+    #[command(flatten)]
+    worker: WorkerArgs,
+    /// Address to listen on. Loopback unless told otherwise.
+    #[arg(long, env = "LEASH_LISTEN", default_value = "127.0.0.1:7070")]
+    listen: String,
+    /// Where the API token is kept (created, mode 0600, on first start)
+    /// when LEASH_API_TOKEN is not set. Default: `<db>.token`.
+    #[arg(long, env = "LEASH_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// The sync ceiling: the longest timeout an `"execution": "sync"`
+    /// request may ask for (refused with 400 `sync_ceiling` above it), and
+    /// the timeout of one that sets none when below `--job-timeout`. A sync
+    /// job's timeout covers its queue wait and its run.
+    #[arg(long, env = "LEASH_SYNC_TIMEOUT", value_parser = parse_duration, default_value = "60s")]
+    sync_timeout: Duration,
+    /// Largest request body (plugin uploads included); 413 above it.
+    #[arg(long, env = "LEASH_MAX_BODY", value_parser = parse_size, default_value = "32MiB")]
+    max_body: u64,
+    /// Time a connection has to send a request's headers; an idle
+    /// keep-alive connection is closed after the same time.
+    #[arg(long, env = "LEASH_HEADER_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
+    header_timeout: Duration,
+    /// Time an answer (or an event stream) may wait for its client to read
+    /// before the connection is closed: a client that stops reading is
+    /// dropped.
+    #[arg(long, env = "LEASH_WRITE_TIMEOUT", value_parser = parse_duration, default_value = "30s")]
+    write_timeout: Duration,
+    /// Connections open at once; more are answered 503 and closed.
+    #[arg(long, env = "LEASH_MAX_CONNECTIONS", default_value_t = crate::api::listen::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Where jobs run: `supervised` (a child process this server starts
+    /// again when it dies, so a crash in a guest's run never takes the API
+    /// down) or `in-process` (one process, as when embedding).
+    #[arg(long, env = "LEASH_POOL", default_value = "supervised", value_parser = ["supervised", "in-process"])]
+    pool: String,
+}
 
 pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
     init_logging(&args.worker.log_format)?;

@@ -6,15 +6,114 @@ use std::time::Duration;
 
 use axum::http::Method;
 use base64::Engine as _;
+use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
 use crate::api::requests::{BatchRequest, Execution, GateChoice, SubmitRequest};
-use crate::cli::commands::SubmitArgs;
+use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{print_json, text, with_client};
-use crate::cli::{CliError, ExitStatus, read_input};
+use crate::cli::{CliError, ExitStatus, JobArgs, parse_duration, parse_size, read_input};
 use crate::client::{Client, ClientError};
 use crate::job::{ErrorKind, JobStatus, Target};
+
+#[derive(Debug, Args)]
+pub(in crate::cli) struct SubmitArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// A component file (.wasm), or a registered plugin: `name`,
+    /// `name@version` or a digest.
+    #[arg(required_unless_present = "batch")]
+    plugin: Option<String>,
+    /// Queue many jobs from a file of JSON lines (`-` for stdin), one job
+    /// per line as `POST /v1/jobs` takes it, e.g.
+    /// `{"plugin":"hello@1.0.0","input":{"name":"a"}}`. Sent 1,000 lines
+    /// to a request, each request all or nothing; prints one job id per
+    /// line. The job's own flags do not apply: put them in the lines
+    /// (`--queue-ttl` is the default of lines without `queue_ttl_ms`).
+    #[arg(long, value_name = "FILE|-", conflicts_with_all = BATCH_CONFLICTS)]
+    batch: Option<String>,
+    #[command(flatten)]
+    job: JobArgs,
+    /// Wall-clock limit per attempt (default: the server's `--job-timeout`,
+    /// 3600 s).
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Fuel budget per attempt.
+    #[arg(long)]
+    fuel: Option<u64>,
+    /// Memory limit per attempt, e.g. `64MiB`.
+    #[arg(long, value_parser = parse_size)]
+    memory: Option<u64>,
+    /// Attempts the job may use: a lost lease or a `retryable` failure with
+    /// attempts left runs it again after its backoff (default: the
+    /// server's `--max-attempts`, 1).
+    #[arg(long)]
+    max_attempts: Option<u32>,
+    /// The pause before the first retry, doubling after each failure, with
+    /// jitter (default: the server's `--retry-backoff`, 1 s).
+    #[arg(long, value_parser = parse_duration)]
+    retry_backoff: Option<Duration>,
+    /// The longest pause before a retry (default: the server's, 300 s).
+    #[arg(long, value_parser = parse_duration)]
+    retry_backoff_cap: Option<Duration>,
+    /// Do not start the job before this time (RFC 3339 UTC, e.g.
+    /// 2026-12-01T09:00:00Z); its queue TTL counts from then.
+    #[arg(long, value_name = "TIME", conflicts_with = "delay")]
+    run_after: Option<String>,
+    /// Do not start the job before this long from now, e.g. `10m`.
+    #[arg(long, value_parser = parse_duration)]
+    delay: Option<Duration>,
+    /// How long the job may wait in the queue before it fails as `expired`.
+    #[arg(long, env = "LEASH_QUEUE_TTL", value_parser = parse_duration)]
+    queue_ttl: Option<Duration>,
+    /// At most one running job per key.
+    #[arg(long)]
+    concurrency_key: Option<String>,
+    /// A plan id to group jobs by.
+    #[arg(long)]
+    plan: Option<String>,
+    /// `approval`: the job waits for `leash jobs approve` before it runs.
+    /// `none` is refused where the plugin's approval policy gates the
+    /// target. Default: the policy decides.
+    #[arg(long, value_parser = ["approval", "none"])]
+    gate: Option<String>,
+    /// With `--gate approval`: leave the approved job waiting for
+    /// `leash jobs run` instead of queueing it at once.
+    #[arg(long, requires = "gate")]
+    hold_after_approval: bool,
+    /// Wait for the job to end (up to this long), showing its progress, and
+    /// print its output. Ctrl-C asks whether to cancel it or stop waiting.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    wait: Option<Duration>,
+    /// Local database only: also run a worker pool in this process while
+    /// waiting (no separate `leash worker` needed). It may run other queued
+    /// jobs too, and releases them when the wait ends.
+    #[arg(long, requires = "wait", conflicts_with = "server")]
+    work: bool,
+}
+
+/// The flags of `leash submit` that describe one job, which `--batch`
+/// lines carry themselves.
+const BATCH_CONFLICTS: [&str; 17] = [
+    "plugin",
+    "action",
+    "input",
+    "timeout",
+    "fuel",
+    "memory",
+    "max_attempts",
+    "retry_backoff",
+    "retry_backoff_cap",
+    "run_after",
+    "delay",
+    "concurrency_key",
+    "plan",
+    "gate",
+    "hold_after_approval",
+    "wait",
+    "work",
+];
 
 pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
     if let Some(source) = &args.batch {
