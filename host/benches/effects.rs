@@ -47,7 +47,12 @@ async fn ledger(store: Arc<dyn JobStore>, input: &str) -> Arc<LeaseLedger> {
         plugin_name: None,
         target: Target::Execute,
         input: input.as_bytes().to_vec(),
-        limits: leash::job::JobLimits { timeout_ms: 60_000, fuel: None, memory_bytes: 64 << 20, output_bytes: 1 << 20 },
+        limits: leash::job::JobLimits {
+            timeout: Duration::from_secs(60),
+            fuel: None,
+            memory_bytes: 64 << 20,
+            output_bytes: 1 << 20,
+        },
         grants: Grants::default(),
         max_attempts: 1,
         free_rerun_limit: 0,
@@ -65,7 +70,7 @@ async fn ledger(store: Arc<dyn JobStore>, input: &str) -> Arc<LeaseLedger> {
     let claim = JobClaimParams { worker_id: "bench".into(), limit: 1, alone: false, lease_ttl: TTL, now: clock.now() };
     let lease = store.job_claim(claim).await.unwrap().remove(0);
     let keeper = LeaseKeeper {
-        store,
+        store: store.clone(),
         clock: clock.clone(),
         id: lease.job.id,
         token: lease.token,
@@ -74,7 +79,7 @@ async fn ledger(store: Arc<dyn JobStore>, input: &str) -> Arc<LeaseLedger> {
     };
     let watch = Arc::new(LeaseWatch::default());
     watch.confirmed_at_ms.store(clock.now().unix_ms(), Ordering::SeqCst);
-    Arc::new(LeaseLedger { keeper, stop: StopHandle::new(), watch })
+    Arc::new(LeaseLedger { keeper, effects: store, stop: StopHandle::new(), watch })
 }
 
 async fn guest_post(

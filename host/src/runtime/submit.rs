@@ -57,7 +57,7 @@ pub struct Submit {
     /// then. A past instant means now.
     pub run_at: Option<Timestamp>,
     /// A deadline for the whole job, from now: it expires if still queued
-    /// then, and its run is cut to end by then (sync HTTP calls use this).
+    /// then, and its run is cut to end by then ([`Runtime::call`] sets it).
     pub deadline: Option<Duration>,
     /// The pause before each retry (default: the runtime's).
     pub backoff: Option<Backoff>,

@@ -1,14 +1,19 @@
 //! The store seam: where jobs live between submission and retention.
 //!
-//! [`JobStore`] is the one interface the rest of leash uses; each backend
-//! owns its SQL and migrations ([`sqlite`], the embedded default, and
-//! [`postgres`]). Methods are noun-first and take params structs with
-//! `now` injected. Every write
-//! that only a lease holder may make takes the lease token and reports
-//! whether it took effect: `false` means the lease was lost (the job was
-//! reclaimed, released or finished elsewhere) and the caller must drop its
-//! result. The integration tests' conformance suite holds the cases every
-//! backend must pass, each one a test per backend.
+//! The store is a set of roles, each a trait with its params in its own
+//! file: [`Jobs`], [`Leases`], [`Effects`], [`Sweeps`], [`Plugins`],
+//! [`Plans`], [`Workers`] and [`Events`]. [`JobStore`] is their sum, the
+//! one interface the runtime holds; a part of leash that needs one role
+//! holds only that one. Each backend implements every role in a file of
+//! its own and owns its SQL and migrations ([`sqlite`], the embedded
+//! default, and [`postgres`]); the decisions both backends share are in
+//! `rules/`, with no SQL. Methods are noun-first and take params structs
+//! with `now` injected. Every write that only a lease holder may make
+//! takes the lease token and reports whether it took effect: `false` means
+//! the lease was lost (the job was reclaimed, released or finished
+//! elsewhere) and the caller must drop its result. The integration tests'
+//! conformance suite holds the cases every backend must pass, one file per
+//! role, each case a test per backend.
 //!
 //! This module knows nothing of wasm: it stores plugin digests and bytes.
 
@@ -50,7 +55,8 @@ pub use workers::{Workers, WorkersSnapshot};
 /// rules every implementation keeps. A store implements each role;
 /// `JobStore` comes with them. Code that needs one role takes that role
 /// (`Arc<dyn Leases>` for the lease keeper, `Arc<dyn Sweeps>` for the
-/// sweeper); a call through `dyn JobStore` needs its role trait in scope.
+/// sweeper). A call through `dyn JobStore` needs no import; a call on a
+/// concrete store (`SqliteStore`) needs its role trait in scope.
 pub trait JobStore: Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events {}
 
 impl<T: Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + ?Sized> JobStore for T {}
