@@ -485,7 +485,12 @@ fn raw_job(plugin: leash::job::Digest) -> NewJob {
         plugin_name: None,
         target: Target::Execute,
         input: b"x".to_vec(),
-        limits: JobLimits { timeout: Duration::from_secs(60), fuel: None, memory_bytes: 64 << 20, output_bytes: 1 << 20 },
+        limits: JobLimits {
+            timeout: Duration::from_secs(60),
+            fuel: None,
+            memory_bytes: 64 << 20,
+            output_bytes: 1 << 20,
+        },
         grants: Default::default(),
         max_attempts: 1,
         free_rerun_limit: 0,

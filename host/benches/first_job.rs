@@ -167,7 +167,10 @@ async fn main() {
         // worker compiles it when the job comes (as a worker that did
         // not run `plugins add` does).
         let bytes = fresh_digest(&large, 1_000 + round as u64);
-        let digest = runtime.store().plugin_put(leash::store::PluginPutParams { bytes, requests: None, now: runtime.now() }).await;
+        let digest = runtime
+            .store()
+            .plugin_put(leash::store::PluginPutParams { bytes, requests: None, now: runtime.now() })
+            .await;
         let digest = digest.unwrap();
         let window =
             |from: u64, took: Duration| (completions.load(Ordering::Relaxed) - from) as f64 / took.as_secs_f64();
