@@ -19,7 +19,7 @@ use crate::api::requests::{BatchRequest, DecisionRequest, Execution, SubmitReque
 use crate::api::types::{Accepted, CancelAnswer, EffectList, Finished, JobPage, JobView};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
 use crate::job::{Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, MAX_IDEMPOTENCY_KEY_BYTES};
-use crate::runtime::{Cancelled, Ceilings, Runtime, RuntimeError};
+use crate::runtime::{Called, Cancelled, Ceilings, Runtime, RuntimeError};
 use crate::store::JobListParams;
 
 /// The header a client names its create request with, so a retry after a
@@ -85,12 +85,13 @@ pub(super) async fn job_submit(
         return Ok(mark((StatusCode::ACCEPTED, Json(accepted)).into_response(), submitted.replayed));
     }
     let deadline = sync_deadline(job.timeout, state.config.sync_ceiling, &ceilings)?;
-    let called = state.runtime.call(job, deadline).await.map_err(sync_error)?;
-    if called.job.status.is_gated() {
-        let accepted = Accepted { status: called.job.status.as_str().to_owned(), job_id: called.job.id };
-        return Ok(mark((StatusCode::ACCEPTED, Json(accepted)).into_response(), called.replayed));
+    match state.runtime.call(job, deadline).await.map_err(sync_error)? {
+        Called::Finished { job, replayed } => Ok(mark(finished(*job), replayed)),
+        Called::Waiting { id, status, replayed } => {
+            let accepted = Accepted { status: status.as_str().to_owned(), job_id: id };
+            Ok(mark((StatusCode::ACCEPTED, Json(accepted)).into_response(), replayed))
+        }
     }
-    Ok(mark(finished(called.job), called.replayed))
 }
 
 /// A sync job's deadline: its timeout, within the sync ceiling (a longer

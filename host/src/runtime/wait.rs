@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::job::{Job, JobId};
+use crate::job::{Job, JobId, JobStatus};
 use crate::store::{CancelResult, JobsExpireParams};
 
-use super::{DEADLINE_SETTLE, Runtime, RuntimeError, Submit};
+use super::{DEADLINE_SETTLE, Runtime, RuntimeError, Submit, Submitted};
 
 /// What `cancel` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
@@ -70,8 +70,8 @@ impl Runtime {
     /// shortly after the deadline (its worker stopped without a word); it
     /// never starts again.
     ///
-    /// A job that must wait for approval is answered at once, in
-    /// `pending_approval`; its run, when triggered ([`Runtime::approve`],
+    /// A job that must wait for approval is answered at once
+    /// ([`Called::Waiting`]); its run, when triggered ([`Runtime::approve`],
     /// [`Runtime::run_approved`]), keeps the deadline, counted from the
     /// trigger, and [`Runtime::wait_sync`] waits for it. Dropping the
     /// future before it answers (an HTTP client that went away) leaves the
@@ -79,13 +79,11 @@ impl Runtime {
     pub async fn call(&self, mut job: Submit, deadline: Duration) -> Result<Called, RuntimeError> {
         job.timeout = Some(job.timeout.map_or(deadline, |own| own.min(deadline)));
         job.deadline = Some(deadline);
-        let submitted = self.submit_once(job).await?;
-        let job = if submitted.status.is_gated() {
-            self.get(submitted.id).await?
-        } else {
-            self.wait_sync(submitted.id, deadline).await?
-        };
-        Ok(Called { job, replayed: submitted.replayed })
+        let Submitted { id, status, replayed } = self.submit_once(job).await?;
+        if status.is_gated() {
+            return Ok(Called::Waiting { id, status, replayed });
+        }
+        Ok(Called::Finished { job: Box::new(self.wait_sync(id, deadline).await?), replayed })
     }
 
     /// Wait for a job run with a deadline (a sync call, or a gated one
@@ -153,14 +151,28 @@ impl Runtime {
     }
 }
 
-/// What [`Runtime::call`] answers.
+/// What [`Runtime::call`] answers. `replayed`: the idempotency key
+/// already belonged to this same request, so nothing new was queued and
+/// this is the first request's job.
 #[derive(Debug, Clone)]
-pub struct Called {
-    /// The job as it ended, or, gated, as it waits for a person.
-    pub job: Job,
-    /// The idempotency key already belonged to this same request: nothing
-    /// new was queued, and this is the first request's job.
-    pub replayed: bool,
+pub enum Called {
+    /// The job ended: its outcome.
+    Finished {
+        /// The job as it ended, output included.
+        job: Box<Job>,
+        /// A replay of an earlier request.
+        replayed: bool,
+    },
+    /// The job waits for a person; nothing was waited for.
+    Waiting {
+        /// The job.
+        id: JobId,
+        /// Its state when submitted (`pending_approval`, or `approved`
+        /// for a replay whose job was approved since).
+        status: JobStatus,
+        /// A replay of an earlier request.
+        replayed: bool,
+    },
 }
 
 /// Counts a sync wait whose caller went away before the answer.

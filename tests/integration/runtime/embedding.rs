@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use leash::clock::{Clock, ManualClock, Timestamp};
 use leash::job::{ErrorKind, JobId, JobStatus, Target};
-use leash::runtime::{Cancelled, PluginSource, Runtime, RuntimeBuilder, RuntimeError, Submit};
+use leash::runtime::{Called, Cancelled, PluginSource, Runtime, RuntimeBuilder, RuntimeError, Submit};
 use leash::sandbox::SandboxConfig;
 use leash::store::LeaseReclaimParams;
 
@@ -442,9 +442,15 @@ async fn an_operation_deadline_expires_unstarted_jobs_and_cuts_started_ones_to_i
     let blocker = tokio::spawn(async move { calling.call(job("coop", "{}"), Duration::from_secs(3)).await });
     eventually("the blocker starts", async || (!starts.lock().unwrap().is_empty()).then_some(())).await;
     // Behind it, a job whose deadline passes before it can start.
-    let late = runtime.call(job("hello", "{}"), Duration::from_millis(300)).await.unwrap().job;
+    let Called::Finished { job: late, .. } =
+        runtime.call(job("hello", "{}"), Duration::from_millis(300)).await.unwrap()
+    else {
+        panic!("an ungated call answers its outcome")
+    };
     assert_eq!((late.status, late.error_kind, late.attempt), (JobStatus::Failed, Some(ErrorKind::Expired), 0));
-    let blocker = blocker.await.unwrap().expect("the caller gets the outcome, not a timeout").job;
+    let Ok(Called::Finished { job: blocker, .. }) = blocker.await.unwrap() else {
+        panic!("the caller gets the outcome, not a timeout")
+    };
     assert_eq!((blocker.status, blocker.error_kind), (JobStatus::Failed, Some(ErrorKind::Timeout)), "cut to it");
     assert_eq!(runtime.health().await.unwrap().waits_abandoned, 0, "neither wait was abandoned");
     // The slot is free: the expired job never starts.
