@@ -45,10 +45,13 @@ impl Pool {
             .ok_or_else(|| {
                 HostFailure::new(ErrorKind::HostError, format!("HostError: plugin {digest} is not in the store"))
             })?;
-        self.sandbox
-            .compile(Arc::new(bytes))
-            .await
-            .map_err(|e| HostFailure::new(ErrorKind::HostError, format!("HostError: plugin {digest}: {e}")))
+        self.sandbox.compile(Arc::new(bytes)).await.map_err(|e| HostFailure {
+            // A compile cut short because this process is stopping (its
+            // blocking task cancelled with the guest runtime) says nothing
+            // about the job: nothing ran, so it goes back.
+            retryable: self.shutting_down.load(Ordering::SeqCst),
+            ..HostFailure::new(ErrorKind::HostError, format!("HostError: plugin {digest}: {e}"))
+        })
     }
 
     /// Run one claimed job to its recorded end. Returns the slot's next
