@@ -226,6 +226,13 @@ impl Client {
         answer_json(&self.send(method, path, body).await?)
     }
 
+    /// `POST` with one of the API's request types as its body, or with
+    /// none, and read a JSON answer.
+    pub async fn post(&self, path: &str, body: Option<&impl serde::Serialize>) -> Result<Value, ClientError> {
+        let body = body.map(request_bytes).transpose()?.map(|bytes| (bytes, "application/json"));
+        answer_json(&self.send(Method::POST, path, body).await?)
+    }
+
     /// Send one of the API's request types (`crate::api::requests`, or
     /// a type the API reads as its body) and read a JSON answer.
     pub async fn send_json(

@@ -292,10 +292,7 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
 async fn decide(conn: ConnArgs, path: String, body: Option<DecisionRequest>) -> Result<ExitStatus, CliError> {
     let json_out = conn.json;
     with_client(&conn, false, async move |client| {
-        let answer = match &body {
-            Some(body) => client.send_json(Method::POST, &path, body).await?,
-            None => client.json(Method::POST, &path, None).await?,
-        };
+        let answer = client.post(&path, body.as_ref()).await?;
         if json_out {
             print_json(&answer)?;
         } else {

@@ -165,10 +165,7 @@ pub(in crate::cli) async fn plan(command: PlanCommand) -> Result<ExitStatus, Cli
 async fn decide(conn: ConnArgs, path: String, body: Option<DecisionRequest>) -> Result<ExitStatus, CliError> {
     let json_out = conn.json;
     with_client(&conn, false, async move |client| {
-        let plan = match &body {
-            Some(body) => client.send_json(Method::POST, &path, body).await?,
-            None => client.json(Method::POST, &path, None).await?,
-        };
+        let plan = client.post(&path, body.as_ref()).await?;
         if json_out {
             return print_json(&plan).map(|()| ExitStatus::Success);
         }
