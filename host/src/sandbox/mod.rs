@@ -48,6 +48,7 @@ pub use self::journal::{
 };
 use self::outcome::Interrupted;
 pub use self::outcome::{Captured, Failure, Outcome, StopMode, Usage};
+pub(crate) use self::redact::Redactor;
 pub use self::request::{RunLimits, RunRequest};
 pub use self::shape::{ComponentLimits, DEFAULT_MAX_COMPONENT_BYTES, declared_requests};
 use self::state::HostState;

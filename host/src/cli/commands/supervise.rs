@@ -28,16 +28,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::worker::{build_runtime, worker_builder};
 use crate::cli::process::{init_logging, stop_signal};
-use crate::cli::{CliError, ExitStatus, WorkerArgs};
+use crate::cli::{CliError, ExitStatus, WorkerArgs, load_secrets};
 use crate::job::JobId;
 use crate::runtime::{PoolReport, RemotePool, Runtime, Supervision};
+use crate::sandbox::Redactor;
 use crate::store::WorkerDiedParams;
 use crate::worker::{Completion, new_worker_id};
 
@@ -173,7 +174,12 @@ struct PoolProcess {
 
 impl PoolProcess {
     /// Start `leash worker --supervised-by <this pid>` with `args`.
-    fn spawn(link: &Arc<PoolLink>, runtime: &Runtime, args: &WorkerArgs) -> Result<PoolProcess, CliError> {
+    fn spawn(
+        link: &Arc<PoolLink>,
+        runtime: &Runtime,
+        args: &WorkerArgs,
+        redactor: &Arc<Redactor>,
+    ) -> Result<PoolProcess, CliError> {
         let exe = std::env::current_exe()
             .map_err(|e| CliError::internal(format!("cannot find leash's own binary to start the pool: {e}")))?;
         let mut child = Command::new(exe)
@@ -202,7 +208,7 @@ impl PoolProcess {
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::spawn(read_from_pool(stdout, link.clone(), runtime.clone(), ready_tx));
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        let stderr_copy = tokio::spawn(copy_stderr(stderr, stderr_tail.clone()));
+        let stderr_copy = tokio::spawn(copy_stderr(stderr, stderr_tail.clone(), redactor.clone()));
         link.supervise(|s| s.pid = pid);
         Ok(PoolProcess {
             child,
@@ -268,9 +274,13 @@ async fn read_from_pool(
 }
 
 /// Copy the child's stderr to ours, line by line, keeping the last lines.
-async fn copy_stderr(stderr: tokio::process::ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
+/// Copy a pool process's stderr to ours, each line cleaned of every
+/// secret first (a quarantined job's error keeps the last lines, and the
+/// API shows it), then cut, so no value survives in part.
+async fn copy_stderr(stderr: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<String>>>, redactor: Arc<Redactor>) {
     let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    while let Ok(Some(mut line)) = lines.next_line().await {
+        redactor.clean(&mut line);
         // A closed stderr of ours must not stop the copy (nor the server).
         let _ = writeln!(std::io::stderr(), "{line}");
         let mut kept = line;
@@ -327,7 +337,8 @@ impl Supervisor {
     /// process that dies before then is the server's error, with its
     /// stderr (bad settings are found before any job is at stake).
     pub(super) async fn start(link: Arc<PoolLink>, runtime: Runtime, args: WorkerArgs) -> Result<Supervisor, CliError> {
-        let mut pool = PoolProcess::spawn(&link, &runtime, &args)?;
+        let redactor = Arc::new(load_secrets(args.secrets_file.as_deref())?.redactor_every());
+        let mut pool = PoolProcess::spawn(&link, &runtime, &args, &redactor)?;
         let ready = pool.ready.take().expect("a new pool process has its ready signal");
         tokio::select! {
             answer = ready => {
@@ -350,7 +361,7 @@ impl Supervisor {
         }
         let worker_id = pool.worker_id.clone();
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(supervise(pool, link, runtime, args, stop_rx));
+        let task = tokio::spawn(supervise(pool, link, runtime, args, redactor, stop_rx));
         Ok(Supervisor { stop, task, worker_id })
     }
 
@@ -367,6 +378,7 @@ async fn supervise(
     link: Arc<PoolLink>,
     runtime: Runtime,
     args: WorkerArgs,
+    redactor: Arc<Redactor>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut pause = Duration::ZERO;
@@ -398,7 +410,7 @@ async fn supervise(
                         _ = tokio::time::sleep(pause) => {}
                         _ = stop.changed() => return,
                     }
-                    match PoolProcess::spawn(&link, &runtime, &args) {
+                    match PoolProcess::spawn(&link, &runtime, &args, &redactor) {
                         Ok(pool) => break pool,
                         Err(e) => {
                             tracing::error!("{e}");
@@ -550,4 +562,29 @@ pub(in crate::cli) async fn run_pool_process(supervisor: u32) -> Result<ExitStat
     let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
     tracing::info!("stopped");
     Ok(ExitStatus::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::http::SecretStore;
+
+    #[tokio::test]
+    async fn a_pool_process_s_stderr_is_kept_cleaned_of_every_secret_before_it_is_cut() {
+        let secrets = SecretStore::from_pairs([
+            ("PW".to_owned(), "hunter2".to_owned()),
+            ("KEY".to_owned(), "k3y-v4l".to_owned()),
+        ])
+        .unwrap();
+        // One value past where a long line is cut, straddling the cut.
+        let long = format!("{}hunter2", "x".repeat(STDERR_LINE_BYTES - 3));
+        let stderr = format!("GET https://up.example/?t=k3y-v4l failed\n{{\"pw\":\"hunter2\"}}\n{long}\n");
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        copy_stderr(stderr.as_bytes(), tail.clone(), Arc::new(secrets.redactor_every())).await;
+        let kept: Vec<String> = tail.lock().unwrap().iter().cloned().collect();
+        assert_eq!(kept[0], "GET https://up.example/?t={secret:KEY} failed");
+        assert_eq!(kept[1], r#"{"pw":"{secret:PW}"}"#);
+        assert!(kept[2].starts_with("xxx") && !kept[2].contains("hun"), "{}", kept[2]);
+        assert!(kept.iter().all(|l| !l.contains("hunter2") && !l.contains("k3y")));
+    }
 }

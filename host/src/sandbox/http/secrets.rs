@@ -103,6 +103,13 @@ impl SecretStore {
                 .filter_map(|b| self.get(b.name.as_str()).map(|v| (v.to_owned(), format!("{OPEN}{}}}", b.name)))),
         )
     }
+
+    /// What a text any job may have touched is cleaned of: every secret
+    /// set, by its reference (a pool process's own stderr, which tells of
+    /// all its jobs).
+    pub(crate) fn redactor_every(&self) -> Redactor {
+        Redactor::new(self.values.iter().map(|(name, v)| (v.clone(), format!("{OPEN}{name}}}"))))
+    }
 }
 
 /// Put the secrets a header value names into it, where the grant binds
