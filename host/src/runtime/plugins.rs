@@ -1,6 +1,7 @@
 //! Plugins: validate, precompile, store, name, grant, resolve.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::job::grant::Requests;
@@ -21,7 +22,29 @@ fn declaration(bytes: &[u8]) -> Result<Option<Requests>, RuntimeError> {
 /// [`Plugins::plugins_undeclared`](crate::store::Plugins::plugins_undeclared)),
 /// so every plugin is read whole from the store. A component whose
 /// declaration does not parse is left as it was, and said.
+///
+/// This is the runtime's first use of a store just opened: a database
+/// that goes down in between (restarting, shutting down) is waited out for
+/// up to [`STARTUP_PATIENCE`], as opening waits for one not up yet, so a
+/// server restarted during a database restart comes up with it.
 pub(super) async fn declare_stored_plugins(store: &dyn JobStore, clock: &dyn Clock) -> Result<(), RuntimeError> {
+    let started = tokio::time::Instant::now();
+    loop {
+        match declare_each(store, clock).await {
+            Err(RuntimeError::Store(e)) if e.is_transient() && started.elapsed() < STARTUP_PATIENCE => {
+                tracing::warn!(error = %e, "reading the stored plugins was cut off; trying again");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// How long a runtime starting up waits out a database that went away
+/// just after the store opened.
+const STARTUP_PATIENCE: Duration = Duration::from_secs(30);
+
+async fn declare_each(store: &dyn JobStore, clock: &dyn Clock) -> Result<(), RuntimeError> {
     for digest in store.plugins_undeclared().await? {
         let Some(bytes) = store.plugin_get(digest).await? else { continue };
         let requests = match declaration(&bytes) {

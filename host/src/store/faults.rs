@@ -49,6 +49,8 @@ pub enum Op {
     Progress,
     /// `plugin_get` (a read: only stalls mean anything here).
     PluginGet,
+    /// `plugins_undeclared` (a read the runtime makes as it starts).
+    Undeclared,
 }
 
 /// What goes wrong.
@@ -286,7 +288,7 @@ impl Plugins for FaultyStore {
     }
 
     async fn plugins_undeclared(&self) -> Result<Vec<Digest>, StoreError> {
-        self.inner.plugins_undeclared().await
+        self.around(Op::Undeclared, self.inner.plugins_undeclared()).await
     }
 
     async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {

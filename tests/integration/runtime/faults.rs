@@ -301,3 +301,23 @@ async fn first_jobs_of_a_new_digest_share_one_compile_and_other_jobs_run_meanwhi
     assert_eq!(store.injected(), 1, "three first jobs, one read of the plugin (one compile)");
     runtime.shutdown().await;
 }
+
+/// A database that goes away just after the store opened (a restart as a
+/// server comes up) is waited out, not a failed start: the chaos run found
+/// a `leash serve` exiting on "the database system is shutting down".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_starting_waits_out_a_database_that_goes_away_after_the_store_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn JobStore> = Arc::new(SqliteStore::open(dir.path().join("jobs.db"), Durability::Normal).unwrap());
+    let faulty = Arc::new(FaultyStore::new(inner));
+    faulty.inject(Op::Undeclared, Fault::FailBefore);
+    faulty.inject(Op::Undeclared, Fault::FailBefore);
+    let runtime = Runtime::builder(dir.path().join("unused.db"))
+        .store(faulty.clone())
+        .without_workers()
+        .build()
+        .await
+        .expect("a start that meets transient store errors waits them out");
+    assert_eq!((faulty.injected(), faulty.pending()), (2, 0));
+    runtime.shutdown().await;
+}
