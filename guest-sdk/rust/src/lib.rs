@@ -317,7 +317,7 @@ macro_rules! export {
 /// plugin that declares it gets only what is both declared and granted.
 /// Without a declaration a job gets what the operator grants.
 ///
-/// ```ignore
+/// ```no_run
 /// leash_sdk::requests!(r#"{"config": ["greeting"]}"#);
 /// ```
 #[macro_export]

@@ -96,6 +96,7 @@ fn worker(dir: &Path, db: &Path, name: &str, start_log: &Path) -> Proc {
 }
 
 #[test]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
 fn webhook_jobs_agree_with_the_ledger_through_kills_pauses_and_shutdowns() {
     let seed = seed();
     eprintln!("effect chaos: seed {seed} (LEASH_CHAOS_SEED replays it)");

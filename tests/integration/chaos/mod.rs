@@ -25,10 +25,10 @@
 //! pauses, 1 lock hold) and `chaos::postgres_five_thousand_jobs` (5,000
 //! jobs, 20 kills, 4 SIGTERMs, 1 pause, 2 connection storms, 1 restart)
 //! take minutes, so `cargo test` leaves them out (ignored) and CI runs
-//! them in a step of their own:
+//! them in its long step, with the other ignored tests:
 //!
 //! ```sh
-//! cargo test -p leash --test integration -- --ignored --exact chaos::ten_thousand_jobs chaos::postgres_five_thousand_jobs
+//! cargo test -p leash --test integration -- --ignored --skip chaos::long
 //! ```
 //!
 //! The long run (100,000 jobs, 200 kills):
@@ -109,7 +109,7 @@ pub(crate) fn seed() -> u64 {
 }
 
 #[test]
-#[ignore = "chaos: minutes long, a step of its own in CI; see tests/README.md"]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
 fn ten_thousand_jobs() {
     run(Plan {
         backend: Backend::Sqlite,
@@ -126,7 +126,7 @@ fn ten_thousand_jobs() {
 }
 
 #[test]
-#[ignore = "chaos: minutes long, a step of its own in CI; see tests/README.md"]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
 fn postgres_five_thousand_jobs() {
     run(Plan {
         backend: Backend::Postgres,

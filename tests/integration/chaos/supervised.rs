@@ -83,6 +83,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
 async fn killing_the_pool_process_five_times_loses_no_job_and_quarantines_the_job_killed_twice() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("jobs.db");
