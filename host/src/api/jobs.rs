@@ -406,7 +406,8 @@ pub(super) async fn job_cancel(
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
         (status = 409, description = "`already_terminal`, `already_decided` (approved before: of two \
-            approvals racing, one wins) or `not_gated`", body = ErrorBody),
+            approvals racing, one wins), `not_gated`, or `expired` (its approval TTL ran out before the \
+            approval came: it failed `expired` now)", body = ErrorBody),
         (status = 504, description = "Stamped sync: the job had not ended shortly after its deadline", body = ErrorBody),
     ))]
 pub(super) async fn job_approve(
@@ -427,7 +428,8 @@ pub(super) async fn job_approve(
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
-        (status = 409, description = "`already_terminal`, `already_decided` or `not_gated`", body = ErrorBody),
+        (status = 409, description = "`already_terminal`, `already_decided`, `not_gated` or `expired` (its \
+            approval TTL ran out first: it failed `expired` now)", body = ErrorBody),
     ))]
 pub(super) async fn job_reject(
     State(state): State<Arc<AppState>>,
@@ -449,7 +451,8 @@ pub(super) async fn job_reject(
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
         (status = 409, description = "`not_approved` (still waiting for approval), `already_decided` \
-            (its run was triggered before), `already_terminal` or `not_gated`", body = ErrorBody),
+            (its run was triggered before), `already_terminal`, `not_gated` or `expired` (approved, it \
+            waited past its approval TTL for this trigger: it failed `expired` now)", body = ErrorBody),
         (status = 504, description = "Stamped sync: the job had not ended shortly after its deadline", body = ErrorBody),
     ))]
 pub(super) async fn job_run(

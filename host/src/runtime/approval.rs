@@ -112,5 +112,11 @@ fn refused(id: JobId, refusal: DecideRefusal) -> RuntimeError {
             why: "it must be approved before its run is triggered",
             code: "not_approved",
         },
+        DecideRefusal::Expired => RuntimeError::Undecidable {
+            id,
+            status: JobStatus::Failed,
+            why: "its wait for a decision (or, approved, for its run's trigger) ran out first: it failed `expired`",
+            code: "expired",
+        },
     }
 }

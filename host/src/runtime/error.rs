@@ -72,7 +72,8 @@ pub enum RuntimeError {
         /// Why nothing changed.
         why: &'static str,
         /// The reason as a machine-readable code: `not_gated`,
-        /// `already_decided` or `not_approved`.
+        /// `already_decided`, `not_approved` or `expired` (the one that
+        /// changed something: the job failed `expired` as it was asked).
         code: &'static str,
     },
     /// One job of a batch was refused, so none was queued.

@@ -53,6 +53,9 @@ pub enum DecideRefusal {
     AlreadyDecided(JobStatus),
     /// A run was asked for before the job was approved.
     NotApproved(JobStatus),
+    /// Its approval TTL (or, approved, the wait for its run's trigger)
+    /// ran out first: the store failed it `expired` in the same write.
+    Expired,
 }
 
 /// Parameters of [`Jobs::job_list`]: filters, newest first, keyset-paged.

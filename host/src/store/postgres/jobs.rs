@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 use super::rows::{count_jobs, db_err, job_columns, list_columns, row_to_job, rows_to_jobs};
 use super::{BATCH, NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
-use crate::job::{Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
+use crate::job::{Approval, Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::codec::{
     InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
@@ -96,23 +96,20 @@ impl Jobs for PostgresStore {
         let mut client = self.client("cancelling a job").await?;
         let tx = client.transaction().await.map_err(&err)?;
         let id = id.to_string();
-        let status: Option<String> = tx
-            .query_opt("SELECT status FROM jobs WHERE job_id = $1 FOR UPDATE", &[&id])
+        let row = tx
+            .query_opt("SELECT status, approval_json FROM jobs WHERE job_id = $1 FOR UPDATE", &[&id])
             .await
-            .map_err(&err)?
-            .map(|r| r.get(0));
-        let Some(status) = status else { return Ok(CancelResult::NotFound) };
+            .map_err(&err)?;
+        let Some(row) = row else { return Ok(CancelResult::NotFound) };
+        let status: String = row.get(0);
         let result = match status.parse().map_err(|e: String| corrupt(&id, e))? {
             status @ (JobStatus::Queued | JobStatus::PendingApproval | JobStatus::Approved) => {
-                let message = if status == JobStatus::Queued {
-                    "Cancelled: cancelled while queued"
-                } else {
-                    "Cancelled: cancelled while waiting for approval"
-                };
+                let approval: Option<Approval> = json_column(&id, "approval", row.get(1))?;
+                let (at, message) = gate::cancel_waiting(status, approval.as_ref(), now);
                 tx.execute(
                     "UPDATE jobs SET status = 'cancelled', finished_at = $1, error_kind = 'cancelled', \
                      error_message = $3 WHERE job_id = $2",
-                    &[&now.unix_ms(), &id, &message],
+                    &[&at.unix_ms(), &id, &message],
                 )
                 .await
                 .map_err(&err)?;
@@ -136,7 +133,10 @@ impl Jobs for PostgresStore {
         // The row lock makes two decisions racing take turns: the second
         // reads what the first wrote and is refused.
         let row = tx
-            .query_opt("SELECT status, approval_json, run_after FROM jobs WHERE job_id = $1 FOR UPDATE", &[&id])
+            .query_opt(
+                "SELECT status, approval_json, run_after, expires_at FROM jobs WHERE job_id = $1 FOR UPDATE",
+                &[&id],
+            )
             .await
             .map_err(&err)?;
         let Some(row) = row else { return Ok(Err(DecideRefusal::NotFound)) };
@@ -145,13 +145,14 @@ impl Jobs for PostgresStore {
             status: status.parse().map_err(|e: String| corrupt(&id, e))?,
             approval: json_column(&id, "approval", row.get(1))?,
             run_after: Timestamp::from_unix_ms(row.get(2)),
+            expires_at: row.get::<_, Option<i64>>(3).map(Timestamp::from_unix_ms),
         };
         let change = match gate::decide(gated, &params) {
             Ok(change) => change,
             Err(refusal) => return Ok(Err(refusal)),
         };
         let approval = to_json(change.approval())?;
-        let c = change.columns(params.now);
+        let c = change.columns();
         let sql = decision_update_sql('$') + &job_columns("");
         let rows = tx
             .query(
@@ -174,8 +175,8 @@ impl Jobs for PostgresStore {
             tx.execute(NOTIFY, &[]).await.map_err(&err)?;
         }
         tx.commit().await.map_err(&err)?;
-        let job = rows.first().map(row_to_job).transpose()?;
-        job.map(Ok).ok_or_else(|| corrupt(&id, "decided but not returned"))
+        let job = rows.first().map(row_to_job).transpose()?.ok_or_else(|| corrupt(&id, "decided but not returned"))?;
+        Ok(change.refusal().map_or(Ok(job), Err))
     }
 
     async fn counts_snapshot(&self) -> Result<Counts, StoreError> {

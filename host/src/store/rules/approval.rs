@@ -16,6 +16,8 @@ pub(crate) struct GatedRow {
     pub(crate) approval: Option<Approval>,
     /// Not claimed before this.
     pub(crate) run_after: Timestamp,
+    /// When it expires if still waiting (for a decision or a trigger).
+    pub(crate) expires_at: Option<Timestamp>,
 }
 
 /// The columns of a [`Change`], as every backend binds them.
@@ -57,6 +59,19 @@ pub(crate) enum Change {
         approval: Approval,
         /// `"Rejected: …"`.
         message: String,
+        /// When it ended.
+        at: Timestamp,
+    },
+    /// Too late: its approval TTL (or, approved, the wait for its trigger)
+    /// ran out before this decision. It fails `expired` now, as the sweep
+    /// would have failed it, and the decision is refused.
+    Expire {
+        /// The record, unchanged.
+        approval: Approval,
+        /// `"Expired: …"`, the sweep's words.
+        message: &'static str,
+        /// When it ended.
+        at: Timestamp,
     },
 }
 
@@ -67,13 +82,22 @@ impl Change {
             Change::Queue { .. } => JobStatus::Queued,
             Change::Approve { .. } => JobStatus::Approved,
             Change::Reject { .. } => JobStatus::Cancelled,
+            Change::Expire { .. } => JobStatus::Failed,
+        }
+    }
+
+    /// Why the decision is refused although this change is written.
+    pub(crate) fn refusal(&self) -> Option<DecideRefusal> {
+        match self {
+            Change::Expire { .. } => Some(DecideRefusal::Expired),
+            _ => None,
         }
     }
 
     /// The columns it writes besides status and record, as milliseconds
     /// and text: `run_after` and `expires_at` (`None`: unchanged),
     /// `deadline_at`, `finished_at`, `error_kind`, `error_message`.
-    pub(crate) fn columns(&self, now: Timestamp) -> ChangeColumns {
+    pub(crate) fn columns(&self) -> ChangeColumns {
         let ms = |t: &Timestamp| t.unix_ms();
         match self {
             Change::Queue { run_after, expires_at, deadline_at, .. } => ChangeColumns {
@@ -85,10 +109,16 @@ impl Change {
             Change::Approve { expires_at, .. } => {
                 ChangeColumns { expires_at: Some(ms(expires_at)), ..ChangeColumns::default() }
             }
-            Change::Reject { message, .. } => ChangeColumns {
-                finished_at: Some(now.unix_ms()),
+            Change::Reject { message, at, .. } => ChangeColumns {
+                finished_at: Some(at.unix_ms()),
                 error_kind: Some(ErrorKind::Rejected.as_str()),
                 error_message: Some(message.clone()),
+                ..ChangeColumns::default()
+            },
+            Change::Expire { message, at, .. } => ChangeColumns {
+                finished_at: Some(at.unix_ms()),
+                error_kind: Some(ErrorKind::Expired.as_str()),
+                error_message: Some((*message).to_owned()),
                 ..ChangeColumns::default()
             },
         }
@@ -97,16 +127,16 @@ impl Change {
     /// The approval record it stores.
     pub(crate) fn approval(&self) -> &Approval {
         match self {
-            Change::Queue { approval, .. } | Change::Approve { approval, .. } | Change::Reject { approval, .. } => {
-                approval
-            }
+            Change::Queue { approval, .. }
+            | Change::Approve { approval, .. }
+            | Change::Reject { approval, .. }
+            | Change::Expire { approval, .. } => approval,
         }
     }
 }
 
 /// What `params` does to a job in `row`, or why it may not.
 pub(crate) fn decide(row: GatedRow, params: &JobDecideParams) -> Result<Change, DecideRefusal> {
-    let now = params.now;
     let Some(mut approval) = row.approval else {
         return Err(if row.status.is_terminal() {
             DecideRefusal::Terminal(row.status)
@@ -114,9 +144,17 @@ pub(crate) fn decide(row: GatedRow, params: &JobDecideParams) -> Result<Change, 
             DecideRefusal::NotGated(row.status)
         });
     };
+    // Never stamped before the decision it follows (see `cancel_waiting`).
+    let now = latest_stamp(&approval, params.now);
     let decision = |verdict| Decision { verdict, by: params.by.clone(), comment: params.comment.clone(), at: now };
     match (&params.decision, row.status) {
         (_, status) if status.is_terminal() => Err(DecideRefusal::Terminal(status)),
+        // Read in the same write as the decision: no sweep need have run.
+        (_, status @ (JobStatus::PendingApproval | JobStatus::Approved))
+            if row.expires_at.is_some_and(|at| at <= now) =>
+        {
+            Ok(Change::Expire { approval, message: expiry_message(status), at: now })
+        }
         (JobDecision::Approve, JobStatus::PendingApproval) => {
             approval.decision = Some(decision(Verdict::Approved));
             if approval.run_on_approve {
@@ -131,11 +169,46 @@ pub(crate) fn decide(row: GatedRow, params: &JobDecideParams) -> Result<Change, 
                 Some(comment) => format!("Rejected: by {}: {comment}", params.by),
                 None => format!("Rejected: by {}", params.by),
             };
-            Ok(Change::Reject { approval, message })
+            Ok(Change::Reject { approval, message, at: now })
         }
         (JobDecision::Run, JobStatus::Approved) => Ok(queue(approval, row.run_after, params.queue_ttl, now)),
         (JobDecision::Run, JobStatus::PendingApproval) => Err(DecideRefusal::NotApproved(row.status)),
         (_, status) => Err(DecideRefusal::AlreadyDecided(status)),
+    }
+}
+
+/// What a cancel of a job still waiting (queued, for a decision, or
+/// approved, for its trigger) writes: its stamp and its message. The
+/// stamp is never before the decision or trigger the row already holds,
+/// though the caller read its clock before it waited for the row's lock
+/// (a busy replica, a clock behind another's): a cancel that followed an
+/// approval is recorded after it.
+pub(crate) fn cancel_waiting(
+    status: JobStatus,
+    approval: Option<&Approval>,
+    now: Timestamp,
+) -> (Timestamp, &'static str) {
+    let at = approval.map_or(now, |a| latest_stamp(a, now));
+    let message = match status {
+        JobStatus::PendingApproval => "Cancelled: cancelled while waiting for approval",
+        JobStatus::Approved => "Cancelled: cancelled after its approval, before its run was triggered",
+        _ => "Cancelled: cancelled while queued",
+    };
+    (at, message)
+}
+
+/// `now`, or the latest decision or trigger on `approval` if later.
+fn latest_stamp(approval: &Approval, now: Timestamp) -> Timestamp {
+    [approval.decision.as_ref().map(|d| d.at), approval.triggered_at].into_iter().flatten().fold(now, Timestamp::max)
+}
+
+/// Why a job that waited for a decision or a trigger expired (the sweep
+/// says the same).
+pub(crate) fn expiry_message(status: JobStatus) -> &'static str {
+    if status == JobStatus::Approved {
+        "Expired: approved, but its run was never triggered"
+    } else {
+        "Expired: no decision came within its approval TTL"
     }
 }
 
@@ -178,7 +251,7 @@ mod tests {
     }
 
     fn row(status: JobStatus, approval: Option<Approval>) -> GatedRow {
-        GatedRow { status, approval, run_after: Timestamp::from_unix_ms(0) }
+        GatedRow { status, approval, run_after: Timestamp::from_unix_ms(0), expires_at: None }
     }
 
     #[test]
@@ -240,8 +313,37 @@ mod tests {
         let now = Timestamp::from_unix_ms(1);
         let change =
             decide(row(JobStatus::PendingApproval, Some(gated(true))), &params(JobDecision::Reject, now)).unwrap();
-        let Change::Reject { message, approval } = change else { panic!() };
+        let Change::Reject { message, approval, .. } = change else { panic!() };
         assert_eq!(message, "Rejected: by alice: looks right");
         assert_eq!(approval.decision.unwrap().verdict, Verdict::Rejected);
+    }
+
+    #[test]
+    fn a_decision_at_or_past_the_expiry_expires_the_job_instead() {
+        let now = Timestamp::from_unix_ms(1_000_000);
+        let mut waiting = row(JobStatus::PendingApproval, Some(gated(true)));
+        waiting.expires_at = Some(now);
+        let change = decide(waiting, &params(JobDecision::Approve, now)).unwrap();
+        assert_eq!(change.status(), JobStatus::Failed);
+        assert_eq!(change.refusal(), Some(DecideRefusal::Expired));
+        assert_eq!(change.columns().error_kind, Some("expired"));
+        assert!(change.approval().decision.is_none());
+        let mut early = row(JobStatus::PendingApproval, Some(gated(true)));
+        early.expires_at = Some(now.plus(Duration::from_millis(1)));
+        assert_eq!(decide(early, &params(JobDecision::Approve, now)).unwrap().status(), JobStatus::Queued);
+    }
+
+    #[test]
+    fn a_trigger_or_cancel_read_before_the_approval_is_stamped_after_it() {
+        let approved_at = Timestamp::from_unix_ms(2_000_000);
+        let mut approval = gated(false);
+        approval.decision =
+            Some(Decision { verdict: Verdict::Approved, by: "a".into(), comment: None, at: approved_at });
+        let early = Timestamp::from_unix_ms(1_000_000);
+        let trigger = decide(row(JobStatus::Approved, Some(approval.clone())), &params(JobDecision::Run, early));
+        assert_eq!(trigger.unwrap().approval().triggered_at, Some(approved_at));
+        let (at, message) = cancel_waiting(JobStatus::Approved, Some(&approval), early);
+        assert_eq!(at, approved_at);
+        assert!(message.contains("after its approval"), "{message}");
     }
 }

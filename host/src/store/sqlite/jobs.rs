@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::SqliteStore;
 use super::rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs};
 use crate::clock::Timestamp;
-use crate::job::{Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
+use crate::job::{Approval, Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::codec::{
     InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns, to_json,
@@ -79,32 +79,31 @@ impl Jobs for SqliteStore {
         self.write(move |conn| {
             let err = db_err("cancelling a job");
             let id = id.to_string();
-            let cancelled = conn
-                .execute(
-                    "UPDATE jobs SET status = 'cancelled', finished_at = ?1, error_kind = 'cancelled', \
-                     error_message = CASE status WHEN 'queued' THEN 'Cancelled: cancelled while queued' \
-                       ELSE 'Cancelled: cancelled while waiting for approval' END \
-                     WHERE job_id = ?2 AND status IN ('queued', 'pending_approval', 'approved')",
-                    params![now.unix_ms(), id],
-                )
+            let row: Option<(String, Option<String>)> = conn
+                .prepare_cached("SELECT status, approval_json FROM jobs WHERE job_id = ?1")
+                .and_then(|mut s| s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
                 .map_err(&err)?;
-            if cancelled == 1 {
-                return Ok(CancelResult::Cancelled);
-            }
-            let requested = conn
-                .execute("UPDATE jobs SET cancel_requested = 1 WHERE job_id = ?1 AND status = 'running'", params![id])
-                .map_err(&err)?;
-            if requested == 1 {
-                return Ok(CancelResult::Requested);
-            }
-            let status: Option<String> = conn
-                .query_row("SELECT status FROM jobs WHERE job_id = ?1", params![id], |r| r.get(0))
-                .optional()
-                .map_err(&err)?;
-            match status {
-                None => Ok(CancelResult::NotFound),
-                Some(s) => Ok(CancelResult::AlreadyTerminal(s.parse().map_err(|e: String| corrupt(&id, e))?)),
-            }
+            let Some((status, approval)) = row else { return Ok(CancelResult::NotFound) };
+            let result = match status.parse().map_err(|e: String| corrupt(&id, e))? {
+                status @ (JobStatus::Queued | JobStatus::PendingApproval | JobStatus::Approved) => {
+                    let approval: Option<Approval> = json_column(&id, "approval", approval)?;
+                    let (at, message) = gate::cancel_waiting(status, approval.as_ref(), now);
+                    conn.execute(
+                        "UPDATE jobs SET status = 'cancelled', finished_at = ?1, error_kind = 'cancelled', \
+                         error_message = ?3 WHERE job_id = ?2",
+                        params![at.unix_ms(), id, message],
+                    )
+                    .map_err(&err)?;
+                    CancelResult::Cancelled
+                }
+                JobStatus::Running => {
+                    conn.execute("UPDATE jobs SET cancel_requested = 1 WHERE job_id = ?1", params![id])
+                        .map_err(&err)?;
+                    CancelResult::Requested
+                }
+                terminal => CancelResult::AlreadyTerminal(terminal),
+            };
+            Ok(result)
         })
         .await
     }
@@ -113,22 +112,27 @@ impl Jobs for SqliteStore {
         self.write(move |conn| {
             let err = db_err("deciding on a job");
             let id = params.id.to_string();
-            let row: Option<(String, Option<String>, i64)> = conn
-                .prepare_cached("SELECT status, approval_json, run_after FROM jobs WHERE job_id = ?1")
-                .and_then(|mut s| s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+            let row: Option<(String, Option<String>, i64, Option<i64>)> = conn
+                .prepare_cached("SELECT status, approval_json, run_after, expires_at FROM jobs WHERE job_id = ?1")
+                .and_then(|mut s| {
+                    s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).optional()
+                })
                 .map_err(&err)?;
-            let Some((status, approval, run_after)) = row else { return Ok(Err(DecideRefusal::NotFound)) };
+            let Some((status, approval, run_after, expires_at)) = row else {
+                return Ok(Err(DecideRefusal::NotFound));
+            };
             let row = GatedRow {
                 status: status.parse().map_err(|e: String| corrupt(&id, e))?,
                 approval: json_column(&id, "approval", approval)?,
                 run_after: Timestamp::from_unix_ms(run_after),
+                expires_at: expires_at.map(Timestamp::from_unix_ms),
             };
             let change = match gate::decide(row, &params) {
                 Ok(change) => change,
                 Err(refusal) => return Ok(Err(refusal)),
             };
             let approval = to_json(change.approval())?;
-            let c = change.columns(params.now);
+            let c = change.columns();
             let sql = decision_update_sql('?') + JOB_COLUMNS;
             let status = change.status().as_str();
             let mut jobs = query_jobs(
@@ -146,7 +150,8 @@ impl Jobs for SqliteStore {
                     c.error_message
                 ],
             )?;
-            jobs.pop().map(Ok).ok_or_else(|| corrupt(&id, "decided but not returned"))
+            let job = jobs.pop().ok_or_else(|| corrupt(&id, "decided but not returned"))?;
+            Ok(change.refusal().map_or(Ok(job), Err))
         })
         .await
     }

@@ -34,7 +34,9 @@ macro_rules! with_cases {
                 decisions_the_state_does_not_allow_are_refused_and_change_nothing,
                 two_approvals_racing_one_wins,
                 cancel_of_a_gated_job_is_immediate,
+                a_cancel_that_follows_a_decision_is_stamped_after_it,
                 a_pending_approval_expires_after_its_ttl,
+                a_decision_past_the_approval_ttl_is_refused_and_expires_the_job,
                 a_sync_gate_counts_its_deadline_from_the_trigger,
             }
             leases {

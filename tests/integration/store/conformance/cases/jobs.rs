@@ -341,11 +341,33 @@ pub(crate) async fn cancel_of_a_gated_job_is_immediate(store: Arc<dyn JobStore>)
     let pending = insert_one(&*store, gated_job("p", true), T0).await;
     let held = insert_one(&*store, gated_job("h", false), T0).await;
     decide(&*store, held.id, JobDecision::Approve, "alice", at(1)).await.unwrap();
-    for id in [pending.id, held.id] {
+    for (id, message) in [
+        (pending.id, "Cancelled: cancelled while waiting for approval"),
+        (held.id, "Cancelled: cancelled after its approval, before its run was triggered"),
+    ] {
         assert_eq!(store.job_cancel(id, at(2)).await.unwrap(), CancelResult::Cancelled);
         let job = get(&*store, id).await;
         assert_eq!((job.status, job.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
-        assert_eq!(job.error_message.as_deref(), Some("Cancelled: cancelled while waiting for approval"));
+        assert_eq!(job.error_message.as_deref(), Some(message));
+    }
+}
+
+/// A cancel whose clock was read before an approval took the row (a busy
+/// replica) is stamped no earlier than that approval, and says what it
+/// cancelled: the approved job, not one still waiting.
+pub(crate) async fn a_cancel_that_follows_a_decision_is_stamped_after_it(store: Arc<dyn JobStore>) {
+    let held = insert_one(&*store, gated_job("h", false), T0).await;
+    let queued = insert_one(&*store, gated_job("q", true), T0).await;
+    decide(&*store, held.id, JobDecision::Approve, "alice", at(50)).await.unwrap();
+    decide(&*store, queued.id, JobDecision::Approve, "alice", at(60)).await.unwrap();
+    for (id, decided, message) in [
+        (held.id, at(50), "Cancelled: cancelled after its approval, before its run was triggered"),
+        (queued.id, at(60), "Cancelled: cancelled while queued"),
+    ] {
+        assert_eq!(store.job_cancel(id, at(40)).await.unwrap(), CancelResult::Cancelled);
+        let job = get(&*store, id).await;
+        assert_eq!(job.finished_at, Some(decided), "stamped at the decision it followed, not before");
+        assert_eq!(job.error_message.as_deref(), Some(message));
     }
 }
 
@@ -364,6 +386,35 @@ pub(crate) async fn a_pending_approval_expires_after_its_ttl(store: Arc<dyn JobS
     assert_eq!(store.jobs_expire_queued(JobsExpireParams { now: later }).await.unwrap(), 1);
     let expired = get(&*store, held.id).await;
     assert_eq!(expired.error_message.as_deref(), Some("Expired: approved, but its run was never triggered"));
+}
+
+/// A decision or a trigger after the TTL ran out is refused and expires
+/// the job in the same write, whether or not a sweep ran.
+pub(crate) async fn a_decision_past_the_approval_ttl_is_refused_and_expires_the_job(store: Arc<dyn JobStore>) {
+    let pending = insert_one(&*store, gated_job("p", true), T0).await;
+    let held = insert_one(&*store, gated_job("h", false), T0).await;
+    let rejected = insert_one(&*store, gated_job("r", true), T0).await;
+    decide(&*store, held.id, JobDecision::Approve, "alice", at(100)).await.unwrap();
+    let past = T0.plus(APPROVAL_TTL);
+    let refused = decide(&*store, pending.id, JobDecision::Approve, "alice", past).await;
+    assert_eq!(refused.unwrap_err(), DecideRefusal::Expired, "an approval 0 ms past the TTL");
+    let job = get(&*store, pending.id).await;
+    assert_eq!((job.status, job.error_kind), (JobStatus::Failed, Some(ErrorKind::Expired)));
+    assert_eq!(job.error_message.as_deref(), Some("Expired: no decision came within its approval TTL"));
+    assert_eq!(job.finished_at, Some(past));
+    assert!(job.approval.unwrap().decision.is_none(), "no decision is recorded");
+    assert_eq!(
+        decide(&*store, rejected.id, JobDecision::Reject, "bob", past.plus(Duration::from_secs(3600))).await,
+        Err(DecideRefusal::Expired)
+    );
+    let trigger = decide(&*store, held.id, JobDecision::Run, "-", at(100).plus(APPROVAL_TTL)).await;
+    assert_eq!(trigger.unwrap_err(), DecideRefusal::Expired, "a run triggered after an approved job's wait ran out");
+    let job = get(&*store, held.id).await;
+    assert_eq!(job.error_message.as_deref(), Some("Expired: approved, but its run was never triggered"));
+    assert!(claim(&*store, "w", 10, at(100).plus(APPROVAL_TTL)).await.is_empty(), "nothing runs");
+    // Refused again as over, not expired twice.
+    let again = decide(&*store, pending.id, JobDecision::Approve, "alice", past).await;
+    assert_eq!(again.unwrap_err(), DecideRefusal::Terminal(JobStatus::Failed));
 }
 
 pub(crate) async fn a_sync_gate_counts_its_deadline_from_the_trigger(store: Arc<dyn JobStore>) {
