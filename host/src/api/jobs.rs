@@ -157,7 +157,7 @@ pub(super) async fn job_batch(
             batch.jobs.len()
         )));
     }
-    // Room for `#999` after the key, whatever the batch's size.
+    // Room for a separator and `999` after the key, whatever the batch's size.
     const MAX_BATCH_KEY_BYTES: usize = MAX_IDEMPOTENCY_KEY_BYTES - 4;
     if idempotency.as_ref().is_some_and(|k| k.key.len() > MAX_BATCH_KEY_BYTES) {
         return Err(ApiError::bad_request(format!(
@@ -176,9 +176,7 @@ pub(super) async fn job_batch(
         let (mut job, _) = body.into_submit(now, &ceilings).map_err(|e| e.within(&format!("jobs[{index}]")))?;
         // Each job keeps its own key, bound to the whole batch's body.
         if let Some(batch_key) = &idempotency {
-            let key = IdempotencyKey::new(&format!("{}#{index}", batch_key.key), batch_key.request_digest.clone())
-                .map_err(|e| ApiError::bad_request(format!("`Idempotency-Key`: {e}")))?;
-            job.idempotency = Some(key);
+            job.idempotency = Some(IdempotencyKey::in_batch(batch_key, index));
         }
         jobs.push(job);
     }

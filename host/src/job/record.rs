@@ -257,7 +257,30 @@ impl IdempotencyKey {
         }
         Ok(IdempotencyKey { key: key.to_owned(), request_digest })
     }
+
+    /// The key of the job at `index` of a batch sent with `batch`: the
+    /// client's key, [`BATCH_KEY_SEPARATOR`] and the index. The separator
+    /// is a control character no client key may hold, so no key a client
+    /// sends alone (`order-7#0`, say) is ever taken by a batch's job, or
+    /// the other way round.
+    pub fn in_batch(batch: &IdempotencyKey, index: usize) -> IdempotencyKey {
+        IdempotencyKey {
+            key: format!("{}{BATCH_KEY_SEPARATOR}{index}", batch.key),
+            request_digest: batch.request_digest.clone(),
+        }
+    }
+
+    /// The key the client sent for a stored key: a batch job's key without
+    /// its separator and index.
+    pub fn sent(stored: &str) -> &str {
+        stored.split(BATCH_KEY_SEPARATOR).next().unwrap_or(stored)
+    }
 }
+
+/// Between a batch's key and a job's index in the job's stored key (see
+/// [`IdempotencyKey::in_batch`]). Keys stored before it was used hold `#`
+/// there instead, and keep it.
+pub const BATCH_KEY_SEPARATOR: char = '\u{1f}';
 
 /// A stored job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

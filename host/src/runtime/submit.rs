@@ -163,7 +163,10 @@ impl Runtime {
         let missing =
             wanted.iter().filter(|k| !found.contains_key(*k)).count() + keys.iter().filter(|k| k.is_none()).count();
         if missing > 0 {
-            return Err(RuntimeError::ReplayIncomplete { key: replayed_key, missing });
+            return Err(RuntimeError::ReplayIncomplete {
+                key: IdempotencyKey::sent(&replayed_key).to_owned(),
+                missing,
+            });
         }
         Ok(wanted.iter().map(|k| found[k]).map(|(id, status)| Submitted { id, status, replayed: true }).collect())
     }
@@ -175,7 +178,7 @@ impl Runtime {
         let now = self.inner.settings.clock.now();
         let inserted = match self.inner.store.job_insert(JobInsertParams { jobs: new_jobs, now }).await {
             Err(StoreError::IdempotencyKeyTaken { key, job, same_request: false }) => {
-                return Err(RuntimeError::IdempotencyConflict { key, job });
+                return Err(RuntimeError::IdempotencyConflict { key: IdempotencyKey::sent(&key).to_owned(), job });
             }
             other => other?,
         };

@@ -970,6 +970,25 @@ async fn a_batch_is_queued_whole_in_order_and_a_retry_answers_the_same_jobs() {
     assert_eq!((status, error_kind(&answer)), (409, "idempotency_conflict"));
     let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
     assert_eq!(list["jobs"].as_array().unwrap().len(), 3, "nothing more was queued: {list}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("\"batch-1\""), "the key as sent: {answer}");
+
+    // A single job's key that spells a batch job's place (`batch-1#0`) is
+    // its own key, and a batch's key that a single job used first is too.
+    let single = |key: &str| {
+        server
+            .request(Method::POST, "/v1/jobs")
+            .header("Idempotency-Key", key)
+            .json(&json!({ "plugin": "hello", "input": {}, "execution": "async" }))
+            .send()
+    };
+    for key in ["batch-1#0", "order-7#0"] {
+        let response = single(key).await.unwrap();
+        assert_eq!(response.status().as_u16(), 202, "{key}: {}", response.text().await.unwrap());
+    }
+    let (status, answer, replayed) = batch(&server, Some("order-7"), &other).await;
+    assert_eq!((status, replayed), (202, false), "{answer}");
+    let replay = single("order-7#0").await.unwrap();
+    assert_eq!(replay.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap()), Some("true"));
 }
 
 #[tokio::test]
