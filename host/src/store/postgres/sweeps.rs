@@ -10,8 +10,8 @@ use super::jobs::{InsertColumns, insert_rows};
 use super::rows::{db_err, job_columns, row_to_plan, rows_to_jobs};
 use super::{BATCH, NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
-use crate::job::{Job, JobId, JobStatus};
-use crate::store::rules::codec::corrupt;
+use crate::job::{ApprovalPolicy, Job, JobId, JobStatus};
+use crate::store::rules::codec::{corrupt, policy_of};
 use crate::store::rules::plan::apply_job;
 use crate::store::rules::unfinished::{self, Death, Decision, Fate};
 use crate::store::sql::{COUNTER_COLUMNS, DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, SILENT_WORKER};
@@ -144,8 +144,21 @@ impl Sweeps for PostgresStore {
             let execute = rows_to_jobs(&execute)?
                 .pop()
                 .ok_or_else(|| corrupt(&plan.record.plan_id, "its execute job is missing"))?;
+            let policy = match &execute.plugin_name {
+                Some(name) => {
+                    let row = tx
+                        .query_opt(
+                            "SELECT approval_json FROM plugin_names WHERE name = $1 AND version = $2",
+                            &[&name.name, &name.version],
+                        )
+                        .await
+                        .map_err(&err)?;
+                    policy_of(&plan.record.plan_id, row.and_then(|r| r.get(0)))?
+                }
+                None => ApprovalPolicy::default(),
+            };
             let mut columns = InsertColumns::default();
-            columns.push(apply_job(&plan, &execute), JobId::new(params.now), params.now)?;
+            columns.push(apply_job(&plan, &execute, &policy), JobId::new(params.now), params.now)?;
             let apply = insert_rows(&tx, &columns, params.now).await?.remove(0);
             tx.execute(
                 "UPDATE plans SET apply_job_id = $2 WHERE plan_id = $1 AND apply_job_id IS NULL",

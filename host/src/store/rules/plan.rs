@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use crate::job::{ApplyInput, ApplyMode, ExecutionMode, Gate, GateSource, Job, NewJob, PlanRecord, Target};
+use crate::job::{
+    ApplyInput, ApplyMode, ApprovalPolicy, ExecutionMode, Gate, GateSource, Job, NewJob, PlanRecord, Target,
+};
 
 /// A plan row with what its apply job needs besides the execute job.
 pub(crate) struct PlanRow {
@@ -19,17 +21,21 @@ pub(crate) struct PlanRow {
 /// The apply job of `plan`, whose execute job `execute` succeeded: the same
 /// plugin, limits, grants and attempts, the plan's id as its concurrency
 /// key, and as input the plan's input with the execute output
-/// ([`ApplyInput`]); gated unless the plan says `auto`.
-pub(crate) fn apply_job(plan: &PlanRow, execute: &Job) -> NewJob {
+/// ([`ApplyInput`]); gated unless the plan says `auto`, and gated whatever
+/// the plan says where its plugin's registration gates `apply` now
+/// (`policy`: read in the same transaction, so a policy set while the
+/// plan's execute phase ran holds its apply phase too).
+pub(crate) fn apply_job(plan: &PlanRow, execute: &Job, policy: &ApprovalPolicy) -> NewJob {
     let record = &plan.record;
     let output = execute.output.as_deref().unwrap_or_default();
     let input = ApplyInput::new(&record.plan_id, execute.id, &record.input, output).to_bytes();
-    let approval = (record.apply_mode == ApplyMode::Approval).then_some(Gate {
-        source: GateSource::Plan,
-        run_on_approve: true,
-        execution: ExecutionMode::Async,
-        deadline: None,
-    });
+    let source = if record.apply_mode == ApplyMode::Approval {
+        Some(GateSource::Plan)
+    } else {
+        policy.gates(&Target::Apply).then_some(GateSource::Policy)
+    };
+    let approval =
+        source.map(|source| Gate { source, run_on_approve: true, execution: ExecutionMode::Async, deadline: None });
     NewJob {
         plugin: execute.plugin,
         plugin_name: execute.plugin_name.clone(),

@@ -1,15 +1,15 @@
 //! The SQLite store's [`Sweeps`]: reclaiming expired leases
 //! and dead workers' jobs, expiring queued jobs, advancing plans, retention.
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
 use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::jobs::insert_rows;
 use super::rows::{JOB_COLUMNS, db_err, query_jobs, query_plans};
 use crate::clock::Timestamp;
-use crate::job::Job;
-use crate::store::rules::codec::corrupt;
+use crate::job::{ApprovalPolicy, Job};
+use crate::store::rules::codec::{corrupt, policy_of};
 use crate::store::rules::plan::apply_job;
 use crate::store::rules::unfinished::{self, Counters, Death, Decision};
 use crate::store::sql::{COUNTER_COLUMNS, DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, SILENT_WORKER};
@@ -150,7 +150,17 @@ impl Sweeps for SqliteStore {
                 let execute = query_jobs(conn, &one, params![plan.record.execute_job.to_string()])?
                     .pop()
                     .ok_or_else(|| corrupt(&plan.record.plan_id, "its execute job is missing"))?;
-                let apply = insert_rows(conn, vec![apply_job(&plan, &execute)], params.now)?.remove(0);
+                let policy = match &execute.plugin_name {
+                    Some(name) => {
+                        let text: Option<Option<String>> = conn
+                            .prepare_cached("SELECT approval_json FROM plugin_names WHERE name = ?1 AND version = ?2")
+                            .and_then(|mut s| s.query_row(params![name.name, name.version], |r| r.get(0)).optional())
+                            .map_err(&err)?;
+                        policy_of(&plan.record.plan_id, text.flatten())?
+                    }
+                    None => ApprovalPolicy::default(),
+                };
+                let apply = insert_rows(conn, vec![apply_job(&plan, &execute, &policy)], params.now)?.remove(0);
                 conn.prepare_cached("UPDATE plans SET apply_job_id = ?2 WHERE plan_id = ?1 AND apply_job_id IS NULL")
                     .and_then(|mut s| s.execute(params![plan.record.plan_id, apply.id.to_string()]))
                     .map_err(&err)?;

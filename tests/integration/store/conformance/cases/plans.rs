@@ -2,10 +2,14 @@
 
 use std::sync::Arc;
 
-use leash::job::{ApplyInput, ApplyMode, ErrorKind, GateSource, JobStatus, Target};
-use leash::store::{Finish, JobDecision, JobStore, JobsDeleteParams, PlanListParams};
+use leash::job::{ApplyInput, ApplyMode, ApprovalPolicy, ErrorKind, GateSource, JobStatus, NewJob, PluginName, Target};
+use leash::store::{
+    Finish, JobDecision, JobStore, JobsDeleteParams, PlanInsertParams, PlanListParams, PluginPolicyParams,
+};
 
-use super::{KEEP_EVENTS, T0, advance, at, claim_one, decide, get, new_plan, run_to, succeed};
+use super::{
+    KEEP_EVENTS, T0, advance, at, claim, claim_one, decide, get, new_job, new_plan, put_named, run_to, succeed,
+};
 
 pub(crate) async fn a_plan_is_stored_with_its_execute_job(store: Arc<dyn JobStore>) {
     let execute = new_plan(&*store, "01PLANA0000000000000000000", ApplyMode::Approval, T0).await;
@@ -51,6 +55,38 @@ pub(crate) async fn a_succeeded_execute_leads_to_one_apply_job_with_its_output(s
     assert_eq!(created.len(), 1);
     assert_eq!((created[0].status, created[0].approval.is_none()), (JobStatus::Queued, true));
     assert_eq!(claim_one(&*store, at(8)).await.job.id, created[0].id);
+}
+
+/// An `auto` plan's apply phase is gated when its plugin's registration
+/// gates `apply` by the time execute succeeds, though it did not when the
+/// plan was created.
+pub(crate) async fn a_policy_set_while_an_auto_plan_runs_gates_its_apply_phase(store: Arc<dyn JobStore>) {
+    let digest = put_named(&*store, b"gated later", "deploy", "1.0.0", T0).await;
+    let name = PluginName::new("deploy", "1.0.0").unwrap();
+    let plan_id = "01PLANG0000000000000000000";
+    let execute = NewJob {
+        plugin: digest,
+        plugin_name: Some(name.clone()),
+        plan_id: Some(plan_id.into()),
+        concurrency_key: Some(plan_id.into()),
+        ..new_job("want")
+    };
+    let params = PlanInsertParams {
+        plan_id: plan_id.into(),
+        apply_mode: ApplyMode::Auto,
+        input: b"want".to_vec(),
+        execute,
+        now: T0,
+    };
+    store.plan_insert(params).await.unwrap();
+    let policy = ApprovalPolicy { require: vec!["apply".parse().unwrap()] };
+    store.plugin_policy_set(PluginPolicyParams { name, policy }).await.unwrap().expect("registered");
+    run_to(&*store, Finish::Succeeded { output: b"plan".to_vec() }, at(1)).await;
+    let created = advance(&*store, Some(plan_id), at(2)).await;
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0].status, JobStatus::PendingApproval, "the policy holds the apply phase");
+    assert_eq!(created[0].approval.as_ref().unwrap().required_by, GateSource::Policy);
+    assert!(claim(&*store, "w", 10, at(3)).await.is_empty(), "nothing runs unapproved");
 }
 
 pub(crate) async fn a_failed_or_cancelled_plan_never_gets_an_apply_job(store: Arc<dyn JobStore>) {
