@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::requests::{DecisionRequest, PlanRequest, decision_by};
+use super::requests::{PlanDecisionRequest, PlanRequest, plan_decision};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::types::{PlanAnswer, PlanPage};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
@@ -93,46 +93,50 @@ pub(super) async fn plan_list(
     Ok(Json(PlanPage { plans, next_before: next }).into_response())
 }
 
-/// Approve the phase of a plan that waits for approval (apply, or execute
-/// where a policy gates it).
+/// Approve the phase the body names, where it waits for approval (apply,
+/// or execute where a policy gates it). Resent, it is refused
+/// (`already_decided` or `already_terminal`): it never approves the phase
+/// after it.
 #[utoipa::path(post, path = "/v1/plans/{id}/approve", tag = "plans",
     params(("id" = JobId, Path, description = "The plan id")),
-    request_body = DecisionRequest,
+    request_body = PlanDecisionRequest,
     responses(
         (status = 200, description = "Approved: the plan", body = PlanAnswer),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such plan", body = ErrorBody),
-        (status = 409, description = "Nothing waits for approval: `already_decided`, `already_terminal` \
-            or `not_gated` (its execute phase still runs)", body = ErrorBody),
+        (status = 409, description = "The phase named does not wait for approval: `already_decided`, \
+            `already_terminal`, `expired`, or `not_gated` (never gated, or no apply phase yet)", body = ErrorBody),
     ))]
 pub(super) async fn plan_approve(
     State(state): State<Arc<AppState>>,
     ParsedPath(id): ParsedPath<JobId>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let view = state.runtime.plan_approve(&id.to_string(), decision_by(body)?).await?;
+    let (phase, who) = plan_decision(body)?;
+    let view = state.runtime.plan_approve(&id.to_string(), phase, who).await?;
     Ok(Json(PlanAnswer::from(view)).into_response())
 }
 
-/// Reject the phase of a plan that waits for approval: the plan ends
-/// `rejected` and its apply phase never runs.
+/// Reject the phase the body names, where it waits for approval: the plan
+/// ends `rejected` and its apply phase never runs.
 #[utoipa::path(post, path = "/v1/plans/{id}/reject", tag = "plans",
     params(("id" = JobId, Path, description = "The plan id")),
-    request_body = DecisionRequest,
+    request_body = PlanDecisionRequest,
     responses(
         (status = 200, description = "Rejected: the plan", body = PlanAnswer),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such plan", body = ErrorBody),
-        (status = 409, description = "Nothing waits for approval", body = ErrorBody),
+        (status = 409, description = "The phase named does not wait for approval", body = ErrorBody),
     ))]
 pub(super) async fn plan_reject(
     State(state): State<Arc<AppState>>,
     ParsedPath(id): ParsedPath<JobId>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let view = state.runtime.plan_reject(&id.to_string(), decision_by(body)?).await?;
+    let (phase, who) = plan_decision(body)?;
+    let view = state.runtime.plan_reject(&id.to_string(), phase, who).await?;
     Ok(Json(PlanAnswer::from(view)).into_response())
 }
 

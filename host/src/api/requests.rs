@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::api::error::{ApiError, body_error, parse_body};
 use crate::clock::Timestamp;
-use crate::job::{ApplyMode, Backoff, PluginRef, Target, millis};
+use crate::job::{ApplyMode, Backoff, PlanPhase, PluginRef, Target, millis};
 use crate::runtime::{Ceilings, DecisionBy, PlanSubmit, PluginSource, Submit};
 
 /// How `POST /v1/jobs` answers.
@@ -194,10 +194,27 @@ pub struct BatchRequest {
     pub jobs: Vec<SubmitRequest>,
 }
 
-/// The body of `POST /v1/jobs/{id}/approve` and `/reject` (and of a plan's).
+/// The body of `POST /v1/jobs/{id}/approve` and `/reject`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionRequest {
+    /// Who decides, as they name themselves; recorded with the decision.
+    #[schema(min_length = 1, max_length = 128)]
+    pub by: String,
+    /// Why; recorded with the decision.
+    #[schema(max_length = 4096)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// The body of `POST /v1/plans/{id}/approve` and `/reject`: a decision
+/// and the phase it decides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanDecisionRequest {
+    /// The phase decided: `execute` or `apply`. A decision that names its
+    /// phase cannot, resent, decide the phase after it.
+    pub phase: PlanPhase,
     /// Who decides, as they name themselves; recorded with the decision.
     #[schema(min_length = 1, max_length = 128)]
     pub by: String,
@@ -284,4 +301,10 @@ impl PlanRequest {
 pub(super) fn decision_by(body: Result<Bytes, BytesRejection>) -> Result<DecisionBy, ApiError> {
     let body: DecisionRequest = parse_body(&body.map_err(body_error)?, "decision")?;
     Ok(DecisionBy { by: body.by, comment: body.comment })
+}
+
+/// A plan decision's phase and who decides, from its body.
+pub(super) fn plan_decision(body: Result<Bytes, BytesRejection>) -> Result<(PlanPhase, DecisionBy), ApiError> {
+    let body: PlanDecisionRequest = parse_body(&body.map_err(body_error)?, "plan decision")?;
+    Ok((body.phase, DecisionBy { by: body.by, comment: body.comment }))
 }

@@ -27,7 +27,7 @@ pub use effect::{Effect, EffectOutcome};
 pub use event::{Event, EventId, EventKind, JobEvent, WorkerEvent};
 pub use grant::Grants;
 pub use id::JobId;
-pub use plan::{ApplyInput, ApplyMode, PlanRecord, PlanStatus};
+pub use plan::{ApplyInput, ApplyMode, PlanPhase, PlanRecord, PlanStatus};
 pub use plugin::{DEFAULT_PLUGIN_VERSION, PluginInfo, PluginName, PluginRef};
 pub use record::{
     BATCH_KEY_SEPARATOR, Backoff, Counts, DEFAULT_APPROVAL_TTL, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP,

@@ -47,6 +47,38 @@ impl FromStr for ApplyMode {
     }
 }
 
+/// A plan's phase, as a decision names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanPhase {
+    /// The execute job (gated where a policy gates `execute`).
+    Execute,
+    /// The apply job, once execute has succeeded.
+    Apply,
+}
+
+impl PlanPhase {
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanPhase::Execute => "execute",
+            PlanPhase::Apply => "apply",
+        }
+    }
+}
+
+impl FromStr for PlanPhase {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "execute" => Ok(PlanPhase::Execute),
+            "apply" => Ok(PlanPhase::Apply),
+            _ => Err(format!("unknown plan phase {s:?}: expected \"execute\" or \"apply\"")),
+        }
+    }
+}
+
 /// Where a plan is, derived from its phases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::clock::Clock;
-use crate::job::{ApplyMode, Job, JobId, JobStatus, PlanRecord, PlanStatus, PluginRef, Target};
+use crate::job::{ApplyMode, Job, JobId, JobStatus, PlanPhase, PlanRecord, PlanStatus, PluginRef, Target};
 use crate::runtime::approval::DecisionBy;
 use crate::runtime::{PluginSource, Runtime, RuntimeError, Submit};
 use crate::store::{JobStore, PlanInsertParams, PlanListParams, PlansAdvanceParams};
@@ -108,20 +108,48 @@ impl Runtime {
         Ok(PlanView { plan, status, execute, apply })
     }
 
-    /// Approve the phase of a plan that waits for approval (apply; or
-    /// execute, where a policy gates it).
-    pub async fn plan_approve(&self, plan_id: &str, who: DecisionBy) -> Result<PlanView, RuntimeError> {
-        let id = self.plan(plan_id).await?.current().id;
+    /// Approve `phase` of a plan, where it waits for approval (apply; or
+    /// execute, where a policy gates it). The decision names its phase, so
+    /// a resent approval of execute never approves the apply phase that
+    /// followed it.
+    pub async fn plan_approve(
+        &self,
+        plan_id: &str,
+        phase: PlanPhase,
+        who: DecisionBy,
+    ) -> Result<PlanView, RuntimeError> {
+        let id = self.plan_phase(plan_id, phase).await?;
         self.approve(id, who).await?;
         self.plan(plan_id).await
     }
 
-    /// Reject the phase of a plan that waits for approval: the plan ends
+    /// Reject `phase` of a plan, where it waits for approval: the plan ends
     /// `rejected`.
-    pub async fn plan_reject(&self, plan_id: &str, who: DecisionBy) -> Result<PlanView, RuntimeError> {
-        let id = self.plan(plan_id).await?.current().id;
+    pub async fn plan_reject(
+        &self,
+        plan_id: &str,
+        phase: PlanPhase,
+        who: DecisionBy,
+    ) -> Result<PlanView, RuntimeError> {
+        let id = self.plan_phase(plan_id, phase).await?;
         self.reject(id, who).await?;
         self.plan(plan_id).await
+    }
+
+    /// The job of `phase`; an apply phase not created yet is
+    /// [`RuntimeError::Undecidable`] (`not_gated`) on the execute job.
+    async fn plan_phase(&self, plan_id: &str, phase: PlanPhase) -> Result<JobId, RuntimeError> {
+        let view = self.plan(plan_id).await?;
+        match (phase, &view.apply) {
+            (PlanPhase::Execute, _) => Ok(view.execute.id),
+            (PlanPhase::Apply, Some(apply)) => Ok(apply.id),
+            (PlanPhase::Apply, None) => Err(RuntimeError::Undecidable {
+                id: view.execute.id,
+                status: view.execute.status,
+                why: "the plan has no apply phase yet (its execute phase has not succeeded)",
+                code: "not_gated",
+            }),
+        }
     }
 
     /// Cancel a plan: no apply job is created from now on, and the phase

@@ -132,7 +132,11 @@ async fn a_plan_runs_execute_waits_for_approval_and_applies_exactly_the_diff() {
     records.records.lock().unwrap().insert("e".into(), "late".into());
 
     let (status, approved) = server
-        .call(Method::POST, &format!("/v1/plans/{id}/approve"), Some(json!({ "by": "alice", "comment": "ok" })))
+        .call(
+            Method::POST,
+            &format!("/v1/plans/{id}/approve"),
+            Some(json!({ "phase": "apply", "by": "alice", "comment": "ok" })),
+        )
         .await;
     assert_eq!(status, 200, "{approved}");
     assert_eq!(approved["approved_by"], "alice");
@@ -179,8 +183,9 @@ async fn a_failed_execute_never_applies_and_a_rejected_plan_never_applies() {
         server.call(Method::POST, "/v1/plans", Some(json!({ "plugin": "file_sync", "input": input }))).await;
     let id = plan["plan_id"].as_str().unwrap().to_owned();
     poll_plan(&server, &id, |s| s == "awaiting_approval").await;
-    let (status, plan) =
-        server.call(Method::POST, &format!("/v1/plans/{id}/reject"), Some(json!({ "by": "bob" }))).await;
+    let (status, plan) = server
+        .call(Method::POST, &format!("/v1/plans/{id}/reject"), Some(json!({ "phase": "apply", "by": "bob" })))
+        .await;
     assert_eq!((status, plan["status"].as_str()), (200, Some("rejected")), "{plan}");
     assert_eq!(plan["apply"]["job"]["error_kind"], "rejected");
     assert!(records.changes().is_empty(), "a rejected plan changes nothing");
@@ -229,13 +234,53 @@ async fn a_plan_from_the_cli_shows_the_diff_to_approve() {
     assert!(shown.contains("awaiting_approval"), "{shown}");
     assert!(shown.contains(r#""op":"put","key":"b","value":"2""#), "the diff is shown: {shown}");
     let id = shown.split_whitespace().nth(1).unwrap().to_owned();
-    let approved = leash(&server, &["plan", "approve", &id, "--by", "alice"]);
+    assert!(shown.contains(&format!("leash plan approve {id} --phase apply")), "the hint names the phase: {shown}");
+    let approved = leash(&server, &["plan", "approve", &id, "--phase", "apply", "--by", "alice"]);
     assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
     poll_plan(&server, &id, |s| s == "applied").await;
     let listed = leash(&server, &["plan", "list"]);
     let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
     assert!(listed.contains(&id) && listed.contains("applied") && listed.contains("alice"), "{listed}");
     assert_eq!(records.changes(), ["PUT b=2", "DELETE a"]);
-    let again = leash(&server, &["plan", "approve", &id, "--by", "bob"]);
+    let again = leash(&server, &["plan", "approve", &id, "--phase", "apply", "--by", "bob"]);
     assert_eq!(again.status.code(), Some(7), "nothing waits: refused");
+}
+
+/// A decision names the phase it decides: resent, an approval of a gated
+/// execute phase is refused, and never approves the apply phase that
+/// followed it (which nobody has reviewed); a decision without a phase is
+/// refused, naming the field.
+#[tokio::test]
+async fn a_resent_approval_of_execute_never_approves_the_apply_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let records = Records::start(&[("a", "1")]).await;
+    add_file_sync(&server, &records).await;
+    let policy = json!({ "require": ["execute", "apply"] });
+    let (status, answer) = server.call(Method::PUT, "/v1/plugins/file_sync@0.0.0/approval", Some(policy)).await;
+    assert_eq!(status, 200, "{answer}");
+    let input = json!({ "store": records.url(), "desired": { "b": "2" } });
+    let (status, plan) =
+        server.call(Method::POST, "/v1/plans", Some(json!({ "plugin": "file_sync@0.0.0", "input": input }))).await;
+    assert_eq!(status, 201, "{plan}");
+    let id = plan["plan_id"].as_str().unwrap().to_owned();
+    assert_eq!(plan["status"], "awaiting_approval", "execute waits: {plan}");
+
+    let path = format!("/v1/plans/{id}/approve");
+    let (status, answer) = server.call(Method::POST, &path, Some(json!({ "by": "alice" }))).await;
+    assert_eq!((status, error_kind(&answer)), (400, "invalid_request"), "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("phase"), "{answer}");
+    let (status, answer) = server.call(Method::POST, &path, Some(json!({ "phase": "apply", "by": "alice" }))).await;
+    assert_eq!((status, error_kind(&answer)), (409, "not_gated"), "no apply phase yet: {answer}");
+
+    let execute = json!({ "phase": "execute", "by": "alice" });
+    let (status, answer) = server.call(Method::POST, &path, Some(execute.clone())).await;
+    assert_eq!(status, 200, "{answer}");
+    let plan = poll_plan(&server, &id, |s| s == "awaiting_approval" || s == "failed").await;
+    assert_eq!(plan["apply"]["job"]["status"], "pending_approval", "{plan}");
+    let (status, answer) = server.call(Method::POST, &path, Some(execute)).await;
+    assert_eq!((status, error_kind(&answer)), (409, "already_terminal"), "execute ran: {answer}");
+    let (_, plan) = server.call(Method::GET, &format!("/v1/plans/{id}"), None).await;
+    assert_eq!(plan["apply"]["job"]["status"], "pending_approval", "apply still waits for its own review: {plan}");
+    assert!(records.changes().is_empty(), "nothing applied: {:?}", records.changes());
 }

@@ -35,8 +35,9 @@ use axum::http::StatusCode;
 use clap::Args;
 
 use super::{CliError, ExitStatus, StoreArgs};
-use crate::api::requests::DecisionRequest;
+use crate::api::requests::{DecisionRequest, PlanDecisionRequest};
 use crate::client::ClientError;
+use crate::job::PlanPhase;
 
 /// Where a command sends its requests.
 #[derive(Debug, Args)]
@@ -77,6 +78,12 @@ impl DecisionArgs {
             .or_else(|| std::env::var("USER").ok().filter(|u| !u.trim().is_empty()))
             .unwrap_or_else(|| "operator".to_owned());
         DecisionRequest { by, comment: self.comment.clone() }
+    }
+
+    /// The body of a plan's approve or reject request, for `phase`.
+    pub(super) fn plan_body(&self, phase: PlanPhase) -> PlanDecisionRequest {
+        let DecisionRequest { by, comment } = self.body();
+        PlanDecisionRequest { phase, by, comment }
     }
 }
 

@@ -8,12 +8,13 @@ use base64::Engine as _;
 use clap::Subcommand;
 use serde_json::Value;
 
-use crate::api::requests::{DecisionRequest, PlanRequest};
+use crate::api::requests::{PlanDecisionRequest, PlanRequest};
 use crate::api::types::PlanAnswer;
 use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::commands::{ConnArgs, DecisionArgs};
 use crate::cli::{CliError, ExitStatus, parse_duration, read_input, terminal_text};
 use crate::client::{Client, typed};
+use crate::job::PlanPhase;
 
 #[derive(Debug, Subcommand)]
 pub(in crate::cli) enum PlanCommand {
@@ -56,21 +57,28 @@ pub(in crate::cli) enum PlanCommand {
         #[arg(long, value_name = "PLAN_ID")]
         before: Option<String>,
     },
-    /// Approve the phase of a plan that waits for approval.
+    /// Approve a phase of a plan that waits for approval: name it, so a
+    /// resent approval never approves the phase after it.
     Approve {
         #[command(flatten)]
         conn: ConnArgs,
         /// The plan id.
         id: String,
+        /// The phase approved: `execute` or `apply`.
+        #[arg(long, value_name = "PHASE")]
+        phase: PlanPhase,
         #[command(flatten)]
         decision: DecisionArgs,
     },
-    /// Reject the phase of a plan that waits for approval: apply never runs.
+    /// Reject a phase of a plan that waits for approval: apply never runs.
     Reject {
         #[command(flatten)]
         conn: ConnArgs,
         /// The plan id.
         id: String,
+        /// The phase rejected: `execute` or `apply`.
+        #[arg(long, value_name = "PHASE")]
+        phase: PlanPhase,
         #[command(flatten)]
         decision: DecisionArgs,
     },
@@ -152,17 +160,17 @@ pub(in crate::cli) async fn plan(command: PlanCommand) -> Result<ExitStatus, Cli
             })
             .await
         }
-        PlanCommand::Approve { conn, id, decision } => {
-            decide(conn, format!("/v1/plans/{id}/approve"), Some(decision.body())).await
+        PlanCommand::Approve { conn, id, phase, decision } => {
+            decide(conn, format!("/v1/plans/{id}/approve"), Some(decision.plan_body(phase))).await
         }
-        PlanCommand::Reject { conn, id, decision } => {
-            decide(conn, format!("/v1/plans/{id}/reject"), Some(decision.body())).await
+        PlanCommand::Reject { conn, id, phase, decision } => {
+            decide(conn, format!("/v1/plans/{id}/reject"), Some(decision.plan_body(phase))).await
         }
         PlanCommand::Cancel { conn, id } => decide(conn, format!("/v1/plans/{id}/cancel"), None).await,
     }
 }
 
-async fn decide(conn: ConnArgs, path: String, body: Option<DecisionRequest>) -> Result<ExitStatus, CliError> {
+async fn decide(conn: ConnArgs, path: String, body: Option<PlanDecisionRequest>) -> Result<ExitStatus, CliError> {
     let json_out = conn.json;
     with_client(&conn, false, async move |client| {
         let plan = client.post(&path, body.as_ref()).await?;
@@ -241,7 +249,11 @@ fn show(plan: Value, json_out: bool) -> Result<ExitStatus, CliError> {
     }
     if answer.status == crate::job::PlanStatus::AwaitingApproval {
         let id = &answer.plan_id;
-        let _ = writeln!(out, "approve: leash plan approve {id}    reject: leash plan reject {id}");
+        let phase = if answer.apply.is_some() { "apply" } else { "execute" };
+        let _ = writeln!(
+            out,
+            "approve: leash plan approve {id} --phase {phase}    reject: leash plan reject {id} --phase {phase}"
+        );
     }
     Ok(exit)
 }
