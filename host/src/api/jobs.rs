@@ -30,7 +30,7 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
 /// The request's idempotency key, bound to a digest of its JSON body as
 /// parsed (so whitespace and key order do not make two bodies differ).
-fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<IdempotencyKey>, ApiError> {
+pub(super) fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<IdempotencyKey>, ApiError> {
     let Some(key) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
     let key = key.to_str().map_err(|_| ApiError::bad_request("`Idempotency-Key`: use printable ASCII"))?;
     let body: Value = parse_body(body, "job request")?;

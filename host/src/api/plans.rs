@@ -7,12 +7,13 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::requests::{PlanDecisionRequest, PlanRequest, plan_decision};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
+use crate::api::jobs::{IDEMPOTENT_REPLAYED, idempotency_key};
 use crate::api::types::{PlanAnswer, PlanPage};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
 use crate::job::JobId;
@@ -22,9 +23,13 @@ use crate::job::JobId;
 /// its input, waiting for approval unless `apply` is `auto`; a failed or
 /// cancelled execute ends the plan.
 #[utoipa::path(post, path = "/v1/plans", tag = "plans",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry of this request safe")),
     request_body = PlanRequest,
     responses(
         (status = 201, description = "Created: the plan, `planning`", body = PlanAnswer),
+        (status = 200, description = "The same request (same `Idempotency-Key` and body) came before: the plan \
+            it created, as it is now, with `Idempotent-Replayed: true`", body = PlanAnswer),
+        (status = 409, description = "`idempotency_conflict`: the key was used for another request", body = ErrorBody),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 403, description = "`approval_required`: `auto` where the plugin's policy gates `apply`", body = ErrorBody),
@@ -33,12 +38,20 @@ use crate::job::JobId;
     ))]
 pub(super) async fn plan_submit(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body: PlanRequest = parse_body(&body.map_err(body_error)?, "plan request")?;
-    let plan = body.into_plan(state.runtime.now(), &state.runtime.ceilings())?;
-    let view = state.runtime.plan_submit(plan).await?;
-    Ok((StatusCode::CREATED, Json(PlanAnswer::from(view))).into_response())
+    let bytes = body.map_err(body_error)?;
+    let body: PlanRequest = parse_body(&bytes, "plan request")?;
+    let mut plan = body.into_plan(state.runtime.now(), &state.runtime.ceilings())?;
+    plan.job.idempotency = idempotency_key(&headers, &bytes)?;
+    let created = state.runtime.plan_submit(plan).await?;
+    let status = if created.replayed { StatusCode::OK } else { StatusCode::CREATED };
+    let mut response = (status, Json(PlanAnswer::from(created.view))).into_response();
+    if created.replayed {
+        response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    Ok(response)
 }
 
 /// One plan with both phases and their outputs.

@@ -270,6 +270,16 @@ impl IdempotencyKey {
         }
     }
 
+    /// The key of a plan's execute job, for a plan created with `plan`:
+    /// the client's key, [`BATCH_KEY_SEPARATOR`] and `plan`, so a plan's
+    /// key and a job's never collide.
+    pub fn for_plan(plan: &IdempotencyKey) -> IdempotencyKey {
+        IdempotencyKey {
+            key: format!("{}{BATCH_KEY_SEPARATOR}plan", plan.key),
+            request_digest: plan.request_digest.clone(),
+        }
+    }
+
     /// The key the client sent for a stored key: a batch job's key without
     /// its separator and index.
     pub fn sent(stored: &str) -> &str {
@@ -278,7 +288,7 @@ impl IdempotencyKey {
 }
 
 /// Between a batch's key and a job's index in the job's stored key (see
-/// [`IdempotencyKey::in_batch`]). Keys stored before it was used hold `#`
+/// [`IdempotencyKey::in_batch`]), and a plan's key and `plan`. Keys stored before it was used hold `#`
 /// there instead, and keep it.
 pub const BATCH_KEY_SEPARATOR: char = '\u{1f}';
 

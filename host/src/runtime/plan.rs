@@ -10,22 +10,35 @@ use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::clock::Clock;
-use crate::job::{ApplyMode, Job, JobId, JobStatus, PlanPhase, PlanRecord, PlanStatus, PluginRef, Target};
+use crate::job::{
+    ApplyMode, IdempotencyKey, Job, JobId, JobStatus, PlanPhase, PlanRecord, PlanStatus, PluginRef, Target,
+};
 use crate::runtime::approval::DecisionBy;
 use crate::runtime::{PluginSource, Runtime, RuntimeError, Submit};
-use crate::store::{JobStore, PlanInsertParams, PlanListParams, PlansAdvanceParams};
+use crate::store::{JobStore, PlanInsertParams, PlanListParams, PlansAdvanceParams, StoreError};
 use crate::worker::Pool;
 
 /// A plan to create: its plugin and input, and how its apply phase starts.
 #[derive(Debug, Clone)]
 pub struct PlanSubmit {
     /// The execute job: plugin, input and limits (its target is `execute`;
-    /// its plan id and concurrency key are the plan's, and may not be set).
+    /// its plan id and concurrency key are the plan's, and may not be set;
+    /// its idempotency key is the plan's).
     /// The apply job gets the same plugin, limits, grants and attempts.
     pub job: Submit,
     /// `approval` (default): apply waits for a person; `auto`: it is queued
     /// at once. `auto` is refused where the plugin's policy gates `apply`.
     pub apply: ApplyMode,
+}
+
+/// What [`Runtime::plan_submit`] answers: the plan, and whether an
+/// earlier request with the same idempotency key created it.
+#[derive(Debug, Clone)]
+pub struct PlanCreated {
+    /// The plan as it is now.
+    pub view: PlanView,
+    /// The same request came before: nothing new was created.
+    pub replayed: bool,
 }
 
 /// A plan with its phases as they are now, and its derived status.
@@ -52,17 +65,22 @@ impl PlanView {
 
 impl Runtime {
     /// Create a plan: validate its execute job as any submit, then store
-    /// the plan and the job in one transaction.
-    pub async fn plan_submit(&self, plan: PlanSubmit) -> Result<PlanView, RuntimeError> {
+    /// the plan and the job in one transaction. With an idempotency key
+    /// (on its job), the same request again answers the plan it created,
+    /// replayed, and another request under the key is
+    /// [`RuntimeError::IdempotencyConflict`].
+    pub async fn plan_submit(&self, plan: PlanSubmit) -> Result<PlanCreated, RuntimeError> {
         let PlanSubmit { mut job, apply } = plan;
         if job.concurrency_key.is_some() || job.plan_id.is_some() {
             return Err(RuntimeError::InvalidJob(
                 "a plan sets its jobs' plan id and concurrency key itself: leave them out".into(),
             ));
         }
-        if job.idempotency.is_some() || job.run_at.is_some() || job.deadline.is_some() {
-            return Err(RuntimeError::InvalidJob("a plan takes no idempotency key, run_at or deadline".into()));
+        if job.run_at.is_some() || job.deadline.is_some() {
+            return Err(RuntimeError::InvalidJob("a plan takes no run_at or deadline".into()));
         }
+        // The plan's key is kept by its execute job, apart from job keys.
+        job.idempotency = job.idempotency.as_ref().map(IdempotencyKey::for_plan);
         if apply == ApplyMode::Auto
             && let PluginSource::Ref(named @ (PluginRef::Name(_) | PluginRef::Version(_))) = &job.plugin
             && self.plugin(named.clone()).await?.approval.gates(&Target::Apply)
@@ -77,9 +95,22 @@ impl Runtime {
         job.concurrency_key = Some(plan_id.clone());
         let execute = self.prepare(vec![job], false).await?.remove(0);
         let params = PlanInsertParams { plan_id, apply_mode: apply, input, execute, now };
-        let (plan, execute) = self.inner.store.plan_insert(params).await?;
+        let (plan, execute) = match self.inner.store.plan_insert(params).await {
+            Ok(created) => created,
+            // The same request again: the plan it made, as it is now.
+            Err(StoreError::IdempotencyKeyTaken { job, same_request: true, .. }) => {
+                let execute = self.get(job).await?;
+                let plan_id = execute.plan_id.ok_or_else(|| RuntimeError::UnknownPlan(job.to_string()))?;
+                return Ok(PlanCreated { view: self.plan(&plan_id).await?, replayed: true });
+            }
+            Err(StoreError::IdempotencyKeyTaken { key, job, same_request: false }) => {
+                return Err(RuntimeError::IdempotencyConflict { key: IdempotencyKey::sent(&key).to_owned(), job });
+            }
+            Err(e) => return Err(e.into()),
+        };
         self.count_queued(std::slice::from_ref(&execute));
-        Ok(PlanView { status: PlanStatus::of(&execute, None, false), plan, execute, apply: None })
+        let view = PlanView { status: PlanStatus::of(&execute, None, false), plan, execute, apply: None };
+        Ok(PlanCreated { view, replayed: false })
     }
 
     /// One plan with its phases.

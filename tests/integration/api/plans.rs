@@ -284,3 +284,41 @@ async fn a_resent_approval_of_execute_never_approves_the_apply_phase() {
     assert_eq!(plan["apply"]["job"]["status"], "pending_approval", "apply still waits for its own review: {plan}");
     assert!(records.changes().is_empty(), "nothing applied: {:?}", records.changes());
 }
+
+/// `Idempotency-Key` on `POST /v1/plans`: the same request again answers
+/// the plan it created (200, replayed) and creates nothing; another body
+/// under the key is a conflict; a job's key and a plan's never collide.
+#[tokio::test]
+async fn a_plan_created_with_an_idempotency_key_is_created_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let records = Records::start(&[("a", "1")]).await;
+    add_file_sync(&server, &records).await;
+    let send = |key: &'static str, body: Value| {
+        server.request(Method::POST, "/v1/plans").header("Idempotency-Key", key).json(&body).send()
+    };
+    let body = json!({ "plugin": "file_sync", "input": { "store": records.url(), "desired": {} } });
+    let first = send("plan-7", body.clone()).await.unwrap();
+    assert_eq!(first.status().as_u16(), 201);
+    let first: Value = first.json().await.unwrap();
+    let again = send("plan-7", body.clone()).await.unwrap();
+    assert_eq!(again.status().as_u16(), 200);
+    assert_eq!(again.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap()), Some("true"));
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["plan_id"], first["plan_id"], "the same plan: {again}");
+    let other = send("plan-7", json!({ "plugin": "file_sync", "input": { "other": true } })).await.unwrap();
+    assert_eq!(other.status().as_u16(), 409);
+    let other: Value = other.json().await.unwrap();
+    assert_eq!(error_kind(&other), "idempotency_conflict");
+    assert!(other["error"]["message"].as_str().unwrap().contains("\"plan-7\""), "the key as sent: {other}");
+    let (_, page) = server.call(Method::GET, "/v1/plans", None).await;
+    assert_eq!(page["plans"].as_array().unwrap().len(), 1, "one plan: {page}");
+    let job = server
+        .request(Method::POST, "/v1/jobs")
+        .header("Idempotency-Key", "plan-7")
+        .json(&json!({ "plugin": "file_sync", "input": {}, "execution": "async" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(job.status().as_u16(), 202, "a job's key is its own: {}", job.text().await.unwrap());
+}

@@ -3,12 +3,12 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::jobs::{InsertColumns, insert_rows};
+use super::jobs::{InsertColumns, idempotency_conflict, insert_rows};
 use super::rows::{db_err, row_to_plan};
 use super::{NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
 use crate::job::millis;
-use crate::job::{Job, JobId, JobStatus, PlanRecord};
+use crate::job::{Job, JobId, JobStatus, NewJob, PlanRecord};
 
 use crate::store::sql::PLAN_COLUMNS;
 use crate::store::{PlanInsertParams, PlanListParams, Plans, StoreError};
@@ -19,11 +19,25 @@ impl Plans for PostgresStore {
         params.execute.check().map_err(StoreError::Invalid)?;
         let err = db_err("creating a plan");
         let mut client = self.client("creating a plan").await?;
+        // Checked before and, if the insert fails, after: a concurrent
+        // request may take the key in between (the job's input is copied
+        // only when there is a key to check).
+        let keyed: Vec<NewJob> =
+            params.execute.idempotency.is_some().then(|| params.execute.clone()).into_iter().collect();
+        if let Some(taken) = idempotency_conflict(&client, &keyed).await? {
+            return Err(taken);
+        }
         let tx = client.transaction().await.map_err(&err)?;
         let (queue_ttl, approval_ttl) = (params.execute.queue_ttl, params.execute.approval_ttl);
         let mut columns = InsertColumns::default();
         columns.push(params.execute, JobId::new(params.now), params.now)?;
-        let execute = insert_rows(&tx, &columns, params.now).await?.remove(0);
+        let execute = match insert_rows(&tx, &columns, params.now).await {
+            Ok(mut rows) => rows.remove(0),
+            Err(e) => {
+                drop(tx);
+                return Err(idempotency_conflict(&client, &keyed).await?.unwrap_or(e));
+            }
+        };
         tx.execute(
             &format!("INSERT INTO plans ({PLAN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL)"),
             &[

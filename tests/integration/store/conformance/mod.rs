@@ -93,6 +93,7 @@ macro_rules! with_cases {
                 a_plan_is_stored_with_its_execute_job,
                 a_succeeded_execute_leads_to_one_apply_job_with_its_output,
                 a_policy_set_while_an_auto_plan_runs_gates_its_apply_phase,
+                a_plan_key_is_taken_once,
                 a_failed_or_cancelled_plan_never_gets_an_apply_job,
                 retention_keeps_a_plans_phases_until_the_last_ends,
             }

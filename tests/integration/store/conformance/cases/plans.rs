@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 
-use leash::job::{ApplyInput, ApplyMode, ApprovalPolicy, ErrorKind, GateSource, JobStatus, NewJob, PluginName, Target};
+use leash::job::{
+    ApplyInput, ApplyMode, ApprovalPolicy, ErrorKind, GateSource, IdempotencyKey, JobStatus, NewJob, PluginName, Target,
+};
 use leash::store::{
-    Finish, JobDecision, JobStore, JobsDeleteParams, PlanInsertParams, PlanListParams, PluginPolicyParams,
+    Finish, JobDecision, JobStore, JobsDeleteParams, PlanInsertParams, PlanListParams, PluginPolicyParams, StoreError,
 };
 
 use super::{
@@ -87,6 +89,32 @@ pub(crate) async fn a_policy_set_while_an_auto_plan_runs_gates_its_apply_phase(s
     assert_eq!(created[0].status, JobStatus::PendingApproval, "the policy holds the apply phase");
     assert_eq!(created[0].approval.as_ref().unwrap().required_by, GateSource::Policy);
     assert!(claim(&*store, "w", 10, at(3)).await.is_empty(), "nothing runs unapproved");
+}
+
+/// A plan's execute job carries the plan's idempotency key: a second
+/// plan under the key is refused, naming the first plan's job and whether
+/// it was the same request, and nothing of it is stored.
+pub(crate) async fn a_plan_key_is_taken_once(store: Arc<dyn JobStore>) {
+    let key = |digest: &str| IdempotencyKey::new("plan-key", digest.into()).unwrap();
+    let plan = |id: &str, digest: &str| {
+        let execute = NewJob {
+            plan_id: Some(id.into()),
+            concurrency_key: Some(id.into()),
+            idempotency: Some(key(digest)),
+            ..new_job("want")
+        };
+        PlanInsertParams { plan_id: id.into(), apply_mode: ApplyMode::Auto, input: b"want".to_vec(), execute, now: T0 }
+    };
+    let (_, first) = store.plan_insert(plan("01PLANK0000000000000000000", "d1")).await.unwrap();
+    for (digest, same) in [("d1", true), ("d2", false)] {
+        match store.plan_insert(plan("01PLANL0000000000000000000", digest)).await {
+            Err(StoreError::IdempotencyKeyTaken { job, same_request, .. }) => {
+                assert_eq!((job, same_request), (first.id, same));
+            }
+            other => panic!("a second plan under the key: {other:?}"),
+        }
+    }
+    assert!(store.plan_get("01PLANL0000000000000000000".into()).await.unwrap().is_none(), "nothing stored");
 }
 
 pub(crate) async fn a_failed_or_cancelled_plan_never_gets_an_apply_job(store: Arc<dyn JobStore>) {
