@@ -100,10 +100,8 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .merge(authed)
         .merge(ui::routes())
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
-        })
+        .fallback(no_such_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
 }
@@ -119,6 +117,29 @@ async fn require_auth(State(state): State<Arc<AppState>>, request: Request, next
         },
         Err(e) => e.into_response(),
     }
+}
+
+/// Under `/v1` (and `/metrics`) an unauthenticated request hears `401`
+/// before anything about the route: which paths and methods exist is for
+/// callers who may use them.
+fn authenticated_first(state: &AppState, request: &Request) -> Result<(), ApiError> {
+    let path = request.uri().path();
+    if path == "/v1" || path.starts_with("/v1/") || path == "/metrics" {
+        ui::caller(state, request.headers())?;
+    }
+    Ok(())
+}
+
+async fn no_such_route(State(state): State<Arc<AppState>>, request: Request) -> ApiError {
+    authenticated_first(&state, &request)
+        .err()
+        .unwrap_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route"))
+}
+
+async fn wrong_method(State(state): State<Arc<AppState>>, request: Request) -> ApiError {
+    authenticated_first(&state, &request).err().unwrap_or_else(|| {
+        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
+    })
 }
 
 fn parse_id(id: &str) -> Result<JobId, ApiError> {

@@ -54,6 +54,11 @@ async fn every_route_but_the_liveness_probe_needs_the_token() {
         (Method::GET, "/v1/health"),
         (Method::GET, "/v1/openapi.json"),
         (Method::GET, "/metrics"),
+        // Routes that do not exist, or not with that method: 401 first.
+        (Method::GET, "/v1/nowhere"),
+        (Method::GET, "/v1"),
+        (Method::DELETE, "/v1/jobs"),
+        (Method::GET, "/v1/jobs/01M8NXTW9W53S6M6JQYFF54HBH/approve"),
     ];
     for (method, path) in routes {
         let url = format!("{}{path}", server.url);
