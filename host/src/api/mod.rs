@@ -34,7 +34,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -109,7 +109,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
 /// Every route but `/healthz` and `/ui`: the bearer token, or a
 /// dashboard session (whose changes must come from this server's pages).
 async fn require_auth(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    match ui::caller(&state, request.headers()) {
+    match ui::caller(&state, request.headers()).await {
         Ok(ui::Caller::Token) => next.run(request).await,
         Ok(ui::Caller::Session) => match ui::check_origin(request.method(), request.headers()) {
             Ok(()) => next.run(request).await,
@@ -122,22 +122,23 @@ async fn require_auth(State(state): State<Arc<AppState>>, request: Request, next
 /// Under `/v1` (and `/metrics`) an unauthenticated request hears `401`
 /// before anything about the route: which paths and methods exist is for
 /// callers who may use them.
-fn authenticated_first(state: &AppState, request: &Request) -> Result<(), ApiError> {
-    let path = request.uri().path();
+async fn authenticated_first(state: &AppState, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
+    let path = uri.path();
     if path == "/v1" || path.starts_with("/v1/") || path == "/metrics" {
-        ui::caller(state, request.headers())?;
+        ui::caller(state, headers).await?;
     }
     Ok(())
 }
 
-async fn no_such_route(State(state): State<Arc<AppState>>, request: Request) -> ApiError {
-    authenticated_first(&state, &request)
+async fn no_such_route(State(state): State<Arc<AppState>>, uri: Uri, headers: HeaderMap) -> ApiError {
+    authenticated_first(&state, &uri, &headers)
+        .await
         .err()
         .unwrap_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route"))
 }
 
-async fn wrong_method(State(state): State<Arc<AppState>>, request: Request) -> ApiError {
-    authenticated_first(&state, &request).err().unwrap_or_else(|| {
+async fn wrong_method(State(state): State<Arc<AppState>>, uri: Uri, headers: HeaderMap) -> ApiError {
+    authenticated_first(&state, &uri, &headers).await.err().unwrap_or_else(|| {
         ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
     })
 }

@@ -10,7 +10,8 @@
 //! answers with a session cookie (`HttpOnly`, `SameSite=Strict`); the token
 //! itself never appears in a URL or in script. The cookie carries its
 //! expiry and an HMAC of it keyed by the API token, so every replica that
-//! shares the token accepts it and no session state is kept; changing the
+//! shares the token accepts it, and the store keeps only sessions signed
+//! out before their expiry, which every replica then refuses; changing the
 //! token ends every session. A request the cookie authenticates that
 //! changes something must carry an `Origin` of this server. Every `/ui`
 //! answer carries a Content-Security-Policy that allows only this
@@ -72,12 +73,21 @@ fn mac(token: &str, claims: &str) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
+/// A session this token issued that has not expired: its id (the nonce)
+/// and expiry. Whether it was ended early is the store's to say.
+pub(super) fn session_of(token: &str, value: &str, now: Timestamp) -> Option<(String, Timestamp)> {
+    let (claims, tag) = value.rsplit_once('.')?;
+    let tag = hex::decode(tag).ok()?;
+    let (expires, nonce) = claims.split_once('.')?;
+    let expires = expires.parse::<i64>().ok()?;
+    let genuine = bool::from(mac(token, claims).ct_eq(&tag[..])) && now.unix_ms() < expires;
+    genuine.then(|| (nonce.to_owned(), Timestamp::from_unix_ms(expires)))
+}
+
 /// Whether `value` is a session this token issued that has not expired.
-pub(super) fn session_valid(token: &str, value: &str, now: Timestamp) -> bool {
-    let Some((claims, tag)) = value.rsplit_once('.') else { return false };
-    let Ok(tag) = hex::decode(tag) else { return false };
-    let Some(expires) = claims.split_once('.').and_then(|(ms, _)| ms.parse::<i64>().ok()) else { return false };
-    bool::from(mac(token, claims).ct_eq(&tag[..])) && now.unix_ms() < expires
+#[cfg(test)]
+fn session_valid(token: &str, value: &str, now: Timestamp) -> bool {
+    session_of(token, value, now).is_some()
 }
 
 /// The session cookie's value in `headers`, if any.
@@ -98,8 +108,10 @@ pub(super) enum Caller {
     Session,
 }
 
-/// Who the request is from, if anyone: the bearer token or a session.
-pub(super) fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+/// Who the request is from, if anyone: the bearer token or a session
+/// (one not signed out: that is read from the store, so a sign-out holds
+/// on every replica).
+pub(super) async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -110,8 +122,15 @@ pub(super) fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Ap
         Some(token) if bool::from(token.as_bytes().ct_eq(state.config.token.as_bytes())) => Ok(Caller::Token),
         Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong bearer token")),
         None => match session_cookie(headers) {
-            Some(value) if session_valid(&state.config.token, value, Timestamp::now()) => Ok(Caller::Session),
-            Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "the session has expired: sign in")),
+            Some(value) => match session_of(&state.config.token, value, Timestamp::now()) {
+                Some((id, _)) => match state.runtime.session_ended(id).await? {
+                    false => Ok(Caller::Session),
+                    true => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "signed out: sign in")),
+                },
+                None => {
+                    Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "the session has expired: sign in"))
+                }
+            },
             None => {
                 Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing `Authorization: Bearer <token>`"))
             }
@@ -183,7 +202,7 @@ pub(super) fn escape_html(text: &str) -> String {
 
 /// The dashboard, or the sign-in form without a session.
 async fn page(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    match caller(&state, &headers) {
+    match caller(&state, &headers).await {
         Ok(_) => html(StatusCode::OK, INDEX_HTML.to_owned()),
         Err(_) => login_page(StatusCode::OK, ""),
     }
@@ -191,7 +210,7 @@ async fn page(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respons
 
 /// The script, to a signed-in browser only.
 async fn script(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    match caller(&state, &headers) {
+    match caller(&state, &headers).await {
         Ok(_) => asset("text/javascript; charset=utf-8", APP_JS),
         Err(e) => protected(e.into_response()),
     }
@@ -236,10 +255,17 @@ async fn login(
     response
 }
 
-/// Forget the session in this browser.
-async fn logout(headers: HeaderMap) -> Response {
+/// End the session: its cookie is refused from now on, by every replica
+/// (not only forgotten by this browser), and cleared here.
+async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if let Err(e) = check_origin(&Method::POST, &headers) {
         return protected(e.into_response());
+    }
+    let session = session_cookie(&headers).and_then(|v| session_of(&state.config.token, v, Timestamp::now()));
+    if let Some((id, expires)) = session
+        && let Err(e) = state.runtime.session_end(id, expires).await
+    {
+        return protected(ApiError::from(e).into_response());
     }
     let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
     let mut response = protected((StatusCode::SEE_OTHER, [(header::LOCATION, "/ui")]).into_response());

@@ -35,6 +35,7 @@ mod health;
 mod plan;
 mod plugins;
 mod remote;
+mod sessions;
 mod submit;
 mod wait;
 pub use approval::DecisionBy;

@@ -18,8 +18,8 @@ use super::{
     JobClaimParams, JobDecideParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
     JobReleaseParams, JobRetryParams, JobStore, Jobs, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams,
     LeaseReclaimParams, LeaseState, Leases, PlanInsertParams, PlanListParams, Plans, PlansAdvanceParams,
-    PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, ReclaimReport, StoreError,
-    Sweeps, WorkerDiedParams, Workers, WorkersSnapshot,
+    PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, ReclaimReport, Sessions,
+    StoreError, Sweeps, WorkerDiedParams, Workers, WorkersSnapshot,
 };
 use crate::clock::Timestamp;
 use crate::job::{
@@ -339,6 +339,17 @@ impl Workers for FaultyStore {
 
     async fn workers_snapshot(&self) -> Result<WorkersSnapshot, StoreError> {
         self.inner.workers_snapshot().await
+    }
+}
+
+#[async_trait::async_trait]
+impl Sessions for FaultyStore {
+    async fn session_end(&self, id: String, expires_at: Timestamp, now: Timestamp) -> Result<(), StoreError> {
+        self.inner.session_end(id, expires_at, now).await
+    }
+
+    async fn session_ended(&self, id: String) -> Result<bool, StoreError> {
+        self.inner.session_ended(id).await
     }
 }
 

@@ -95,6 +95,12 @@ async fn a_session_comes_only_from_the_token_and_changes_need_this_servers_origi
         .await
         .unwrap();
     assert!(answer.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+    // And ends the session: the cookie, kept by hand, is refused from now
+    // on, here and by any server sharing the database.
+    let after = http.get(format!("{}/v1/jobs", server.url)).header("cookie", &session).send().await.unwrap();
+    assert_eq!(after.status().as_u16(), 401, "a signed-out cookie");
+    let page = http.get(format!("{}/ui", server.url)).header("cookie", &session).send().await.unwrap();
+    assert!(page.text().await.unwrap().contains(r#"name="token""#), "the sign-in form again");
 }
 
 /// Submit a job over the API (bearer token); its id.

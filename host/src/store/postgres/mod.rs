@@ -41,6 +41,7 @@ mod plugins;
 mod renew;
 mod rows;
 mod schema;
+mod sessions;
 mod stats;
 mod sweeps;
 mod workers;

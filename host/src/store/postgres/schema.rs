@@ -279,6 +279,14 @@ ALTER TABLE plugins ADD COLUMN requests_json TEXT;
 ALTER TABLE plugins ADD COLUMN requests_read BOOLEAN NOT NULL DEFAULT FALSE;
 CREATE INDEX plugins_undeclared ON plugins (digest) WHERE NOT requests_read;
 "#,
+    r#"
+-- Dashboard sessions signed out before their expiry: refused until then
+-- (a session cookie proves itself; only an early end needs the store).
+CREATE TABLE ended_sessions (
+    session_id  TEXT COLLATE "C" PRIMARY KEY,
+    expires_at  BIGINT NOT NULL
+);
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

@@ -548,4 +548,12 @@ ALTER TABLE plugins ADD COLUMN requests_json TEXT;
 ALTER TABLE plugins ADD COLUMN requests_read INTEGER NOT NULL DEFAULT 0 CHECK (requests_read IN (0, 1));
 CREATE INDEX plugins_undeclared ON plugins (digest) WHERE requests_read = 0;
 "#,
+    r#"
+-- Dashboard sessions signed out before their expiry: refused until then
+-- (a session cookie proves itself; only an early end needs the store).
+CREATE TABLE ended_sessions (
+    session_id  TEXT PRIMARY KEY,
+    expires_at  INTEGER NOT NULL
+);
+"#,
 ];

@@ -28,6 +28,7 @@ mod plans;
 mod plugins;
 mod rows;
 mod schema;
+mod sessions;
 mod sweeps;
 mod workers;
 mod writer;

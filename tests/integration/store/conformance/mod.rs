@@ -100,6 +100,9 @@ macro_rules! with_cases {
             workers {
                 workers_register_refresh_and_are_deleted_at_retention,
             }
+            sessions {
+                an_ended_session_is_refused_until_its_expiry_then_forgotten,
+            }
             events {
                 every_change_appends_one_event_in_commit_order,
                 a_decision_and_a_worker_change_are_events,
