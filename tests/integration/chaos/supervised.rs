@@ -123,7 +123,11 @@ async fn killing_the_pool_process_five_times_loses_no_job_and_quarantines_the_jo
             let start = Instant::now();
             loop {
                 let poisoned = job(&server, &poison).await;
-                if poisoned["status"] == "running" && poisoned["attempt"] == kill_n {
+                // Running, and its start written to the log the check below
+                // reads (the pool writes it just after the claim).
+                let logged = std::fs::read_to_string(&start_log)
+                    .is_ok_and(|log| log.lines().any(|l| l.starts_with(&format!("{poison} {kill_n} "))));
+                if poisoned["status"] == "running" && poisoned["attempt"] == kill_n && logged {
                     break;
                 }
                 assert!(start.elapsed() < GENEROUS, "the poison never ran attempt {kill_n}: {poisoned}");
