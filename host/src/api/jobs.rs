@@ -395,7 +395,9 @@ pub(super) async fn job_cancel(
 /// `sync` has its run triggered by this request, which waits for the
 /// outcome within the job's deadline, as the sync submit would have.
 #[utoipa::path(post, path = "/v1/jobs/{id}/approve", tag = "jobs",
-    params(("id" = JobId, Path)),
+    params(("id" = JobId, Path),
+        ("Idempotency-Key" = Option<String>, Header,
+            description = "The same decision sent again with this key is answered as made, not refused")),
     request_body = DecisionRequest,
     responses(
         (status = 200, description = "Approved: the job (queued, approved, or — stamped sync — finished, \
@@ -411,15 +413,18 @@ pub(super) async fn job_cancel(
 pub(super) async fn job_approve(
     State(state): State<Arc<AppState>>,
     ParsedPath(id): ParsedPath<JobId>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let job = state.runtime.approve(id, decision_by(body)?).await?;
+    let job = state.runtime.approve(id, decision_by(&headers, body)?).await?;
     triggered(&state.runtime, job).await
 }
 
 /// Reject a job waiting for approval: cancelled with kind `rejected`.
 #[utoipa::path(post, path = "/v1/jobs/{id}/reject", tag = "jobs",
-    params(("id" = JobId, Path)),
+    params(("id" = JobId, Path),
+        ("Idempotency-Key" = Option<String>, Header,
+            description = "The same decision sent again with this key is answered as made, not refused")),
     request_body = DecisionRequest,
     responses(
         (status = 200, description = "Rejected: the job, cancelled", body = Finished<JobView>),
@@ -432,9 +437,10 @@ pub(super) async fn job_approve(
 pub(super) async fn job_reject(
     State(state): State<Arc<AppState>>,
     ParsedPath(id): ParsedPath<JobId>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let job = state.runtime.reject(id, decision_by(body)?).await?;
+    let job = state.runtime.reject(id, decision_by(&headers, body)?).await?;
     Ok(Json(Finished::new(JobView::from(job), None)).into_response())
 }
 

@@ -111,7 +111,9 @@ pub(super) async fn plan_list(
 /// (`already_decided` or `already_terminal`): it never approves the phase
 /// after it.
 #[utoipa::path(post, path = "/v1/plans/{id}/approve", tag = "plans",
-    params(("id" = JobId, Path, description = "The plan id")),
+    params(("id" = JobId, Path, description = "The plan id"),
+        ("Idempotency-Key" = Option<String>, Header,
+            description = "The same decision sent again with this key is answered as made, not refused")),
     request_body = PlanDecisionRequest,
     responses(
         (status = 200, description = "Approved: the plan", body = PlanAnswer),
@@ -124,9 +126,10 @@ pub(super) async fn plan_list(
 pub(super) async fn plan_approve(
     State(state): State<Arc<AppState>>,
     ParsedPath(id): ParsedPath<JobId>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (phase, who) = plan_decision(body)?;
+    let (phase, who) = plan_decision(&headers, body)?;
     let view = state.runtime.plan_approve(&id.to_string(), phase, who).await?;
     Ok(Json(PlanAnswer::from(view)).into_response())
 }
@@ -134,7 +137,9 @@ pub(super) async fn plan_approve(
 /// Reject the phase the body names, where it waits for approval: the plan
 /// ends `rejected` and its apply phase never runs.
 #[utoipa::path(post, path = "/v1/plans/{id}/reject", tag = "plans",
-    params(("id" = JobId, Path, description = "The plan id")),
+    params(("id" = JobId, Path, description = "The plan id"),
+        ("Idempotency-Key" = Option<String>, Header,
+            description = "The same decision sent again with this key is answered as made, not refused")),
     request_body = PlanDecisionRequest,
     responses(
         (status = 200, description = "Rejected: the plan", body = PlanAnswer),
@@ -146,9 +151,10 @@ pub(super) async fn plan_approve(
 pub(super) async fn plan_reject(
     State(state): State<Arc<AppState>>,
     ParsedPath(id): ParsedPath<JobId>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (phase, who) = plan_decision(body)?;
+    let (phase, who) = plan_decision(&headers, body)?;
     let view = state.runtime.plan_reject(&id.to_string(), phase, who).await?;
     Ok(Json(PlanAnswer::from(view)).into_response())
 }

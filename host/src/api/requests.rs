@@ -7,13 +7,15 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::http::HeaderMap;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::error::{ApiError, body_error, parse_body};
+use crate::api::jobs::IDEMPOTENCY_KEY;
 use crate::clock::Timestamp;
-use crate::job::{ApplyMode, Backoff, PlanPhase, PluginRef, Target, millis};
+use crate::job::{ApplyMode, Backoff, IdempotencyKey, PlanPhase, PluginRef, Target, millis};
 use crate::runtime::{Ceilings, DecisionBy, PlanSubmit, PluginSource, Submit};
 
 /// How `POST /v1/jobs` answers.
@@ -297,14 +299,27 @@ impl PlanRequest {
     }
 }
 
-/// Who decides, read from a decision request's body.
-pub(super) fn decision_by(body: Result<Bytes, BytesRejection>) -> Result<DecisionBy, ApiError> {
+/// Who decides, read from a decision request's body, with its
+/// `Idempotency-Key`.
+pub(super) fn decision_by(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<DecisionBy, ApiError> {
     let body: DecisionRequest = parse_body(&body.map_err(body_error)?, "decision")?;
-    Ok(DecisionBy { by: body.by, comment: body.comment })
+    Ok(DecisionBy { by: body.by, comment: body.comment, key: decision_key(headers)? })
+}
+
+/// A decision's `Idempotency-Key` header, if sent.
+fn decision_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(key) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
+    let key = key.to_str().map_err(|_| ApiError::bad_request("`Idempotency-Key`: use printable ASCII"))?;
+    IdempotencyKey::new(key, String::new())
+        .map(|k| Some(k.key))
+        .map_err(|e| ApiError::bad_request(format!("`Idempotency-Key`: {e}")))
 }
 
 /// A plan decision's phase and who decides, from its body.
-pub(super) fn plan_decision(body: Result<Bytes, BytesRejection>) -> Result<(PlanPhase, DecisionBy), ApiError> {
+pub(super) fn plan_decision(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(PlanPhase, DecisionBy), ApiError> {
     let body: PlanDecisionRequest = parse_body(&body.map_err(body_error)?, "plan decision")?;
-    Ok((body.phase, DecisionBy { by: body.by, comment: body.comment }))
+    Ok((body.phase, DecisionBy { by: body.by, comment: body.comment, key: decision_key(headers)? }))
 }

@@ -169,6 +169,10 @@ pub struct Decision {
     pub comment: Option<String>,
     /// When.
     pub at: Timestamp,
+    /// The idempotency key it was sent with, if any: the same decision
+    /// sent again with it is answered as made, not refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl Decision {

@@ -1,7 +1,7 @@
 //! Approval gates through the embedding API: decide on a gated job,
 //! trigger an approved one's run, and set a registration's policy.
 
-use crate::job::{ApprovalPolicy, Job, JobId, JobStatus, PluginInfo, PluginName};
+use crate::job::{ApprovalPolicy, IdempotencyKey, Job, JobId, JobStatus, PluginInfo, PluginName, Verdict};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::store::{DecideRefusal, JobDecideParams, JobDecision, PluginPolicyParams};
 
@@ -12,17 +12,27 @@ pub struct DecisionBy {
     pub by: String,
     /// Why, if they say (at most 4 KiB).
     pub comment: Option<String>,
+    /// The client's idempotency key (1–255 printable ASCII characters):
+    /// the same decision sent again with it is answered with the job as it
+    /// is now, not refused as already made.
+    pub key: Option<String>,
 }
 
 impl DecisionBy {
     /// `by` deciding without a comment.
     pub fn new(by: impl Into<String>) -> Self {
-        DecisionBy { by: by.into(), comment: None }
+        DecisionBy { by: by.into(), comment: None, key: None }
     }
 
     /// With a comment.
     pub fn comment(mut self, comment: impl Into<String>) -> Self {
         self.comment = Some(comment.into());
+        self
+    }
+
+    /// With an idempotency key.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
         self
     }
 }
@@ -52,18 +62,27 @@ impl Runtime {
         if decision != JobDecision::Run {
             crate::job::Decision::check(&who.by, who.comment.as_deref()).map_err(RuntimeError::InvalidJob)?;
         }
+        if let Some(key) = &who.key {
+            IdempotencyKey::new(key, String::new()).map_err(RuntimeError::InvalidJob)?;
+        }
         let settings = &self.inner.settings;
         let params = JobDecideParams {
             id,
             decision,
-            by: who.by,
-            comment: who.comment,
+            by: who.by.clone(),
+            comment: who.comment.clone(),
+            key: who.key.clone(),
             queue_ttl: settings.worker.queue_ttl,
             approval_ttl: settings.approval_ttl,
             now: settings.clock.now(),
         };
         let job = match self.inner.store.job_decide(params).await? {
             Ok(job) => job,
+            Err(refusal @ (DecideRefusal::AlreadyDecided(_) | DecideRefusal::Terminal(_))) => {
+                // The same decision sent again under its key: as made.
+                let job = self.get(id).await?;
+                return if made_before(&job, decision, &who) { Ok(job) } else { Err(refused(id, refusal)) };
+            }
             Err(refusal) => return Err(refused(id, refusal)),
         };
         if job.status == JobStatus::Queued {
@@ -90,6 +109,18 @@ impl Runtime {
             .ok_or(RuntimeError::UnknownPlugin(shown))?;
         Ok(info)
     }
+}
+
+/// Whether `job` holds this decision, made under the same key by the same
+/// approver (a resend: the first one's answer stands).
+fn made_before(job: &Job, decision: JobDecision, who: &DecisionBy) -> bool {
+    let verdict = match decision {
+        JobDecision::Approve => Verdict::Approved,
+        JobDecision::Reject => Verdict::Rejected,
+        JobDecision::Run => return false,
+    };
+    let made = job.approval.as_ref().and_then(|a| a.decision.as_ref());
+    who.key.is_some() && made.is_some_and(|d| d.verdict == verdict && d.key == who.key && d.by == who.by)
 }
 
 /// The error a refused decision earns.

@@ -31,6 +31,8 @@ pub struct JobDecideParams {
     pub by: String,
     /// Why, if they said.
     pub comment: Option<String>,
+    /// The client's idempotency key, recorded with the decision.
+    pub key: Option<String>,
     /// How long it may wait in the queue once queued.
     pub queue_ttl: Duration,
     /// How long an approved job waits for its run trigger.

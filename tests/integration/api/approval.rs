@@ -229,3 +229,41 @@ async fn the_cli_gates_approves_rejects_and_refuses_a_lowered_policy() {
     let ungated = leash(&server, &["submit", "hello", "--wait", "30s"]);
     assert_eq!(ungated.status.code(), Some(0), "{}", said(&ungated));
 }
+
+/// A decision sent again under its `Idempotency-Key` (a client retrying
+/// after a lost answer) is answered as made; without the key, by someone
+/// else, or as the other verdict it is refused as already decided.
+#[tokio::test]
+async fn a_decision_resent_under_its_key_is_answered_as_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+    let body = json!({ "plugin": "hello", "execution": "async", "gate": "approval", "run_on_approve": false });
+    let id = submit_gated(&server, body).await;
+    let send = |what: &str, by: &str, key: Option<&str>| {
+        let mut request = server.request(Method::POST, &format!("/v1/jobs/{id}/{what}")).json(&json!({ "by": by }));
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, first) = send("approve", "alice", Some("decide-1")).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["job"]["status"], "approved");
+    let (status, again) = send("approve", "alice", Some("decide-1")).await;
+    assert_eq!(status, 200, "the resend is answered as made: {again}");
+    assert_eq!(again["job"]["approval"]["decision"], first["job"]["approval"]["decision"], "one decision");
+    for (what, by, key) in
+        [("approve", "alice", None), ("approve", "bob", Some("decide-1")), ("reject", "alice", Some("decide-1"))]
+    {
+        let (status, answer) = send(what, by, key).await;
+        assert_eq!((status, error_kind(&answer)), (409, "already_decided"), "{what} by {by} with {key:?}: {answer}");
+    }
+    let long = "k".repeat(256);
+    let (status, answer) = send("approve", "alice", Some(&long)).await;
+    assert_eq!((status, error_kind(&answer)), (400, "invalid_request"), "{answer}");
+}

@@ -146,7 +146,13 @@ pub(crate) fn decide(row: GatedRow, params: &JobDecideParams) -> Result<Change, 
     };
     // Never stamped before the decision it follows (see `cancel_waiting`).
     let now = latest_stamp(&approval, params.now);
-    let decision = |verdict| Decision { verdict, by: params.by.clone(), comment: params.comment.clone(), at: now };
+    let decision = |verdict| Decision {
+        verdict,
+        by: params.by.clone(),
+        comment: params.comment.clone(),
+        at: now,
+        key: params.key.clone(),
+    };
     match (&params.decision, row.status) {
         (_, status) if status.is_terminal() => Err(DecideRefusal::Terminal(status)),
         // Read in the same write as the decision: no sweep need have run.
@@ -244,6 +250,7 @@ mod tests {
             decision,
             by: "alice".into(),
             comment: Some("looks right".into()),
+            key: None,
             queue_ttl: Duration::from_secs(60),
             approval_ttl: Duration::from_secs(600),
             now,
@@ -338,7 +345,7 @@ mod tests {
         let approved_at = Timestamp::from_unix_ms(2_000_000);
         let mut approval = gated(false);
         approval.decision =
-            Some(Decision { verdict: Verdict::Approved, by: "a".into(), comment: None, at: approved_at });
+            Some(Decision { verdict: Verdict::Approved, by: "a".into(), comment: None, at: approved_at, key: None });
         let early = Timestamp::from_unix_ms(1_000_000);
         let trigger = decide(row(JobStatus::Approved, Some(approval.clone())), &params(JobDecision::Run, early));
         assert_eq!(trigger.unwrap().approval().triggered_at, Some(approved_at));

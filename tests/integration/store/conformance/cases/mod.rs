@@ -226,6 +226,7 @@ pub(crate) fn decide_params(id: JobId, decision: JobDecision, by: &str, now: Tim
         decision,
         by: by.into(),
         comment: Some(format!("{by} says so")),
+        key: None,
         queue_ttl: QUEUE_TTL,
         approval_ttl: APPROVAL_TTL,
         now,
