@@ -26,9 +26,9 @@ use crate::job::JobId;
     params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry of this request safe")),
     request_body = PlanRequest,
     responses(
-        (status = 201, description = "Created: the plan, `planning`", body = PlanAnswer),
-        (status = 200, description = "The same request (same `Idempotency-Key` and body) came before: the plan \
-            it created, as it is now, with `Idempotent-Replayed: true`", body = PlanAnswer),
+        (status = 201, description = "Created: the plan, `planning`; or, the same request (same \
+            `Idempotency-Key` and body) having come before, the plan it created as it is now, with \
+            `Idempotent-Replayed: true`", body = PlanAnswer),
         (status = 409, description = "`idempotency_conflict`: the key was used for another request", body = ErrorBody),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
@@ -46,8 +46,7 @@ pub(super) async fn plan_submit(
     let mut plan = body.into_plan(state.runtime.now(), &state.runtime.ceilings())?;
     plan.job.idempotency = idempotency_key(&headers, &bytes)?;
     let created = state.runtime.plan_submit(plan).await?;
-    let status = if created.replayed { StatusCode::OK } else { StatusCode::CREATED };
-    let mut response = (status, Json(PlanAnswer::from(created.view))).into_response();
+    let mut response = (StatusCode::CREATED, Json(PlanAnswer::from(created.view))).into_response();
     if created.replayed {
         response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }

@@ -15,8 +15,8 @@ use serde_json::Value;
 use crate::api::error::{ApiError, body_error, parse_body};
 use crate::api::jobs::IDEMPOTENCY_KEY;
 use crate::clock::Timestamp;
-use crate::job::{ApplyMode, Backoff, IdempotencyKey, PlanPhase, PluginRef, Target, millis};
-use crate::runtime::{Ceilings, DecisionBy, PlanSubmit, PluginSource, Submit};
+use crate::job::{ApplyMode, Backoff, IdempotencyKey, JobId, PlanPhase, PluginRef, Target, millis};
+use crate::runtime::{Ceilings, DecisionBy, PlanPhaseRef, PlanSubmit, PluginSource, Submit};
 
 /// How `POST /v1/jobs` answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -210,13 +210,19 @@ pub struct DecisionRequest {
 }
 
 /// The body of `POST /v1/plans/{id}/approve` and `/reject`: a decision
-/// and the phase it decides.
+/// and the phase it decides, named by `phase` or by its job's id (one of
+/// the two).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanDecisionRequest {
     /// The phase decided: `execute` or `apply`. A decision that names its
     /// phase cannot, resent, decide the phase after it.
-    pub phase: PlanPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<PlanPhase>,
+    /// Or the decided phase's job id.
+    #[schema(value_type = Option<JobId>)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
     /// Who decides, as they name themselves; recorded with the decision.
     #[schema(min_length = 1, max_length = 128)]
     pub by: String,
@@ -319,7 +325,18 @@ fn decision_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 pub(super) fn plan_decision(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<(PlanPhase, DecisionBy), ApiError> {
+) -> Result<(PlanPhaseRef, DecisionBy), ApiError> {
     let body: PlanDecisionRequest = parse_body(&body.map_err(body_error)?, "plan decision")?;
-    Ok((body.phase, DecisionBy { by: body.by, comment: body.comment, key: decision_key(headers)? }))
+    let phase = match (body.phase, body.job_id) {
+        (Some(phase), None) => PlanPhaseRef::Phase(phase),
+        (None, Some(id)) => {
+            PlanPhaseRef::Job(id.parse().map_err(|e: String| ApiError::bad_request(format!("`job_id`: {e}")))?)
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "name the phase decided: `phase` (`execute` or `apply`) or its `job_id`, one of the two",
+            ));
+        }
+    };
+    Ok((phase, DecisionBy { by: body.by, comment: body.comment, key: decision_key(headers)? }))
 }

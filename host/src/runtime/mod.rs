@@ -43,7 +43,7 @@ pub use builder::RuntimeBuilder;
 pub use error::RuntimeError;
 pub use events::{DEFAULT_EVENT_POLL, DEFAULT_EVENT_TTL, EventStream, StreamItem};
 pub use health::{Ceilings, Health, WorkerView, Workers};
-pub use plan::{PlanCreated, PlanSubmit, PlanView};
+pub use plan::{PlanCreated, PlanPhaseRef, PlanSubmit, PlanView};
 pub use remote::{PoolReport, RemotePool, Supervision};
 use submit::QueueDepth;
 pub use submit::{PluginSource, Submit, Submitted};

@@ -55,6 +55,15 @@ pub struct PlanView {
     pub apply: Option<Job>,
 }
 
+/// The phase a plan decision is about: by name, or by its job's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanPhaseRef {
+    /// `execute` or `apply`.
+    Phase(PlanPhase),
+    /// The phase whose job this is.
+    Job(JobId),
+}
+
 impl PlanView {
     /// The phase a decision or a cancel is about: apply once it exists,
     /// else execute.
@@ -146,7 +155,7 @@ impl Runtime {
     pub async fn plan_approve(
         &self,
         plan_id: &str,
-        phase: PlanPhase,
+        phase: PlanPhaseRef,
         who: DecisionBy,
     ) -> Result<PlanView, RuntimeError> {
         let id = self.plan_phase(plan_id, phase).await?;
@@ -159,7 +168,7 @@ impl Runtime {
     pub async fn plan_reject(
         &self,
         plan_id: &str,
-        phase: PlanPhase,
+        phase: PlanPhaseRef,
         who: DecisionBy,
     ) -> Result<PlanView, RuntimeError> {
         let id = self.plan_phase(plan_id, phase).await?;
@@ -169,8 +178,16 @@ impl Runtime {
 
     /// The job of `phase`; an apply phase not created yet is
     /// [`RuntimeError::Undecidable`] (`not_gated`) on the execute job.
-    async fn plan_phase(&self, plan_id: &str, phase: PlanPhase) -> Result<JobId, RuntimeError> {
+    async fn plan_phase(&self, plan_id: &str, phase: PlanPhaseRef) -> Result<JobId, RuntimeError> {
         let view = self.plan(plan_id).await?;
+        let phase = match phase {
+            PlanPhaseRef::Phase(phase) => phase,
+            PlanPhaseRef::Job(id) if id == view.execute.id => PlanPhase::Execute,
+            PlanPhaseRef::Job(id) if view.apply.as_ref().is_some_and(|a| a.id == id) => PlanPhase::Apply,
+            PlanPhaseRef::Job(id) => {
+                return Err(RuntimeError::InvalidJob(format!("job {id} is not a phase of plan {plan_id}")));
+            }
+        };
         match (phase, &view.apply) {
             (PlanPhase::Execute, _) => Ok(view.execute.id),
             (PlanPhase::Apply, Some(apply)) => Ok(apply.id),

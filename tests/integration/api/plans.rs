@@ -280,13 +280,23 @@ async fn a_resent_approval_of_execute_never_approves_the_apply_phase() {
     assert_eq!(plan["apply"]["job"]["status"], "pending_approval", "{plan}");
     let (status, answer) = server.call(Method::POST, &path, Some(execute)).await;
     assert_eq!((status, error_kind(&answer)), (409, "already_terminal"), "execute ran: {answer}");
+    // The phase named by its job's id instead: the same rules.
+    let execute_id = plan["execute"]["job"]["id"].clone();
+    let (status, answer) = server.call(Method::POST, &path, Some(json!({ "job_id": execute_id, "by": "alice" }))).await;
+    assert_eq!((status, error_kind(&answer)), (409, "already_terminal"), "{answer}");
+    let stranger = json!({ "job_id": "01M8NXTW9W53S6M6JQYFF54HBH", "by": "alice" });
+    let (status, answer) = server.call(Method::POST, &path, Some(stranger)).await;
+    assert_eq!((status, error_kind(&answer)), (400, "invalid_job"), "not this plan's job: {answer}");
+    let both = json!({ "phase": "apply", "job_id": execute_id, "by": "alice" });
+    let (status, answer) = server.call(Method::POST, &path, Some(both)).await;
+    assert_eq!((status, error_kind(&answer)), (400, "invalid_request"), "one of the two: {answer}");
     let (_, plan) = server.call(Method::GET, &format!("/v1/plans/{id}"), None).await;
     assert_eq!(plan["apply"]["job"]["status"], "pending_approval", "apply still waits for its own review: {plan}");
     assert!(records.changes().is_empty(), "nothing applied: {:?}", records.changes());
 }
 
 /// `Idempotency-Key` on `POST /v1/plans`: the same request again answers
-/// the plan it created (200, replayed) and creates nothing; another body
+/// the plan it created (201, replayed) and creates nothing; another body
 /// under the key is a conflict; a job's key and a plan's never collide.
 #[tokio::test]
 async fn a_plan_created_with_an_idempotency_key_is_created_once() {
@@ -302,7 +312,7 @@ async fn a_plan_created_with_an_idempotency_key_is_created_once() {
     assert_eq!(first.status().as_u16(), 201);
     let first: Value = first.json().await.unwrap();
     let again = send("plan-7", body.clone()).await.unwrap();
-    assert_eq!(again.status().as_u16(), 200);
+    assert_eq!(again.status().as_u16(), 201, "answered as the first time");
     assert_eq!(again.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap()), Some("true"));
     let again: Value = again.json().await.unwrap();
     assert_eq!(again["plan_id"], first["plan_id"], "the same plan: {again}");

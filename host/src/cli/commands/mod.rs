@@ -83,7 +83,7 @@ impl DecisionArgs {
     /// The body of a plan's approve or reject request, for `phase`.
     pub(super) fn plan_body(&self, phase: PlanPhase) -> PlanDecisionRequest {
         let DecisionRequest { by, comment } = self.body();
-        PlanDecisionRequest { phase, by, comment }
+        PlanDecisionRequest { phase: Some(phase), job_id: None, by, comment }
     }
 }
 
