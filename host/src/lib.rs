@@ -6,7 +6,8 @@
 //!
 //! 0. [`clock`]: timestamps and injected time. Uses nothing inside.
 //! 1. [`job`]: the shared words (targets, error kinds, digests, grants, the
-//!    job record); [`config`]: the config file's settings.
+//!    job record); [`config`]: the config file's settings; [`access`]:
+//!    principals, roles and tokens.
 //! 2. [`store`]: the durable job store seam, its SQLite and PostgreSQL
 //!    backends; knows nothing of wasm. [`sandbox`]: runs one plugin as a
 //!    wasmtime component under enforced limits; knows nothing of storage.
@@ -19,6 +20,7 @@
 //! 7. [`client`]: the API's client, over the network or in process.
 //! 8. [`cli`]: the `leash` command line.
 
+pub mod access;
 pub mod api;
 pub mod cli;
 pub mod client;

@@ -28,6 +28,15 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// The header marking an answer as a replay of an earlier request's.
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
+/// A decision's `Idempotency-Key` header, if sent.
+pub(super) fn decision_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(key) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
+    let key = key.to_str().map_err(|_| ApiError::bad_request("`Idempotency-Key`: use printable ASCII"))?;
+    IdempotencyKey::new(key, String::new())
+        .map(|k| Some(k.key))
+        .map_err(|e| ApiError::bad_request(format!("`Idempotency-Key`: {e}")))
+}
+
 /// The request's idempotency key, bound to a digest of its JSON body as
 /// parsed (so whitespace and key order do not make two bodies differ).
 pub(super) fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<IdempotencyKey>, ApiError> {
@@ -416,7 +425,7 @@ pub(super) async fn job_approve(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let job = state.runtime.approve(id, decision_by(&headers, body)?).await?;
+    let job = state.runtime.approve(id, decision_by(decision_key(&headers)?, body)?).await?;
     triggered(&state.runtime, job).await
 }
 
@@ -440,7 +449,7 @@ pub(super) async fn job_reject(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let job = state.runtime.reject(id, decision_by(&headers, body)?).await?;
+    let job = state.runtime.reject(id, decision_by(decision_key(&headers)?, body)?).await?;
     Ok(Json(Finished::new(JobView::from(job), None)).into_response())
 }
 

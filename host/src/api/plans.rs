@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::requests::{PlanDecisionRequest, PlanRequest, plan_decision};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
-use crate::api::jobs::{IDEMPOTENT_REPLAYED, idempotency_key};
+use crate::api::jobs::{IDEMPOTENT_REPLAYED, decision_key, idempotency_key};
 use crate::api::types::{PlanAnswer, PlanPage};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
 use crate::job::JobId;
@@ -128,7 +128,7 @@ pub(super) async fn plan_approve(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (phase, who) = plan_decision(&headers, body)?;
+    let (phase, who) = plan_decision(decision_key(&headers)?, body)?;
     let view = state.runtime.plan_approve(&id.to_string(), phase, who).await?;
     Ok(Json(PlanAnswer::from(view)).into_response())
 }
@@ -153,7 +153,7 @@ pub(super) async fn plan_reject(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (phase, who) = plan_decision(&headers, body)?;
+    let (phase, who) = plan_decision(decision_key(&headers)?, body)?;
     let view = state.runtime.plan_reject(&id.to_string(), phase, who).await?;
     Ok(Json(PlanAnswer::from(view)).into_response())
 }

@@ -7,15 +7,13 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::http::HeaderMap;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::error::{ApiError, body_error, parse_body};
-use crate::api::jobs::IDEMPOTENCY_KEY;
 use crate::clock::Timestamp;
-use crate::job::{ApplyMode, Backoff, IdempotencyKey, JobId, PlanPhase, PluginRef, Target, millis};
+use crate::job::{ApplyMode, Backoff, JobId, PlanPhase, PluginRef, Target, millis};
 use crate::runtime::{Ceilings, DecisionBy, PlanPhaseRef, PlanSubmit, PluginSource, Submit};
 
 /// How `POST /v1/jobs` answers.
@@ -305,25 +303,16 @@ impl PlanRequest {
     }
 }
 
-/// Who decides, read from a decision request's body, with its
-/// `Idempotency-Key`.
-pub(super) fn decision_by(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<DecisionBy, ApiError> {
+/// Who decides, read from a decision request's body, with the request's
+/// idempotency key.
+pub(super) fn decision_by(key: Option<String>, body: Result<Bytes, BytesRejection>) -> Result<DecisionBy, ApiError> {
     let body: DecisionRequest = parse_body(&body.map_err(body_error)?, "decision")?;
-    Ok(DecisionBy { by: body.by, comment: body.comment, key: decision_key(headers)? })
-}
-
-/// A decision's `Idempotency-Key` header, if sent.
-fn decision_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(key) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
-    let key = key.to_str().map_err(|_| ApiError::bad_request("`Idempotency-Key`: use printable ASCII"))?;
-    IdempotencyKey::new(key, String::new())
-        .map(|k| Some(k.key))
-        .map_err(|e| ApiError::bad_request(format!("`Idempotency-Key`: {e}")))
+    Ok(DecisionBy { by: body.by, comment: body.comment, key })
 }
 
 /// A plan decision's phase and who decides, from its body.
 pub(super) fn plan_decision(
-    headers: &HeaderMap,
+    key: Option<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(PlanPhaseRef, DecisionBy), ApiError> {
     let body: PlanDecisionRequest = parse_body(&body.map_err(body_error)?, "plan decision")?;
@@ -338,5 +327,5 @@ pub(super) fn plan_decision(
             ));
         }
     };
-    Ok((phase, DecisionBy { by: body.by, comment: body.comment, key: decision_key(headers)? }))
+    Ok((phase, DecisionBy { by: body.by, comment: body.comment, key }))
 }

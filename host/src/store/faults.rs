@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use super::{
     CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, Effects, EventPage, Events, EventsAfterParams,
-    JobClaimParams, JobDecideParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
+    FoundToken, JobClaimParams, JobDecideParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
     JobReleaseParams, JobRetryParams, JobStore, Jobs, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams,
     LeaseReclaimParams, LeaseState, Leases, PlanInsertParams, PlanListParams, Plans, PlansAdvanceParams,
-    PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, ReclaimReport, Sessions,
-    StoreError, Sweeps, WorkerDiedParams, Workers, WorkersSnapshot,
+    PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, Principals, ReclaimReport,
+    Sessions, StoreError, Sweeps, WorkerDiedParams, Workers, WorkersSnapshot,
 };
+use crate::access::{Principal, TokenRecord};
 use crate::clock::Timestamp;
 use crate::job::{
     Counts, Digest, Effect, EventId, Job, JobId, JobLogs, JobStatus, PlanRecord, PluginInfo, PluginRef, WorkerRecord,
@@ -339,6 +340,37 @@ impl Workers for FaultyStore {
 
     async fn workers_snapshot(&self) -> Result<WorkersSnapshot, StoreError> {
         self.inner.workers_snapshot().await
+    }
+}
+
+#[async_trait::async_trait]
+impl Principals for FaultyStore {
+    async fn principal_put(&self, principal: Principal) -> Result<Principal, StoreError> {
+        self.inner.principal_put(principal).await
+    }
+
+    async fn principal_list(&self) -> Result<Vec<Principal>, StoreError> {
+        self.inner.principal_list().await
+    }
+
+    async fn principal_remove(&self, name: String, now: Timestamp) -> Result<bool, StoreError> {
+        self.inner.principal_remove(name, now).await
+    }
+
+    async fn token_insert(&self, record: TokenRecord, hash: String) -> Result<(), StoreError> {
+        self.inner.token_insert(record, hash).await
+    }
+
+    async fn token_list(&self, principal: Option<String>) -> Result<Vec<TokenRecord>, StoreError> {
+        self.inner.token_list(principal).await
+    }
+
+    async fn token_revoke(&self, id: String, now: Timestamp) -> Result<bool, StoreError> {
+        self.inner.token_revoke(id, now).await
+    }
+
+    async fn token_find(&self, id: String) -> Result<Option<FoundToken>, StoreError> {
+        self.inner.token_find(id).await
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! The store is a set of roles, each a trait with its params in its own
 //! file: [`Jobs`], [`Leases`], [`Effects`], [`Sweeps`], [`Plugins`],
-//! [`Plans`], [`Workers`], [`Events`] and [`Sessions`]. [`JobStore`] is their sum, the
+//! [`Plans`], [`Workers`], [`Events`], [`Sessions`] and [`Principals`]. [`JobStore`] is their sum, the
 //! one interface the runtime holds; a part of leash that needs one role
 //! holds only that one. Each backend implements every role in a file of
 //! its own and owns its SQL and migrations ([`sqlite`], the embedded
@@ -27,6 +27,7 @@ mod leases;
 mod plans;
 mod plugins;
 pub mod postgres;
+mod principals;
 mod rules;
 mod sessions;
 mod sql;
@@ -47,6 +48,7 @@ pub use leases::{
 };
 pub use plans::{PlanInsertParams, PlanListParams, Plans};
 pub use plugins::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins};
+pub use principals::{FoundToken, Principals};
 pub use sessions::Sessions;
 pub use sweeps::{
     JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, Sweeps, WorkerDiedParams,
@@ -59,6 +61,12 @@ pub use workers::{Workers, WorkersSnapshot};
 /// (`Arc<dyn Leases>` for the lease keeper, `Arc<dyn Sweeps>` for the
 /// sweeper). A call through `dyn JobStore` needs no import; a call on a
 /// concrete store (`SqliteStore`) needs its role trait in scope.
-pub trait JobStore: Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions {}
+pub trait JobStore:
+    Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + Principals
+{
+}
 
-impl<T: Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + ?Sized> JobStore for T {}
+impl<T: Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + Principals + ?Sized> JobStore
+    for T
+{
+}

@@ -38,6 +38,7 @@ mod jobs;
 mod leases;
 mod plans;
 mod plugins;
+mod principals;
 mod renew;
 mod rows;
 mod schema;

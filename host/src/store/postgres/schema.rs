@@ -287,6 +287,25 @@ CREATE TABLE ended_sessions (
     expires_at  BIGINT NOT NULL
 );
 "#,
+    r#"
+-- Principals (who may call the API, with their roles) and their tokens,
+-- each stored as its secret's SHA-256; a revoked token keeps its row.
+CREATE TABLE principals (
+    name        TEXT COLLATE "C" PRIMARY KEY,
+    roles       TEXT NOT NULL,
+    created_at  BIGINT NOT NULL
+);
+CREATE TABLE tokens (
+    token_id     TEXT COLLATE "C" PRIMARY KEY,
+    principal    TEXT COLLATE "C" NOT NULL,
+    secret_hash  TEXT NOT NULL,
+    label        TEXT,
+    created_at   BIGINT NOT NULL,
+    expires_at   BIGINT,
+    revoked_at   BIGINT
+);
+CREATE INDEX tokens_principal ON tokens (principal);
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

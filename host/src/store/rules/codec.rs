@@ -212,3 +212,13 @@ pub(crate) fn target_of(id: &str, phase: &str, action: Option<String>) -> Result
         (phase, _) => Err(corrupt(id, format!("bad phase {phase:?}"))),
     }
 }
+
+/// A principal's roles as their column: names joined by `,`.
+pub(crate) fn roles_to_column(roles: &std::collections::BTreeSet<crate::access::Role>) -> String {
+    roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(",")
+}
+
+/// A principal's roles read back from their column.
+pub(crate) fn roles_of(name: &str, text: &str) -> Result<std::collections::BTreeSet<crate::access::Role>, StoreError> {
+    text.split(',').filter(|r| !r.is_empty()).map(|r| r.parse().map_err(|e: String| corrupt(name, e))).collect()
+}

@@ -556,4 +556,23 @@ CREATE TABLE ended_sessions (
     expires_at  INTEGER NOT NULL
 );
 "#,
+    r#"
+-- Principals (who may call the API, with their roles) and their tokens,
+-- each stored as its secret's SHA-256; a revoked token keeps its row.
+CREATE TABLE principals (
+    name        TEXT PRIMARY KEY,
+    roles       TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+CREATE TABLE tokens (
+    token_id     TEXT PRIMARY KEY,
+    principal    TEXT NOT NULL,
+    secret_hash  TEXT NOT NULL,
+    label        TEXT,
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER,
+    revoked_at   INTEGER
+);
+CREATE INDEX tokens_principal ON tokens (principal);
+"#,
 ];

@@ -26,6 +26,7 @@ mod leases;
 mod migrations;
 mod plans;
 mod plugins;
+mod principals;
 mod rows;
 mod schema;
 mod sessions;

@@ -103,6 +103,9 @@ macro_rules! with_cases {
             sessions {
                 an_ended_session_is_refused_until_its_expiry_then_forgotten,
             }
+            principals {
+                principals_hold_roles_and_tokens_that_end_with_them,
+            }
             events {
                 every_change_appends_one_event_in_commit_order,
                 a_decision_and_a_worker_change_are_events,

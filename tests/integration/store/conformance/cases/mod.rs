@@ -12,6 +12,7 @@ pub(crate) mod jobs;
 pub(crate) mod leases;
 pub(crate) mod plans;
 pub(crate) mod plugins;
+pub(crate) mod principals;
 pub(crate) mod sessions;
 pub(crate) mod sweeps;
 pub(crate) mod workers;

@@ -1,0 +1,119 @@
+//! The PostgreSQL store's [`Principals`]: principals and their tokens.
+
+use tokio_postgres::Row;
+
+use super::PostgresStore;
+use super::rows::db_err;
+use crate::access::{Principal, TokenRecord};
+use crate::clock::Timestamp;
+use crate::store::rules::codec::{roles_of, roles_to_column};
+use crate::store::{FoundToken, Principals, StoreError};
+
+const TOKEN_COLUMNS: &str = "t.token_id, t.principal, t.label, t.created_at, t.expires_at, t.revoked_at";
+
+fn token_row(r: &Row) -> TokenRecord {
+    TokenRecord {
+        id: r.get(0),
+        principal: r.get(1),
+        label: r.get(2),
+        created_at: Timestamp::from_unix_ms(r.get(3)),
+        expires_at: r.get::<_, Option<i64>>(4).map(Timestamp::from_unix_ms),
+        revoked_at: r.get::<_, Option<i64>>(5).map(Timestamp::from_unix_ms),
+    }
+}
+
+fn principal(r: &Row, at: usize) -> Result<Principal, StoreError> {
+    let name: String = r.get(at);
+    let roles: String = r.get(at + 1);
+    Ok(Principal { roles: roles_of(&name, &roles)?, name, created_at: Timestamp::from_unix_ms(r.get(at + 2)) })
+}
+
+#[async_trait::async_trait]
+impl Principals for PostgresStore {
+    async fn principal_put(&self, p: Principal) -> Result<Principal, StoreError> {
+        let rows = self
+            .query(
+                "storing a principal",
+                "INSERT INTO principals (name, roles, created_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (name) DO UPDATE SET roles = excluded.roles RETURNING name, roles, created_at",
+                &[&p.name, &roles_to_column(&p.roles), &p.created_at.unix_ms()],
+            )
+            .await?;
+        principal(rows.first().ok_or_else(|| StoreError::Invalid("a principal was not stored".into()))?, 0)
+    }
+
+    async fn principal_list(&self) -> Result<Vec<Principal>, StoreError> {
+        let rows = self
+            .read("listing principals", "SELECT name, roles, created_at FROM principals ORDER BY name", &[])
+            .await?;
+        rows.iter().map(|r| principal(r, 0)).collect()
+    }
+
+    async fn principal_remove(&self, name: String, now: Timestamp) -> Result<bool, StoreError> {
+        let err = db_err("removing a principal");
+        let mut client = self.client("removing a principal").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let removed = tx.execute("DELETE FROM principals WHERE name = $1", &[&name]).await.map_err(&err)?;
+        tx.execute(
+            "UPDATE tokens SET revoked_at = $2 WHERE principal = $1 AND revoked_at IS NULL",
+            &[&name, &now.unix_ms()],
+        )
+        .await
+        .map_err(&err)?;
+        tx.commit().await.map_err(&err)?;
+        Ok(removed == 1)
+    }
+
+    async fn token_insert(&self, record: TokenRecord, hash: String) -> Result<(), StoreError> {
+        let rows = self
+            .query(
+                "storing a token",
+                "INSERT INTO tokens (token_id, principal, secret_hash, label, created_at, expires_at) \
+                 SELECT $1, name, $3, $4, $5, $6 FROM principals WHERE name = $2 RETURNING token_id",
+                &[
+                    &record.id,
+                    &record.principal,
+                    &hash,
+                    &record.label,
+                    &record.created_at.unix_ms(),
+                    &record.expires_at.map(|t| t.unix_ms()),
+                ],
+            )
+            .await?;
+        if rows.is_empty() {
+            return Err(StoreError::Invalid(format!("no principal {:?}", record.principal)));
+        }
+        Ok(())
+    }
+
+    async fn token_list(&self, principal: Option<String>) -> Result<Vec<TokenRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {TOKEN_COLUMNS} FROM tokens t WHERE $1::text IS NULL OR t.principal = $1 \
+             ORDER BY t.created_at DESC, t.token_id"
+        );
+        let rows = self.read("listing tokens", &sql, &[&principal]).await?;
+        Ok(rows.iter().map(token_row).collect())
+    }
+
+    async fn token_revoke(&self, id: String, now: Timestamp) -> Result<bool, StoreError> {
+        let rows = self
+            .query(
+                "revoking a token",
+                "UPDATE tokens SET revoked_at = $2 WHERE token_id = $1 AND revoked_at IS NULL RETURNING token_id",
+                &[&id, &now.unix_ms()],
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn token_find(&self, id: String) -> Result<Option<FoundToken>, StoreError> {
+        let sql = format!(
+            "SELECT {TOKEN_COLUMNS}, t.secret_hash, p.name, p.roles, p.created_at \
+             FROM tokens t JOIN principals p ON p.name = t.principal WHERE t.token_id = $1"
+        );
+        let rows = self.read("reading a token", &sql, &[&id]).await?;
+        rows.first()
+            .map(|r| Ok(FoundToken { record: token_row(r), hash: r.get(6), principal: principal(r, 7)? }))
+            .transpose()
+    }
+}

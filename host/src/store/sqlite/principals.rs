@@ -1,0 +1,145 @@
+//! The SQLite store's [`Principals`]: principals and their tokens.
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::SqliteStore;
+use super::rows::db_err;
+use crate::access::{Principal, TokenRecord};
+use crate::clock::Timestamp;
+use crate::store::rules::codec::{roles_of, roles_to_column};
+use crate::store::{FoundToken, Principals, StoreError};
+
+const TOKEN_COLUMNS: &str = "t.token_id, t.principal, t.label, t.created_at, t.expires_at, t.revoked_at";
+
+fn token_row(r: &Row<'_>) -> rusqlite::Result<TokenRecord> {
+    Ok(TokenRecord {
+        id: r.get(0)?,
+        principal: r.get(1)?,
+        label: r.get(2)?,
+        created_at: Timestamp::from_unix_ms(r.get(3)?),
+        expires_at: r.get::<_, Option<i64>>(4)?.map(Timestamp::from_unix_ms),
+        revoked_at: r.get::<_, Option<i64>>(5)?.map(Timestamp::from_unix_ms),
+    })
+}
+
+fn principal(name: String, roles: String, created_at: i64) -> Result<Principal, StoreError> {
+    Ok(Principal { roles: roles_of(&name, &roles)?, name, created_at: Timestamp::from_unix_ms(created_at) })
+}
+
+#[async_trait::async_trait]
+impl Principals for SqliteStore {
+    async fn principal_put(&self, p: Principal) -> Result<Principal, StoreError> {
+        self.write(move |conn| {
+            let (name, roles, created_at): (String, String, i64) = conn
+                .prepare_cached(
+                    "INSERT INTO principals (name, roles, created_at) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT (name) DO UPDATE SET roles = excluded.roles RETURNING name, roles, created_at",
+                )
+                .and_then(|mut s| {
+                    s.query_row(params![p.name, roles_to_column(&p.roles), p.created_at.unix_ms()], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })
+                })
+                .map_err(db_err("storing a principal"))?;
+            principal(name, roles, created_at)
+        })
+        .await
+    }
+
+    async fn principal_list(&self) -> Result<Vec<Principal>, StoreError> {
+        self.read(|conn| {
+            let rows: Vec<(String, String, i64)> = conn
+                .prepare_cached("SELECT name, roles, created_at FROM principals ORDER BY name")
+                .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect())
+                .map_err(db_err("listing principals"))?;
+            rows.into_iter().map(|(name, roles, at)| principal(name, roles, at)).collect()
+        })
+        .await
+    }
+
+    async fn principal_remove(&self, name: String, now: Timestamp) -> Result<bool, StoreError> {
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("removing a principal");
+            let removed = conn.execute("DELETE FROM principals WHERE name = ?1", params![name]).map_err(&err)?;
+            conn.execute(
+                "UPDATE tokens SET revoked_at = ?2 WHERE principal = ?1 AND revoked_at IS NULL",
+                params![name, now.unix_ms()],
+            )
+            .map_err(&err)?;
+            Ok(removed == 1)
+        })
+        .await
+    }
+
+    async fn token_insert(&self, record: TokenRecord, hash: String) -> Result<(), StoreError> {
+        self.write(move |conn| {
+            let stored = conn
+                .execute(
+                    "INSERT INTO tokens (token_id, principal, secret_hash, label, created_at, expires_at) \
+                     SELECT ?1, name, ?3, ?4, ?5, ?6 FROM principals WHERE name = ?2",
+                    params![
+                        record.id,
+                        record.principal,
+                        hash,
+                        record.label,
+                        record.created_at.unix_ms(),
+                        record.expires_at.map(|t| t.unix_ms())
+                    ],
+                )
+                .map_err(db_err("storing a token"))?;
+            if stored == 0 {
+                return Err(StoreError::Invalid(format!("no principal {:?}", record.principal)));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn token_list(&self, principal: Option<String>) -> Result<Vec<TokenRecord>, StoreError> {
+        self.read(move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {TOKEN_COLUMNS} FROM tokens t WHERE ?1 IS NULL OR t.principal = ?1 \
+                 ORDER BY t.created_at DESC, t.token_id"
+            ))
+            .and_then(|mut s| s.query_map(params![principal], token_row)?.collect())
+            .map_err(db_err("listing tokens"))
+        })
+        .await
+    }
+
+    async fn token_revoke(&self, id: String, now: Timestamp) -> Result<bool, StoreError> {
+        self.write(move |conn| {
+            let n = conn
+                .execute(
+                    "UPDATE tokens SET revoked_at = ?2 WHERE token_id = ?1 AND revoked_at IS NULL",
+                    params![id, now.unix_ms()],
+                )
+                .map_err(db_err("revoking a token"))?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn token_find(&self, id: String) -> Result<Option<FoundToken>, StoreError> {
+        self.read(move |conn| {
+            let found = conn
+                .prepare_cached(&format!(
+                    "SELECT {TOKEN_COLUMNS}, t.secret_hash, p.name, p.roles, p.created_at \
+                     FROM tokens t JOIN principals p ON p.name = t.principal WHERE t.token_id = ?1"
+                ))
+                .and_then(|mut s| {
+                    s.query_row(params![id], |r| {
+                        Ok((token_row(r)?, r.get::<_, String>(6)?, r.get(7)?, r.get(8)?, r.get(9)?))
+                    })
+                    .optional()
+                })
+                .map_err(db_err("reading a token"))?;
+            found
+                .map(|(record, hash, name, roles, at)| {
+                    Ok(FoundToken { record, hash, principal: principal(name, roles, at)? })
+                })
+                .transpose()
+        })
+        .await
+    }
+}
