@@ -76,6 +76,8 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::UnknownPlugin(_) => ApiError::new(StatusCode::NOT_FOUND, "unknown_plugin", message),
             RuntimeError::InvalidJob(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_job", message),
             RuntimeError::InvalidGrant(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_grant", message),
+            RuntimeError::InvalidAccess(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message),
+            RuntimeError::UnknownPrincipal(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
             RuntimeError::NotFound(_) | RuntimeError::UnknownPlan(_) => {
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
             }

@@ -5,6 +5,7 @@
 //! `{"error": {"kind", "message"}}`. `docs/http-api.md` lists every route.
 //! [`listen`] serves the router with bounded connections.
 
+pub mod access;
 mod error;
 mod events;
 mod health;
@@ -32,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
@@ -94,6 +95,11 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/health", get(health))
         .route("/v1/workers", get(workers))
         .route("/v1/openapi.json", get(openapi_json))
+        .route("/v1/whoami", get(access::whoami))
+        .route("/v1/principals", get(access::principal_list))
+        .route("/v1/principals/{name}", put(access::principal_put).delete(access::principal_remove))
+        .route("/v1/tokens", post(access::token_create).get(access::token_list))
+        .route("/v1/tokens/{id}/revoke", post(access::token_revoke))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_auth));
     Router::new()
@@ -106,17 +112,26 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .with_state(state)
 }
 
-/// Every route but `/healthz` and `/ui`: the bearer token, or a
-/// dashboard session (whose changes must come from this server's pages).
-async fn require_auth(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    match ui::caller(&state, request.headers()).await {
-        Ok(ui::Caller::Token) => next.run(request).await,
-        Ok(ui::Caller::Session) => match ui::check_origin(request.method(), request.headers()) {
-            Ok(()) => next.run(request).await,
-            Err(e) => e.into_response(),
-        },
-        Err(e) => e.into_response(),
+/// Every route but `/healthz` and `/ui`: a bearer token (the server's, or
+/// a principal's whose roles allow the route), or a dashboard session
+/// (whose changes must come from this server's pages). The handler sees
+/// the caller's [`Principal`](crate::access::Principal) as an extension.
+async fn require_auth(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+    let caller = match ui::caller(&state, request.headers()).await {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(),
+    };
+    if let ui::Caller::Session(_) = caller
+        && let Err(e) = ui::check_origin(request.method(), request.headers())
+    {
+        return e.into_response();
     }
+    let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_default();
+    if let Err(e) = access::allow(caller.principal(), request.method(), &route) {
+        return e.into_response();
+    }
+    request.extensions_mut().insert(caller.principal().clone());
+    next.run(request).await
 }
 
 /// Under `/v1` (and `/metrics`) an unauthenticated request hears `401`

@@ -140,6 +140,13 @@ impl Modify for BearerToken {
         super::events::events,
         super::health::health,
         super::health::workers,
+        super::access::whoami,
+        super::access::principal_list,
+        super::access::principal_put,
+        super::access::principal_remove,
+        super::access::token_create,
+        super::access::token_list,
+        super::access::token_revoke,
         super::openapi_json,
     ),
     modifiers(&BearerToken),
@@ -226,6 +233,11 @@ mod tests {
             "/v1/plans/{id}/cancel",
             "/v1/health",
             "/v1/openapi.json",
+            "/v1/whoami",
+            "/v1/principals",
+            "/v1/principals/{name}",
+            "/v1/tokens",
+            "/v1/tokens/{id}/revoke",
         ] {
             assert!(paths.iter().any(|p| *p == route), "{route} is not documented: {paths:?}");
         }

@@ -30,6 +30,7 @@ use serde::Deserialize;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
+use crate::access::Principal;
 use crate::api::AppState;
 use crate::api::error::ApiError;
 use crate::clock::Timestamp;
@@ -100,17 +101,28 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         .find_map(|pair| pair.trim().strip_prefix(SESSION_COOKIE)?.strip_prefix('='))
 }
 
-/// How a request proved who it is.
+/// How a request proved who it is, and who that is.
 pub(super) enum Caller {
-    /// `Authorization: Bearer` with the token.
-    Token,
-    /// A valid session cookie.
-    Session,
+    /// `Authorization: Bearer` with the server's token (the bootstrap
+    /// principal) or a principal's token.
+    Token(Principal),
+    /// A valid session cookie: the server's token signed it in, so it is
+    /// the bootstrap principal's.
+    Session(Principal),
 }
 
-/// Who the request is from, if anyone: the bearer token or a session
-/// (one not signed out: that is read from the store, so a sign-out holds
-/// on every replica).
+impl Caller {
+    /// Who it is.
+    pub(super) fn principal(&self) -> &Principal {
+        match self {
+            Caller::Token(p) | Caller::Session(p) => p,
+        }
+    }
+}
+
+/// Who the request is from, if anyone: the server's token, a principal's
+/// token (live: read from the store, so a revocation holds on every
+/// replica at once), or a session (one not signed out, likewise).
 pub(super) async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
     let bearer = headers
         .get(header::AUTHORIZATION)
@@ -119,12 +131,21 @@ pub(super) async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Call
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
     match bearer {
-        Some(token) if bool::from(token.as_bytes().ct_eq(state.config.token.as_bytes())) => Ok(Caller::Token),
-        Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong bearer token")),
+        Some(token) if bool::from(token.as_bytes().ct_eq(state.config.token.as_bytes())) => {
+            Ok(Caller::Token(Principal::bootstrap()))
+        }
+        Some(token) => match state.runtime.authenticate(token).await? {
+            Some(principal) => Ok(Caller::Token(principal)),
+            None => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "wrong bearer token (or one expired, revoked, or whose principal was removed)",
+            )),
+        },
         None => match session_cookie(headers) {
             Some(value) => match session_of(&state.config.token, value, Timestamp::now()) {
                 Some((id, _)) => match state.runtime.session_ended(id).await? {
-                    false => Ok(Caller::Session),
+                    false => Ok(Caller::Session(Principal::bootstrap())),
                     true => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "signed out: sign in")),
                 },
                 None => {

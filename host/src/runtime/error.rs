@@ -27,6 +27,12 @@ pub enum RuntimeError {
     /// A grant is out of bounds.
     #[error("invalid grant: {0}")]
     InvalidGrant(String),
+    /// A principal or token request is out of bounds.
+    #[error("{0}")]
+    InvalidAccess(String),
+    /// No principal with this name is stored.
+    #[error("no principal {0:?}")]
+    UnknownPrincipal(String),
     /// No job with this id.
     #[error("no job {0}")]
     NotFound(JobId),

@@ -27,6 +27,7 @@ use crate::sandbox::Sandbox;
 use crate::store::{EventFilter, JobListParams, JobStore};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber};
 
+mod access;
 mod approval;
 mod builder;
 mod error;
@@ -38,6 +39,7 @@ mod remote;
 mod sessions;
 mod submit;
 mod wait;
+pub use access::MAX_TOKEN_TTL;
 pub use approval::DecisionBy;
 pub use builder::RuntimeBuilder;
 pub use error::RuntimeError;

@@ -1,5 +1,6 @@
 //! The HTTP API and the dashboard against a real `leash serve`.
 
+mod access;
 mod approval;
 mod events;
 mod http;

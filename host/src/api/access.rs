@@ -1,0 +1,221 @@
+//! Who may call which route, and the admin routes for principals and
+//! tokens: `/v1/principals`, `/v1/tokens`, and `/v1/whoami`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use crate::access::{Principal, Role, TokenRecord};
+use crate::api::AppState;
+use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
+use crate::job::millis;
+
+/// The role a route needs (`None`: any principal may call it). `route` is
+/// the route as the router names it (`/v1/jobs/{id}/approve`).
+pub(super) fn required_role(method: &Method, route: &str) -> Option<Role> {
+    let write = *method != Method::GET && *method != Method::HEAD;
+    match route {
+        r if r.starts_with("/v1/principals") || r.starts_with("/v1/tokens") => Some(Role::Admin),
+        "/v1/plugins" | "/v1/plugins/{reference}/grants" | "/v1/plugins/{reference}/approval" if write => {
+            Some(Role::Admin)
+        }
+        "/v1/jobs" | "/v1/jobs:batch" | "/v1/plans" if write => Some(Role::Submit),
+        "/v1/jobs/{id}/approve"
+        | "/v1/jobs/{id}/reject"
+        | "/v1/jobs/{id}/run"
+        | "/v1/plans/{id}/approve"
+        | "/v1/plans/{id}/reject" => Some(Role::Approve),
+        "/v1/jobs/{id}/cancel" | "/v1/plans/{id}/cancel" | "/v1/workers" | "/metrics" => Some(Role::Operate),
+        _ => None,
+    }
+}
+
+/// `403 forbidden` unless `principal` may call `route`.
+pub(super) fn allow(principal: &Principal, method: &Method, route: &str) -> Result<(), ApiError> {
+    match required_role(method, route) {
+        Some(role) if !principal.may(role) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("{method} {route} needs the `{role}` role; principal {:?} does not hold it", principal.name),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The body of `PUT /v1/principals/{name}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalRequest {
+    /// Its roles: `submit`, `approve`, `operate`, `admin` (at least one).
+    pub roles: BTreeSet<Role>,
+}
+
+/// The body of `POST /v1/tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    /// Whose token it is: a stored principal.
+    pub principal: String,
+    /// What it is for (at most 256 printable characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// How long it works (default: until revoked).
+    #[schema(value_type = Option<u64>, minimum = 1)]
+    #[serde(rename = "ttl_ms", default, with = "millis::option", skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<std::time::Duration>,
+}
+
+/// A token just created: the token itself, shown this once, and its record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TokenCreated {
+    /// `leash_<id>_<secret>`: send it as `Authorization: Bearer`. It is not
+    /// stored and cannot be shown again.
+    pub token: String,
+    /// Its record.
+    pub record: TokenRecord,
+}
+
+/// Every stored principal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PrincipalList {
+    /// By name.
+    pub principals: Vec<Principal>,
+}
+
+/// Tokens, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TokenList {
+    /// Never their secrets.
+    pub tokens: Vec<TokenRecord>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TokenListQuery {
+    /// Only this principal's tokens.
+    principal: Option<String>,
+}
+
+/// Who the caller is: its principal and roles (`admin`, every role, for
+/// the server's own token and a dashboard session).
+#[utoipa::path(get, path = "/v1/whoami", tag = "access",
+    responses(
+        (status = 200, body = Principal),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    ))]
+pub(super) async fn whoami(Extension(principal): Extension<Principal>) -> Json<Principal> {
+    Json(principal)
+}
+
+/// Stored principals (admin).
+#[utoipa::path(get, path = "/v1/principals", tag = "access",
+    responses(
+        (status = 200, body = PrincipalList),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin", body = ErrorBody),
+    ))]
+pub(super) async fn principal_list(State(state): State<Arc<AppState>>) -> Result<Json<PrincipalList>, ApiError> {
+    Ok(Json(PrincipalList { principals: state.runtime.principals().await? }))
+}
+
+/// Add a principal, or give an existing one these roles (admin).
+#[utoipa::path(put, path = "/v1/principals/{name}", tag = "access",
+    params(("name" = String, Path)),
+    request_body = PrincipalRequest,
+    responses(
+        (status = 200, body = Principal),
+        (status = 400, description = "A bad name or no role", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin", body = ErrorBody),
+    ))]
+pub(super) async fn principal_put(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Principal>, ApiError> {
+    let body: PrincipalRequest = parse_body(&body.map_err(body_error)?, "principal")?;
+    Ok(Json(state.runtime.principal_put(name, body.roles).await?))
+}
+
+/// Remove a principal: its tokens stop working at once, on every replica
+/// (admin).
+#[utoipa::path(delete, path = "/v1/principals/{name}", tag = "access",
+    params(("name" = String, Path)),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin", body = ErrorBody),
+        (status = 404, description = "No such principal", body = ErrorBody),
+    ))]
+pub(super) async fn principal_remove(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    match state.runtime.principal_remove(&name).await? {
+        true => Ok(StatusCode::NO_CONTENT),
+        false => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no principal {name:?}"))),
+    }
+}
+
+/// Create a token for a principal: the answer holds the token, shown this
+/// once (admin).
+#[utoipa::path(post, path = "/v1/tokens", tag = "access",
+    request_body = TokenRequest,
+    responses(
+        (status = 201, body = TokenCreated),
+        (status = 400, description = "A bad label or TTL", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin", body = ErrorBody),
+        (status = 404, description = "No such principal", body = ErrorBody),
+    ))]
+pub(super) async fn token_create(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body: TokenRequest = parse_body(&body.map_err(body_error)?, "token request")?;
+    let (record, token) = state.runtime.token_create(&body.principal, body.label, body.ttl).await?;
+    Ok((StatusCode::CREATED, Json(TokenCreated { token, record })).into_response())
+}
+
+/// Tokens, newest first, never their secrets (admin).
+#[utoipa::path(get, path = "/v1/tokens", tag = "access",
+    params(TokenListQuery),
+    responses(
+        (status = 200, body = TokenList),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin", body = ErrorBody),
+    ))]
+pub(super) async fn token_list(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<TokenListQuery>, QueryRejection>,
+) -> Result<Json<TokenList>, ApiError> {
+    let Query(query) = query.map_err(query_error)?;
+    Ok(Json(TokenList { tokens: state.runtime.tokens(query.principal).await? }))
+}
+
+/// Revoke a token: refused from now on, on every replica (admin).
+#[utoipa::path(post, path = "/v1/tokens/{id}/revoke", tag = "access",
+    params(("id" = String, Path)),
+    responses(
+        (status = 204, description = "Revoked"),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin", body = ErrorBody),
+        (status = 404, description = "No such live token", body = ErrorBody),
+    ))]
+pub(super) async fn token_revoke(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    match state.runtime.token_revoke(&id).await? {
+        true => Ok(StatusCode::NO_CONTENT),
+        false => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no live token {id:?}"))),
+    }
+}
