@@ -89,6 +89,15 @@ impl Principal {
 
     /// The name and roles a principal may have.
     pub fn check(name: &str, roles: &BTreeSet<Role>) -> Result<(), String> {
+        Principal::check_name(name)?;
+        if roles.is_empty() {
+            return Err(format!("principal {name:?} needs at least one role: submit, approve, operate or admin"));
+        }
+        Ok(())
+    }
+
+    /// The names a principal may have.
+    pub fn check_name(name: &str) -> Result<(), String> {
         let first = name.bytes().next();
         let valid = name.len() <= 64
             && first.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
@@ -98,9 +107,6 @@ impl Principal {
                 "principal name {name:?}: use 1 to 64 lowercase letters, digits, `.`, `_` and `-`, starting with a \
                  letter or digit"
             ));
-        }
-        if roles.is_empty() {
-            return Err(format!("principal {name:?} needs at least one role: submit, approve, operate or admin"));
         }
         Ok(())
     }

@@ -270,6 +270,16 @@ impl Client {
         unreachable!("the last try returns")
     }
 
+    /// Send a request with no body whose success has none (`204`); an
+    /// error status becomes [`ClientError::Api`].
+    pub async fn act(&self, method: Method, path: &str) -> Result<(), ClientError> {
+        let answer = self.send(method, path, None).await?;
+        if answer.status.is_success() {
+            return Ok(());
+        }
+        answer_json(&answer).map(|_| ())
+    }
+
     /// Upload bytes and read a JSON answer.
     pub async fn upload(&self, path: &str, bytes: Vec<u8>) -> Result<Value, ClientError> {
         answer_json(&self.send(Method::POST, path, Some((bytes, "application/wasm"))).await?)

@@ -2,19 +2,20 @@
 //! tokens: `/v1/principals`, `/v1/tokens`, and `/v1/whoami`.
 
 use std::collections::BTreeSet;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use crate::access::{Principal, Role, TokenRecord};
-use crate::api::AppState;
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
+use crate::api::{AppState, ParsedPath};
 use crate::job::millis;
 
 /// The role a route needs (`None`: any principal may call it). `route` is
@@ -46,6 +47,32 @@ pub(super) fn allow(principal: &Principal, method: &Method, route: &str) -> Resu
             format!("{method} {route} needs the `{role}` role; principal {:?} does not hold it", principal.name),
         )),
         _ => Ok(()),
+    }
+}
+
+/// A principal's name from a path, checked (a bad one is `400`).
+pub(super) struct NameInPath(String);
+
+impl FromStr for NameInPath {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Principal::check_name(s).map(|()| NameInPath(s.to_owned()))
+    }
+}
+
+/// A token's id from a path: 16 hex digits (else `400`).
+pub(super) struct TokenIdInPath(String);
+
+impl FromStr for TokenIdInPath {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            Ok(TokenIdInPath(s.to_owned()))
+        } else {
+            Err(format!("token id {s:?}: 16 hex digits, as `GET /v1/tokens` lists them"))
+        }
     }
 }
 
@@ -132,13 +159,13 @@ pub(super) async fn principal_list(State(state): State<Arc<AppState>>) -> Result
     request_body = PrincipalRequest,
     responses(
         (status = 200, body = Principal),
-        (status = 400, description = "A bad name or no role", body = ErrorBody),
+        (status = 400, description = "A bad name, no role, or `admin` (the server token's)", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 403, description = "`forbidden`: not an admin", body = ErrorBody),
     ))]
 pub(super) async fn principal_put(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ParsedPath(NameInPath(name)): ParsedPath<NameInPath>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Principal>, ApiError> {
     let body: PrincipalRequest = parse_body(&body.map_err(body_error)?, "principal")?;
@@ -151,13 +178,14 @@ pub(super) async fn principal_put(
     params(("name" = String, Path)),
     responses(
         (status = 204, description = "Removed"),
+        (status = 400, description = "Not a principal's name", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 403, description = "`forbidden`: not an admin", body = ErrorBody),
         (status = 404, description = "No such principal", body = ErrorBody),
     ))]
 pub(super) async fn principal_remove(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ParsedPath(NameInPath(name)): ParsedPath<NameInPath>,
 ) -> Result<StatusCode, ApiError> {
     match state.runtime.principal_remove(&name).await? {
         true => Ok(StatusCode::NO_CONTENT),
@@ -206,13 +234,14 @@ pub(super) async fn token_list(
     params(("id" = String, Path)),
     responses(
         (status = 204, description = "Revoked"),
+        (status = 400, description = "Not a token id", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 403, description = "`forbidden`: not an admin", body = ErrorBody),
         (status = 404, description = "No such live token", body = ErrorBody),
     ))]
 pub(super) async fn token_revoke(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ParsedPath(TokenIdInPath(id)): ParsedPath<TokenIdInPath>,
 ) -> Result<StatusCode, ApiError> {
     match state.runtime.token_revoke(&id).await? {
         true => Ok(StatusCode::NO_CONTENT),

@@ -120,6 +120,15 @@ enum Command {
     /// apply phase makes exactly that change.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Plan(commands::PlanCommand),
+    /// Principals: who may call the API, with which roles (admin).
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Principals(commands::PrincipalsCommand),
+    /// Principals' API tokens: create (shown once), list, revoke (admin).
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Tokens(commands::TokensCommand),
+    /// The principal this command acts as (its token's), and its roles.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Whoami(commands::ConnArgs),
     /// Health of the server (or local database): worker, queue depth,
     /// ceilings.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -379,6 +388,9 @@ pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Jobs(command) => commands::jobs(command).await,
         Command::Plugins(command) => commands::plugins(command).await,
         Command::Plan(command) => commands::plan(command).await,
+        Command::Principals(command) => commands::principals(command).await,
+        Command::Tokens(command) => commands::tokens(command).await,
+        Command::Whoami(conn) => commands::whoami(conn).await,
         Command::Diagnostics(args) => commands::diagnostics(args).await,
         Command::New(args) => commands::new_plugin(args),
     }

@@ -6,8 +6,9 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use crate::cli::ops::leash;
 use crate::support::eventually;
-use crate::support::server::Server;
+use crate::support::server::{Server, leash_bin};
 
 const FAKE_JOB: &str = "01M8NXTW9W53S6M6JQYFF54HBH";
 
@@ -146,4 +147,44 @@ async fn a_token_revoked_expired_or_whose_principal_was_removed_is_refused_at_on
     assert_eq!(send(&server, &second, Method::GET, "/v1/health", None).await.0, 401);
     let (status, answer) = server.call(Method::POST, "/v1/tokens", Some(json!({ "principal": "ops" }))).await;
     assert_eq!((status, answer["error"]["kind"].as_str()), (404, Some("not_found")), "{answer}");
+}
+
+/// The CLI as an operator runs it: add a principal, create its token
+/// (printed once), act as it (`whoami`), be refused what its role does not
+/// allow, and revoke the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_adds_principals_creates_and_revokes_tokens_and_says_who_it_acts_as() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let said = |output: &std::process::Output| {
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+    };
+    let added = leash(&server, &["principals", "add", "ci-bot", "--role", "submit"]);
+    assert_eq!(added.status.code(), Some(0), "{}", said(&added));
+    assert_eq!(String::from_utf8_lossy(&added.stdout).trim(), "ci-bot submit");
+    let created = leash(&server, &["tokens", "create", "ci-bot", "--label", "deploys", "--ttl", "30d"]);
+    assert_eq!(created.status.code(), Some(0), "{}", said(&created));
+    let token = String::from_utf8_lossy(&created.stdout).trim().to_owned();
+    assert!(token.starts_with("leash_"), "{token}");
+    assert!(String::from_utf8_lossy(&created.stderr).contains("shown this once"));
+    let as_bot = |args: &[&str]| {
+        leash_bin().args(args).args(["--server", &server.url]).env("LEASH_API_TOKEN", &token).output().unwrap()
+    };
+    let me = as_bot(&["whoami"]);
+    assert_eq!(String::from_utf8_lossy(&me.stdout).trim(), "ci-bot submit", "{}", said(&me));
+    let refused = as_bot(&["principals", "list"]);
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(said(&refused).contains("`admin`"), "{}", said(&refused));
+    let listed = leash(&server, &["tokens", "list", "--principal", "ci-bot"]);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(listed.contains("deploys") && !listed.contains(&token[token.len() - 64..]), "{listed}");
+    let id = token.split('_').nth(1).unwrap();
+    let revoked = leash(&server, &["tokens", "revoke", id]);
+    assert_eq!(revoked.status.code(), Some(0), "{}", said(&revoked));
+    let after = as_bot(&["whoami"]);
+    assert_ne!(after.status.code(), Some(0), "a revoked token: {}", said(&after));
+    let (_, principals) = server.call(Method::GET, "/v1/principals", None).await;
+    assert_eq!(principals["principals"][0]["name"], "ci-bot");
+    let removed = leash(&server, &["principals", "remove", "ci-bot"]);
+    assert_eq!(removed.status.code(), Some(0), "{}", said(&removed));
 }

@@ -5,6 +5,7 @@
 //! both behave alike. `new` writes a plugin project and touches nothing
 //! else.
 
+mod access;
 mod connect;
 mod diagnostics;
 mod jobs;
@@ -18,6 +19,7 @@ mod supervise;
 mod watch;
 mod worker;
 
+pub(super) use access::{PrincipalsCommand, TokensCommand, principals, tokens, whoami};
 pub(super) use diagnostics::{DiagnosticsArgs, diagnostics};
 pub(super) use jobs::{JobsCommand, jobs};
 pub(super) use new::{NewArgs, new_plugin};
