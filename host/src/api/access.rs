@@ -218,6 +218,7 @@ pub(super) async fn token_create(
     params(TokenListQuery),
     responses(
         (status = 200, body = TokenList),
+        (status = 400, description = "A query parameter this route does not take", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 403, description = "`forbidden`: not an admin", body = ErrorBody),
     ))]
