@@ -27,11 +27,11 @@ use http_body_util::{BodyExt, Full};
 use leash::clock::{Clock, SystemClock};
 use leash::job::grant::HttpGrant;
 use leash::job::{EffectOutcome, Grants, Target};
-use leash::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 use leash::sandbox::http::EffectLedger;
 use leash::sandbox::{NoObserver, Plugin, RunLimits, RunRequest, Sandbox, StopHandle};
 use leash::store::sqlite::SqliteStore;
 use leash::store::{EffectBeginParams, EffectEndParams, JobClaimParams, JobInsertParams, JobStore};
+use leash::worker::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 
 #[path = "support/mod.rs"]
 mod support;

@@ -12,13 +12,13 @@
 //!    backends; knows nothing of wasm. [`sandbox`]: runs one plugin as a
 //!    wasmtime component under enforced limits; knows nothing of storage.
 //!    [`metrics`]: the Prometheus registry.
-//! 3. [`lease`]: a running job's lease renewal; [`sweep`]: reclaim,
-//!    expiry and retention.
-//! 4. [`worker`]: the pool: claiming, running, recording, shutdown.
-//! 5. [`runtime`]: the embedding API built from all of the above.
-//! 6. [`api`]: the HTTP API and dashboard over a runtime.
-//! 7. [`client`]: the API's client, over the network or in process.
-//! 8. [`cli`]: the `leash` command line.
+//! 3. [`worker`]: the pool: claiming, running, recording, shutdown; its
+//!    [`worker::lease`] renews a running job's lease.
+//! 4. [`runtime`]: the embedding API built from all of the above; its
+//!    [`runtime::sweep`] reclaims, expires and deletes.
+//! 5. [`api`]: the HTTP API and dashboard over a runtime.
+//! 6. [`client`]: the API's client, over the network or in process.
+//! 7. [`cli`]: the `leash` command line.
 
 pub mod access;
 pub mod api;
@@ -27,10 +27,8 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod job;
-pub mod lease;
 pub mod metrics;
 pub mod runtime;
 pub mod sandbox;
 pub mod store;
-pub mod sweep;
 pub mod worker;

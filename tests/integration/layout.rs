@@ -160,7 +160,6 @@ const FLOORS: &[&[&str]] = &[
     &["clock"],
     &["job", "config", "access"],
     &["metrics", "store", "sandbox"],
-    &["lease", "sweep"],
     &["worker"],
     &["runtime"],
     &["api"],

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::sweep::{SweepConfig, Sweeper};
 use crate::clock::{Clock, SystemClock};
 use crate::job::{Backoff, DEFAULT_APPROVAL_TTL, MAX_ATTEMPTS_CEILING};
 use crate::metrics::Metrics;
 use crate::sandbox::{self, Sandbox, SandboxConfig};
 use crate::store::{Database, Durability, JobStore};
-use crate::sweep::{SweepConfig, Sweeper};
 use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber, WorkerConfig};
 
 use super::plugins::declare_stored_plugins;

@@ -38,6 +38,7 @@ mod plugins;
 mod remote;
 mod sessions;
 mod submit;
+pub mod sweep;
 mod wait;
 pub use access::MAX_TOKEN_TTL;
 pub use approval::DecisionBy;

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use super::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine, millis};
-use crate::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 use crate::sandbox::{LogLevel, LogRecord, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, StopHandle};
 use crate::store::{Finish, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease};
 use crate::worker::{Completion, JobStarted, PROGRESS_WRITE_INTERVAL, Pool, RunningJob};

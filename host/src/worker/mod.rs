@@ -3,7 +3,7 @@
 //! The claim loop waits for a free slot, claims as many queued jobs as
 //! there are free slots in one store call, and runs each on its own task:
 //! load the plugin (compiled once per process), run it in the sandbox while
-//! a [`LeaseKeeper`](crate::lease::LeaseKeeper) renews the lease, then record the outcome — fenced by
+//! a [`LeaseKeeper`](lease::LeaseKeeper) renews the lease, then record the outcome — fenced by
 //! the lease token, so a worker that lost its lease records nothing.
 //!
 //! An enqueue in this process wakes the claim loop at once; `poll_interval`
@@ -16,6 +16,7 @@
 
 mod attempt;
 mod guests;
+pub mod lease;
 
 use attempt::job_span;
 use guests::GuestRuntime;

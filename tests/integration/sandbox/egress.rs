@@ -372,8 +372,8 @@ async fn the_grant_says_which_methods_are_effects() {
 #[tokio::test]
 async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_the_lease_is_lost() {
     use leash::clock::{Clock, ManualClock, Timestamp};
-    use leash::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
     use leash::store::{JobClaimParams, JobInsertParams, JobStore, LeaseReclaimParams};
+    use leash::worker::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
     use std::sync::atomic::Ordering;
 
     let dir = tempfile::tempdir().unwrap();
