@@ -121,16 +121,16 @@ async fn require_auth(State(state): State<Arc<AppState>>, mut request: Request, 
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
     };
-    if let ui::Caller::Session(_) = caller
+    if caller.by_session
         && let Err(e) = ui::check_origin(request.method(), request.headers())
     {
         return e.into_response();
     }
     let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_default();
-    if let Err(e) = access::allow(caller.principal(), request.method(), &route) {
+    if let Err(e) = access::allow(&caller.principal, request.method(), &route) {
         return e.into_response();
     }
-    request.extensions_mut().insert(caller.principal().clone());
+    request.extensions_mut().insert(caller.principal);
     next.run(request).await
 }
 

@@ -85,12 +85,6 @@ pub(super) fn session_of(token: &str, value: &str, now: Timestamp) -> Option<(St
     genuine.then(|| (nonce.to_owned(), Timestamp::from_unix_ms(expires)))
 }
 
-/// Whether `value` is a session this token issued that has not expired.
-#[cfg(test)]
-fn session_valid(token: &str, value: &str, now: Timestamp) -> bool {
-    session_of(token, value, now).is_some()
-}
-
 /// The session cookie's value in `headers`, if any.
 fn session_cookie(headers: &HeaderMap) -> Option<&str> {
     headers
@@ -101,23 +95,14 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         .find_map(|pair| pair.trim().strip_prefix(SESSION_COOKIE)?.strip_prefix('='))
 }
 
-/// How a request proved who it is, and who that is.
-pub(super) enum Caller {
-    /// `Authorization: Bearer` with the server's token (the bootstrap
-    /// principal) or a principal's token.
-    Token(Principal),
-    /// A valid session cookie: the server's token signed it in, so it is
-    /// the bootstrap principal's.
-    Session(Principal),
-}
-
-impl Caller {
+/// Who a request is from, and whether a session cookie (rather than
+/// `Authorization: Bearer`) said so. A session is the bootstrap
+/// principal's: the server's token signed it in.
+pub(super) struct Caller {
     /// Who it is.
-    pub(super) fn principal(&self) -> &Principal {
-        match self {
-            Caller::Token(p) | Caller::Session(p) => p,
-        }
-    }
+    pub(super) principal: Principal,
+    /// Signed in by the dashboard's session cookie.
+    pub(super) by_session: bool,
 }
 
 /// Who the request is from, if anyone: the server's token, a principal's
@@ -132,10 +117,10 @@ pub(super) async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Call
         .map(|(_, token)| token.trim());
     match bearer {
         Some(token) if bool::from(token.as_bytes().ct_eq(state.config.token.as_bytes())) => {
-            Ok(Caller::Token(Principal::bootstrap()))
+            Ok(Caller { principal: Principal::bootstrap(), by_session: false })
         }
         Some(token) => match state.runtime.authenticate(token).await? {
-            Some(principal) => Ok(Caller::Token(principal)),
+            Some(principal) => Ok(Caller { principal, by_session: false }),
             None => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -145,7 +130,7 @@ pub(super) async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Call
         None => match session_cookie(headers) {
             Some(value) => match session_of(&state.config.token, value, Timestamp::now()) {
                 Some((id, _)) => match state.runtime.session_ended(id).await? {
-                    false => Ok(Caller::Session(Principal::bootstrap())),
+                    false => Ok(Caller { principal: Principal::bootstrap(), by_session: true }),
                     true => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "signed out: sign in")),
                 },
                 None => {
@@ -304,13 +289,13 @@ mod tests {
     fn a_session_holds_until_it_expires_and_only_for_its_token() {
         let t0 = Timestamp::from_unix_ms(1_000_000);
         let value = session_value(TOKEN, t0.plus(SESSION_TTL), &[7; 16]);
-        assert!(session_valid(TOKEN, &value, t0));
-        assert!(!session_valid(TOKEN, &value, t0.plus(SESSION_TTL)), "expired");
-        assert!(!session_valid("another-token", &value, t0), "another token's");
+        assert!(session_of(TOKEN, &value, t0).is_some());
+        assert!(session_of(TOKEN, &value, t0.plus(SESSION_TTL)).is_none(), "expired");
+        assert!(session_of("another-token", &value, t0).is_none(), "another token's");
         let later = value.replacen(&t0.plus(SESSION_TTL).unix_ms().to_string(), "99999999999999", 1);
-        assert!(!session_valid(TOKEN, &later, t0), "an expiry moved by hand");
+        assert!(session_of(TOKEN, &later, t0).is_none(), "an expiry moved by hand");
         for bad in ["", "x", "1.2", "1.2.zz", &value[..value.len() - 2]] {
-            assert!(!session_valid(TOKEN, bad, t0), "{bad:?}");
+            assert!(session_of(TOKEN, bad, t0).is_none(), "{bad:?}");
         }
     }
 

@@ -30,9 +30,9 @@ pub use id::JobId;
 pub use plan::{ApplyInput, ApplyMode, PlanPhase, PlanRecord, PlanStatus};
 pub use plugin::{DEFAULT_PLUGIN_VERSION, PluginInfo, PluginName, PluginRef};
 pub use record::{
-    BATCH_KEY_SEPARATOR, Backoff, Counts, DEFAULT_APPROVAL_TTL, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP,
-    IdempotencyKey, Job, JobLimits, JobLogs, JobProgress, JobStatus, LogLine, MAX_ATTEMPTS_CEILING,
-    MAX_IDEMPOTENCY_KEY_BYTES, MAX_KEY_BYTES, NewJob, SCHEMA_VERSION,
+    Backoff, Counts, DEFAULT_APPROVAL_TTL, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, IdempotencyKey, Job, JobLimits,
+    JobLogs, JobProgress, JobStatus, KEY_SEPARATOR, LogLine, MAX_ATTEMPTS_CEILING, MAX_IDEMPOTENCY_KEY_BYTES,
+    MAX_KEY_BYTES, NewJob, SCHEMA_VERSION,
 };
 pub use worker::{WorkerRecord, WorkerState};
 

@@ -259,38 +259,36 @@ impl IdempotencyKey {
     }
 
     /// The key of the job at `index` of a batch sent with `batch`: the
-    /// client's key, [`BATCH_KEY_SEPARATOR`] and the index. The separator
+    /// client's key, [`KEY_SEPARATOR`] and the index. The separator
     /// is a control character no client key may hold, so no key a client
     /// sends alone (`order-7#0`, say) is ever taken by a batch's job, or
     /// the other way round.
     pub fn in_batch(batch: &IdempotencyKey, index: usize) -> IdempotencyKey {
         IdempotencyKey {
-            key: format!("{}{BATCH_KEY_SEPARATOR}{index}", batch.key),
+            key: format!("{}{KEY_SEPARATOR}{index}", batch.key),
             request_digest: batch.request_digest.clone(),
         }
     }
 
     /// The key of a plan's execute job, for a plan created with `plan`:
-    /// the client's key, [`BATCH_KEY_SEPARATOR`] and `plan`, so a plan's
+    /// the client's key, [`KEY_SEPARATOR`] and `plan`, so a plan's
     /// key and a job's never collide.
     pub fn for_plan(plan: &IdempotencyKey) -> IdempotencyKey {
-        IdempotencyKey {
-            key: format!("{}{BATCH_KEY_SEPARATOR}plan", plan.key),
-            request_digest: plan.request_digest.clone(),
-        }
+        IdempotencyKey { key: format!("{}{KEY_SEPARATOR}plan", plan.key), request_digest: plan.request_digest.clone() }
     }
 
-    /// The key the client sent for a stored key: a batch job's key without
-    /// its separator and index.
+    /// The key the client sent for a stored key: a batch job's or a plan's
+    /// key without the separator and what follows it.
     pub fn sent(stored: &str) -> &str {
-        stored.split(BATCH_KEY_SEPARATOR).next().unwrap_or(stored)
+        stored.split(KEY_SEPARATOR).next().unwrap_or(stored)
     }
 }
 
-/// Between a batch's key and a job's index in the job's stored key (see
-/// [`IdempotencyKey::in_batch`]), and a plan's key and `plan`. Keys stored before it was used hold `#`
-/// there instead, and keep it.
-pub const BATCH_KEY_SEPARATOR: char = '\u{1f}';
+/// In a stored key, between the client's key and what makes it the key
+/// of a batch's job (its index, [`IdempotencyKey::in_batch`]) or of a
+/// plan (`plan`, [`IdempotencyKey::for_plan`]). Batch keys stored before
+/// it was used hold `#` there instead, and keep it.
+pub const KEY_SEPARATOR: char = '\u{1f}';
 
 /// A stored job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -65,8 +65,8 @@ pub enum PlanPhaseRef {
 }
 
 impl PlanView {
-    /// The phase a decision or a cancel is about: apply once it exists,
-    /// else execute.
+    /// The phase a cancel is about: apply once it exists, else execute (a
+    /// decision names its phase instead).
     pub fn current(&self) -> &Job {
         self.apply.as_ref().unwrap_or(&self.execute)
     }

@@ -3,8 +3,23 @@
 //! differs between them lives in its backend; the decisions around them
 //! live in [`rules`](super::rules), which has no SQL.
 
-use crate::job::PluginRef;
+use crate::job::{JobStatus, PluginRef};
 use crate::store::JobListParams;
+use crate::store::rules::approval::expiry_message;
+
+/// The message the expiry sweep writes, as a `CASE` over the job's row:
+/// `j` is the jobs table's name in the statement, `now` the placeholder
+/// for now. The waits for a person say what a late decision says
+/// ([`expiry_message`]).
+pub(crate) fn expiry_message_case(j: &str, now: &str) -> String {
+    format!(
+        "CASE WHEN {j}.status = 'pending_approval' THEN '{}' WHEN {j}.status = 'approved' THEN '{}' \
+         WHEN {j}.deadline_at <= {now} THEN 'Expired: the job could not start before its deadline' \
+         ELSE 'Expired: the job waited in the queue past its expiry' END",
+        expiry_message(JobStatus::PendingApproval),
+        expiry_message(JobStatus::Approved),
+    )
+}
 
 /// The columns both stores read for [`Counters`](super::rules::unfinished::Counters), after the job id and
 /// attempt.

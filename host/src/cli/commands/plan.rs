@@ -249,7 +249,7 @@ fn show(plan: Value, json_out: bool) -> Result<ExitStatus, CliError> {
     }
     if answer.status == crate::job::PlanStatus::AwaitingApproval {
         let id = &answer.plan_id;
-        let phase = if answer.apply.is_some() { "apply" } else { "execute" };
+        let phase = if answer.apply.is_some() { PlanPhase::Apply } else { PlanPhase::Execute }.as_str();
         let _ = writeln!(
             out,
             "approve: leash plan approve {id} --phase {phase}    reject: leash plan reject {id} --phase {phase}"

@@ -14,7 +14,9 @@ use crate::job::{ApprovalPolicy, Job, JobId, JobStatus};
 use crate::store::rules::codec::{corrupt, policy_of};
 use crate::store::rules::plan::apply_job;
 use crate::store::rules::unfinished::{self, Death, Decision, Fate};
-use crate::store::sql::{COUNTER_COLUMNS, DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, SILENT_WORKER};
+use crate::store::sql::{
+    COUNTER_COLUMNS, DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, SILENT_WORKER, expiry_message_case,
+};
 use crate::store::{
     JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, StoreError, Sweeps,
     WorkerDiedParams,
@@ -94,20 +96,16 @@ impl Sweeps for PostgresStore {
     }
 
     async fn jobs_expire_queued(&self, params: JobsExpireParams) -> Result<u64, StoreError> {
-        self.in_batches(
-            "expiring queued jobs",
-            "WITH due AS (SELECT job_id FROM jobs WHERE status IN ('queued', 'pending_approval', 'approved') \
-               AND expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             UPDATE jobs j SET status = 'failed', finished_at = $1, error_kind = 'expired', \
-               error_message = CASE \
-                 WHEN j.status = 'pending_approval' THEN 'Expired: no decision came within its approval TTL' \
-                 WHEN j.status = 'approved' THEN 'Expired: approved, but its run was never triggered' \
-                 WHEN j.deadline_at <= $1 THEN 'Expired: the job could not start before its deadline' \
-                 ELSE 'Expired: the job waited in the queue past its expiry' END \
-             FROM due WHERE j.job_id = due.job_id",
-            params.now.unix_ms(),
-        )
-        .await
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "WITH due AS (SELECT job_id FROM jobs WHERE status IN ('queued', 'pending_approval', 'approved') \
+                   AND expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+                 UPDATE jobs j SET status = 'failed', finished_at = $1, error_kind = 'expired', \
+                   error_message = {} FROM due WHERE j.job_id = due.job_id",
+                expiry_message_case("j", "$1")
+            )
+        });
+        self.in_batches("expiring queued jobs", &SQL, params.now.unix_ms()).await
     }
 
     async fn jobs_delete_expired(&self, params: JobsDeleteParams) -> Result<u64, StoreError> {

@@ -1,6 +1,8 @@
 //! The SQLite store's [`Sweeps`]: reclaiming expired leases
 //! and dead workers' jobs, expiring queued jobs, advancing plans, retention.
 
+use std::sync::LazyLock;
+
 use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
@@ -12,7 +14,9 @@ use crate::job::{ApprovalPolicy, Job};
 use crate::store::rules::codec::{corrupt, policy_of};
 use crate::store::rules::plan::apply_job;
 use crate::store::rules::unfinished::{self, Counters, Death, Decision};
-use crate::store::sql::{COUNTER_COLUMNS, DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, SILENT_WORKER};
+use crate::store::sql::{
+    COUNTER_COLUMNS, DELETE_EMPTY_PLANS, NOT_HELD_BY_A_PLAN, PLAN_COLUMNS, SILENT_WORKER, expiry_message_case,
+};
 use crate::store::{
     JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, StoreError, Sweeps,
     WorkerDiedParams,
@@ -77,19 +81,15 @@ impl Sweeps for SqliteStore {
 
     async fn jobs_expire_queued(&self, params: JobsExpireParams) -> Result<u64, StoreError> {
         let now = params.now.unix_ms();
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "UPDATE jobs SET status = 'failed', finished_at = ?1, error_kind = 'expired', error_message = {} \
+                 WHERE (status = 'queued' OR status = 'pending_approval' OR status = 'approved') AND expires_at <= ?1",
+                expiry_message_case("jobs", "?1")
+            )
+        });
         self.write(move |conn| {
-            let n = conn
-                .execute(
-                    "UPDATE jobs SET status = 'failed', finished_at = ?1, error_kind = 'expired', \
-                     error_message = CASE \
-                       WHEN status = 'pending_approval' THEN 'Expired: no decision came within its approval TTL' \
-                       WHEN status = 'approved' THEN 'Expired: approved, but its run was never triggered' \
-                       WHEN deadline_at <= ?1 THEN 'Expired: the job could not start before its deadline' \
-                       ELSE 'Expired: the job waited in the queue past its expiry' END \
-                     WHERE (status = 'queued' OR status = 'pending_approval' OR status = 'approved') AND expires_at <= ?1",
-                    params![now],
-                )
-                .map_err(db_err("expiring queued jobs"))?;
+            let n = conn.execute(&SQL, params![now]).map_err(db_err("expiring queued jobs"))?;
             Ok(n as u64)
         })
         .await

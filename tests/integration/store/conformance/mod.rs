@@ -155,8 +155,8 @@ pub(crate) fn sqlite_with(durability: Durability) -> Fresh {
 
 /// An empty store's file, migrated once per test process and closed: a
 /// copy opens as a fresh store without running every migration again
-/// (which is most of what a fresh store costs, and the lease model opens
-/// thousands). Migrating itself is tested where the migrations are.
+/// (which is most of what a fresh store costs, and every SQLite case opens
+/// one). Migrating itself is tested where the migrations are.
 fn migrated_sqlite_file() -> &'static std::path::Path {
     static FILE: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> = std::sync::OnceLock::new();
     &FILE
