@@ -52,6 +52,8 @@ pub enum Op {
     PluginGet,
     /// `plugins_undeclared` (a read the runtime makes as it starts).
     Undeclared,
+    /// `effect_begin` (an effect's intent).
+    EffectBegin,
 }
 
 /// What goes wrong.
@@ -239,7 +241,7 @@ impl Leases for FaultyStore {
 #[async_trait::async_trait]
 impl Effects for FaultyStore {
     async fn effect_begin(&self, params: EffectBeginParams) -> Result<Option<Effect>, StoreError> {
-        self.inner.effect_begin(params).await
+        self.around(Op::EffectBegin, self.inner.effect_begin(params)).await
     }
 
     async fn effect_end(&self, params: EffectEndParams) -> Result<(), StoreError> {

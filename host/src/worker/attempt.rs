@@ -156,13 +156,19 @@ impl Pool {
         }
         // Released: a guest stopped for shutdown, at once; or, after a
         // backoff pause, a job whose guest never started because of a
-        // transient host fault (its plugin could not be read). No attempt
-        // is spent unless the attempt recorded an effect (the store
+        // transient host fault (its plugin could not be read), or failed
+        // after the host refused it an effect for a fault of the host's
+        // (the store could not confirm its lease or record the intent). No
+        // attempt is spent unless the attempt recorded an effect (the store
         // decides: see store/rules/unfinished.rs).
         let release_pause = match &outcome {
             _ if user_cancel => None,
             Ok(o) if self.shutting_down.load(Ordering::SeqCst) && o.error_kind() == Some(ErrorKind::Cancelled) => {
                 Some(Duration::ZERO)
+            }
+            Ok(o) if o.result.is_err() && watch.host_refused.load(Ordering::SeqCst) => {
+                tracing::warn!("the guest failed after the store could not let it act; released to run again");
+                Some(backoff.delay(1))
             }
             Err(failure) if failure.retryable => {
                 tracing::warn!(error = %failure.message, "the guest could not start");

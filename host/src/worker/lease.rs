@@ -19,7 +19,7 @@ use crate::job::{EffectOutcome, JobId};
 use crate::metrics::Metrics;
 use crate::sandbox::StopHandle;
 use crate::sandbox::http::EffectTicket;
-use crate::store::{EffectBeginParams, EffectEndParams, Effects, LeaseExtendParams, LeaseState, Leases};
+use crate::store::{EffectBeginParams, EffectEndParams, Effects, LeaseExtendParams, LeaseState, Leases, StoreError};
 
 /// What the keeper saw; read after the guest has ended.
 #[derive(Debug, Default)]
@@ -31,6 +31,11 @@ pub struct LeaseWatch {
     /// When the store last confirmed the lease (ms since the epoch, by the
     /// keeper's clock): the claim, then each renewal that held.
     pub confirmed_at_ms: AtomicI64,
+    /// An effect was refused for a passing fault of the host's, not the
+    /// guest's: the store stayed busy, or was closing, when the lease was
+    /// to be confirmed or the intent recorded. A guest that then fails is
+    /// released to run again rather than failed.
+    pub host_refused: AtomicBool,
 }
 
 /// One job's lease.
@@ -58,16 +63,15 @@ impl LeaseKeeper {
     }
 
     /// Renew once. On `Lost` the guest is stopped by force.
-    pub async fn renew_once(&self, stop: &StopHandle, watch: &LeaseWatch) -> Option<LeaseState> {
+    pub async fn renew_once(&self, stop: &StopHandle, watch: &LeaseWatch) -> Result<LeaseState, StoreError> {
         let params = LeaseExtendParams {
             id: self.id,
             token: self.token.clone(),
             lease_ttl: self.lease_ttl,
             now: self.clock.now(),
         };
-        // A failed renewal is retried next period; the lease outlives two.
         let asked_at = params.now;
-        let state = self.store.lease_extend(params).await.ok()?;
+        let state = self.store.lease_extend(params).await?;
         match state {
             LeaseState::Held { cancel_requested } => {
                 self.metrics.lease_renewals.inc();
@@ -82,7 +86,7 @@ impl LeaseKeeper {
                 stop.force();
             }
         }
-        Some(state)
+        Ok(state)
     }
 
     /// Whether the lease that runs out at `expires_at` may still be relied
@@ -102,11 +106,11 @@ impl LeaseKeeper {
             return true;
         }
         match self.renew_once(stop, watch).await {
-            Some(LeaseState::Held { .. }) => true,
-            Some(LeaseState::Lost) => false,
+            Ok(LeaseState::Held { .. }) => true,
+            Ok(LeaseState::Lost) => false,
             // The store did not answer: start only while the lease is
             // certainly still ours by the local clock.
-            None => expires_at.is_some_and(|at| self.clock.now() < at),
+            Err(_) => expires_at.is_some_and(|at| self.clock.now() < at),
         }
     }
 
@@ -115,7 +119,8 @@ impl LeaseKeeper {
     pub async fn keep(&self, stop: &StopHandle, watch: &LeaseWatch) {
         loop {
             tokio::time::sleep(self.period()).await;
-            if self.renew_once(stop, watch).await == Some(LeaseState::Lost) {
+            // A failed renewal is retried next period; the lease outlives two.
+            if matches!(self.renew_once(stop, watch).await, Ok(LeaseState::Lost)) {
                 std::future::pending::<()>().await;
             }
         }
@@ -138,6 +143,27 @@ pub struct LeaseLedger {
 
 const LOST: &str = "the attempt's lease is lost";
 
+/// Tries at a store call an effect depends on, and the first pause between
+/// them (doubling): a store busy for a moment refuses no effect.
+const STORE_TRIES: u32 = 5;
+const STORE_PAUSE: Duration = Duration::from_millis(5);
+
+/// `call`, again after a growing pause while the store answers with a
+/// transient error, at most [`STORE_TRIES`] times.
+async fn patiently<T, F: Future<Output = Result<T, StoreError>>>(mut call: impl FnMut() -> F) -> Result<T, StoreError> {
+    let mut pause = STORE_PAUSE;
+    for _ in 1..STORE_TRIES {
+        match call().await {
+            Err(e) if e.is_transient() => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            done => return done,
+        }
+    }
+    call().await
+}
+
 impl LeaseLedger {
     /// `Ok` while the attempt holds its lease and is not stopping, after
     /// renewing a lease last confirmed a renewal period ago or more.
@@ -146,14 +172,25 @@ impl LeaseLedger {
         stopping()?;
         let confirmed = Timestamp::from_unix_ms(self.watch.confirmed_at_ms.load(Ordering::SeqCst));
         if confirmed.plus(self.keeper.period()) <= self.keeper.clock.now() {
-            match self.keeper.renew_once(&self.stop, &self.watch).await {
-                Some(LeaseState::Held { .. }) => {}
-                Some(LeaseState::Lost) => return Err(LOST.to_owned()),
-                None => return Err("the store could not confirm the attempt's lease".to_owned()),
+            match patiently(|| self.keeper.renew_once(&self.stop, &self.watch)).await {
+                Ok(LeaseState::Held { .. }) => {}
+                Ok(LeaseState::Lost) => return Err(LOST.to_owned()),
+                Err(e) => return Err(self.store_refusal("the store could not confirm the attempt's lease", &e)),
             }
         }
         // A renewal may have brought a cancel.
         stopping()
+    }
+
+    /// Refuse an effect because the store failed. A store that stayed
+    /// busy or is closing is a passing fault of the host's: it is
+    /// remembered, and the attempt is released rather than failed if its
+    /// guest then fails. Any other error refuses the effect as it is.
+    fn store_refusal(&self, what: &str, error: &StoreError) -> String {
+        if error.is_transient() || matches!(error, StoreError::Closed) {
+            self.watch.host_refused.store(true, Ordering::SeqCst);
+        }
+        format!("{what}: {error}")
     }
 
     /// Why no new effect may start, known without the store.
@@ -176,7 +213,7 @@ impl crate::sandbox::http::EffectLedger for LeaseLedger {
 
     async fn begin(&self, method: &str, url: &str) -> Result<EffectTicket, String> {
         self.may_act().await?;
-        let params = EffectBeginParams {
+        let params = || EffectBeginParams {
             id: self.keeper.id,
             token: self.keeper.token.clone(),
             method: method.to_owned(),
@@ -185,7 +222,7 @@ impl crate::sandbox::http::EffectLedger for LeaseLedger {
         };
         // The intent is recorded under the lease token: a lease lost since
         // the check above records nothing, and the effect is not made.
-        match self.effects.effect_begin(params).await {
+        match patiently(|| self.effects.effect_begin(params())).await {
             Ok(Some(effect)) => {
                 // The lease holds for a TTL from its last confirmation.
                 let confirmed = Timestamp::from_unix_ms(self.watch.confirmed_at_ms.load(Ordering::SeqCst));
@@ -203,32 +240,20 @@ impl crate::sandbox::http::EffectLedger for LeaseLedger {
                 self.stop.force();
                 Err(LOST.to_owned())
             }
-            Err(e) => Err(format!("the effect could not be recorded: {e}")),
+            Err(e) => Err(self.store_refusal("the effect could not be recorded", &e)),
         }
     }
 
     async fn end(&self, ticket: &EffectTicket, outcome: EffectOutcome) {
-        let mut delay = Duration::from_millis(5);
-        for _ in 0..5 {
-            let params = EffectEndParams {
-                id: self.keeper.id,
-                attempt: ticket.attempt,
-                seq: ticket.seq,
-                outcome: outcome.clone(),
-                now: self.keeper.clock.now(),
-            };
-            match self.effects.effect_end(params).await {
-                Err(e) if e.is_transient() => {
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, seq = ticket.seq, "an effect's outcome could not be recorded");
-                    return;
-                }
-                Ok(()) => return,
-            }
+        let params = || EffectEndParams {
+            id: self.keeper.id,
+            attempt: ticket.attempt,
+            seq: ticket.seq,
+            outcome: outcome.clone(),
+            now: self.keeper.clock.now(),
+        };
+        if let Err(e) = patiently(|| self.effects.effect_end(params())).await {
+            tracing::warn!(error = %e, seq = ticket.seq, "an effect's outcome could not be recorded");
         }
-        tracing::warn!(seq = ticket.seq, "an effect's outcome could not be recorded: the store stayed busy");
     }
 }

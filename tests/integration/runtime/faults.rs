@@ -4,9 +4,11 @@
 //! `max_attempts = 1`, a stale owner never overwrites a newer attempt.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::Duration;
 
-use leash::job::{ErrorKind, JobStatus, Target};
+use leash::job::grant::HttpGrant;
+use leash::job::{ErrorKind, Grants, JobStatus, PluginName, Target};
 use leash::runtime::{PluginSource, Runtime, RuntimeError, Submit};
 use leash::sandbox::SandboxConfig;
 use leash::store::Durability;
@@ -320,4 +322,85 @@ async fn a_runtime_starting_waits_out_a_database_that_goes_away_after_the_store_
         .expect("a start that meets transient store errors waits them out");
     assert_eq!((faulty.injected(), faulty.pending()), (2, 0));
     runtime.shutdown().await;
+}
+
+/// An upstream of the test's own that answers every POST to `/hook` with
+/// 200 and counts them, and a registered `webhook` plugin granted POST to
+/// it; returns a job delivering `count` events there.
+async fn webhook_job(runtime: &Runtime, count: u32, max_attempts: u32) -> (Submit, Arc<AtomicU64>) {
+    let received = Arc::new(AtomicU64::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let counter = received.clone();
+    let hook = axum::routing::post(async move || {
+        counter.fetch_add(1, AtomicOrdering::SeqCst);
+        axum::http::StatusCode::OK
+    });
+    tokio::spawn(async move { axum::serve(listener, axum::Router::new().route("/hook", hook)).await.unwrap() });
+    let name = PluginName::new("webhook", "1").unwrap();
+    runtime.plugin_register(leash_tests::plugin_bytes("webhook"), name.clone()).await.unwrap();
+    let http = HttpGrant { hosts: vec![format!("POST {base}").parse().unwrap()], ..HttpGrant::default() };
+    runtime.plugin_grant(name.clone(), Grants { http, ..Grants::default() }).await.unwrap();
+    let input = serde_json::json!({ "url": format!("{base}/hook"), "count": count });
+    let mut submit = Submit::new(
+        PluginSource::Ref(name.to_string().parse().unwrap()),
+        Target::Execute,
+        input.to_string().into_bytes(),
+    );
+    submit.max_attempts = Some(max_attempts);
+    submit.backoff = Some(leash::job::Backoff { base: Duration::from_millis(10), cap: Duration::from_millis(10) });
+    (submit, received)
+}
+
+/// A store busy for a moment while an effect's intent is recorded costs
+/// the effect nothing: the intent is written again after a pause, and the
+/// request is sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_effect_whose_intent_met_a_busy_store_is_recorded_after_a_pause() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = runtime(&dir).await;
+    let (submit, received) = webhook_job(&runtime, 1, 1).await;
+    faults.inject(Op::EffectBegin, Fault::FailBefore);
+    faults.inject(Op::EffectBegin, Fault::FailBefore);
+    let id = runtime.submit(submit).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(faults.injected(), 2);
+    assert_eq!((done.status, done.attempt, done.releases), (JobStatus::Succeeded, 1, 0), "{done:?}");
+    assert_eq!(received.load(AtomicOrdering::SeqCst), 1);
+    assert_eq!(runtime.effects(id).await.unwrap().len(), 1);
+    runtime.shutdown().await;
+}
+
+/// A store that stays busy through every try refuses the effect, and the
+/// guest fails on the refusal; that is the host's fault, not the job's, so
+/// the attempt is released, not failed: free when it had recorded no
+/// effect (even under `max_attempts = 1`), spending an attempt when it had.
+/// The chaos run caught such a job failing as `guest_error`
+/// ("HttpRequestDenied").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_refused_an_effect_because_the_store_stayed_busy_is_released_not_failed() {
+    // (deliveries, max attempts, the fault before the failing ones, what
+    // the upstream receives, the job's attempt, retries and releases)
+    let cases = [(1, 1, None, 1, (2, 0, 1)), (2, 2, Some(Fault::Stall(Duration::ZERO)), 3, (2, 1, 0))];
+    for (count, max_attempts, first, sent, counters) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (runtime, faults) = runtime(&dir).await;
+        let (submit, received) = webhook_job(&runtime, count, max_attempts).await;
+        // The first delivery's intent is recorded when `first` lets it.
+        faults.inject(Op::EffectBegin, first.unwrap_or(Fault::FailBefore));
+        for _ in 0..4 {
+            faults.inject(Op::EffectBegin, Fault::FailBefore);
+        }
+        if first.is_some() {
+            faults.inject(Op::EffectBegin, Fault::FailBefore);
+        }
+        let id = runtime.submit(submit).await.unwrap();
+        let done = runtime.wait(id, GENEROUS).await.unwrap();
+        assert_eq!(faults.pending(), 0);
+        assert_eq!(done.status, JobStatus::Succeeded, "{done:?}");
+        assert_eq!((done.attempt, done.retries, done.releases), counters, "{done:?}");
+        assert_eq!(done.lost_leases, 0, "{done:?}");
+        assert_eq!(received.load(AtomicOrdering::SeqCst), sent);
+        runtime.shutdown().await;
+    }
 }

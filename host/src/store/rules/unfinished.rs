@@ -210,12 +210,16 @@ fn lost_message(c: &Counters, effects: Option<&AttemptEffects>) -> String {
     }
 }
 
-/// A release at shutdown (or before the guest started). `None`: the
+/// A release at shutdown, before the guest started, or after the store
+/// failed under one of its effects. `None`: the
 /// attempt recorded no effect, so the release costs nothing, as ever.
 pub(crate) fn released(c: &Counters, effects: Option<&AttemptEffects>, now: Timestamp) -> Option<Fate> {
     let effects = effects?;
     let spent = c.lost_leases + c.retries + 1;
-    let why = format!("Interrupted: its worker shut down after the attempt's effects began; {}", effects.describe());
+    let why = format!(
+        "Interrupted: its worker released it (shutting down, or its store failing under it) after the attempt's effects began; {}",
+        effects.describe()
+    );
     Some(if spent < c.max_attempts {
         Fate::Requeue {
             bump: Bump::Retries,
