@@ -503,5 +503,6 @@ fn raw_job(plugin: leash::job::Digest) -> NewJob {
         backoff: leash::job::Backoff::default(),
         approval: None,
         approval_ttl: leash::job::DEFAULT_APPROVAL_TTL,
+        submitted_by: None,
     }
 }

@@ -65,6 +65,7 @@ async fn ledger(store: Arc<dyn JobStore>, input: &str) -> Arc<LeaseLedger> {
         backoff: leash::job::Backoff::default(),
         approval: None,
         approval_ttl: leash::job::DEFAULT_APPROVAL_TTL,
+        submitted_by: None,
     };
     store.job_insert(JobInsertParams { jobs: vec![job], now: clock.now() }).await.unwrap();
     let claim = JobClaimParams { worker_id: "bench".into(), limit: 1, alone: false, lease_ttl: TTL, now: clock.now() };

@@ -106,6 +106,17 @@ impl Client {
         Client { transport: Transport::Local { router, token }, runtime: Some(runtime) }
     }
 
+    /// [`Client::local`], acting as the principal whose `token` this is
+    /// (authenticated and role-checked as the server would) rather than as
+    /// the bootstrap admin.
+    pub fn local_as(runtime: Runtime, token: String) -> Self {
+        let mut client = Client::local(runtime);
+        if let Transport::Local { token: sent, .. } = &mut client.transport {
+            *sent = token;
+        }
+        client
+    }
+
     /// The local runtime, if this client has one.
     pub fn runtime(&self) -> Option<&Runtime> {
         self.runtime.as_ref()

@@ -224,6 +224,14 @@ async function bytesPanel(title, path) {
   return h('section', { class: title.toLowerCase() }, h('h2', {}, `${title} `, h('small', {}, `${bytes.length} bytes · `, h('a', { href: path, download: '' }, 'download'))), shown);
 }
 
+// Who approved a gated job so far, against its quorum.
+function approvals(approval) {
+  if (!approval) return null;
+  const given = (approval.approvals || []).map((a) => a.by).join(', ');
+  const rule = approval.separate_approver ? 'not by its submitter' : 'its submitter may approve';
+  return `${(approval.approvals || []).length} of ${approval.quorum}${given ? `: ${given}` : ''} (${rule})`;
+}
+
 function field(name, value) {
   return value === undefined || value === null || value === '' ? null : [h('dt', {}, name), h('dd', {}, value)];
 }
@@ -237,26 +245,21 @@ async function jobView(id) {
     answer.textContent = `${result.status}: ${result.text}`;
     answer.className = `answer ${result.ok ? 'ok' : 'refused'}`;
   } }, label);
-  // A decision is recorded with who made it (and why, if they say); the
-  // fields outlive the redraws that live events cause.
-  const by = h('input', { name: 'by', size: 16, value: localStorage.getItem('leash.by') || '', 'aria-label': 'your name' });
+  // A decision is recorded as the signed-in principal (and why, if they
+  // say); the comment outlives the redraws that live events cause.
   const comment = h('input', { name: 'comment', size: 24, 'aria-label': 'comment' });
   const top = h('div');
   const sections = h('div');
   let drawnSections = null;
   const draw = async () => {
     const job = await getJson(`/v1/jobs/${encodeURIComponent(id)}`);
-    const decision = () => {
-      if (!by.value.trim()) { answer.textContent = 'Say who decides: your name.'; answer.className = 'answer refused'; by.focus(); return null; }
-      localStorage.setItem('leash.by', by.value.trim());
-      return { by: by.value.trim(), comment: comment.value.trim() || null };
-    };
+    const decision = () => ({ comment: comment.value.trim() || null });
     const gated = job.status === 'pending_approval';
     const actions = h('div', { class: 'actions' },
       !TERMINAL.has(job.status) ? act('Cancel', `/v1/jobs/${id}/cancel`, `Cancel job ${id}?`) : null,
       gated ? act('Approve', `/v1/jobs/${id}/approve`, `Approve job ${id}? It will run.`, decision) : null,
       gated ? act('Reject', `/v1/jobs/${id}/reject`, `Reject job ${id}? It will never run.`, decision) : null,
-      gated ? h('label', {}, 'by ', by) : null, gated ? h('label', {}, 'comment ', comment) : null,
+      gated ? h('label', {}, 'comment ', comment) : null,
       job.status === 'approved' ? act('Run', `/v1/jobs/${id}/run`, `Start job ${id} now?`) : null);
     const progress = job.progress
       ? h('div', { class: 'progress' }, h('progress', { max: job.progress.total || 1, value: job.progress.done }),
@@ -266,6 +269,7 @@ async function jobView(id) {
       h('h1', {}, 'Job ', h('code', {}, job.id), ' ', badge(job.status)), progress, actions, answer,
       h('dl', { class: 'fields' },
         field('Plugin', pluginName(job)), field('Digest', job.plugin), field('Target', job.target), field('Plan', job.plan_id),
+        field('Submitted by', job.submitted_by), field('Approvals', approvals(job.approval)),
         field('Attempt', `${job.attempt} of ${job.max_attempts}`), field('Worker', job.worker_id),
         field('Created', job.created_at), field('Started', job.started_at), field('Finished', job.finished_at),
         field('Duration', duration(job.started_at, job.finished_at)),
@@ -371,6 +375,11 @@ async function route() {
   }
   view.focus({ preventScroll: true });
 }
+
+// Who this session is: the principal its token named.
+getJson('/v1/whoami').then((me) => {
+  document.getElementById('who').textContent = `${me.name} (${me.roles.join(', ')})`;
+}).catch(() => {});
 
 window.addEventListener('hashchange', route);
 route();

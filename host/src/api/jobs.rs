@@ -8,12 +8,13 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::access::Principal;
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::requests::{BatchRequest, DecisionRequest, Execution, SubmitRequest, decision_by};
 use crate::api::types::{Accepted, CancelAnswer, EffectList, Finished, JobPage, JobView};
@@ -70,6 +71,7 @@ pub(super) fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option
     ))]
 pub(super) async fn job_submit(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -79,6 +81,7 @@ pub(super) async fn job_submit(
     let ceilings = state.runtime.ceilings();
     let (mut job, execution) = body.into_submit(state.runtime.now(), &ceilings)?;
     job.idempotency = idempotency;
+    job.submitted_by = Some(principal.name);
     let mark = |mut response: Response, replayed: bool| {
         if replayed {
             response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
@@ -154,6 +157,7 @@ pub struct BatchAccepted {
     ))]
 pub(super) async fn job_batch(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -187,6 +191,7 @@ pub(super) async fn job_batch(
         if let Some(batch_key) = &idempotency {
             job.idempotency = Some(IdempotencyKey::in_batch(batch_key, index));
         }
+        job.submitted_by = Some(principal.name.clone());
         jobs.push(job);
     }
     let submitted = state.runtime.submit_batch(jobs).await?;
@@ -421,11 +426,12 @@ pub(super) async fn job_cancel(
     ))]
 pub(super) async fn job_approve(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let job = state.runtime.approve(id, decision_by(decision_key(&headers)?, body)?).await?;
+    let job = state.runtime.approve(id, decision_by(&principal, decision_key(&headers)?, body)?).await?;
     triggered(&state.runtime, job).await
 }
 
@@ -445,11 +451,12 @@ pub(super) async fn job_approve(
     ))]
 pub(super) async fn job_reject(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let job = state.runtime.reject(id, decision_by(decision_key(&headers)?, body)?).await?;
+    let job = state.runtime.reject(id, decision_by(&principal, decision_key(&headers)?, body)?).await?;
     Ok(Json(Finished::new(JobView::from(job), None)).into_response())
 }
 

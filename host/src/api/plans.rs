@@ -6,12 +6,13 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::requests::{PlanDecisionRequest, PlanRequest, plan_decision};
+use crate::access::Principal;
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::jobs::{IDEMPOTENT_REPLAYED, decision_key, idempotency_key};
 use crate::api::types::{PlanAnswer, PlanPage};
@@ -38,6 +39,7 @@ use crate::job::JobId;
     ))]
 pub(super) async fn plan_submit(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -45,6 +47,7 @@ pub(super) async fn plan_submit(
     let body: PlanRequest = parse_body(&bytes, "plan request")?;
     let mut plan = body.into_plan(state.runtime.now(), &state.runtime.ceilings())?;
     plan.job.idempotency = idempotency_key(&headers, &bytes)?;
+    plan.job.submitted_by = Some(principal.name);
     let created = state.runtime.plan_submit(plan).await?;
     let mut response = (StatusCode::CREATED, Json(PlanAnswer::from(created.view))).into_response();
     if created.replayed {
@@ -124,11 +127,12 @@ pub(super) async fn plan_list(
     ))]
 pub(super) async fn plan_approve(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (phase, who) = plan_decision(decision_key(&headers)?, body)?;
+    let (phase, who) = plan_decision(&principal, decision_key(&headers)?, body)?;
     let view = state.runtime.plan_approve(&id.to_string(), phase, who).await?;
     Ok(Json(PlanAnswer::from(view)).into_response())
 }
@@ -149,11 +153,12 @@ pub(super) async fn plan_approve(
     ))]
 pub(super) async fn plan_reject(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (phase, who) = plan_decision(decision_key(&headers)?, body)?;
+    let (phase, who) = plan_decision(&principal, decision_key(&headers)?, body)?;
     let view = state.runtime.plan_reject(&id.to_string(), phase, who).await?;
     Ok(Json(PlanAnswer::from(view)).into_response())
 }

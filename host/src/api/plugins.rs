@@ -138,7 +138,7 @@ fn parse_policy(text: &str) -> Result<ApprovalPolicy, ApiError> {
         .filter(|t| !t.is_empty())
         .map(|t| t.parse().map_err(|e: String| ApiError::bad_request(format!("`require_approval`: {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(ApprovalPolicy { require })
+    Ok(ApprovalPolicy { require, ..ApprovalPolicy::default() })
 }
 
 /// Replace which targets of a registered `name@version` wait for a

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::access::Principal;
 use crate::api::error::{ApiError, body_error, parse_body};
 use crate::clock::Timestamp;
 use crate::job::{ApplyMode, Backoff, JobId, PlanPhase, PluginRef, Target, millis};
@@ -198,9 +200,12 @@ pub struct BatchRequest {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionRequest {
-    /// Who decides, as they name themselves; recorded with the decision.
+    /// Leave it out: a decision is recorded as the principal whose token
+    /// makes it. Sent, it must name that principal (else `403
+    /// impersonation`); it is accepted so older clients keep working.
     #[schema(min_length = 1, max_length = 128)]
-    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
     /// Why; recorded with the decision.
     #[schema(max_length = 4096)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,9 +226,12 @@ pub struct PlanDecisionRequest {
     #[schema(value_type = Option<JobId>)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,
-    /// Who decides, as they name themselves; recorded with the decision.
+    /// Leave it out: a decision is recorded as the principal whose token
+    /// makes it. Sent, it must name that principal (else `403
+    /// impersonation`); it is accepted so older clients keep working.
     #[schema(min_length = 1, max_length = 128)]
-    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
     /// Why; recorded with the decision.
     #[schema(max_length = 4096)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -303,19 +311,43 @@ impl PlanRequest {
     }
 }
 
-/// Who decides, read from a decision request's body, with the request's
-/// idempotency key.
-pub(super) fn decision_by(key: Option<String>, body: Result<Bytes, BytesRejection>) -> Result<DecisionBy, ApiError> {
+/// A decision by `principal`, read from a decision request's body, with
+/// the request's idempotency key.
+pub(super) fn decision_by(
+    principal: &Principal,
+    key: Option<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<DecisionBy, ApiError> {
     let body: DecisionRequest = parse_body(&body.map_err(body_error)?, "decision")?;
-    Ok(DecisionBy { by: body.by, comment: body.comment, key })
+    decided_as(principal, body.by.as_deref())?;
+    Ok(DecisionBy { by: principal.name.clone(), comment: body.comment, key })
+}
+
+/// A decision's `by`, if sent, must name the principal making it: no token
+/// decides in another's name.
+fn decided_as(principal: &Principal, by: Option<&str>) -> Result<(), ApiError> {
+    match by {
+        Some(by) if by != principal.name => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "impersonation",
+            format!(
+                "`by` names {by:?}, but this request is principal {:?}'s: a decision is recorded as the principal \
+                 whose token makes it; leave `by` out",
+                principal.name
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A plan decision's phase and who decides, from its body.
 pub(super) fn plan_decision(
+    principal: &Principal,
     key: Option<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(PlanPhaseRef, DecisionBy), ApiError> {
     let body: PlanDecisionRequest = parse_body(&body.map_err(body_error)?, "plan decision")?;
+    decided_as(principal, body.by.as_deref())?;
     let phase = match (body.phase, body.job_id) {
         (Some(phase), None) => PlanPhaseRef::Phase(phase),
         (None, Some(id)) => {
@@ -327,5 +359,5 @@ pub(super) fn plan_decision(
             ));
         }
     };
-    Ok((phase, DecisionBy { by: body.by, comment: body.comment, key }))
+    Ok((phase, DecisionBy { by: principal.name.clone(), comment: body.comment, key }))
 }

@@ -61,10 +61,27 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
 }
 
-/// A session cookie value for `token` that expires at `expires`.
-pub(super) fn session_value(token: &str, expires: Timestamp, nonce: &[u8; 16]) -> String {
-    let claims = format!("{}.{}", expires.unix_ms(), hex::encode(nonce));
+/// A session cookie value, signed with the server's `token`, that
+/// expires at `expires`: the session of the principal whose token `holder`
+/// (its id) signed in, or of the bootstrap admin (`None`: the server's own
+/// token signed in).
+pub(super) fn session_value(token: &str, expires: Timestamp, nonce: &[u8; 16], holder: Option<&str>) -> String {
+    let claims = format!("{}.{}.{}", expires.unix_ms(), hex::encode(nonce), holder.unwrap_or(BOOTSTRAP_HOLDER));
     format!("{claims}.{}", hex::encode(mac(token, &claims)))
+}
+
+/// The holder a session signed in with the server's own token names.
+const BOOTSTRAP_HOLDER: &str = "-";
+
+/// A session [`session_of`] found genuine and unexpired.
+pub(super) struct Session {
+    /// Its id (the nonce).
+    pub(super) id: String,
+    /// When it expires.
+    pub(super) expires: Timestamp,
+    /// The id of the principal token that signed in (`None`: the server's
+    /// own).
+    pub(super) holder: Option<String>,
 }
 
 fn mac(token: &str, claims: &str) -> [u8; 32] {
@@ -74,15 +91,21 @@ fn mac(token: &str, claims: &str) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
-/// A session this token issued that has not expired: its id (the nonce)
-/// and expiry. Whether it was ended early is the store's to say.
-pub(super) fn session_of(token: &str, value: &str, now: Timestamp) -> Option<(String, Timestamp)> {
+/// A session this token issued that has not expired. Whether it was
+/// ended early, and whether the token its holder signed in with still
+/// works, are the store's to say.
+pub(super) fn session_of(token: &str, value: &str, now: Timestamp) -> Option<Session> {
     let (claims, tag) = value.rsplit_once('.')?;
     let tag = hex::decode(tag).ok()?;
-    let (expires, nonce) = claims.split_once('.')?;
+    let mut parts = claims.splitn(3, '.');
+    let (expires, nonce, holder) = (parts.next()?, parts.next()?, parts.next()?);
     let expires = expires.parse::<i64>().ok()?;
     let genuine = bool::from(mac(token, claims).ct_eq(&tag[..])) && now.unix_ms() < expires;
-    genuine.then(|| (nonce.to_owned(), Timestamp::from_unix_ms(expires)))
+    genuine.then(|| Session {
+        id: nonce.to_owned(),
+        expires: Timestamp::from_unix_ms(expires),
+        holder: (holder != BOOTSTRAP_HOLDER).then(|| holder.to_owned()),
+    })
 }
 
 /// The session cookie's value in `headers`, if any.
@@ -129,10 +152,23 @@ pub(super) async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Call
         },
         None => match session_cookie(headers) {
             Some(value) => match session_of(&state.config.token, value, Timestamp::now()) {
-                Some((id, _)) => match state.runtime.session_ended(id).await? {
-                    false => Ok(Caller { principal: Principal::bootstrap(), by_session: true }),
-                    true => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "signed out: sign in")),
-                },
+                Some(session) => {
+                    if state.runtime.session_ended(session.id).await? {
+                        return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "signed out: sign in"));
+                    }
+                    let principal = match session.holder {
+                        None => Principal::bootstrap(),
+                        Some(holder) => state.runtime.token_holder(&holder).await?.ok_or_else(|| {
+                            ApiError::new(
+                                StatusCode::UNAUTHORIZED,
+                                "unauthorized",
+                                "the token this session signed in with no longer works (revoked, expired, or its \
+                                 principal removed): sign in",
+                            )
+                        })?,
+                    };
+                    Ok(Caller { principal, by_session: true })
+                }
                 None => {
                     Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "the session has expired: sign in"))
                 }
@@ -239,9 +275,21 @@ async fn login(
     let Ok(Form(form)) = form else {
         return login_page(StatusCode::BAD_REQUEST, "send the form: token=<the API token>");
     };
-    if !bool::from(form.token.trim().as_bytes().ct_eq(state.config.token.as_bytes())) {
-        return login_page(StatusCode::UNAUTHORIZED, "That is not this server's API token.");
-    }
+    let token = form.token.trim();
+    let holder = if bool::from(token.as_bytes().ct_eq(state.config.token.as_bytes())) {
+        None
+    } else {
+        match state.runtime.authenticate(token).await {
+            Ok(Some(_)) => crate::access::token_parts(token).map(|(id, _)| id.to_owned()),
+            Ok(None) => {
+                return login_page(
+                    StatusCode::UNAUTHORIZED,
+                    "That is not this server's API token, nor a working principal's token.",
+                );
+            }
+            Err(e) => return protected(ApiError::from(e).into_response()),
+        }
+    };
     let mut nonce = [0u8; 16];
     if getrandom::fill(&mut nonce).is_err() {
         return protected(
@@ -251,7 +299,7 @@ async fn login(
     let expires = Timestamp::now().plus(SESSION_TTL);
     let cookie = format!(
         "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        session_value(&state.config.token, expires, &nonce),
+        session_value(&state.config.token, expires, &nonce, holder.as_deref()),
         SESSION_TTL.as_secs()
     );
     let mut response = protected((StatusCode::SEE_OTHER, [(header::LOCATION, "/ui")]).into_response());
@@ -268,7 +316,7 @@ async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
         return protected(e.into_response());
     }
     let session = session_cookie(&headers).and_then(|v| session_of(&state.config.token, v, Timestamp::now()));
-    if let Some((id, expires)) = session
+    if let Some(Session { id, expires, .. }) = session
         && let Err(e) = state.runtime.session_end(id, expires).await
     {
         return protected(ApiError::from(e).into_response());
@@ -288,13 +336,17 @@ mod tests {
     #[test]
     fn a_session_holds_until_it_expires_and_only_for_its_token() {
         let t0 = Timestamp::from_unix_ms(1_000_000);
-        let value = session_value(TOKEN, t0.plus(SESSION_TTL), &[7; 16]);
-        assert!(session_of(TOKEN, &value, t0).is_some());
+        let value = session_value(TOKEN, t0.plus(SESSION_TTL), &[7; 16], None);
+        assert!(session_of(TOKEN, &value, t0).is_some_and(|s| s.holder.is_none()));
+        let held = session_value(TOKEN, t0.plus(SESSION_TTL), &[7; 16], Some("0123456789abcdef"));
+        assert_eq!(session_of(TOKEN, &held, t0).and_then(|s| s.holder).as_deref(), Some("0123456789abcdef"));
+        let swapped = held.replacen("0123456789abcdef", "fedcba9876543210", 1);
+        assert!(session_of(TOKEN, &swapped, t0).is_none(), "a holder changed by hand");
         assert!(session_of(TOKEN, &value, t0.plus(SESSION_TTL)).is_none(), "expired");
         assert!(session_of("another-token", &value, t0).is_none(), "another token's");
         let later = value.replacen(&t0.plus(SESSION_TTL).unix_ms().to_string(), "99999999999999", 1);
         assert!(session_of(TOKEN, &later, t0).is_none(), "an expiry moved by hand");
-        for bad in ["", "x", "1.2", "1.2.zz", &value[..value.len() - 2]] {
+        for bad in ["", "x", "1.2", "1.2.zz", "1.2.-.zz", &value[..value.len() - 2]] {
             assert!(session_of(TOKEN, bad, t0).is_none(), "{bad:?}");
         }
     }

@@ -25,14 +25,73 @@ pub const MAX_APPROVER_BYTES: usize = 128;
 pub const MAX_COMMENT_BYTES: usize = 4096;
 /// Most targets one policy names.
 pub const MAX_POLICY_RULES: usize = 64;
+/// Most distinct approvers a policy may require.
+pub const MAX_QUORUM: u32 = 10;
 
-/// Which of a plugin's targets need approval: `*` (every one), `execute`,
-/// `apply`, `action:*` (every action) or `action:<name>`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+/// Which of a plugin's targets need approval (`*` for every one,
+/// `execute`, `apply`, `action:*` for every action, or `action:<name>`),
+/// and who may give it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ApprovalPolicy {
     /// The gated targets, as written.
     #[serde(default)]
     pub require: Vec<TargetPattern>,
+    /// The principal that submitted a gated job may not approve it
+    /// (default `true`).
+    #[serde(default = "yes")]
+    pub separate_approver: bool,
+    /// Distinct principals whose approvals a gated job takes (1 to 10,
+    /// default 1).
+    #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 10)]
+    pub quorum: u32,
+}
+
+impl Default for ApprovalPolicy {
+    fn default() -> Self {
+        let Duties { separate_approver, quorum } = Duties::default();
+        ApprovalPolicy { require: Vec::new(), separate_approver, quorum }
+    }
+}
+
+/// Who may approve a gated job: the rules of its plugin's policy when it
+/// was gated (the defaults where no policy names them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Duties {
+    /// The principal that submitted a job may not approve it (default
+    /// `true`; a rejection is anyone's with the `approve` role).
+    #[serde(default = "yes")]
+    pub separate_approver: bool,
+    /// Distinct principals whose approvals it takes (1 to 10, default 1):
+    /// the job runs on the last of them; one rejection ends it.
+    #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 10)]
+    pub quorum: u32,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for Duties {
+    fn default() -> Self {
+        Duties { separate_approver: true, quorum: 1 }
+    }
+}
+
+impl Duties {
+    /// A quorum of 1 to [`MAX_QUORUM`].
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_QUORUM).contains(&self.quorum) {
+            return Err(format!("quorum {} is out of range: use 1 to {MAX_QUORUM}", self.quorum));
+        }
+        Ok(())
+    }
 }
 
 impl ApprovalPolicy {
@@ -46,7 +105,7 @@ impl ApprovalPolicy {
         self.require.iter().any(|p| p.matches(target))
     }
 
-    /// At most [`MAX_POLICY_RULES`] rules.
+    /// At most [`MAX_POLICY_RULES`] rules, and a quorum in range.
     pub fn check(&self) -> Result<(), String> {
         if self.require.len() > MAX_POLICY_RULES {
             return Err(format!(
@@ -54,7 +113,12 @@ impl ApprovalPolicy {
                 self.require.len()
             ));
         }
-        Ok(())
+        self.duties().check()
+    }
+
+    /// Who may approve the jobs it gates.
+    pub fn duties(&self) -> Duties {
+        Duties { separate_approver: self.separate_approver, quorum: self.quorum }
     }
 }
 
@@ -145,6 +209,8 @@ pub struct Gate {
     /// A sync job's deadline, counted from the trigger rather than from
     /// the submit: its queue wait and its run both end by then.
     pub deadline: Option<Duration>,
+    /// Who may approve it.
+    pub duties: Duties,
 }
 
 /// The verdict of a decision.
@@ -210,7 +276,16 @@ pub struct Approval {
     )]
     #[schema(value_type = Option<u64>)]
     pub deadline: Option<Duration>,
-    /// The decision, once made.
+    /// Who may approve it (absent from records stored before duties
+    /// were: the defaults).
+    #[serde(flatten)]
+    pub duties: Duties,
+    /// Every approval given so far, oldest first: one per principal,
+    /// until the quorum is reached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<Decision>,
+    /// The decision, once made: a rejection, or the approval that reached
+    /// the quorum.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
     /// When its run was triggered (by the approval, or by a run request).
@@ -225,6 +300,8 @@ impl From<Gate> for Approval {
             run_on_approve: gate.run_on_approve,
             execution: gate.execution,
             deadline: gate.deadline,
+            duties: gate.duties,
+            approvals: Vec::new(),
             decision: None,
             triggered_at: None,
         }
@@ -238,7 +315,10 @@ mod tests {
     #[test]
     fn patterns_match_what_they_name() {
         let deploy = Target::action("deploy").unwrap();
-        let policy = |rules: &[&str]| ApprovalPolicy { require: rules.iter().map(|r| r.parse().unwrap()).collect() };
+        let policy = |rules: &[&str]| ApprovalPolicy {
+            require: rules.iter().map(|r| r.parse().unwrap()).collect(),
+            ..ApprovalPolicy::default()
+        };
         assert!(policy(&["*"]).gates(&Target::Execute));
         assert!(policy(&["apply"]).gates(&Target::Apply));
         assert!(!policy(&["apply"]).gates(&Target::Execute));

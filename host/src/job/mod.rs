@@ -22,7 +22,7 @@ mod plugin;
 mod record;
 mod worker;
 
-pub use approval::{Approval, ApprovalPolicy, Decision, ExecutionMode, Gate, GateSource, Verdict};
+pub use approval::{Approval, ApprovalPolicy, Decision, Duties, ExecutionMode, Gate, GateSource, Verdict};
 pub use effect::{Effect, EffectOutcome};
 pub use event::{Event, EventId, EventKind, JobEvent, WorkerEvent};
 pub use grant::Grants;

@@ -148,6 +148,9 @@ pub struct NewJob {
     /// How long a gated job waits for its decision (and, approved with
     /// `run_on_approve = false`, for its run) before it expires.
     pub approval_ttl: Duration,
+    /// The principal that submitted it (`None`: an embedder's own submit,
+    /// with no principal behind it).
+    pub submitted_by: Option<String>,
 }
 
 /// Default time a gated job waits for a decision: 7 days.
@@ -389,6 +392,10 @@ pub struct Job {
     /// and the decision once made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
+    /// The principal that submitted it (absent: an embedder's own submit,
+    /// or a job stored before submitters were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
 }
 
 /// A guest's latest progress report, as stored.

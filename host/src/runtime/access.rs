@@ -24,6 +24,15 @@ impl Runtime {
         Ok(genuine.then_some(found.principal))
     }
 
+    /// The principal holding the token with this id, if the token still
+    /// works (neither expired nor revoked, its principal still there): a
+    /// dashboard session signed in with it lasts only as long. Read from
+    /// the store each time, as [`Runtime::authenticate`] is.
+    pub async fn token_holder(&self, id: &str) -> Result<Option<Principal>, RuntimeError> {
+        let Some(found) = self.inner.store.token_find(id.to_owned()).await? else { return Ok(None) };
+        Ok(found.record.live(self.now()).then_some(found.principal))
+    }
+
     /// Add a principal with `roles`, or give an existing one these roles.
     pub async fn principal_put(&self, name: String, roles: BTreeSet<Role>) -> Result<Principal, RuntimeError> {
         Principal::check(&name, &roles).map_err(RuntimeError::InvalidAccess)?;

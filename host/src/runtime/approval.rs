@@ -1,7 +1,7 @@
 //! Approval gates through the embedding API: decide on a gated job,
 //! trigger an approved one's run, and set a registration's policy.
 
-use crate::job::{ApprovalPolicy, IdempotencyKey, Job, JobId, JobStatus, PluginInfo, PluginName, Verdict};
+use crate::job::{ApprovalPolicy, Decision, IdempotencyKey, Job, JobId, JobStatus, PluginInfo, PluginName, Verdict};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::store::{DecideRefusal, JobDecideParams, JobDecision, PluginPolicyParams};
 
@@ -78,12 +78,16 @@ impl Runtime {
         };
         let job = match self.inner.store.job_decide(params).await? {
             Ok(job) => job,
-            Err(refusal @ (DecideRefusal::AlreadyDecided(_) | DecideRefusal::Terminal(_))) => {
+            Err(
+                refusal @ (DecideRefusal::AlreadyDecided(_)
+                | DecideRefusal::Terminal(_)
+                | DecideRefusal::ApprovedBefore),
+            ) => {
                 // The same decision sent again under its key: as made.
                 let job = self.get(id).await?;
-                return if made_before(&job, decision, &who) { Ok(job) } else { Err(refused(id, refusal)) };
+                return if made_before(&job, decision, &who) { Ok(job) } else { Err(refused(id, &who.by, refusal)) };
             }
-            Err(refusal) => return Err(refused(id, refusal)),
+            Err(refusal) => return Err(refused(id, &who.by, refusal)),
         };
         if job.status == JobStatus::Queued {
             self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued += 1;
@@ -119,13 +123,28 @@ fn made_before(job: &Job, decision: JobDecision, who: &DecisionBy) -> bool {
         JobDecision::Reject => Verdict::Rejected,
         JobDecision::Run => return false,
     };
-    let made = job.approval.as_ref().and_then(|a| a.decision.as_ref());
-    who.key.is_some() && made.is_some_and(|d| d.verdict == verdict && d.key == who.key && d.by == who.by)
+    let Some(approval) = job.approval.as_ref() else { return false };
+    let same = |d: &Decision| d.verdict == verdict && d.key == who.key && d.by == who.by;
+    who.key.is_some() && (approval.decision.iter().any(same) || approval.approvals.iter().any(same))
 }
 
-/// The error a refused decision earns.
-fn refused(id: JobId, refusal: DecideRefusal) -> RuntimeError {
+/// The error a refused decision by `by` earns.
+fn refused(id: JobId, by: &str, refusal: DecideRefusal) -> RuntimeError {
     match refusal {
+        DecideRefusal::OwnSubmission => RuntimeError::DecisionForbidden {
+            id,
+            by: by.to_owned(),
+            why: "it submitted the job, and the job's policy separates duties: another principal with the `approve` \
+                  role must approve it",
+            code: "separation_of_duties",
+        },
+        DecideRefusal::ApprovedBefore => RuntimeError::DecisionForbidden {
+            id,
+            by: by.to_owned(),
+            why: "it approved the job already, and each approver counts once toward the job's quorum: another \
+                  principal must approve it",
+            code: "distinct_approvers",
+        },
         DecideRefusal::NotFound => RuntimeError::NotFound(id),
         DecideRefusal::Terminal(status) => RuntimeError::AlreadyTerminal { id, status },
         DecideRefusal::NotGated(status) => {

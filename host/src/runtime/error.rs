@@ -82,6 +82,20 @@ pub enum RuntimeError {
         /// changed something: the job failed `expired` as it was asked).
         code: &'static str,
     },
+    /// A decision its approver may not make on this job: a rule of the
+    /// job's duties forbids it.
+    #[error("{by} may not approve job {id}: {why}")]
+    DecisionForbidden {
+        /// The job.
+        id: JobId,
+        /// The approver.
+        by: String,
+        /// The rule, for people.
+        why: &'static str,
+        /// The rule, as a machine-readable code: `separation_of_duties`
+        /// or `distinct_approvers`.
+        code: &'static str,
+    },
     /// One job of a batch was refused, so none was queued.
     #[error("jobs[{index}]: {error}")]
     InBatch {

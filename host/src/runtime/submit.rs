@@ -4,10 +4,11 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::access::Principal;
 use crate::clock::Timestamp;
 use crate::job::{
-    Backoff, Digest, ExecutionMode, Gate, GateSource, Grants, IdempotencyKey, Job, JobId, JobLimits, JobStatus, NewJob,
-    PluginInfo, PluginName, PluginRef, Target, millis,
+    Backoff, Digest, Duties, ExecutionMode, Gate, GateSource, Grants, IdempotencyKey, Job, JobId, JobLimits, JobStatus,
+    NewJob, PluginInfo, PluginName, PluginRef, Target, millis,
 };
 use crate::store::{JobInsertParams, StoreError};
 
@@ -69,6 +70,10 @@ pub struct Submit {
     /// A gated job's approval queues it (`true`, the default), or leaves
     /// it `approved` until [`Runtime::run_approved`] triggers its run.
     pub run_on_approve: bool,
+    /// The principal submitting it, recorded with the job (the HTTP API
+    /// sets the caller's; `None`: the embedder's own submit). Where the
+    /// job's policy separates duties, this principal may not approve it.
+    pub submitted_by: Option<String>,
 }
 
 impl Submit {
@@ -92,9 +97,14 @@ impl Submit {
             backoff: None,
             approval: None,
             run_on_approve: true,
+            submitted_by: None,
         }
     }
 }
+
+/// Whether a job's plugin's policy gates it, and who may approve it if
+/// it is gated.
+type GateRule = (bool, Duties);
 
 /// What [`Runtime::submit_once`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,7 +224,7 @@ impl Runtime {
                 return Err(RuntimeError::Backpressure { queued, limit: settings.max_queued });
             }
         }
-        let mut checked: Vec<(Digest, Option<PluginName>, Grants, bool, Submit)> = Vec::with_capacity(jobs.len());
+        let mut checked: Vec<(Digest, Option<PluginName>, Grants, GateRule, Submit)> = Vec::with_capacity(jobs.len());
         // A batch names few plugins: each is read once per call.
         let mut registered: Vec<(PluginRef, PluginInfo)> = Vec::new();
         for (index, job) in jobs.into_iter().enumerate() {
@@ -223,14 +233,15 @@ impl Runtime {
             // narrowed to what its component declares (if it declares
             // anything), pinned; bytes and bare digests are granted nothing
             // and have no approval policy (there is nothing granted to
-            // guard).
-            let (digest, name, grants, gated_by_policy) = match &job.plugin {
+            // guard): a gate they ask for has the default duties.
+            let (digest, name, grants, (gated_by_policy, duties)) = match &job.plugin {
                 PluginSource::Bytes(bytes) => {
-                    (self.plugin_add(bytes.clone()).await.map_err(at)?, None, Grants::default(), false)
+                    let digest = self.plugin_add(bytes.clone()).await.map_err(at)?;
+                    (digest, None, Grants::default(), (false, Duties::default()))
                 }
                 PluginSource::Digest(digest) | PluginSource::Ref(PluginRef::Digest(digest)) => {
                     self.check_plugin_known(*digest).await.map_err(at)?;
-                    (*digest, None, Grants::default(), false)
+                    (*digest, None, Grants::default(), (false, Duties::default()))
                 }
                 PluginSource::Ref(named) => {
                     let info = match registered.iter().find(|(known, _)| known == named) {
@@ -252,14 +263,14 @@ impl Runtime {
                         Some(requests) => info.grants.within(requests),
                         None => info.grants,
                     };
-                    (info.digest, info.name, grants, gated)
+                    (info.digest, info.name, grants, (gated, info.approval.duties()))
                 }
             };
-            checked.push((digest, name, grants, gated_by_policy, job));
+            checked.push((digest, name, grants, (gated_by_policy, duties), job));
         }
         let mut new_jobs = Vec::with_capacity(checked.len());
-        for (index, (digest, name, grants, gated_by_policy, job)) in checked.into_iter().enumerate() {
-            new_jobs.push(self.new_job(digest, name, grants, gated_by_policy, job).map_err(at(index))?);
+        for (index, (digest, name, grants, gate_rule, job)) in checked.into_iter().enumerate() {
+            new_jobs.push(self.new_job(digest, name, grants, gate_rule, job).map_err(at(index))?);
         }
         Ok(new_jobs)
     }
@@ -324,7 +335,7 @@ impl Runtime {
         plugin: Digest,
         plugin_name: Option<PluginName>,
         grants: Grants,
-        gated_by_policy: bool,
+        (gated_by_policy, duties): GateRule,
         job: Submit,
     ) -> Result<NewJob, RuntimeError> {
         let settings = &self.inner.settings;
@@ -392,6 +403,7 @@ impl Runtime {
             run_on_approve: job.run_on_approve,
             execution: if job.deadline.is_some() { ExecutionMode::Sync } else { ExecutionMode::Async },
             deadline: job.deadline,
+            duties,
         });
         if approval.is_none() && !job.run_on_approve {
             return Err(RuntimeError::InvalidJob(
@@ -416,7 +428,11 @@ impl Runtime {
             backoff,
             approval,
             approval_ttl: settings.approval_ttl,
+            submitted_by: job.submitted_by,
         };
+        if let Some(name) = &new.submitted_by {
+            Principal::check_name(name).map_err(|e| RuntimeError::InvalidJob(format!("submitted_by: {e}")))?;
+        }
         new.check().map_err(RuntimeError::InvalidJob)?;
         Ok(new)
     }

@@ -58,6 +58,10 @@ pub enum DecideRefusal {
     /// Its approval TTL (or, approved, the wait for its run's trigger)
     /// ran out first: the store failed it `expired` in the same write.
     Expired,
+    /// The approver submitted it, and its duties are separated.
+    OwnSubmission,
+    /// The approver already approved it, and its quorum needs another.
+    ApprovedBefore,
 }
 
 /// Parameters of [`Jobs::job_list`]: filters, newest first, keyset-paged.

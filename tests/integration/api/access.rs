@@ -12,28 +12,6 @@ use crate::support::server::{Server, leash_bin};
 
 const FAKE_JOB: &str = "01M8NXTW9W53S6M6JQYFF54HBH";
 
-/// Add `name` with `roles` and a token for it; the token.
-async fn principal_with_token(server: &Server, name: &str, roles: &[&str]) -> String {
-    let (status, answer) =
-        server.call(Method::PUT, &format!("/v1/principals/{name}"), Some(json!({ "roles": roles }))).await;
-    assert_eq!(status, 200, "{answer}");
-    let (status, created) =
-        server.call(Method::POST, "/v1/tokens", Some(json!({ "principal": name, "label": format!("{name}'s") }))).await;
-    assert_eq!(status, 201, "{created}");
-    created["token"].as_str().unwrap().to_owned()
-}
-
-async fn send(server: &Server, token: &str, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut request = server.http.request(method, format!("{}{path}", server.url)).bearer_auth(token);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
-}
-
 #[tokio::test]
 async fn each_route_is_refused_to_a_principal_without_its_role_and_allowed_with_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -42,15 +20,15 @@ async fn each_route_is_refused_to_a_principal_without_its_role_and_allowed_with_
     let roles = ["submit", "approve", "operate", "admin"];
     let mut tokens = Vec::new();
     for role in roles {
-        tokens.push((role, principal_with_token(&server, &format!("p-{role}"), &[role]).await));
+        tokens.push((role, server.principal(&format!("p-{role}"), &[role]).await));
     }
-    let (_, me) = send(&server, &tokens[0].1, Method::GET, "/v1/whoami", None).await;
+    let (_, me) = server.call_as(&tokens[0].1, Method::GET, "/v1/whoami", None).await;
     assert_eq!((me["name"].as_str(), &me["roles"]), (Some("p-submit"), &json!(["submit"])), "{me}");
     let (_, me) = server.call(Method::GET, "/v1/whoami", None).await;
     assert_eq!(me["name"], "admin", "the server's token is the bootstrap admin: {me}");
 
     let job = json!({ "plugin": "hello", "execution": "async", "gate": "approval" });
-    let decision = json!({ "by": "x" });
+    let decision = json!({ "comment": "x" });
     // (method, path, body, the role it needs; None: any principal).
     let routes: Vec<(Method, String, Option<Value>, Option<&str>)> = vec![
         (Method::GET, "/v1/jobs".into(), None, None),
@@ -65,18 +43,8 @@ async fn each_route_is_refused_to_a_principal_without_its_role_and_allowed_with_
         (Method::POST, format!("/v1/jobs/{FAKE_JOB}/approve"), Some(decision.clone()), Some("approve")),
         (Method::POST, format!("/v1/jobs/{FAKE_JOB}/reject"), Some(decision.clone()), Some("approve")),
         (Method::POST, format!("/v1/jobs/{FAKE_JOB}/run"), None, Some("approve")),
-        (
-            Method::POST,
-            format!("/v1/plans/{FAKE_JOB}/approve"),
-            Some(json!({ "phase": "apply", "by": "x" })),
-            Some("approve"),
-        ),
-        (
-            Method::POST,
-            format!("/v1/plans/{FAKE_JOB}/reject"),
-            Some(json!({ "phase": "apply", "by": "x" })),
-            Some("approve"),
-        ),
+        (Method::POST, format!("/v1/plans/{FAKE_JOB}/approve"), Some(json!({ "phase": "apply" })), Some("approve")),
+        (Method::POST, format!("/v1/plans/{FAKE_JOB}/reject"), Some(json!({ "phase": "apply" })), Some("approve")),
         (Method::POST, format!("/v1/jobs/{FAKE_JOB}/cancel"), None, Some("operate")),
         (Method::POST, format!("/v1/plans/{FAKE_JOB}/cancel"), None, Some("operate")),
         (Method::GET, "/v1/workers".into(), None, Some("operate")),
@@ -93,7 +61,7 @@ async fn each_route_is_refused_to_a_principal_without_its_role_and_allowed_with_
     for (method, path, body, needs) in &routes {
         for (role, token) in &tokens {
             let allowed = needs.is_none_or(|needed| *role == "admin" || needed == *role);
-            let (status, answer) = send(&server, token, method.clone(), path, body.clone()).await;
+            let (status, answer) = server.call_as(token, method.clone(), path, body.clone()).await;
             if allowed {
                 assert!(status != 401 && status != 403, "{method} {path} as {role}: {status} {answer}");
             } else {
@@ -112,21 +80,21 @@ async fn each_route_is_refused_to_a_principal_without_its_role_and_allowed_with_
 async fn a_token_revoked_expired_or_whose_principal_was_removed_is_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("s.db"), &[]);
-    let first = principal_with_token(&server, "ops", &["operate"]).await;
-    assert_eq!(send(&server, &first, Method::GET, "/v1/workers", None).await.0, 200);
+    let first = server.principal("ops", &["operate"]).await;
+    assert_eq!(server.call_as(&first, Method::GET, "/v1/workers", None).await.0, 200);
     let (_, listed) = server.call(Method::GET, "/v1/tokens?principal=ops", None).await;
     let record = &listed["tokens"][0];
     assert!(!listed.to_string().contains(&first[first.len() - 64..]), "no secret is listed: {listed}");
     let id = record["id"].as_str().unwrap();
     assert!(first.contains(id));
-    let (status, _) = send(&server, &server.token, Method::POST, &format!("/v1/tokens/{id}/revoke"), None).await;
+    let (status, _) = server.call_as(&server.token, Method::POST, &format!("/v1/tokens/{id}/revoke"), None).await;
     assert_eq!(status, 204);
-    let (status, answer) = send(&server, &first, Method::GET, "/v1/workers", None).await;
+    let (status, answer) = server.call_as(&first, Method::GET, "/v1/workers", None).await;
     assert_eq!(status, 401, "revoked: refused at once: {answer}");
-    let (status, _) = send(&server, &server.token, Method::POST, &format!("/v1/tokens/{id}/revoke"), None).await;
+    let (status, _) = server.call_as(&server.token, Method::POST, &format!("/v1/tokens/{id}/revoke"), None).await;
     assert_eq!(status, 404, "revoked once");
     let tampered = format!("{}0", &first[..first.len() - 1]);
-    assert_eq!(send(&server, &tampered, Method::GET, "/v1/health", None).await.0, 401);
+    assert_eq!(server.call_as(&tampered, Method::GET, "/v1/health", None).await.0, 401);
 
     // Expiry: a token made to live 1 ms stops working by itself.
     let (status, created) =
@@ -135,16 +103,16 @@ async fn a_token_revoked_expired_or_whose_principal_was_removed_is_refused_at_on
     let brief = created["token"].as_str().unwrap().to_owned();
     assert!(created["record"]["expires_at"].is_string(), "{created}");
     eventually("the 1 ms token expires", async || {
-        (send(&server, &brief, Method::GET, "/v1/health", None).await.0 == 401).then_some(())
+        (server.call_as(&brief, Method::GET, "/v1/health", None).await.0 == 401).then_some(())
     })
     .await;
 
     // Removing the principal ends its other tokens.
-    let second = principal_with_token(&server, "ops", &["operate"]).await;
-    assert_eq!(send(&server, &second, Method::GET, "/v1/health", None).await.0, 200);
-    let (status, _) = send(&server, &server.token, Method::DELETE, "/v1/principals/ops", None).await;
+    let second = server.principal("ops", &["operate"]).await;
+    assert_eq!(server.call_as(&second, Method::GET, "/v1/health", None).await.0, 200);
+    let (status, _) = server.call_as(&server.token, Method::DELETE, "/v1/principals/ops", None).await;
     assert_eq!(status, 204);
-    assert_eq!(send(&server, &second, Method::GET, "/v1/health", None).await.0, 401);
+    assert_eq!(server.call_as(&second, Method::GET, "/v1/health", None).await.0, 401);
     let (status, answer) = server.call(Method::POST, "/v1/tokens", Some(json!({ "principal": "ops" }))).await;
     assert_eq!((status, answer["error"]["kind"].as_str()), (404, Some("not_found")), "{answer}");
 }

@@ -8,7 +8,7 @@ use std::process::Output;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::cli::ops::leash;
+use crate::cli::ops::{leash, leash_as};
 use crate::support::server::{Server, is_terminal};
 
 fn error_kind(answer: &Value) -> &str {
@@ -26,9 +26,15 @@ async fn submit_gated(server: &Server, body: Value) -> String {
     answer["job_id"].as_str().unwrap().to_owned()
 }
 
+/// Decide as principal `by` (made an approver here), with a comment; a
+/// run is triggered with the server's token.
 async fn decide(server: &Server, id: &str, what: &str, by: &str) -> (u16, Value) {
-    let body = (what != "run").then(|| json!({ "by": by, "comment": format!("{by} looked") }));
-    server.call(Method::POST, &format!("/v1/jobs/{id}/{what}"), body).await
+    let path = format!("/v1/jobs/{id}/{what}");
+    if what == "run" {
+        return server.call(Method::POST, &path, None).await;
+    }
+    let token = server.principal(by, &["approve"]).await;
+    server.call_as(&token, Method::POST, &path, Some(json!({ "comment": format!("{by} looked") }))).await
 }
 
 #[tokio::test]
@@ -64,8 +70,6 @@ async fn a_gated_async_job_waits_for_approval_then_runs() {
     assert_eq!((status, error_kind(&answer)), (409, "already_terminal"), "approving a finished job");
     let (status, answer) = decide(&server, "01M8NXTW9W53S6M6JQYFF54HBH", "approve", "bob").await;
     assert_eq!((status, error_kind(&answer)), (404, "not_found"));
-    let (status, answer) = server.call(Method::POST, &format!("/v1/jobs/{id}/approve"), Some(json!({}))).await;
-    assert_eq!((status, error_kind(&answer)), (400, "invalid_request"), "`by` is required: {answer}");
 }
 
 #[tokio::test]
@@ -204,19 +208,25 @@ async fn the_cli_gates_approves_rejects_and_refuses_a_lowered_policy() {
     assert_eq!(answer["status"], "pending_approval");
     let id = answer["job_id"].as_str().unwrap().to_owned();
 
-    let approved = leash(&server, &["jobs", "approve", &id, "--by", "alice", "--comment", "fine"]);
+    let alice = server.principal("alice", &["approve"]).await;
+    let own = leash(&server, &["jobs", "approve", &id]);
+    assert_eq!(own.status.code(), Some(7), "the submitter may not approve: {}", said(&own));
+    assert!(String::from_utf8_lossy(&own.stderr).contains("separation_of_duties"), "{}", said(&own));
+    let approved = leash_as(&server, &alice, &["jobs", "approve", &id, "--comment", "fine"]);
     assert_eq!(approved.status.code(), Some(0), "{}", said(&approved));
     assert!(String::from_utf8_lossy(&approved.stdout).starts_with(&id), "{}", said(&approved));
+    assert!(String::from_utf8_lossy(&approved.stdout).contains("approved by alice"), "{}", said(&approved));
     let waited = leash(&server, &["jobs", "wait", &id, "--timeout", "30s", "--json"]);
     let done: Value = serde_json::from_slice(&waited.stdout).unwrap();
     assert_eq!(done["job"]["status"], "succeeded", "{}", said(&waited));
     assert_eq!(done["job"]["approval"]["decision"]["by"], "alice");
-    let twice = leash(&server, &["jobs", "approve", &id, "--by", "bob"]);
+    let bob = server.principal("bob", &["approve"]).await;
+    let twice = leash_as(&server, &bob, &["jobs", "approve", &id]);
     assert_eq!(twice.status.code(), Some(7), "a refused decision exits 7: {}", said(&twice));
 
     let other = leash(&server, &["submit", "hello"]);
     let other_id = String::from_utf8_lossy(&other.stdout).trim().to_owned();
-    let rejected = leash(&server, &["jobs", "reject", &other_id, "--by", "carol", "--json"]);
+    let rejected = leash(&server, &["jobs", "reject", &other_id, "--json"]);
     let answer: Value = serde_json::from_slice(&rejected.stdout).unwrap();
     assert_eq!(answer["job"]["error_kind"], "rejected", "{}", said(&rejected));
 
@@ -240,8 +250,14 @@ async fn a_decision_resent_under_its_key_is_answered_as_made() {
     server.add_plugin("hello").await;
     let body = json!({ "plugin": "hello", "execution": "async", "gate": "approval", "run_on_approve": false });
     let id = submit_gated(&server, body).await;
+    let tokens = [
+        ("alice", server.principal("alice", &["approve"]).await),
+        ("bob", server.principal("bob", &["approve"]).await),
+    ];
     let send = |what: &str, by: &str, key: Option<&str>| {
-        let mut request = server.request(Method::POST, &format!("/v1/jobs/{id}/{what}")).json(&json!({ "by": by }));
+        let token = &tokens.iter().find(|(name, _)| *name == by).unwrap().1;
+        let url = format!("{}/v1/jobs/{id}/{what}", server.url);
+        let mut request = server.http.post(url).bearer_auth(token).json(&json!({}));
         if let Some(key) = key {
             request = request.header("Idempotency-Key", key);
         }

@@ -2,6 +2,7 @@
 
 mod access;
 mod approval;
+mod duties;
 mod events;
 mod http;
 mod plans;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::cli::ops::leash;
+use crate::cli::ops::{leash, leash_as};
 use crate::support::eventually;
 use crate::support::server::Server;
 
@@ -131,13 +131,13 @@ async fn a_plan_runs_execute_waits_for_approval_and_applies_exactly_the_diff() {
     // not a newer one.
     records.records.lock().unwrap().insert("e".into(), "late".into());
 
-    let (status, approved) = server
-        .call(
-            Method::POST,
-            &format!("/v1/plans/{id}/approve"),
-            Some(json!({ "phase": "apply", "by": "alice", "comment": "ok" })),
-        )
-        .await;
+    // Its submitter (the server's token) may not approve it; alice may.
+    let path = format!("/v1/plans/{id}/approve");
+    let decision = json!({ "phase": "apply", "comment": "ok" });
+    let (status, answer) = server.call(Method::POST, &path, Some(decision.clone())).await;
+    assert_eq!((status, error_kind(&answer)), (403, "separation_of_duties"), "{answer}");
+    let alice = server.principal("alice", &["approve"]).await;
+    let (status, approved) = server.call_as(&alice, Method::POST, &path, Some(decision)).await;
     assert_eq!(status, 200, "{approved}");
     assert_eq!(approved["approved_by"], "alice");
     let plan = poll_plan(&server, &id, |s| s != "applying" && s != "awaiting_approval").await;
@@ -183,9 +183,8 @@ async fn a_failed_execute_never_applies_and_a_rejected_plan_never_applies() {
         server.call(Method::POST, "/v1/plans", Some(json!({ "plugin": "file_sync", "input": input }))).await;
     let id = plan["plan_id"].as_str().unwrap().to_owned();
     poll_plan(&server, &id, |s| s == "awaiting_approval").await;
-    let (status, plan) = server
-        .call(Method::POST, &format!("/v1/plans/{id}/reject"), Some(json!({ "phase": "apply", "by": "bob" })))
-        .await;
+    let (status, plan) =
+        server.call(Method::POST, &format!("/v1/plans/{id}/reject"), Some(json!({ "phase": "apply" }))).await;
     assert_eq!((status, plan["status"].as_str()), (200, Some("rejected")), "{plan}");
     assert_eq!(plan["apply"]["job"]["error_kind"], "rejected");
     assert!(records.changes().is_empty(), "a rejected plan changes nothing");
@@ -235,14 +234,15 @@ async fn a_plan_from_the_cli_shows_the_diff_to_approve() {
     assert!(shown.contains(r#""op":"put","key":"b","value":"2""#), "the diff is shown: {shown}");
     let id = shown.split_whitespace().nth(1).unwrap().to_owned();
     assert!(shown.contains(&format!("leash plan approve {id} --phase apply")), "the hint names the phase: {shown}");
-    let approved = leash(&server, &["plan", "approve", &id, "--phase", "apply", "--by", "alice"]);
+    let alice = server.principal("alice", &["approve"]).await;
+    let approved = leash_as(&server, &alice, &["plan", "approve", &id, "--phase", "apply"]);
     assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
     poll_plan(&server, &id, |s| s == "applied").await;
     let listed = leash(&server, &["plan", "list"]);
     let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
     assert!(listed.contains(&id) && listed.contains("applied") && listed.contains("alice"), "{listed}");
     assert_eq!(records.changes(), ["PUT b=2", "DELETE a"]);
-    let again = leash(&server, &["plan", "approve", &id, "--phase", "apply", "--by", "bob"]);
+    let again = leash_as(&server, &alice, &["plan", "approve", &id, "--phase", "apply"]);
     assert_eq!(again.status.code(), Some(7), "nothing waits: refused");
 }
 
@@ -267,28 +267,29 @@ async fn a_resent_approval_of_execute_never_approves_the_apply_phase() {
     assert_eq!(plan["status"], "awaiting_approval", "execute waits: {plan}");
 
     let path = format!("/v1/plans/{id}/approve");
-    let (status, answer) = server.call(Method::POST, &path, Some(json!({ "by": "alice" }))).await;
+    let alice = server.principal("alice", &["approve"]).await;
+    let (status, answer) = server.call_as(&alice, Method::POST, &path, Some(json!({}))).await;
     assert_eq!((status, error_kind(&answer)), (400, "invalid_request"), "{answer}");
     assert!(answer["error"]["message"].as_str().unwrap().contains("phase"), "{answer}");
-    let (status, answer) = server.call(Method::POST, &path, Some(json!({ "phase": "apply", "by": "alice" }))).await;
+    let (status, answer) = server.call_as(&alice, Method::POST, &path, Some(json!({ "phase": "apply" }))).await;
     assert_eq!((status, error_kind(&answer)), (409, "not_gated"), "no apply phase yet: {answer}");
 
-    let execute = json!({ "phase": "execute", "by": "alice" });
-    let (status, answer) = server.call(Method::POST, &path, Some(execute.clone())).await;
+    let execute = json!({ "phase": "execute" });
+    let (status, answer) = server.call_as(&alice, Method::POST, &path, Some(execute.clone())).await;
     assert_eq!(status, 200, "{answer}");
     let plan = poll_plan(&server, &id, |s| s == "awaiting_approval" || s == "failed").await;
     assert_eq!(plan["apply"]["job"]["status"], "pending_approval", "{plan}");
-    let (status, answer) = server.call(Method::POST, &path, Some(execute)).await;
+    let (status, answer) = server.call_as(&alice, Method::POST, &path, Some(execute)).await;
     assert_eq!((status, error_kind(&answer)), (409, "already_terminal"), "execute ran: {answer}");
     // The phase named by its job's id instead: the same rules.
     let execute_id = plan["execute"]["job"]["id"].clone();
-    let (status, answer) = server.call(Method::POST, &path, Some(json!({ "job_id": execute_id, "by": "alice" }))).await;
+    let (status, answer) = server.call_as(&alice, Method::POST, &path, Some(json!({ "job_id": execute_id }))).await;
     assert_eq!((status, error_kind(&answer)), (409, "already_terminal"), "{answer}");
-    let stranger = json!({ "job_id": "01M8NXTW9W53S6M6JQYFF54HBH", "by": "alice" });
-    let (status, answer) = server.call(Method::POST, &path, Some(stranger)).await;
+    let stranger = json!({ "job_id": "01M8NXTW9W53S6M6JQYFF54HBH" });
+    let (status, answer) = server.call_as(&alice, Method::POST, &path, Some(stranger)).await;
     assert_eq!((status, error_kind(&answer)), (400, "invalid_job"), "not this plan's job: {answer}");
-    let both = json!({ "phase": "apply", "job_id": execute_id, "by": "alice" });
-    let (status, answer) = server.call(Method::POST, &path, Some(both)).await;
+    let both = json!({ "phase": "apply", "job_id": execute_id });
+    let (status, answer) = server.call_as(&alice, Method::POST, &path, Some(both)).await;
     assert_eq!((status, error_kind(&answer)), (400, "invalid_request"), "one of the two: {answer}");
     let (_, plan) = server.call(Method::GET, &format!("/v1/plans/{id}"), None).await;
     assert_eq!(plan["apply"]["job"]["status"], "pending_approval", "apply still waits for its own review: {plan}");

@@ -103,6 +103,50 @@ async fn a_session_comes_only_from_the_token_and_changes_need_this_servers_origi
     assert!(page.text().await.unwrap().contains(r#"name="token""#), "the sign-in form again");
 }
 
+/// A session signed in with a principal's token is that principal: it is
+/// who `whoami` names, whose roles gate what the page may do, and whom a
+/// submit or a decision records; revoking the token ends the session at
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_the_principal_whose_token_signed_in_and_ends_with_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("jobs.db"), &[]);
+    server.add_plugin("hello").await;
+    let origin = server.url.clone();
+    let http = reqwest::Client::new();
+    let olive = server.principal("olive", &["submit", "approve"]).await;
+    let (status, cookie) = sign_in(&server, &olive, Some(&origin)).await;
+    assert_eq!(status, 303);
+    let session = cookie.expect("a session cookie").split(';').next().unwrap().to_owned();
+    let with_session = |method: reqwest::Method, path: &str| {
+        http.request(method, format!("{}{path}", server.url)).header("cookie", &session).header("origin", &origin)
+    };
+    let me: Value = with_session(reqwest::Method::GET, "/v1/whoami").send().await.unwrap().json().await.unwrap();
+    assert_eq!((me["name"].as_str(), &me["roles"]), (Some("olive"), &json!(["submit", "approve"])), "{me}");
+    let body = json!({ "plugin": "hello", "execution": "async", "gate": "approval" });
+    let answer: Value =
+        with_session(reqwest::Method::POST, "/v1/jobs").json(&body).send().await.unwrap().json().await.unwrap();
+    let id = answer["job_id"].as_str().unwrap().to_owned();
+    let (_, job) = server.call(reqwest::Method::GET, &format!("/v1/jobs/{id}"), None).await;
+    assert_eq!(job["submitted_by"], "olive", "{job}");
+    // Its own job: separation of duties holds in the dashboard too.
+    let own = with_session(reqwest::Method::POST, &format!("/v1/jobs/{id}/approve")).json(&json!({})).send().await;
+    let own = own.unwrap();
+    assert_eq!(own.status().as_u16(), 403);
+    assert_eq!(own.json::<Value>().await.unwrap()["error"]["kind"], "separation_of_duties");
+    // Roles it lacks are refused as for its token.
+    let workers = with_session(reqwest::Method::GET, "/v1/workers").send().await.unwrap();
+    assert_eq!(workers.status().as_u16(), 403, "olive does not hold `operate`");
+    // The token revoked: the session ends at once.
+    let (_, tokens) = server.call(reqwest::Method::GET, "/v1/tokens?principal=olive", None).await;
+    let token_id = tokens["tokens"][0]["id"].as_str().unwrap().to_owned();
+    let (status, _) = server.call(reqwest::Method::POST, &format!("/v1/tokens/{token_id}/revoke"), None).await;
+    assert_eq!(status, 204);
+    let after = with_session(reqwest::Method::GET, "/v1/jobs").send().await.unwrap();
+    assert_eq!(after.status().as_u16(), 401, "a session whose token was revoked");
+    assert_eq!(sign_in(&server, &olive, Some(&origin)).await, (401, None), "nor may the revoked token sign in");
+}
+
 /// Submit a job over the API (bearer token); its id.
 async fn submit(server: &Server, body: Value) -> String {
     let (status, answer) = server.call(reqwest::Method::POST, "/v1/jobs", Some(body)).await;
@@ -139,9 +183,12 @@ async fn an_operator_signs_in_watches_jobs_live_reads_one_cancels_and_approves()
     browser.type_into("input[name=token]", "wrong").await;
     browser.click("button[type=submit]").await;
     browser.wait_for_text("p.error", |t| t.contains("not this server's API token")).await;
-    browser.type_into("input[name=token]", &server.token).await;
+    // An operator signs in with a principal's token, and the page says who.
+    let olive = server.principal("olive", &["operate", "approve"]).await;
+    browser.type_into("input[name=token]", &olive).await;
     browser.click("button[type=submit]").await;
     browser.wait_for("table.jobs").await;
+    browser.wait_for_text("#who", |t| t == "olive (approve, operate)").await;
     let cookie = browser.run("arguments[arguments.length - 1](document.cookie)").await;
     assert_eq!(cookie, "", "the session cookie is out of the script's reach");
 
@@ -171,14 +218,17 @@ async fn an_operator_signs_in_watches_jobs_live_reads_one_cancels_and_approves()
     browser.wait_for_text("pre.answer", |t| t.starts_with("202")).await;
     browser.wait_for_text("h1 .badge", |t| t == "cancelled").await;
 
-    // A gated job, approved from its page, runs.
+    // A gated job (the server's token submitted it), approved from its
+    // page, runs; the decision is olive's, the session's principal.
     let gated = submit(&server, json!({ "plugin": "hello", "execution": "async", "gate": "approval" })).await;
     browser.goto(&format!("{ui}#/jobs/{gated}")).await;
     browser.wait_for_text("h1 .badge", |t| t == "pending approval").await;
-    browser.type_into(".actions input[name=by]", "alice").await;
+    browser.wait_for_text("dl.fields", |t| t.contains("Submitted by") && t.contains("0 of 1")).await;
     browser.click(".actions button:nth-child(2)").await;
     assert!(browser.accept_dialog().await.starts_with("Approve"));
     browser.wait_for_text("h1 .badge", |t| t == "succeeded").await;
+    let (_, job) = server.call(reqwest::Method::GET, &format!("/v1/jobs/{gated}"), None).await;
+    assert_eq!(job["approval"]["decision"]["by"], "olive", "{job}");
 
     // A log line of markup is shown as text and runs nothing.
     let name = "<script>alert(1)</script><img src=x onerror=alert(2)>";

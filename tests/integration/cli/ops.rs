@@ -18,6 +18,11 @@ pub(crate) fn leash(server: &Server, args: &[&str]) -> Output {
         .expect("run leash")
 }
 
+/// `leash` against `server` as the principal whose token is `token`.
+pub(crate) fn leash_as(server: &Server, token: &str, args: &[&str]) -> Output {
+    leash_bin().args(args).args(["--server", &server.url]).env("LEASH_API_TOKEN", token).output().expect("run leash")
+}
+
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }

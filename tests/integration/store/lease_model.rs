@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::clock::Timestamp;
-use leash::job::{Digest, ExecutionMode, Gate, GateSource, JobId, JobLimits, JobStatus, NewJob, Target};
+use leash::job::{Digest, Duties, ExecutionMode, Gate, GateSource, JobId, JobLimits, JobStatus, NewJob, Target};
 use leash::store::{
     CancelResult, EffectBeginParams, Finish, JobClaimParams, JobDecideParams, JobDecision, JobFinishParams,
     JobInsertParams, JobReleaseParams, JobStore, JobsExpireParams, LeaseExtendParams, LeaseReclaimParams, LeaseState,
@@ -442,8 +442,10 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
             run_on_approve: gating == Gating::Run,
             execution: ExecutionMode::Async,
             deadline: None,
+            duties: Duties::default(),
         }),
         approval_ttl: APPROVAL_TTL,
+        submitted_by: None,
     };
     let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
     let mut model = initial(max_attempts, gating);

@@ -108,7 +108,13 @@ impl Server {
 
     /// Send a JSON body (or none) and read the status and JSON answer.
     pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = self.request(method, path);
+        self.call_as(&self.token, method, path, body).await
+    }
+
+    /// [`Server::call`] with another principal's token. A body that is
+    /// not JSON (`/metrics`) comes back as a JSON string.
+    pub async fn call_as(&self, token: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.url)).bearer_auth(token);
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -116,8 +122,21 @@ impl Server {
         let status = response.status().as_u16();
         let bytes = response.bytes().await.expect("body");
         let value = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| panic!("{path}: not JSON: {}", String::from_utf8_lossy(&bytes)));
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
         (status, value)
+    }
+
+    /// Put principal `name` with `roles` (replacing its roles if it is
+    /// there) and create a token for it; the token.
+    pub async fn principal(&self, name: &str, roles: &[&str]) -> String {
+        let path = format!("/v1/principals/{name}");
+        let (status, answer) =
+            self.call(reqwest::Method::PUT, &path, Some(serde_json::json!({ "roles": roles }))).await;
+        assert_eq!(status, 200, "{answer}");
+        let body = serde_json::json!({ "principal": name, "label": format!("{name}'s") });
+        let (status, created) = self.call(reqwest::Method::POST, "/v1/tokens", Some(body)).await;
+        assert_eq!(status, 201, "{created}");
+        created["token"].as_str().expect("a token").to_owned()
     }
 
     /// Register a built test plugin under its own name.

@@ -95,7 +95,15 @@ pub(super) async fn connect(conn: &ConnArgs, work: bool) -> Result<Client, CliEr
         }
         other => CliError::internal(other.to_string()),
     })?;
-    Ok(Client::local(runtime))
+    // A principal's token in LEASH_API_TOKEN names whom to act as here
+    // too; without one, whoever can open the database acts as the
+    // bootstrap admin (a server token there means the same).
+    Ok(match std::env::var("LEASH_API_TOKEN") {
+        Ok(token) if crate::access::token_parts(token.trim()).is_some() => {
+            Client::local_as(runtime, token.trim().to_owned())
+        }
+        _ => Client::local(runtime),
+    })
 }
 
 /// Run `f` on a connection and close it (shutting down a local runtime)

@@ -16,6 +16,7 @@ use crate::cli::commands::watch::WatchArgs;
 use crate::cli::commands::{ConnArgs, DecisionArgs};
 use crate::cli::{CliError, ExitStatus, parse_duration, terminal_text};
 use crate::client::typed;
+use crate::job::Verdict;
 use crate::runtime::Cancelled;
 
 #[derive(Debug, Subcommand)]
@@ -299,6 +300,18 @@ async fn decide(conn: ConnArgs, path: String, body: Option<DecisionRequest>) -> 
             let view: JobView = typed(answer["job"].clone())?;
             let job = view.job;
             let _ = writeln!(std::io::stdout(), "{} {}", job.id, job.status);
+            if let Some(approval) = &job.approval {
+                let by: Vec<&str> = approval.approvals.iter().map(|a| a.by.as_str()).collect();
+                let said = match &approval.decision {
+                    Some(decision) => {
+                        let verdict = if decision.verdict == Verdict::Approved { "approved" } else { "rejected" };
+                        format!("{verdict} by {}", decision.by)
+                    }
+                    None => format!("approvals {} of {}", by.len(), approval.duties.quorum),
+                };
+                let given = if by.len() > 1 { format!(" (approved by {})", by.join(", ")) } else { String::new() };
+                let _ = writeln!(std::io::stdout(), "{}", terminal_text(&format!("{said}{given}")));
+            }
             if let Some(output) = answer["output_base64"].as_str() {
                 let bytes = base64::engine::general_purpose::STANDARD.decode(output).unwrap_or_default();
                 let _ = std::io::stdout().write_all(&bytes);

@@ -60,12 +60,10 @@ pub(super) struct ConnArgs {
     json: bool,
 }
 
-/// Who decides on a gated job, and why.
+/// Why a gated job is decided so. The decision is recorded as the
+/// principal whose token sends it (`leash whoami` names it).
 #[derive(Debug, Args)]
 pub(super) struct DecisionArgs {
-    /// Who decides, recorded with the decision (default: $USER).
-    #[arg(long)]
-    by: Option<String>,
     /// Why, recorded with the decision.
     #[arg(long)]
     comment: Option<String>,
@@ -74,18 +72,12 @@ pub(super) struct DecisionArgs {
 impl DecisionArgs {
     /// The body of an approve or reject request.
     pub(super) fn body(&self) -> DecisionRequest {
-        let by = self
-            .by
-            .clone()
-            .or_else(|| std::env::var("USER").ok().filter(|u| !u.trim().is_empty()))
-            .unwrap_or_else(|| "operator".to_owned());
-        DecisionRequest { by, comment: self.comment.clone() }
+        DecisionRequest { by: None, comment: self.comment.clone() }
     }
 
     /// The body of a plan's approve or reject request, for `phase`.
     pub(super) fn plan_body(&self, phase: PlanPhase) -> PlanDecisionRequest {
-        let DecisionRequest { by, comment } = self.body();
-        PlanDecisionRequest { phase: Some(phase), job_id: None, by, comment }
+        PlanDecisionRequest { phase: Some(phase), job_id: None, by: None, comment: self.comment.clone() }
     }
 }
 

@@ -54,6 +54,13 @@ pub(in crate::cli) enum PluginsCommand {
         /// `action:NAME` (repeat for more; none gates nothing).
         #[arg(long, value_name = "TARGET")]
         require: Vec<String>,
+        /// Distinct principals whose approvals a gated job takes (1 to 10).
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        quorum: u32,
+        /// Let the principal that submitted a gated job approve it too
+        /// (by default it may not: separation of duties).
+        #[arg(long)]
+        allow_self_approval: bool,
     },
     /// Replace what jobs of a registered name@version may use outside
     /// their sandbox. Jobs submitted afterwards get the new grants; jobs
@@ -119,12 +126,14 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
             })
             .await
         }
-        PluginsCommand::Approval { conn, reference, require } => {
+        PluginsCommand::Approval { conn, reference, require, quorum, allow_self_approval } => {
             let json_out = conn.json;
             let path = format!("/v1/plugins/{}/approval", url_encode(&reference));
             with_client(&conn, false, async move |client| {
                 let policy = ApprovalPolicy {
                     require: require.iter().map(|t| t.parse()).collect::<Result<_, _>>().map_err(CliError::usage)?,
+                    separate_approver: !allow_self_approval,
+                    quorum,
                 };
                 let info = client.send_json(Method::PUT, &path, &policy).await?;
                 print_registration(info, json_out, print_policy)
@@ -259,6 +268,11 @@ fn policy_text(info: &PluginInfo) -> String {
 
 fn print_policy(info: &PluginInfo) {
     let _ = writeln!(std::io::stdout(), "  approval required for {}", policy_text(info));
+    let policy = &info.approval;
+    if !policy.is_none() {
+        let who = if policy.separate_approver { "not by its submitter" } else { "its submitter may approve" };
+        let _ = writeln!(std::io::stdout(), "  approvals needed: {} ({who})", policy.quorum);
+    }
 }
 
 /// A changed registration: as JSON, or its name and digest and then what

@@ -134,7 +134,8 @@ impl Jobs for PostgresStore {
         // reads what the first wrote and is refused.
         let row = tx
             .query_opt(
-                "SELECT status, approval_json, run_after, expires_at FROM jobs WHERE job_id = $1 FOR UPDATE",
+                "SELECT status, approval_json, run_after, expires_at, submitted_by FROM jobs WHERE job_id = $1 \
+                 FOR UPDATE",
                 &[&id],
             )
             .await
@@ -146,6 +147,7 @@ impl Jobs for PostgresStore {
             approval: json_column(&id, "approval", row.get(1))?,
             run_after: Timestamp::from_unix_ms(row.get(2)),
             expires_at: row.get::<_, Option<i64>>(3).map(Timestamp::from_unix_ms),
+            submitted_by: row.get(4),
         };
         let change = match gate::decide(gated, &params) {
             Ok(change) => change,
@@ -235,6 +237,7 @@ pub(super) struct InsertColumns {
     free_rerun_limit: Vec<i32>,
     status: Vec<&'static str>,
     approval: Vec<Option<String>>,
+    submitted_by: Vec<Option<String>>,
 }
 
 impl InsertColumns {
@@ -264,6 +267,7 @@ impl InsertColumns {
         self.backoff_cap.push(millis::column(job.backoff.cap));
         self.grants.push(grants_to_column(&job.grants)?);
         self.free_rerun_limit.push(i32::try_from(job.free_rerun_limit).unwrap_or(i32::MAX));
+        self.submitted_by.push(job.submitted_by);
         Ok(())
     }
 }
@@ -278,15 +282,16 @@ pub(super) async fn insert_rows(
             "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
              schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
              idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-             free_rerun_limit, approval_json) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
+             free_rerun_limit, approval_json, submitted_by) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
              n.limits, $19, $20, n.expires, \
              n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap, \
-             n.grants, n.free, n.approval \
+             n.grants, n.free, n.approval, n.submitter \
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
                $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
-               $16::int8[], $17::int8[], $18::int8[], $21::text[], $22::int4[], $23::text[], $24::text[]) \
+               $16::int8[], $17::int8[], $18::int8[], $21::text[], $22::int4[], $23::text[], $24::text[], \
+               $25::text[]) \
              AS n(id, plan, phase, action, digest, payload, limits, expires, max_attempts, key, pname, pversion, \
-               ikey, rdigest, run_after, deadline, bbase, bcap, grants, free, status, approval) \
+               ikey, rdigest, run_after, deadline, bbase, bcap, grants, free, status, approval, submitter) \
              RETURNING {}",
             job_columns("")
         )
@@ -322,6 +327,7 @@ pub(super) async fn insert_rows(
                 &c.free_rerun_limit,
                 &c.status,
                 &c.approval,
+                &c.submitted_by,
             ],
         )
         .await

@@ -57,6 +57,7 @@ pub(super) const JOB_COLUMNS: &[&str] = &[
     "free_rerun_limit",
     "approval_json",
     "process_deaths",
+    "submitted_by",
 ];
 
 /// The job columns, each prefixed with `alias.` when one is given.
@@ -195,6 +196,7 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
         free_rerun_limit: count(row.try_get(40).map_err(&read)?),
         approval: json_column(&id_text, "approval", row.try_get(41).map_err(&read)?)?,
         process_deaths: count(row.try_get(42).map_err(&read)?),
+        submitted_by: row.try_get(43).map_err(&read)?,
     })
 }
 

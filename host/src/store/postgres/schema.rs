@@ -306,6 +306,12 @@ CREATE TABLE tokens (
 );
 CREATE INDEX tokens_principal ON tokens (principal);
 "#,
+    r#"
+-- The principal that submitted each job (NULL: an embedder's own submit,
+-- or a job stored before submitters were recorded).
+ALTER TABLE jobs ADD COLUMN submitted_by TEXT COLLATE "C";
+CREATE INDEX jobs_submitted_by ON jobs (submitted_by, job_id) WHERE submitted_by IS NOT NULL;
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

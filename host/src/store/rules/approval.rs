@@ -18,6 +18,8 @@ pub(crate) struct GatedRow {
     pub(crate) run_after: Timestamp,
     /// When it expires if still waiting (for a decision or a trigger).
     pub(crate) expires_at: Option<Timestamp>,
+    /// The principal that submitted it, if one did.
+    pub(crate) submitted_by: Option<String>,
 }
 
 /// The columns of a [`Change`], as every backend binds them.
@@ -45,6 +47,11 @@ pub(crate) enum Change {
         expires_at: Timestamp,
         /// A sync job's deadline, counted from now.
         deadline_at: Option<Timestamp>,
+    },
+    /// An approval short of the quorum: recorded; it still waits.
+    Count {
+        /// The record with the approval added.
+        approval: Approval,
     },
     /// Approved; it waits for its run to be triggered until `expires_at`.
     Approve {
@@ -80,6 +87,7 @@ impl Change {
     pub(crate) fn status(&self) -> JobStatus {
         match self {
             Change::Queue { .. } => JobStatus::Queued,
+            Change::Count { .. } => JobStatus::PendingApproval,
             Change::Approve { .. } => JobStatus::Approved,
             Change::Reject { .. } => JobStatus::Cancelled,
             Change::Expire { .. } => JobStatus::Failed,
@@ -106,6 +114,7 @@ impl Change {
                 deadline_at: deadline_at.as_ref().map(ms),
                 ..ChangeColumns::default()
             },
+            Change::Count { .. } => ChangeColumns::default(),
             Change::Approve { expires_at, .. } => {
                 ChangeColumns { expires_at: Some(ms(expires_at)), ..ChangeColumns::default() }
             }
@@ -128,6 +137,7 @@ impl Change {
     pub(crate) fn approval(&self) -> &Approval {
         match self {
             Change::Queue { approval, .. }
+            | Change::Count { approval }
             | Change::Approve { approval, .. }
             | Change::Reject { approval, .. }
             | Change::Expire { approval, .. } => approval,
@@ -162,6 +172,16 @@ pub(crate) fn decide(row: GatedRow, params: &JobDecideParams) -> Result<Change, 
             Ok(Change::Expire { approval, message: expiry_message(status), at: now })
         }
         (JobDecision::Approve, JobStatus::PendingApproval) => {
+            if approval.duties.separate_approver && row.submitted_by.as_deref() == Some(params.by.as_str()) {
+                return Err(DecideRefusal::OwnSubmission);
+            }
+            if approval.approvals.iter().any(|given| given.by == params.by) {
+                return Err(DecideRefusal::ApprovedBefore);
+            }
+            approval.approvals.push(decision(Verdict::Approved));
+            if approval.approvals.len() < approval.duties.quorum as usize {
+                return Ok(Change::Count { approval });
+            }
             approval.decision = Some(decision(Verdict::Approved));
             if approval.run_on_approve {
                 Ok(queue(approval, row.run_after, params.queue_ttl, now))
@@ -231,7 +251,7 @@ fn queue(mut approval: Approval, run_after: Timestamp, queue_ttl: Duration, now:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{ExecutionMode, GateSource, JobId};
+    use crate::job::{Duties, ExecutionMode, GateSource, JobId};
 
     fn gated(run_on_approve: bool) -> Approval {
         Approval {
@@ -239,6 +259,8 @@ mod tests {
             run_on_approve,
             execution: ExecutionMode::Sync,
             deadline: Some(Duration::from_secs(5)),
+            duties: Duties::default(),
+            approvals: Vec::new(),
             decision: None,
             triggered_at: None,
         }
@@ -258,7 +280,13 @@ mod tests {
     }
 
     fn row(status: JobStatus, approval: Option<Approval>) -> GatedRow {
-        GatedRow { status, approval, run_after: Timestamp::from_unix_ms(0), expires_at: None }
+        GatedRow {
+            status,
+            approval,
+            run_after: Timestamp::from_unix_ms(0),
+            expires_at: None,
+            submitted_by: Some("sam".into()),
+        }
     }
 
     #[test]
@@ -352,5 +380,55 @@ mod tests {
         let (at, message) = cancel_waiting(JobStatus::Approved, Some(&approval), early);
         assert_eq!(at, approved_at);
         assert!(message.contains("after its approval"), "{message}");
+    }
+
+    fn by(who: &str, decision: JobDecision, now: Timestamp) -> JobDecideParams {
+        JobDecideParams { by: who.into(), ..params(decision, now) }
+    }
+
+    #[test]
+    fn the_submitter_may_not_approve_where_duties_are_separated_but_may_reject() {
+        let now = Timestamp::from_unix_ms(1);
+        let own = decide(row(JobStatus::PendingApproval, Some(gated(true))), &by("sam", JobDecision::Approve, now));
+        assert_eq!(own.unwrap_err(), DecideRefusal::OwnSubmission);
+        let reject = decide(row(JobStatus::PendingApproval, Some(gated(true))), &by("sam", JobDecision::Reject, now));
+        assert_eq!(reject.unwrap().status(), JobStatus::Cancelled);
+        let mut relaxed = gated(true);
+        relaxed.duties.separate_approver = false;
+        let own = decide(row(JobStatus::PendingApproval, Some(relaxed)), &by("sam", JobDecision::Approve, now));
+        assert_eq!(own.unwrap().status(), JobStatus::Queued);
+        // A job no principal submitted has no submitter to keep out.
+        let mut embedded = row(JobStatus::PendingApproval, Some(gated(true)));
+        embedded.submitted_by = None;
+        assert_eq!(decide(embedded, &by("sam", JobDecision::Approve, now)).unwrap().status(), JobStatus::Queued);
+    }
+
+    #[test]
+    fn a_quorum_takes_that_many_distinct_approvers_and_runs_on_the_last() {
+        let now = Timestamp::from_unix_ms(1);
+        let mut two = gated(true);
+        two.duties.quorum = 2;
+        let first =
+            decide(row(JobStatus::PendingApproval, Some(two)), &by("alice", JobDecision::Approve, now)).unwrap();
+        assert_eq!(first.status(), JobStatus::PendingApproval);
+        assert_eq!(first.columns().expires_at, None, "its approval TTL still counts from the submit");
+        let counted = first.approval().clone();
+        assert_eq!((counted.approvals.len(), counted.decision.is_none()), (1, true));
+        let again =
+            decide(row(JobStatus::PendingApproval, Some(counted.clone())), &by("alice", JobDecision::Approve, now));
+        assert_eq!(again.unwrap_err(), DecideRefusal::ApprovedBefore);
+        let later = now.plus(Duration::from_secs(1));
+        let second =
+            decide(row(JobStatus::PendingApproval, Some(counted.clone())), &by("bob", JobDecision::Approve, later))
+                .unwrap();
+        assert_eq!(second.status(), JobStatus::Queued);
+        let approved = second.approval();
+        let approvers: Vec<&str> = approved.approvals.iter().map(|d| d.by.as_str()).collect();
+        assert_eq!(approvers, ["alice", "bob"]);
+        assert_eq!(approved.decision.as_ref().map(|d| (d.by.as_str(), d.at)), Some(("bob", later)));
+        // One rejection ends it, whatever approvals it has.
+        let rejected =
+            decide(row(JobStatus::PendingApproval, Some(counted)), &by("carol", JobDecision::Reject, later)).unwrap();
+        assert_eq!(rejected.status(), JobStatus::Cancelled);
     }
 }

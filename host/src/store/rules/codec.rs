@@ -181,6 +181,7 @@ pub(crate) fn inserted_job(id: JobId, job: &NewJob, times: &InsertTimes, now: Ti
         peak_memory_bytes: None,
         progress: None,
         approval: job.approval.map(Into::into),
+        submitted_by: job.submitted_by.clone(),
     })
 }
 

@@ -34,8 +34,13 @@ pub(crate) fn apply_job(plan: &PlanRow, execute: &Job, policy: &ApprovalPolicy) 
     } else {
         policy.gates(&Target::Apply).then_some(GateSource::Policy)
     };
-    let approval =
-        source.map(|source| Gate { source, run_on_approve: true, execution: ExecutionMode::Async, deadline: None });
+    let approval = source.map(|source| Gate {
+        source,
+        run_on_approve: true,
+        execution: ExecutionMode::Async,
+        deadline: None,
+        duties: policy.duties(),
+    });
     NewJob {
         plugin: execute.plugin,
         plugin_name: execute.plugin_name.clone(),
@@ -54,5 +59,6 @@ pub(crate) fn apply_job(plan: &PlanRow, execute: &Job, policy: &ApprovalPolicy) 
         backoff: execute.backoff,
         approval,
         approval_ttl: plan.approval_ttl,
+        submitted_by: execute.submitted_by.clone(),
     }
 }

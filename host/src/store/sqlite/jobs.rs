@@ -112,13 +112,16 @@ impl Jobs for SqliteStore {
         self.write(move |conn| {
             let err = db_err("deciding on a job");
             let id = params.id.to_string();
-            let row: Option<(String, Option<String>, i64, Option<i64>)> = conn
-                .prepare_cached("SELECT status, approval_json, run_after, expires_at FROM jobs WHERE job_id = ?1")
+            type Row = (String, Option<String>, i64, Option<i64>, Option<String>);
+            let row: Option<Row> = conn
+                .prepare_cached(
+                    "SELECT status, approval_json, run_after, expires_at, submitted_by FROM jobs WHERE job_id = ?1",
+                )
                 .and_then(|mut s| {
-                    s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).optional()
+                    s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))).optional()
                 })
                 .map_err(&err)?;
-            let Some((status, approval, run_after, expires_at)) = row else {
+            let Some((status, approval, run_after, expires_at, submitted_by)) = row else {
                 return Ok(Err(DecideRefusal::NotFound));
             };
             let row = GatedRow {
@@ -126,6 +129,7 @@ impl Jobs for SqliteStore {
                 approval: json_column(&id, "approval", approval)?,
                 run_after: Timestamp::from_unix_ms(run_after),
                 expires_at: expires_at.map(Timestamp::from_unix_ms),
+                submitted_by,
             };
             let change = match gate::decide(row, &params) {
                 Ok(change) => change,
@@ -199,7 +203,7 @@ impl Jobs for SqliteStore {
     }
 }
 
-/// Rows per statement of a large submit (24 parameters each), largest
+/// Rows per statement of a large submit (25 parameters each), largest
 /// first: whole chunks, then the rest one by one. Two statement shapes in
 /// the cache, and few statements in the savepoint (each statement's end
 /// costs SQLite a walk over the in-memory journal, so one per row is
@@ -212,12 +216,12 @@ pub(super) const INSERT_CHUNKS: [usize; 2] = [256, 1];
 /// lands whole or not at all. A statement of many rows could fail after
 /// writing some, so it keeps the default (`ABORT`) and its journal.
 pub(super) fn insert_sql(rows: usize) -> String {
-    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     format!(
         "INSERT {}INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
          schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
          idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-         free_rerun_limit, approval_json) VALUES {}",
+         free_rerun_limit, approval_json, submitted_by) VALUES {}",
         if rows == 1 { "OR FAIL " } else { "" },
         vec![row; rows].join(", ")
     )
@@ -282,6 +286,7 @@ pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) 
             grants_to_column(&job.grants)?.map_or(Value::Null, Value::Text),
             Value::Integer(i64::from(job.free_rerun_limit)),
             approval.map_or(Value::Null, Value::Text),
+            text(job.submitted_by.as_deref()),
         ];
         columns.push((before, after));
         inserted.push(row);

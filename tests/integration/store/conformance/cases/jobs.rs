@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::job::{
-    Digest, ErrorKind, ExecutionMode, Gate, GateSource, Grants, JobId, JobStatus, NewJob, PluginName, Target, Verdict,
+    Digest, Duties, ErrorKind, ExecutionMode, Gate, GateSource, Grants, JobId, JobStatus, NewJob, PluginName, Target,
+    Verdict,
 };
 use leash::store::{
     CancelResult, DecideRefusal, Finish, JobDecision, JobInsertParams, JobListParams, JobStore, JobsDeleteParams,
@@ -63,6 +64,7 @@ pub(crate) async fn an_insert_answers_the_rows_as_stored(store: Arc<dyn JobStore
         run_on_approve: false,
         execution: ExecutionMode::Sync,
         deadline: Some(Duration::from_millis(15_000)),
+        duties: Duties::default(),
     };
     let gated = NewJob { approval: Some(gate), ..new_job("gated") };
     let delayed = NewJob { run_at: Some(at(90)), ..new_job("delayed") };
@@ -423,6 +425,7 @@ pub(crate) async fn a_sync_gate_counts_its_deadline_from_the_trigger(store: Arc<
         run_on_approve: true,
         execution: ExecutionMode::Sync,
         deadline: Some(Duration::from_millis(30_000)),
+        duties: Duties::default(),
     };
     let job = NewJob { approval: Some(gate), deadline: Some(Duration::from_secs(30)), ..new_job("s") };
     let gated = insert_one(&*store, job, T0).await;

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use leash::clock::Timestamp;
 use leash::job::{
-    ApplyMode, Digest, EffectOutcome, ErrorKind, Event, EventId, EventKind, ExecutionMode, Gate, GateSource, Job,
-    JobId, JobLimits, JobProgress, JobStatus, NewJob, PluginName, Target,
+    ApplyMode, Digest, Duties, EffectOutcome, ErrorKind, Event, EventId, EventKind, ExecutionMode, Gate, GateSource,
+    Job, JobId, JobLimits, JobProgress, JobStatus, NewJob, PluginName, Target,
 };
 use leash::store::{
     DecideRefusal, EffectBeginParams, EffectEndParams, EventsAfterParams, Finish, JobClaimParams, JobDecideParams,
@@ -73,6 +73,7 @@ pub(crate) fn new_job(input: &str) -> NewJob {
         backoff: leash::job::Backoff::default(),
         approval: None,
         approval_ttl: APPROVAL_TTL,
+        submitted_by: None,
     }
 }
 
@@ -217,7 +218,13 @@ pub(crate) fn died_params(worker: &str, now: Timestamp) -> WorkerDiedParams {
 /// A job that waits for approval; `run_on_approve = false` holds it
 /// `approved` until its run is triggered.
 pub(crate) fn gated_job(input: &str, run_on_approve: bool) -> NewJob {
-    let gate = Gate { source: GateSource::Request, run_on_approve, execution: ExecutionMode::Async, deadline: None };
+    let gate = Gate {
+        source: GateSource::Request,
+        run_on_approve,
+        execution: ExecutionMode::Async,
+        deadline: None,
+        duties: Duties::default(),
+    };
     NewJob { approval: Some(gate), ..new_job(input) }
 }
 

@@ -81,7 +81,7 @@ pub(crate) async fn a_policy_set_while_an_auto_plan_runs_gates_its_apply_phase(s
         now: T0,
     };
     store.plan_insert(params).await.unwrap();
-    let policy = ApprovalPolicy { require: vec!["apply".parse().unwrap()] };
+    let policy = ApprovalPolicy { require: vec!["apply".parse().unwrap()], ..ApprovalPolicy::default() };
     store.plugin_policy_set(PluginPolicyParams { name, policy }).await.unwrap().expect("registered");
     run_to(&*store, Finish::Succeeded { output: b"plan".to_vec() }, at(1)).await;
     let created = advance(&*store, Some(plan_id), at(2)).await;

@@ -112,7 +112,10 @@ pub(crate) async fn grants_belong_to_a_registration_and_are_pinned_on_jobs(store
 pub(crate) async fn approval_policy_belongs_to_a_registration(store: Arc<dyn JobStore>) {
     let name = PluginName::new("deployer", "1").unwrap();
     let digest = put_named(&*store, b"deployer", "deployer", "1", T0).await;
-    let policy = ApprovalPolicy { require: vec!["apply".parse().unwrap(), "action:deploy".parse().unwrap()] };
+    let policy = ApprovalPolicy {
+        require: vec!["apply".parse().unwrap(), "action:deploy".parse().unwrap()],
+        ..ApprovalPolicy::default()
+    };
     let set = PluginPolicyParams { name: name.clone(), policy: policy.clone() };
     let info = store.plugin_policy_set(set).await.unwrap().expect("registered");
     assert_eq!(info.approval, policy);
