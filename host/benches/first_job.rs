@@ -169,7 +169,7 @@ async fn main() {
         let bytes = fresh_digest(&large, 1_000 + round as u64);
         let digest = runtime
             .store()
-            .plugin_put(leash::store::PluginPutParams { bytes, requests: None, now: runtime.now() })
+            .plugin_put(leash::store::PluginPutParams { bytes, requests: None, actor: None, now: runtime.now() })
             .await;
         let digest = digest.unwrap();
         let window =

@@ -355,6 +355,21 @@ async function workersView() {
   return () => clearInterval(timer);
 }
 
+// The newest hundred rows of the audit trail, newest first; a job's id
+// links to its page. `leash audit verify` checks the chain.
+async function auditView() {
+  const head = await getJson('/v1/audit/head');
+  const page = await getJson(`/v1/audit?after=${Math.max(0, head.seq - 100)}&limit=100`);
+  const target = (r) => (r.action.startsWith('job.') ? jobLink(r.target) : r.target);
+  view.replaceChildren(h('h1', {}, 'Audit'),
+    h('p', {}, `${head.seq} rows; head ${head.hash.slice(0, 16)}…`),
+    table(['#', 'At', 'Principal', 'Action', 'Target', 'Detail'],
+      page.rows.slice().reverse().map((r) => h('tr', { 'data-seq': r.seq }, h('td', { class: 'num' }, r.seq), h('td', {}, r.at),
+        h('td', {}, r.principal || '(embedder)'), h('td', {}, r.action), h('td', {}, target(r)),
+        h('td', {}, h('code', {}, r.detail))))));
+  return null;
+}
+
 // ---------------------------------------------------------------- routing
 
 let cleanup = null;
@@ -369,6 +384,7 @@ async function route() {
     else if (parts[0] === 'plans') cleanup = await plansView();
     else if (parts[0] === 'plugins') cleanup = await pluginsView();
     else if (parts[0] === 'workers') cleanup = await workersView();
+    else if (parts[0] === 'audit') cleanup = await auditView();
     else cleanup = await jobsView(params);
   } catch (e) {
     view.replaceChildren(h('p', { class: 'error' }, String(e.message || e)));

@@ -34,6 +34,7 @@ pub(super) fn required_role(method: &Method, route: &str) -> Option<Role> {
         | "/v1/plans/{id}/approve"
         | "/v1/plans/{id}/reject" => Some(Role::Approve),
         "/v1/jobs/{id}/cancel" | "/v1/plans/{id}/cancel" | "/v1/workers" | "/metrics" => Some(Role::Operate),
+        r if r.starts_with("/v1/audit") => Some(Role::Operate),
         _ => None,
     }
 }
@@ -165,11 +166,12 @@ pub(super) async fn principal_list(State(state): State<Arc<AppState>>) -> Result
     ))]
 pub(super) async fn principal_put(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(NameInPath(name)): ParsedPath<NameInPath>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Principal>, ApiError> {
     let body: PrincipalRequest = parse_body(&body.map_err(body_error)?, "principal")?;
-    Ok(Json(state.runtime.principal_put(name, body.roles).await?))
+    Ok(Json(state.runtime.acting_as(&principal.name).principal_put(name, body.roles).await?))
 }
 
 /// Remove a principal: its tokens stop working at once, on every replica
@@ -185,9 +187,10 @@ pub(super) async fn principal_put(
     ))]
 pub(super) async fn principal_remove(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(NameInPath(name)): ParsedPath<NameInPath>,
 ) -> Result<StatusCode, ApiError> {
-    match state.runtime.principal_remove(&name).await? {
+    match state.runtime.acting_as(&principal.name).principal_remove(&name).await? {
         true => Ok(StatusCode::NO_CONTENT),
         false => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no principal {name:?}"))),
     }
@@ -206,10 +209,12 @@ pub(super) async fn principal_remove(
     ))]
 pub(super) async fn token_create(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body: TokenRequest = parse_body(&body.map_err(body_error)?, "token request")?;
-    let (record, token) = state.runtime.token_create(&body.principal, body.label, body.ttl).await?;
+    let (record, token) =
+        state.runtime.acting_as(&principal.name).token_create(&body.principal, body.label, body.ttl).await?;
     Ok((StatusCode::CREATED, Json(TokenCreated { token, record })).into_response())
 }
 
@@ -242,9 +247,10 @@ pub(super) async fn token_list(
     ))]
 pub(super) async fn token_revoke(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(TokenIdInPath(id)): ParsedPath<TokenIdInPath>,
 ) -> Result<StatusCode, ApiError> {
-    match state.runtime.token_revoke(&id).await? {
+    match state.runtime.acting_as(&principal.name).token_revoke(&id).await? {
         true => Ok(StatusCode::NO_CONTENT),
         false => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no live token {id:?}"))),
     }

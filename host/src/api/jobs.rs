@@ -394,9 +394,10 @@ fn raw_bytes(bytes: Vec<u8>) -> Response {
     ))]
 pub(super) async fn job_cancel(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
-    let status = state.runtime.cancel(id).await?;
+    let status = state.runtime.acting_as(&principal.name).cancel(id).await?;
     let code = match status {
         Cancelled::Cancelled => StatusCode::OK,
         Cancelled::Requested => StatusCode::ACCEPTED,
@@ -477,9 +478,10 @@ pub(super) async fn job_reject(
     ))]
 pub(super) async fn job_run(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
-    let job = state.runtime.run_approved(id).await?;
+    let job = state.runtime.run_approved_as(id, &principal.name).await?;
     triggered(&state.runtime, job).await
 }
 

@@ -6,6 +6,7 @@
 //! [`listen`] serves the router with bounded connections.
 
 pub mod access;
+pub mod audit;
 mod error;
 mod events;
 mod health;
@@ -100,6 +101,8 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/principals/{name}", put(access::principal_put).delete(access::principal_remove))
         .route("/v1/tokens", post(access::token_create).get(access::token_list))
         .route("/v1/tokens/{id}/revoke", post(access::token_revoke))
+        .route("/v1/audit", get(audit::audit_list))
+        .route("/v1/audit/head", get(audit::audit_head))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_auth));
     Router::new()

@@ -147,6 +147,8 @@ impl Modify for BearerToken {
         super::access::token_create,
         super::access::token_list,
         super::access::token_revoke,
+        super::audit::audit_list,
+        super::audit::audit_head,
         super::openapi_json,
     ),
     modifiers(&BearerToken),

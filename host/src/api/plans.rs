@@ -177,7 +177,9 @@ pub(super) async fn plan_reject(
     ))]
 pub(super) async fn plan_cancel(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(PlanAnswer::from(state.runtime.plan_cancel(&id.to_string()).await?)).into_response())
+    Ok(Json(PlanAnswer::from(state.runtime.acting_as(&principal.name).plan_cancel(&id.to_string()).await?))
+        .into_response())
 }

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use crate::access::Principal;
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::types::PluginList;
 use crate::api::{AppState, ParsedPath};
@@ -44,6 +45,7 @@ pub(super) struct UploadQuery {
     ))]
 pub(super) async fn plugin_upload(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     query: Result<Query<UploadQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -61,14 +63,14 @@ pub(super) async fn plugin_upload(
         (Some(name), version) => {
             let version = version.as_deref().unwrap_or(crate::job::DEFAULT_PLUGIN_VERSION);
             let name = PluginName::new(&name, version).map_err(ApiError::bad_request)?;
-            state.runtime.plugin_register_with(bytes, name, policy).await?
+            state.runtime.acting_as(&principal.name).plugin_register_with(bytes, name, policy).await?
         }
         (None, Some(_)) => return Err(ApiError::bad_request("`version` needs a `name`")),
         (None, None) if policy.is_some() => {
             return Err(ApiError::bad_request("`require_approval` belongs to a registration: give a `name`"));
         }
         (None, None) => {
-            let digest = state.runtime.plugin_add(bytes).await?;
+            let digest = state.runtime.acting_as(&principal.name).plugin_add(bytes).await?;
             state.runtime.plugin(PluginRef::Digest(digest)).await?
         }
     };
@@ -120,6 +122,7 @@ pub(super) async fn plugin_show(
     ))]
 pub(super) async fn plugin_grants(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(reference): ParsedPath<PluginRef>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -127,7 +130,7 @@ pub(super) async fn plugin_grants(
         return Err(ApiError::bad_request("grants belong to a `name@version`: name the version"));
     };
     let grants: crate::job::Grants = parse_body(&body.map_err(body_error)?, "grant")?;
-    Ok(Json(state.runtime.plugin_grant(name, grants).await?).into_response())
+    Ok(Json(state.runtime.acting_as(&principal.name).plugin_grant(name, grants).await?).into_response())
 }
 
 /// A comma-separated list of gated targets.
@@ -158,6 +161,7 @@ fn parse_policy(text: &str) -> Result<ApprovalPolicy, ApiError> {
     ))]
 pub(super) async fn plugin_approval(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(reference): ParsedPath<PluginRef>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -165,5 +169,5 @@ pub(super) async fn plugin_approval(
         return Err(ApiError::bad_request("an approval policy belongs to a `name@version`: name the version"));
     };
     let policy: ApprovalPolicy = parse_body(&body.map_err(body_error)?, "approval policy")?;
-    Ok(Json(state.runtime.plugin_require_approval(name, policy).await?).into_response())
+    Ok(Json(state.runtime.acting_as(&principal.name).plugin_require_approval(name, policy).await?).into_response())
 }

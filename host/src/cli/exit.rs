@@ -26,6 +26,8 @@ pub enum ExitStatus {
     Unreachable = 8,
     /// Two processes died while running the job: it is quarantined.
     HostCrash = 9,
+    /// `leash audit verify` found the audit chain broken.
+    AuditBroken = 10,
     /// leash failed.
     Internal = 70,
 }
@@ -83,4 +85,5 @@ Exit codes:
       or decided (409), queue full (429)
   8   the server could not be reached
   9   the job was quarantined: two processes died while running it (host_crash)
+  10  leash audit verify: the audit chain is broken (a row edited, removed or added by hand)
   70  leash itself failed";

@@ -129,6 +129,10 @@ enum Command {
     /// The principal this command acts as (its token's), and its roles.
     #[command(after_help = EXIT_CODES_HELP)]
     Whoami(commands::ConnArgs),
+    /// The audit trail: who changed, submitted, decided or cancelled what;
+    /// and a check of its hash chain (operate).
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Audit(commands::AuditCommand),
     /// Health of the server (or local database): worker, queue depth,
     /// ceilings.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -391,6 +395,7 @@ pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Principals(command) => commands::principals(command).await,
         Command::Tokens(command) => commands::tokens(command).await,
         Command::Whoami(conn) => commands::whoami(conn).await,
+        Command::Audit(command) => commands::audit(command).await,
         Command::Diagnostics(args) => commands::diagnostics(args).await,
         Command::New(args) => commands::new_plugin(args),
     }

@@ -41,7 +41,7 @@ impl Runtime {
                 "{BOOTSTRAP:?} is the server token's principal and cannot be stored"
             )));
         }
-        Ok(self.inner.store.principal_put(Principal { name, roles, created_at: self.now() }).await?)
+        Ok(self.inner.store.principal_put(Principal { name, roles, created_at: self.now() }, self.actor()).await?)
     }
 
     /// Every stored principal, by name.
@@ -52,7 +52,7 @@ impl Runtime {
     /// Remove a principal; its tokens stop working at once. `false` if
     /// there was none.
     pub async fn principal_remove(&self, name: &str) -> Result<bool, RuntimeError> {
-        Ok(self.inner.store.principal_remove(name.to_owned(), self.now()).await?)
+        Ok(self.inner.store.principal_remove(name.to_owned(), self.now(), self.actor()).await?)
     }
 
     /// A new token for `principal`, living for `ttl` (or until revoked):
@@ -79,7 +79,7 @@ impl Runtime {
             expires_at: ttl.map(|t| now.plus(t)),
             revoked_at: None,
         };
-        match self.inner.store.token_insert(record.clone(), minted.hash).await {
+        match self.inner.store.token_insert(record.clone(), minted.hash, self.actor()).await {
             Ok(()) => Ok((record, minted.token)),
             Err(StoreError::Invalid(_)) => Err(RuntimeError::UnknownPrincipal(principal.to_owned())),
             Err(e) => Err(e.into()),
@@ -94,6 +94,6 @@ impl Runtime {
     /// Revoke a token: refused from now on, everywhere. `false` if there
     /// was no such live token.
     pub async fn token_revoke(&self, id: &str) -> Result<bool, RuntimeError> {
-        Ok(self.inner.store.token_revoke(id.to_owned(), self.now()).await?)
+        Ok(self.inner.store.token_revoke(id.to_owned(), self.now(), self.actor()).await?)
     }
 }

@@ -55,7 +55,13 @@ impl Runtime {
     /// Trigger the run of an approved job that waits for it: queued now,
     /// its queue TTL and any sync deadline counted from now.
     pub async fn run_approved(&self, id: JobId) -> Result<Job, RuntimeError> {
-        self.decide(id, JobDecision::Run, DecisionBy::new("-")).await
+        self.decide(id, JobDecision::Run, DecisionBy::new("")).await
+    }
+
+    /// [`Runtime::run_approved`], recorded in the audit trail as
+    /// `principal`'s.
+    pub async fn run_approved_as(&self, id: JobId, principal: &str) -> Result<Job, RuntimeError> {
+        self.decide(id, JobDecision::Run, DecisionBy::new(principal)).await
     }
 
     async fn decide(&self, id: JobId, decision: JobDecision, who: DecisionBy) -> Result<Job, RuntimeError> {
@@ -108,7 +114,7 @@ impl Runtime {
         let info = self
             .inner
             .store
-            .plugin_policy_set(PluginPolicyParams { name, policy })
+            .plugin_policy_set(PluginPolicyParams { name, policy, actor: self.actor(), now: self.now() })
             .await?
             .ok_or(RuntimeError::UnknownPlugin(shown))?;
         Ok(info)

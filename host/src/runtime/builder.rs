@@ -352,6 +352,7 @@ impl RuntimeBuilder {
         }
         let events = events::EventHub::new(store.clone(), self.event_poll);
         Ok(Runtime {
+            actor: None,
             inner: Arc::new(Inner {
                 events,
                 queue: Default::default(),

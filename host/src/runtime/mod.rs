@@ -29,6 +29,7 @@ use crate::worker::{Completion, JobStarted, Pool, PoolState, Subscriber};
 
 mod access;
 mod approval;
+mod audit;
 mod builder;
 mod error;
 mod events;
@@ -111,9 +112,26 @@ impl Drop for Inner {
 #[derive(Debug, Clone)]
 pub struct Runtime {
     inner: Arc<Inner>,
+    /// The principal this handle acts for ([`Runtime::acting_as`]): its
+    /// changes are recorded in the audit trail as that principal's.
+    actor: Option<Arc<str>>,
 }
 
 impl Runtime {
+    /// A handle on the same runtime acting for `principal`: the changes it
+    /// makes (plugins, grants, policies, principals, tokens, cancels) are
+    /// audited as that principal's, and the jobs it submits name it as
+    /// their submitter unless they name one. The HTTP API serves each
+    /// request through one; an embedder's own handle acts for no one.
+    pub fn acting_as(&self, principal: &str) -> Runtime {
+        Runtime { inner: self.inner.clone(), actor: Some(principal.into()) }
+    }
+
+    /// The principal this handle acts for, if any.
+    pub fn actor(&self) -> Option<String> {
+        self.actor.as_deref().map(str::to_owned)
+    }
+
     /// The store this runtime uses.
     pub fn store(&self) -> &Arc<dyn JobStore> {
         &self.inner.store

@@ -209,7 +209,7 @@ impl Runtime {
             let current = before.current();
             return Err(RuntimeError::AlreadyTerminal { id: current.id, status: current.status });
         }
-        let plan = self.inner.store.plan_cancel(plan_id.to_owned(), self.now()).await?;
+        let plan = self.inner.store.plan_cancel(plan_id.to_owned(), self.now(), self.actor()).await?;
         let plan = plan.ok_or_else(|| RuntimeError::UnknownPlan(plan_id.to_owned()))?;
         // Read after the mark: an apply job created before it is seen here.
         let view = self.plan_view(plan).await?;

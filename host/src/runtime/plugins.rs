@@ -54,7 +54,7 @@ async fn declare_each(store: &dyn JobStore, clock: &dyn Clock) -> Result<(), Run
                 continue;
             }
         };
-        store.plugin_put(PluginPutParams { bytes, requests, now: clock.now() }).await?;
+        store.plugin_put(PluginPutParams { bytes, requests, actor: None, now: clock.now() }).await?;
     }
     Ok(())
 }
@@ -81,7 +81,11 @@ impl Runtime {
         }
         let digest = self.plugin_add(bytes).await?;
         let now = self.inner.settings.clock.now();
-        let info = self.inner.store.plugin_name_set(PluginNameParams { name, digest, policy, now }).await?;
+        let info = self
+            .inner
+            .store
+            .plugin_name_set(PluginNameParams { name, digest, policy, actor: self.actor(), now })
+            .await?;
         Ok(info)
     }
 
@@ -93,7 +97,7 @@ impl Runtime {
         let info = self
             .inner
             .store
-            .plugin_grants_set(PluginGrantsParams { name, grants })
+            .plugin_grants_set(PluginGrantsParams { name, grants, actor: self.actor(), now: self.now() })
             .await?
             .ok_or(RuntimeError::UnknownPlugin(shown))?;
         Ok(info)
@@ -122,7 +126,7 @@ impl Runtime {
         // The compile's share is dropped once it returns: no copy is made.
         let bytes = Arc::try_unwrap(bytes).unwrap_or_else(|shared| shared.as_ref().clone());
         let now = self.inner.settings.clock.now();
-        let digest = self.inner.store.plugin_put(PluginPutParams { bytes, requests, now }).await?;
+        let digest = self.inner.store.plugin_put(PluginPutParams { bytes, requests, actor: self.actor(), now }).await?;
         self.inner.known_plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest);
         Ok(digest)
     }

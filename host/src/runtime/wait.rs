@@ -134,7 +134,7 @@ impl Runtime {
 
     /// Cancel: a queued job at once, a running job by asking its owner.
     pub async fn cancel(&self, id: JobId) -> Result<Cancelled, RuntimeError> {
-        match self.inner.store.job_cancel(id, self.inner.settings.clock.now()).await? {
+        match self.inner.store.job_cancel(id, self.inner.settings.clock.now(), self.actor()).await? {
             CancelResult::Cancelled => Ok(Cancelled::Cancelled),
             CancelResult::Requested => {
                 // If this process (or its pool's) runs it, stop it now

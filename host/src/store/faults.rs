@@ -186,8 +186,8 @@ impl Jobs for FaultyStore {
         self.inner.job_decide(params).await
     }
 
-    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {
-        self.around(Op::Cancel, self.inner.job_cancel(id, now)).await
+    async fn job_cancel(&self, id: JobId, now: Timestamp, actor: Option<String>) -> Result<CancelResult, StoreError> {
+        self.around(Op::Cancel, self.inner.job_cancel(id, now, actor)).await
     }
 
     async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
@@ -329,8 +329,13 @@ impl Plans for FaultyStore {
         self.inner.plan_list(params).await
     }
 
-    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError> {
-        self.inner.plan_cancel(plan_id, now).await
+    async fn plan_cancel(
+        &self,
+        plan_id: String,
+        now: Timestamp,
+        actor: Option<String>,
+    ) -> Result<Option<PlanRecord>, StoreError> {
+        self.inner.plan_cancel(plan_id, now, actor).await
     }
 }
 
@@ -347,28 +352,28 @@ impl Workers for FaultyStore {
 
 #[async_trait::async_trait]
 impl Principals for FaultyStore {
-    async fn principal_put(&self, principal: Principal) -> Result<Principal, StoreError> {
-        self.inner.principal_put(principal).await
+    async fn principal_put(&self, principal: Principal, actor: Option<String>) -> Result<Principal, StoreError> {
+        self.inner.principal_put(principal, actor).await
     }
 
     async fn principal_list(&self) -> Result<Vec<Principal>, StoreError> {
         self.inner.principal_list().await
     }
 
-    async fn principal_remove(&self, name: String, now: Timestamp) -> Result<bool, StoreError> {
-        self.inner.principal_remove(name, now).await
+    async fn principal_remove(&self, name: String, now: Timestamp, actor: Option<String>) -> Result<bool, StoreError> {
+        self.inner.principal_remove(name, now, actor).await
     }
 
-    async fn token_insert(&self, record: TokenRecord, hash: String) -> Result<(), StoreError> {
-        self.inner.token_insert(record, hash).await
+    async fn token_insert(&self, record: TokenRecord, hash: String, actor: Option<String>) -> Result<(), StoreError> {
+        self.inner.token_insert(record, hash, actor).await
     }
 
     async fn token_list(&self, principal: Option<String>) -> Result<Vec<TokenRecord>, StoreError> {
         self.inner.token_list(principal).await
     }
 
-    async fn token_revoke(&self, id: String, now: Timestamp) -> Result<bool, StoreError> {
-        self.inner.token_revoke(id, now).await
+    async fn token_revoke(&self, id: String, now: Timestamp, actor: Option<String>) -> Result<bool, StoreError> {
+        self.inner.token_revoke(id, now, actor).await
     }
 
     async fn token_find(&self, id: String) -> Result<Option<FoundToken>, StoreError> {
@@ -395,5 +400,19 @@ impl Events for FaultyStore {
 
     async fn events_head(&self) -> Result<Option<EventId>, StoreError> {
         self.inner.events_head().await
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::store::Audit for FaultyStore {
+    async fn audit_list(
+        &self,
+        params: crate::store::AuditListParams,
+    ) -> Result<Vec<crate::store::AuditRecord>, StoreError> {
+        self.inner.audit_list(params).await
+    }
+
+    async fn audit_head(&self) -> Result<crate::store::AuditHead, StoreError> {
+        self.inner.audit_head().await
     }
 }

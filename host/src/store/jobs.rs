@@ -132,8 +132,9 @@ pub trait Jobs: Send + Sync + std::fmt::Debug {
     async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError>;
 
     /// Cancel: queued and gated (`pending_approval`, `approved`) jobs at
-    /// once, running jobs by request.
-    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError>;
+    /// once, running jobs by request. Audited as `actor`'s when one is
+    /// named.
+    async fn job_cancel(&self, id: JobId, now: Timestamp, actor: Option<String>) -> Result<CancelResult, StoreError>;
 
     /// Decide on a gated job, atomically: of two decisions racing, one
     /// wins and the other is refused. Returns the job as changed.

@@ -2,7 +2,7 @@
 //!
 //! The store is a set of roles, each a trait with its params in its own
 //! file: [`Jobs`], [`Leases`], [`Effects`], [`Sweeps`], [`Plugins`],
-//! [`Plans`], [`Workers`], [`Events`], [`Sessions`] and [`Principals`]. [`JobStore`] is their sum, the
+//! [`Plans`], [`Workers`], [`Events`], [`Sessions`], [`Principals`] and [`Audit`]. [`JobStore`] is their sum, the
 //! one interface the runtime holds; a part of leash that needs one role
 //! holds only that one. Each backend implements every role in a file of
 //! its own and owns its SQL and migrations ([`sqlite`], the embedded
@@ -17,6 +17,7 @@
 //!
 //! This module knows nothing of wasm: it stores plugin digests and bytes.
 
+mod audit;
 mod database;
 mod effects;
 mod error;
@@ -37,6 +38,7 @@ mod workers;
 
 pub use rules::unfinished::QUARANTINE_AFTER_DEATHS;
 
+pub use audit::{Audit, AuditHead, AuditListParams, AuditNote, AuditRecord};
 pub use database::{Database, Durability, open};
 pub use effects::{EffectBeginParams, EffectEndParams, Effects};
 pub use error::StoreError;
@@ -49,6 +51,7 @@ pub use leases::{
 pub use plans::{PlanInsertParams, PlanListParams, Plans};
 pub use plugins::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins};
 pub use principals::{FoundToken, Principals};
+pub use rules::audit::{ChainBreak, ChainCheck, verify_chain};
 pub use sessions::Sessions;
 pub use sweeps::{
     JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, Sweeps, WorkerDiedParams,
@@ -62,11 +65,11 @@ pub use workers::{Workers, WorkersSnapshot};
 /// sweeper). A call through `dyn JobStore` needs no import; a call on a
 /// concrete store (`SqliteStore`) needs its role trait in scope.
 pub trait JobStore:
-    Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + Principals
+    Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + Principals + Audit
 {
 }
 
-impl<T: Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + Principals + ?Sized> JobStore
-    for T
+impl<T: Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + Principals + Audit + ?Sized>
+    JobStore for T
 {
 }

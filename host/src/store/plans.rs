@@ -45,6 +45,12 @@ pub trait Plans: Send + Sync + std::fmt::Debug {
 
     /// Mark a plan cancelled (no apply job is created for it from now on)
     /// and return it; `None` if there is no such plan. Cancelling the
-    /// phase that waits or runs is the caller's next step.
-    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError>;
+    /// phase that waits or runs is the caller's next step. Audited as
+    /// `actor`'s when one is named.
+    async fn plan_cancel(
+        &self,
+        plan_id: String,
+        now: Timestamp,
+        actor: Option<String>,
+    ) -> Result<Option<PlanRecord>, StoreError>;
 }

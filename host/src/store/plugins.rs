@@ -18,6 +18,8 @@ pub struct PluginNameParams {
     /// job can slip in between ungated); `None` keeps what a replaced pair
     /// had (nothing, for a new pair).
     pub policy: Option<ApprovalPolicy>,
+    /// Who registers it, for the audit trail (`None`: the embedding code).
+    pub actor: Option<String>,
     /// Now.
     pub now: Timestamp,
 }
@@ -30,6 +32,10 @@ pub struct PluginGrantsParams {
     /// What jobs submitted under it from now on may use (replacing what
     /// it had; jobs already submitted keep theirs).
     pub grants: Grants,
+    /// Who sets them, for the audit trail (`None`: the embedding code).
+    pub actor: Option<String>,
+    /// Now.
+    pub now: Timestamp,
 }
 
 /// Parameters of [`Plugins::plugin_policy_set`].
@@ -41,6 +47,10 @@ pub struct PluginPolicyParams {
     /// approval (replacing what it had; jobs already submitted keep their
     /// state).
     pub policy: ApprovalPolicy,
+    /// Who sets it, for the audit trail (`None`: the embedding code).
+    pub actor: Option<String>,
+    /// Now.
+    pub now: Timestamp,
 }
 
 /// Parameters of [`Plugins::plugin_put`].
@@ -53,6 +63,10 @@ pub struct PluginPutParams {
     /// `None` when it declares nothing. Kept with the bytes and read back
     /// on every [`PluginInfo`].
     pub requests: Option<Requests>,
+    /// Who uploads them, for the audit trail: an upload is audited only
+    /// when a principal makes it (bytes an embedder's submit stores are
+    /// not).
+    pub actor: Option<String>,
     /// Now.
     pub now: Timestamp,
 }

@@ -247,6 +247,8 @@ async fn an_operator_signs_in_watches_jobs_live_reads_one_cancels_and_approves()
     browser.wait_for_text("main table", |t| t.contains("worker-") && t.contains("running")).await;
     let plan = server.call(reqwest::Method::POST, "/v1/plans", Some(json!({ "plugin": "hello" }))).await;
     assert_eq!(plan.0, 201, "{}", plan.1);
+    browser.goto(&format!("{ui}#/audit")).await;
+    browser.wait_for_text("main table", |t| t.contains("job.approve") && t.contains("olive")).await;
     browser.goto(&format!("{ui}#/plans")).await;
     browser.wait_for_text("main table", |t| t.contains(plan.1["plan_id"].as_str().unwrap())).await;
     browser.quit().await;

@@ -515,7 +515,7 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
                 store.lease_reclaim_expired(params).await.unwrap();
             }
             Action::Cancel => {
-                let result = store.job_cancel(id, now).await.unwrap();
+                let result = store.job_cancel(id, now, None).await.unwrap();
                 assert!(matches!(result, CancelResult::Cancelled | CancelResult::Requested), "{result:?}");
             }
             Action::Approve | Action::Reject | Action::Trigger => {

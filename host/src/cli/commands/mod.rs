@@ -6,6 +6,7 @@
 //! else.
 
 mod access;
+mod audit;
 mod connect;
 mod diagnostics;
 mod jobs;
@@ -20,6 +21,7 @@ mod watch;
 mod worker;
 
 pub(super) use access::{PrincipalsCommand, TokensCommand, principals, tokens, whoami};
+pub(super) use audit::{AuditCommand, audit};
 pub(super) use diagnostics::{DiagnosticsArgs, diagnostics};
 pub(super) use jobs::{JobsCommand, jobs};
 pub(super) use new::{NewArgs, new_plugin};

@@ -12,6 +12,7 @@ use super::{BATCH, NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
 use crate::job::{Approval, Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
 use crate::store::rules::approval::{self as gate, GatedRow};
+use crate::store::rules::audit::{cancel_note, submit_note};
 use crate::store::rules::codec::{
     InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
 };
@@ -56,6 +57,9 @@ impl Jobs for PostgresStore {
                 }
             }
         }
+        for note in ids.iter().filter_map(|id| by_id.get(id)).filter_map(submit_note) {
+            super::audit::append(&tx, &note, params.now).await?;
+        }
         tx.execute(NOTIFY, &[]).await.map_err(&err)?;
         tx.commit().await.map_err(&err)?;
         self.inner.freshness.inserted(ids.len() as u64, &self.inner.pool);
@@ -91,7 +95,7 @@ impl Jobs for PostgresStore {
         Ok(found)
     }
 
-    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {
+    async fn job_cancel(&self, id: JobId, now: Timestamp, actor: Option<String>) -> Result<CancelResult, StoreError> {
         let err = db_err("cancelling a job");
         let mut client = self.client("cancelling a job").await?;
         let tx = client.transaction().await.map_err(&err)?;
@@ -102,7 +106,8 @@ impl Jobs for PostgresStore {
             .map_err(&err)?;
         let Some(row) = row else { return Ok(CancelResult::NotFound) };
         let status: String = row.get(0);
-        let result = match status.parse().map_err(|e: String| corrupt(&id, e))? {
+        let was: JobStatus = status.parse().map_err(|e: String| corrupt(&id, e))?;
+        let result = match was {
             status @ (JobStatus::Queued | JobStatus::PendingApproval | JobStatus::Approved) => {
                 let approval: Option<Approval> = json_column(&id, "approval", row.get(1))?;
                 let (at, message) = gate::cancel_waiting(status, approval.as_ref(), now);
@@ -121,6 +126,9 @@ impl Jobs for PostgresStore {
             }
             terminal => CancelResult::AlreadyTerminal(terminal),
         };
+        if let Some(note) = cancel_note(actor, &id, was, &result) {
+            super::audit::append(&tx, &note, now).await?;
+        }
         tx.commit().await.map_err(&err)?;
         Ok(result)
     }
@@ -176,6 +184,9 @@ impl Jobs for PostgresStore {
         if change.status() == JobStatus::Queued {
             tx.execute(NOTIFY, &[]).await.map_err(&err)?;
         }
+        // The head's lock is taken last, after the job's row, as every
+        // audited write does: no two appends wait on each other's rows.
+        super::audit::append(&tx, &change.audit_note(&params), params.now).await?;
         tx.commit().await.map_err(&err)?;
         let job = rows.first().map(row_to_job).transpose()?.ok_or_else(|| corrupt(&id, "decided but not returned"))?;
         Ok(change.refusal().map_or(Ok(job), Err))

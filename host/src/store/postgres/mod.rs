@@ -31,6 +31,7 @@
 //! [`DEFAULT_POOL_SIZE`]) and `connect_patience_ms` (how long opening
 //! waits for a server that is not up, default 30 s).
 
+mod audit;
 mod effects;
 mod events;
 mod fate;

@@ -10,6 +10,7 @@ use crate::clock::Timestamp;
 use crate::job::millis;
 use crate::job::{Job, JobId, JobStatus, NewJob, PlanRecord};
 
+use crate::store::rules::audit::{note, submit_note};
 use crate::store::sql::PLAN_COLUMNS;
 use crate::store::{PlanInsertParams, PlanListParams, Plans, StoreError};
 
@@ -55,6 +56,9 @@ impl Plans for PostgresStore {
         if execute.status == JobStatus::Queued {
             tx.execute(NOTIFY, &[]).await.map_err(&err)?;
         }
+        if let Some(note) = submit_note(&execute) {
+            super::audit::append(&tx, &note, params.now).await?;
+        }
         tx.commit().await.map_err(&err)?;
         let record = PlanRecord {
             plan_id: params.plan_id,
@@ -82,12 +86,30 @@ impl Plans for PostgresStore {
         rows.iter().map(|r| row_to_plan(r).map(|p| p.record)).collect()
     }
 
-    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError> {
-        let sql = format!(
-            "UPDATE plans SET cancelled_at = COALESCE(cancelled_at, $2) WHERE plan_id = $1 RETURNING {PLAN_COLUMNS}"
-        );
-        let client = self.client("cancelling a plan").await?;
-        let rows = client.query(&sql, &[&plan_id, &now.unix_ms()]).await.map_err(db_err("cancelling a plan"))?;
+    async fn plan_cancel(
+        &self,
+        plan_id: String,
+        now: Timestamp,
+        actor: Option<String>,
+    ) -> Result<Option<PlanRecord>, StoreError> {
+        let err = db_err("cancelling a plan");
+        let mut client = self.client("cancelling a plan").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let cancelled = tx
+            .execute(
+                "UPDATE plans SET cancelled_at = $2 WHERE plan_id = $1 AND cancelled_at IS NULL",
+                &[&plan_id, &now.unix_ms()],
+            )
+            .await
+            .map_err(&err)?;
+        if cancelled == 1 && actor.is_some() {
+            super::audit::append(&tx, &note(actor, "plan.cancel", plan_id.clone(), serde_json::json!({})), now).await?;
+        }
+        let rows = tx
+            .query(&format!("SELECT {PLAN_COLUMNS} FROM plans WHERE plan_id = $1"), &[&plan_id])
+            .await
+            .map_err(&err)?;
+        tx.commit().await.map_err(&err)?;
         rows.first().map(|r| row_to_plan(r).map(|p| p.record)).transpose()
     }
 }

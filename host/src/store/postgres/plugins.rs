@@ -6,9 +6,8 @@ use deadpool_postgres::GenericClient;
 use super::PostgresStore;
 use super::rows::{db_err, row_to_plugin};
 use crate::job::{Digest, PluginInfo, PluginRef};
-use crate::store::rules::codec::{
-    corrupt, grants_of, grants_to_column, policy_of, policy_to_column, requests_of, requests_to_column,
-};
+use crate::store::rules::audit::{RegistrationChange, column_value, note};
+use crate::store::rules::codec::{corrupt, grants_of, policy_of, policy_to_column, requests_of, requests_to_column};
 use crate::store::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError};
 
 #[async_trait::async_trait]
@@ -16,14 +15,23 @@ impl Plugins for PostgresStore {
     async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
         let digest = Digest::of(&params.bytes);
         let requests = requests_to_column(params.requests.as_ref())?;
-        self.execute(
-            "storing a plugin",
-            "INSERT INTO plugins (digest, bytes, size_bytes, created_at, requests_json, requests_read) \
+        let sql = "INSERT INTO plugins (digest, bytes, size_bytes, created_at, requests_json, requests_read) \
              VALUES ($1, $2, $3, $4, $5, TRUE) ON CONFLICT (digest) DO UPDATE \
-             SET requests_json = excluded.requests_json, requests_read = TRUE WHERE NOT plugins.requests_read",
-            &[&digest.to_string(), &params.bytes, &(params.bytes.len() as i64), &params.now.unix_ms(), &requests],
-        )
-        .await?;
+             SET requests_json = excluded.requests_json, requests_read = TRUE WHERE NOT plugins.requests_read";
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+            [&digest.to_string(), &params.bytes, &(params.bytes.len() as i64), &params.now.unix_ms(), &requests];
+        let Some(actor) = params.actor.clone() else {
+            self.execute("storing a plugin", sql, &args).await?;
+            return Ok(digest);
+        };
+        // An upload a principal makes is audited with it.
+        let err = db_err("storing a plugin");
+        let mut client = self.client("storing a plugin").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        tx.execute(sql, &args).await.map_err(&err)?;
+        let detail = serde_json::json!({ "size_bytes": params.bytes.len() });
+        super::audit::append(&tx, &note(Some(actor), "plugin.upload", digest.to_string(), detail), params.now).await?;
+        tx.commit().await.map_err(&err)?;
         Ok(digest)
     }
 
@@ -51,14 +59,14 @@ impl Plugins for PostgresStore {
         let tx = client.transaction().await.map_err(&err)?;
         let (name, version, digest) = (&params.name.name, &params.name.version, params.digest.to_string());
         // A replaced pair keeps its grants and its approval policy.
-        let (grants, policy): (Option<String>, Option<String>) = tx
+        let (grants, policy, before): (Option<String>, Option<String>, Option<String>) = tx
             .query_opt(
-                "DELETE FROM plugin_names WHERE name = $1 AND version = $2 RETURNING grants_json, approval_json",
+                "DELETE FROM plugin_names WHERE name = $1 AND version = $2 RETURNING grants_json, approval_json, digest",
                 &[name, version],
             )
             .await
             .map_err(&err)?
-            .map_or((None, None), |r| (r.get(0), r.get(1)));
+            .map_or((None, None, None), |r| (r.get(0), r.get(1), r.get(2)));
         let policy = match &params.policy {
             Some(policy) => policy_to_column(policy)?,
             None => policy,
@@ -77,6 +85,13 @@ impl Plugins for PostgresStore {
         let Some((size, requests)) = stored else {
             return Err(StoreError::Invalid(format!("plugin {} is not stored", params.digest)));
         };
+        let detail = serde_json::json!({
+            "before": before,
+            "after": params.digest,
+            "policy": column_value(policy.as_deref()),
+        });
+        let registered = note(params.actor.clone(), "plugin.register", params.name.to_string(), detail);
+        super::audit::append(&tx, &registered, params.now).await?;
         tx.commit().await.map_err(&err)?;
         Ok(PluginInfo {
             grants: grants_of(&digest, grants)?,
@@ -90,30 +105,18 @@ impl Plugins for PostgresStore {
     }
 
     async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError> {
-        let grants = grants_to_column(&params.grants)?;
-        let changed = self
-            .execute(
-                "granting a plugin",
-                "UPDATE plugin_names SET grants_json = $3 WHERE name = $1 AND version = $2",
-                &[&params.name.name, &params.name.version, &grants],
-            )
-            .await?;
-        if changed == 0 {
+        let change = RegistrationChange::grants(&params)?;
+        let changed = self.set_registration_column(change).await?;
+        if !changed {
             return Ok(None);
         }
         self.plugin_resolve(PluginRef::Version(params.name)).await
     }
 
     async fn plugin_policy_set(&self, params: PluginPolicyParams) -> Result<Option<PluginInfo>, StoreError> {
-        let policy = policy_to_column(&params.policy)?;
-        let changed = self
-            .execute(
-                "setting a plugin's approval policy",
-                "UPDATE plugin_names SET approval_json = $3 WHERE name = $1 AND version = $2",
-                &[&params.name.name, &params.name.version, &policy],
-            )
-            .await?;
-        if changed == 0 {
+        let change = RegistrationChange::policy(&params)?;
+        let changed = self.set_registration_column(change).await?;
+        if !changed {
             return Ok(None);
         }
         self.plugin_resolve(PluginRef::Version(params.name)).await
@@ -173,5 +176,34 @@ impl Plugins for PostgresStore {
             }
         };
         rows.first().map(row_to_plugin).transpose()
+    }
+}
+
+impl PostgresStore {
+    /// Replace one JSON column of a registration and audit the change with
+    /// what it held before; `false`: no such registration.
+    async fn set_registration_column(&self, change: RegistrationChange) -> Result<bool, StoreError> {
+        let err = db_err("changing a plugin registration");
+        let mut client = self.client("changing a plugin registration").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let (name, column) = (&change.name, change.column);
+        let before = tx
+            .query_opt(
+                &format!("SELECT {column} FROM plugin_names WHERE name = $1 AND version = $2 FOR UPDATE"),
+                &[&name.name, &name.version],
+            )
+            .await
+            .map_err(&err)?;
+        let Some(before) = before else { return Ok(false) };
+        let before: Option<String> = before.get(0);
+        tx.execute(
+            &format!("UPDATE plugin_names SET {column} = $3 WHERE name = $1 AND version = $2"),
+            &[&name.name, &name.version, &change.value],
+        )
+        .await
+        .map_err(&err)?;
+        super::audit::append(&tx, &change.note(before.as_deref()), change.now).await?;
+        tx.commit().await.map_err(&err)?;
+        Ok(true)
     }
 }

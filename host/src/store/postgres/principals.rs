@@ -6,6 +6,7 @@ use super::PostgresStore;
 use super::rows::db_err;
 use crate::access::{Principal, TokenRecord};
 use crate::clock::Timestamp;
+use crate::store::rules::audit::{note, token_created};
 use crate::store::rules::codec::{roles_of, roles_to_column};
 use crate::store::{FoundToken, Principals, StoreError};
 
@@ -30,16 +31,28 @@ fn principal(r: &Row, at: usize) -> Result<Principal, StoreError> {
 
 #[async_trait::async_trait]
 impl Principals for PostgresStore {
-    async fn principal_put(&self, p: Principal) -> Result<Principal, StoreError> {
-        let rows = self
-            .query(
-                "storing a principal",
+    async fn principal_put(&self, p: Principal, actor: Option<String>) -> Result<Principal, StoreError> {
+        let err = db_err("storing a principal");
+        let mut client = self.client("storing a principal").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let before = tx
+            .query_opt("SELECT roles FROM principals WHERE name = $1 FOR UPDATE", &[&p.name])
+            .await
+            .map_err(&err)?
+            .map(|r| r.get::<_, String>(0));
+        let row = tx
+            .query_one(
                 "INSERT INTO principals (name, roles, created_at) VALUES ($1, $2, $3) \
                  ON CONFLICT (name) DO UPDATE SET roles = excluded.roles RETURNING name, roles, created_at",
                 &[&p.name, &roles_to_column(&p.roles), &p.created_at.unix_ms()],
             )
-            .await?;
-        principal(rows.first().ok_or_else(|| StoreError::Invalid("a principal was not stored".into()))?, 0)
+            .await
+            .map_err(&err)?;
+        let stored = principal(&row, 0)?;
+        let detail = serde_json::json!({ "before": before, "after": row.get::<_, String>(1) });
+        super::audit::append(&tx, &note(actor, "principal.put", p.name.clone(), detail), p.created_at).await?;
+        tx.commit().await.map_err(&err)?;
+        Ok(stored)
     }
 
     async fn principal_list(&self) -> Result<Vec<Principal>, StoreError> {
@@ -49,27 +62,34 @@ impl Principals for PostgresStore {
         rows.iter().map(|r| principal(r, 0)).collect()
     }
 
-    async fn principal_remove(&self, name: String, now: Timestamp) -> Result<bool, StoreError> {
+    async fn principal_remove(&self, name: String, now: Timestamp, actor: Option<String>) -> Result<bool, StoreError> {
         let err = db_err("removing a principal");
         let mut client = self.client("removing a principal").await?;
         let tx = client.transaction().await.map_err(&err)?;
         let removed = tx.execute("DELETE FROM principals WHERE name = $1", &[&name]).await.map_err(&err)?;
-        tx.execute(
-            "UPDATE tokens SET revoked_at = $2 WHERE principal = $1 AND revoked_at IS NULL",
-            &[&name, &now.unix_ms()],
-        )
-        .await
-        .map_err(&err)?;
+        let revoked = tx
+            .execute(
+                "UPDATE tokens SET revoked_at = $2 WHERE principal = $1 AND revoked_at IS NULL",
+                &[&name, &now.unix_ms()],
+            )
+            .await
+            .map_err(&err)?;
+        if removed == 1 {
+            let detail = serde_json::json!({ "tokens_revoked": revoked });
+            super::audit::append(&tx, &note(actor, "principal.remove", name.clone(), detail), now).await?;
+        }
         tx.commit().await.map_err(&err)?;
         Ok(removed == 1)
     }
 
-    async fn token_insert(&self, record: TokenRecord, hash: String) -> Result<(), StoreError> {
-        let rows = self
-            .query(
-                "storing a token",
+    async fn token_insert(&self, record: TokenRecord, hash: String, actor: Option<String>) -> Result<(), StoreError> {
+        let err = db_err("storing a token");
+        let mut client = self.client("storing a token").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let stored = tx
+            .execute(
                 "INSERT INTO tokens (token_id, principal, secret_hash, label, created_at, expires_at) \
-                 SELECT $1, name, $3, $4, $5, $6 FROM principals WHERE name = $2 RETURNING token_id",
+                 SELECT $1, name, $3, $4, $5, $6 FROM principals WHERE name = $2",
                 &[
                     &record.id,
                     &record.principal,
@@ -79,11 +99,13 @@ impl Principals for PostgresStore {
                     &record.expires_at.map(|t| t.unix_ms()),
                 ],
             )
-            .await?;
-        if rows.is_empty() {
+            .await
+            .map_err(&err)?;
+        if stored == 0 {
             return Err(StoreError::Invalid(format!("no principal {:?}", record.principal)));
         }
-        Ok(())
+        super::audit::append(&tx, &token_created(actor, &record), record.created_at).await?;
+        tx.commit().await.map_err(&err)
     }
 
     async fn token_list(&self, principal: Option<String>) -> Result<Vec<TokenRecord>, StoreError> {
@@ -95,15 +117,22 @@ impl Principals for PostgresStore {
         Ok(rows.iter().map(token_row).collect())
     }
 
-    async fn token_revoke(&self, id: String, now: Timestamp) -> Result<bool, StoreError> {
-        let rows = self
-            .query(
-                "revoking a token",
-                "UPDATE tokens SET revoked_at = $2 WHERE token_id = $1 AND revoked_at IS NULL RETURNING token_id",
+    async fn token_revoke(&self, id: String, now: Timestamp, actor: Option<String>) -> Result<bool, StoreError> {
+        let err = db_err("revoking a token");
+        let mut client = self.client("revoking a token").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let revoked = tx
+            .execute(
+                "UPDATE tokens SET revoked_at = $2 WHERE token_id = $1 AND revoked_at IS NULL",
                 &[&id, &now.unix_ms()],
             )
-            .await?;
-        Ok(!rows.is_empty())
+            .await
+            .map_err(&err)?;
+        if revoked == 1 {
+            super::audit::append(&tx, &note(actor, "token.revoke", id.clone(), serde_json::json!({})), now).await?;
+        }
+        tx.commit().await.map_err(&err)?;
+        Ok(revoked == 1)
     }
 
     async fn token_find(&self, id: String) -> Result<Option<FoundToken>, StoreError> {

@@ -312,6 +312,30 @@ CREATE INDEX tokens_principal ON tokens (principal);
 ALTER TABLE jobs ADD COLUMN submitted_by TEXT COLLATE "C";
 CREATE INDEX jobs_submitted_by ON jobs (submitted_by, job_id) WHERE submitted_by IS NOT NULL;
 "#,
+    r#"
+-- The audit trail: one row per change, appended in the change's own
+-- transaction, each row's hash covering its fields and the row before's
+-- hash. The head (one row, locked by each append, so appends take turns)
+-- names the last row, so rows cut from the end show.
+CREATE TABLE audit (
+    seq        BIGINT PRIMARY KEY,
+    at         BIGINT NOT NULL,
+    principal  TEXT COLLATE "C",
+    action     TEXT COLLATE "C" NOT NULL,
+    target     TEXT COLLATE "C" NOT NULL,
+    detail     TEXT NOT NULL,
+    prev_hash  TEXT NOT NULL,
+    hash       TEXT NOT NULL
+);
+CREATE INDEX audit_principal ON audit (principal, seq);
+CREATE INDEX audit_target ON audit (target, seq);
+CREATE TABLE audit_head (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    seq   BIGINT NOT NULL,
+    hash  TEXT NOT NULL
+);
+INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000');
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::job::{Approval, Decision, ErrorKind, JobStatus, Verdict};
-use crate::store::{DecideRefusal, JobDecideParams, JobDecision};
+use crate::store::{AuditNote, DecideRefusal, JobDecideParams, JobDecision};
 
 /// The columns of a gated job that a decision reads.
 pub(crate) struct GatedRow {
@@ -131,6 +131,26 @@ impl Change {
                 ..ChangeColumns::default()
             },
         }
+    }
+
+    /// The audit trail's row for it: who did what to job `params.id`,
+    /// and the state it left.
+    pub(crate) fn audit_note(&self, params: &JobDecideParams) -> AuditNote {
+        let action = match (self, params.decision) {
+            (Change::Expire { .. }, _) => "job.expire",
+            (_, JobDecision::Approve) => "job.approve",
+            (_, JobDecision::Reject) => "job.reject",
+            (_, JobDecision::Run) => "job.run",
+        };
+        let approval = self.approval();
+        let detail = serde_json::json!({
+            "status": self.status(),
+            "comment": params.comment,
+            "approvals": approval.approvals.len(),
+            "quorum": approval.duties.quorum,
+        });
+        let principal = (!params.by.is_empty()).then(|| params.by.clone());
+        AuditNote { principal, action, target: params.id.to_string(), detail }
     }
 
     /// The approval record it stores.

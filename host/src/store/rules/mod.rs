@@ -4,12 +4,14 @@
 //! [`sql`](super::sql)).
 //!
 //! - [`approval`]: what a decision on a gated job changes.
+//! - [`audit`]: the audit chain's hashes and its check.
 //! - [`plan`]: the apply job a plan's succeeded execute job leads to.
 //! - [`unfinished`]: what becomes of an attempt that ended without a
 //!   result (lease lost, process died, released).
 //! - [`codec`]: how a job's values are stored in columns and read back.
 
 pub(crate) mod approval;
+pub mod audit;
 pub(crate) mod codec;
 pub(crate) mod events;
 pub(crate) mod plan;

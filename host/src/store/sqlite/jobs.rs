@@ -11,6 +11,7 @@ use super::rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs};
 use crate::clock::Timestamp;
 use crate::job::{Approval, Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
 use crate::store::rules::approval::{self as gate, GatedRow};
+use crate::store::rules::audit::{cancel_note, submit_note};
 use crate::store::rules::codec::{
     InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns, to_json,
 };
@@ -24,8 +25,10 @@ impl Jobs for SqliteStore {
             job.check().map_err(StoreError::Invalid)?;
         }
         let now = params.now;
-        // One job is one statement, whole or nothing by itself: no savepoint.
-        if let [_] = params.jobs[..] {
+        // One job is one statement, whole or nothing by itself: no
+        // savepoint, unless a principal's submit adds its audit row.
+        let audited = params.jobs.iter().any(|job| job.submitted_by.is_some());
+        if let ([_], false) = (&params.jobs[..], audited) {
             return self.write(move |conn| insert_rows(conn, params.jobs, now)).await;
         }
         self.write_all_or_nothing(move |conn| {
@@ -35,6 +38,9 @@ impl Jobs for SqliteStore {
                 let rows = INSERT_CHUNKS.into_iter().find(|&rows| jobs.len() >= rows).unwrap_or(1);
                 let chunk: Vec<NewJob> = jobs.by_ref().take(rows).collect();
                 inserted.extend(insert_rows(conn, chunk, now)?);
+            }
+            for note in inserted.iter().filter_map(submit_note) {
+                super::audit::append(conn, &note, now)?;
             }
             Ok(inserted)
         })
@@ -75,8 +81,8 @@ impl Jobs for SqliteStore {
         .await
     }
 
-    async fn job_cancel(&self, id: JobId, now: Timestamp) -> Result<CancelResult, StoreError> {
-        self.write(move |conn| {
+    async fn job_cancel(&self, id: JobId, now: Timestamp, actor: Option<String>) -> Result<CancelResult, StoreError> {
+        self.write_all_or_nothing(move |conn| {
             let err = db_err("cancelling a job");
             let id = id.to_string();
             let row: Option<(String, Option<String>)> = conn
@@ -84,7 +90,8 @@ impl Jobs for SqliteStore {
                 .and_then(|mut s| s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
                 .map_err(&err)?;
             let Some((status, approval)) = row else { return Ok(CancelResult::NotFound) };
-            let result = match status.parse().map_err(|e: String| corrupt(&id, e))? {
+            let was: JobStatus = status.parse().map_err(|e: String| corrupt(&id, e))?;
+            let result = match was {
                 status @ (JobStatus::Queued | JobStatus::PendingApproval | JobStatus::Approved) => {
                     let approval: Option<Approval> = json_column(&id, "approval", approval)?;
                     let (at, message) = gate::cancel_waiting(status, approval.as_ref(), now);
@@ -103,13 +110,16 @@ impl Jobs for SqliteStore {
                 }
                 terminal => CancelResult::AlreadyTerminal(terminal),
             };
+            if let Some(note) = cancel_note(actor, &id, was, &result) {
+                super::audit::append(conn, &note, now)?;
+            }
             Ok(result)
         })
         .await
     }
 
     async fn job_decide(&self, params: JobDecideParams) -> Result<Result<Job, DecideRefusal>, StoreError> {
-        self.write(move |conn| {
+        self.write_all_or_nothing(move |conn| {
             let err = db_err("deciding on a job");
             let id = params.id.to_string();
             type Row = (String, Option<String>, i64, Option<i64>, Option<String>);
@@ -155,6 +165,7 @@ impl Jobs for SqliteStore {
                 ],
             )?;
             let job = jobs.pop().ok_or_else(|| corrupt(&id, "decided but not returned"))?;
+            super::audit::append(conn, &change.audit_note(&params), params.now)?;
             Ok(change.refusal().map_or(Ok(job), Err))
         })
         .await

@@ -1,77 +1,6 @@
-//! The SQLite schema, one migration per entry, and the triggers that feed
-//! the change feed.
+//! The SQLite schema, one migration per entry.
 
-/// The triggers that append jobs' changes to the change feed, as first
-/// created and as created again whenever a table they touch is rebuilt;
-/// `$at` is the SQL for the event's time.
-macro_rules! job_event_triggers {
-    ($at:literal) => {
-        concat!(
-            r#"
-CREATE TRIGGER jobs_event_insert AFTER INSERT ON jobs BEGIN
-    INSERT INTO events (at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, phase, action,
-                        status, attempt, progress_json)
-    VALUES ("#,
-            $at,
-            r#", 'insert', NEW.job_id, NEW.plan_id, NEW.plugin_digest,
-            NEW.plugin_name, NEW.plugin_version, NEW.phase, NEW.action, NEW.status, NEW.attempt, NEW.progress_json);
-END;
-CREATE TRIGGER jobs_event_status AFTER UPDATE OF status ON jobs WHEN NEW.status IS NOT OLD.status BEGIN
-    INSERT INTO events (at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, phase, action,
-                        status, previous, attempt, worker_id, error_kind, progress_json)
-    VALUES ("#,
-            $at,
-            r#", 'status', NEW.job_id, NEW.plan_id, NEW.plugin_digest,
-            NEW.plugin_name, NEW.plugin_version, NEW.phase, NEW.action, NEW.status, OLD.status, NEW.attempt,
-            NEW.worker_id, NEW.error_kind, NEW.progress_json);
-END;
--- A claim clears the progress and a finish keeps the last: only a report
--- from a running guest is an event of its own.
-CREATE TRIGGER jobs_event_progress AFTER UPDATE OF progress_json ON jobs
-WHEN NEW.status = 'running' AND OLD.status = 'running' AND NEW.progress_json IS NOT NULL
-     AND NEW.progress_json IS NOT OLD.progress_json BEGIN
-    INSERT INTO events (at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, phase, action,
-                        status, attempt, worker_id, progress_json)
-    VALUES ("#,
-            $at,
-            r#", 'progress', NEW.job_id, NEW.plan_id, NEW.plugin_digest,
-            NEW.plugin_name, NEW.plugin_version, NEW.phase, NEW.action, NEW.status, NEW.attempt, NEW.worker_id,
-            NEW.progress_json);
-END;
-CREATE TRIGGER jobs_event_cancel AFTER UPDATE OF cancel_requested ON jobs
-WHEN NEW.status = 'running' AND NEW.cancel_requested AND NOT OLD.cancel_requested BEGIN
-    INSERT INTO events (at, what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, phase, action,
-                        status, attempt, worker_id, progress_json)
-    VALUES ("#,
-            $at,
-            r#", 'cancel', NEW.job_id, NEW.plan_id, NEW.plugin_digest,
-            NEW.plugin_name, NEW.plugin_version, NEW.phase, NEW.action, NEW.status, NEW.attempt, NEW.worker_id,
-            NEW.progress_json);
-END;
-"#
-        )
-    };
-}
-
-/// The triggers that append workers' changes to the change feed.
-macro_rules! worker_event_triggers {
-    () => {
-        r#"
-CREATE TRIGGER workers_event_insert AFTER INSERT ON workers BEGIN
-    INSERT INTO events (at, what, worker_id, status)
-    VALUES (CAST(unixepoch('subsec') * 1000 AS INTEGER), 'worker_insert', NEW.worker_id, NEW.state);
-END;
-CREATE TRIGGER workers_event_state AFTER UPDATE OF state ON workers WHEN NEW.state IS NOT OLD.state BEGIN
-    INSERT INTO events (at, what, worker_id, status, previous)
-    VALUES (CAST(unixepoch('subsec') * 1000 AS INTEGER), 'worker_state', NEW.worker_id, NEW.state, OLD.state);
-END;
-CREATE TRIGGER workers_event_delete AFTER DELETE ON workers BEGIN
-    INSERT INTO events (at, what, worker_id, status)
-    VALUES (CAST(unixepoch('subsec') * 1000 AS INTEGER), 'worker_delete', OLD.worker_id, OLD.state);
-END;
-"#
-    };
-}
+use super::triggers::{job_event_triggers, worker_event_triggers};
 
 /// The schema, one migration per entry; applied in order, each once.
 pub(super) const MIGRATIONS: &[&str] = &[
@@ -580,5 +509,28 @@ CREATE INDEX tokens_principal ON tokens (principal);
 -- or a job stored before submitters were recorded).
 ALTER TABLE jobs ADD COLUMN submitted_by TEXT;
 CREATE INDEX jobs_submitted_by ON jobs (submitted_by, job_id) WHERE submitted_by IS NOT NULL;
+"#,
+    r#"
+-- The audit trail: one row per change, appended in the change's own
+-- write, each row's hash covering its fields and the row before's hash.
+-- The head (one row) names the last row, so rows cut from the end show.
+CREATE TABLE audit (
+    seq        INTEGER PRIMARY KEY,
+    at         INTEGER NOT NULL,
+    principal  TEXT,
+    action     TEXT NOT NULL,
+    target     TEXT NOT NULL,
+    detail     TEXT NOT NULL,
+    prev_hash  TEXT NOT NULL,
+    hash       TEXT NOT NULL
+);
+CREATE INDEX audit_principal ON audit (principal, seq);
+CREATE INDEX audit_target ON audit (target, seq);
+CREATE TABLE audit_head (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    seq   INTEGER NOT NULL,
+    hash  TEXT NOT NULL
+);
+INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000');
 "#,
 ];

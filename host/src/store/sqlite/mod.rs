@@ -18,6 +18,7 @@
 //! timeout serialise their writers; a busy database surfaces as a
 //! transient [`StoreError`].
 
+mod audit;
 mod effects;
 mod events;
 mod fate;
@@ -31,6 +32,7 @@ mod rows;
 mod schema;
 mod sessions;
 mod sweeps;
+mod triggers;
 mod workers;
 mod writer;
 

@@ -10,6 +10,7 @@ use crate::clock::Timestamp;
 use crate::job::millis;
 use crate::job::{Job, PlanRecord};
 
+use crate::store::rules::audit::{note, submit_note};
 use crate::store::sql::PLAN_COLUMNS;
 use crate::store::{PlanInsertParams, PlanListParams, Plans, StoreError};
 
@@ -45,6 +46,9 @@ impl Plans for SqliteStore {
                 apply_job: None,
                 cancelled_at: None,
             };
+            if let Some(note) = submit_note(&execute) {
+                super::audit::append(conn, &note, params.now)?;
+            }
             Ok((record, execute))
         })
         .await
@@ -71,11 +75,20 @@ impl Plans for SqliteStore {
         .await
     }
 
-    async fn plan_cancel(&self, plan_id: String, now: Timestamp) -> Result<Option<PlanRecord>, StoreError> {
-        self.write(move |conn| {
-            conn.prepare_cached("UPDATE plans SET cancelled_at = COALESCE(cancelled_at, ?2) WHERE plan_id = ?1")
+    async fn plan_cancel(
+        &self,
+        plan_id: String,
+        now: Timestamp,
+        actor: Option<String>,
+    ) -> Result<Option<PlanRecord>, StoreError> {
+        self.write_all_or_nothing(move |conn| {
+            let cancelled = conn
+                .prepare_cached("UPDATE plans SET cancelled_at = ?2 WHERE plan_id = ?1 AND cancelled_at IS NULL")
                 .and_then(|mut s| s.execute(params![plan_id, now.unix_ms()]))
                 .map_err(db_err("cancelling a plan"))?;
+            if cancelled == 1 && actor.is_some() {
+                super::audit::append(conn, &note(actor, "plan.cancel", plan_id.clone(), serde_json::json!({})), now)?;
+            }
             let sql = format!("SELECT {PLAN_COLUMNS} FROM plans WHERE plan_id = ?1");
             Ok(query_plans(conn, &sql, params![plan_id])?.pop().map(|p| p.record))
         })

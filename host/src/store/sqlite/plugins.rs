@@ -6,9 +6,8 @@ use rusqlite::{OptionalExtension, params};
 use super::SqliteStore;
 use super::rows::{db_err, query_plugins};
 use crate::job::{Digest, PluginInfo, PluginRef};
-use crate::store::rules::codec::{
-    corrupt, grants_of, grants_to_column, policy_of, policy_to_column, requests_of, requests_to_column,
-};
+use crate::store::rules::audit::{RegistrationChange, column_value, note};
+use crate::store::rules::codec::{corrupt, grants_of, policy_of, policy_to_column, requests_of, requests_to_column};
 use crate::store::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError};
 
 #[async_trait::async_trait]
@@ -16,7 +15,11 @@ impl Plugins for SqliteStore {
     async fn plugin_put(&self, params: PluginPutParams) -> Result<Digest, StoreError> {
         let digest = Digest::of(&params.bytes);
         let requests = requests_to_column(params.requests.as_ref())?;
-        self.write(move |conn| {
+        let upload = params.actor.clone().map(|actor| {
+            let detail = serde_json::json!({ "size_bytes": params.bytes.len() });
+            note(Some(actor), "plugin.upload", digest.to_string(), detail)
+        });
+        let put = move |conn: &rusqlite::Connection| {
             conn.prepare_cached(
                 "INSERT INTO plugins (digest, bytes, size_bytes, created_at, requests_json, requests_read) \
                  VALUES (?1, ?2, ?3, ?4, ?5, 1) ON CONFLICT (digest) DO UPDATE \
@@ -27,9 +30,13 @@ impl Plugins for SqliteStore {
                 s.execute(params![digest.to_string(), params.bytes, size, params.now.unix_ms(), requests])
             })
             .map_err(db_err("storing a plugin"))?;
+            if let Some(upload) = &upload {
+                super::audit::append(conn, upload, params.now)?;
+            }
             Ok(digest)
-        })
-        .await
+        };
+        // An audited upload is two writes that land together.
+        if params.actor.is_some() { self.write_all_or_nothing(put).await } else { self.write(put).await }
     }
 
     async fn plugins_undeclared(&self) -> Result<Vec<Digest>, StoreError> {
@@ -56,15 +63,16 @@ impl Plugins for SqliteStore {
             let err = db_err("naming a plugin");
             let (name, version) = (&params.name.name, &params.name.version);
             // A replaced pair keeps its grants and its approval policy.
-            let kept: Option<(Option<String>, Option<String>)> = conn
+            let kept: Option<(Option<String>, Option<String>, String)> = conn
                 .query_row(
-                    "SELECT grants_json, approval_json FROM plugin_names WHERE name = ?1 AND version = ?2",
+                    "SELECT grants_json, approval_json, digest FROM plugin_names WHERE name = ?1 AND version = ?2",
                     params![name, version],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                 )
                 .optional()
                 .map_err(&err)?;
-            let (grants, kept_policy) = kept.unwrap_or_default();
+            let before = kept.as_ref().map(|(_, _, digest)| digest.clone());
+            let (grants, kept_policy) = kept.map(|(g, p, _)| (g, p)).unwrap_or_default();
             let policy = match &params.policy {
                 Some(policy) => policy_to_column(policy)?,
                 None => kept_policy,
@@ -84,6 +92,16 @@ impl Plugins for SqliteStore {
             if inserted == 0 {
                 return Err(StoreError::Invalid(format!("plugin {} is not stored", params.digest)));
             }
+            let detail = serde_json::json!({
+                "before": before,
+                "after": params.digest,
+                "policy": column_value(policy.as_deref()),
+            });
+            super::audit::append(
+                conn,
+                &note(params.actor.clone(), "plugin.register", params.name.to_string(), detail),
+                params.now,
+            )?;
             let (size, requests): (i64, Option<String>) = conn
                 .query_row(
                     "SELECT size_bytes, requests_json FROM plugins WHERE digest = ?1",
@@ -105,15 +123,8 @@ impl Plugins for SqliteStore {
     }
 
     async fn plugin_grants_set(&self, params: PluginGrantsParams) -> Result<Option<PluginInfo>, StoreError> {
-        let grants = grants_to_column(&params.grants)?;
-        let name = params.name.clone();
-        let changed = self
-            .write(move |conn| {
-                conn.prepare_cached("UPDATE plugin_names SET grants_json = ?3 WHERE name = ?1 AND version = ?2")
-                    .and_then(|mut s| s.execute(params![name.name, name.version, grants]))
-                    .map_err(db_err("granting a plugin"))
-            })
-            .await?;
+        let change = RegistrationChange::grants(&params)?;
+        let changed = self.write_all_or_nothing(move |conn| set_registration_column(conn, &change)).await?;
         if changed == 0 {
             return Ok(None);
         }
@@ -121,15 +132,8 @@ impl Plugins for SqliteStore {
     }
 
     async fn plugin_policy_set(&self, params: PluginPolicyParams) -> Result<Option<PluginInfo>, StoreError> {
-        let policy = policy_to_column(&params.policy)?;
-        let name = params.name.clone();
-        let changed = self
-            .write(move |conn| {
-                conn.prepare_cached("UPDATE plugin_names SET approval_json = ?3 WHERE name = ?1 AND version = ?2")
-                    .and_then(|mut s| s.execute(params![name.name, name.version, policy]))
-                    .map_err(db_err("setting a plugin's approval policy"))
-            })
-            .await?;
+        let change = RegistrationChange::policy(&params)?;
+        let changed = self.write_all_or_nothing(move |conn| set_registration_column(conn, &change)).await?;
         if changed == 0 {
             return Ok(None);
         }
@@ -184,4 +188,28 @@ impl Plugins for SqliteStore {
         })
         .await
     }
+}
+
+/// Replace one JSON column of a registration and audit the change with
+/// what it held before; the rows changed (0: no such registration).
+fn set_registration_column(conn: &rusqlite::Connection, change: &RegistrationChange) -> Result<usize, StoreError> {
+    let err = db_err("changing a plugin registration");
+    let (name, column) = (&change.name, change.column);
+    let before: Option<Option<String>> = conn
+        .query_row(
+            &format!("SELECT {column} FROM plugin_names WHERE name = ?1 AND version = ?2"),
+            params![name.name, name.version],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(&err)?;
+    let Some(before) = before else { return Ok(0) };
+    let changed = conn
+        .execute(
+            &format!("UPDATE plugin_names SET {column} = ?3 WHERE name = ?1 AND version = ?2"),
+            params![name.name, name.version, change.value],
+        )
+        .map_err(&err)?;
+    super::audit::append(conn, &change.note(before.as_deref()), change.now)?;
+    Ok(changed)
 }

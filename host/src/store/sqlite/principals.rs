@@ -6,6 +6,7 @@ use super::SqliteStore;
 use super::rows::db_err;
 use crate::access::{Principal, TokenRecord};
 use crate::clock::Timestamp;
+use crate::store::rules::audit::{note, token_created};
 use crate::store::rules::codec::{roles_of, roles_to_column};
 use crate::store::{FoundToken, Principals, StoreError};
 
@@ -28,8 +29,12 @@ fn principal(name: String, roles: String, created_at: i64) -> Result<Principal, 
 
 #[async_trait::async_trait]
 impl Principals for SqliteStore {
-    async fn principal_put(&self, p: Principal) -> Result<Principal, StoreError> {
-        self.write(move |conn| {
+    async fn principal_put(&self, p: Principal, actor: Option<String>) -> Result<Principal, StoreError> {
+        self.write_all_or_nothing(move |conn| {
+            let before: Option<String> = conn
+                .query_row("SELECT roles FROM principals WHERE name = ?1", params![p.name], |r| r.get(0))
+                .optional()
+                .map_err(db_err("reading a principal"))?;
             let (name, roles, created_at): (String, String, i64) = conn
                 .prepare_cached(
                     "INSERT INTO principals (name, roles, created_at) VALUES (?1, ?2, ?3) \
@@ -41,6 +46,8 @@ impl Principals for SqliteStore {
                     })
                 })
                 .map_err(db_err("storing a principal"))?;
+            let detail = serde_json::json!({ "before": before, "after": roles });
+            super::audit::append(conn, &note(actor, "principal.put", name.clone(), detail), p.created_at)?;
             principal(name, roles, created_at)
         })
         .await
@@ -57,22 +64,27 @@ impl Principals for SqliteStore {
         .await
     }
 
-    async fn principal_remove(&self, name: String, now: Timestamp) -> Result<bool, StoreError> {
+    async fn principal_remove(&self, name: String, now: Timestamp, actor: Option<String>) -> Result<bool, StoreError> {
         self.write_all_or_nothing(move |conn| {
             let err = db_err("removing a principal");
             let removed = conn.execute("DELETE FROM principals WHERE name = ?1", params![name]).map_err(&err)?;
-            conn.execute(
-                "UPDATE tokens SET revoked_at = ?2 WHERE principal = ?1 AND revoked_at IS NULL",
-                params![name, now.unix_ms()],
-            )
-            .map_err(&err)?;
+            let revoked = conn
+                .execute(
+                    "UPDATE tokens SET revoked_at = ?2 WHERE principal = ?1 AND revoked_at IS NULL",
+                    params![name, now.unix_ms()],
+                )
+                .map_err(&err)?;
+            if removed == 1 {
+                let detail = serde_json::json!({ "tokens_revoked": revoked });
+                super::audit::append(conn, &note(actor, "principal.remove", name.clone(), detail), now)?;
+            }
             Ok(removed == 1)
         })
         .await
     }
 
-    async fn token_insert(&self, record: TokenRecord, hash: String) -> Result<(), StoreError> {
-        self.write(move |conn| {
+    async fn token_insert(&self, record: TokenRecord, hash: String, actor: Option<String>) -> Result<(), StoreError> {
+        self.write_all_or_nothing(move |conn| {
             let stored = conn
                 .execute(
                     "INSERT INTO tokens (token_id, principal, secret_hash, label, created_at, expires_at) \
@@ -90,6 +102,7 @@ impl Principals for SqliteStore {
             if stored == 0 {
                 return Err(StoreError::Invalid(format!("no principal {:?}", record.principal)));
             }
+            super::audit::append(conn, &token_created(actor, &record), record.created_at)?;
             Ok(())
         })
         .await
@@ -107,14 +120,17 @@ impl Principals for SqliteStore {
         .await
     }
 
-    async fn token_revoke(&self, id: String, now: Timestamp) -> Result<bool, StoreError> {
-        self.write(move |conn| {
+    async fn token_revoke(&self, id: String, now: Timestamp, actor: Option<String>) -> Result<bool, StoreError> {
+        self.write_all_or_nothing(move |conn| {
             let n = conn
                 .execute(
                     "UPDATE tokens SET revoked_at = ?2 WHERE token_id = ?1 AND revoked_at IS NULL",
                     params![id, now.unix_ms()],
                 )
                 .map_err(db_err("revoking a token"))?;
+            if n == 1 {
+                super::audit::append(conn, &note(actor, "token.revoke", id.clone(), serde_json::json!({})), now)?;
+            }
             Ok(n == 1)
         })
         .await

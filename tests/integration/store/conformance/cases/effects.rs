@@ -94,7 +94,7 @@ pub(crate) async fn a_release_after_an_effect_spends_an_attempt(store: Arc<dyn J
     assert!(store.job_release(release_params(&lease, at(1), at(1))).await.unwrap());
     let got = get(&*store, quiet.id).await;
     assert_eq!((got.status, got.releases, got.retries), (JobStatus::Queued, 1, 0));
-    store.job_cancel(quiet.id, at(2)).await.unwrap();
+    store.job_cancel(quiet.id, at(2), None).await.unwrap();
 
     // An effect with attempts left: queued again, an attempt spent.
     let job = insert_one(&*store, NewJob { max_attempts: 2, ..new_job("loud") }, at(3)).await;

@@ -19,8 +19,8 @@ pub(crate) async fn every_change_appends_one_event_in_commit_order(store: Arc<dy
     let report = JobProgressParams { id: job.id, token: lease.token.clone(), progress: progress_at(1), now: at(2) };
     assert!(store.job_progress_set(report.clone()).await.unwrap());
     assert!(store.job_progress_set(report).await.unwrap(), "the same report again is no new event");
-    assert_eq!(store.job_cancel(job.id, at(3)).await.unwrap(), CancelResult::Requested);
-    assert_eq!(store.job_cancel(job.id, at(3)).await.unwrap(), CancelResult::Requested, "nor a second ask");
+    assert_eq!(store.job_cancel(job.id, at(3), None).await.unwrap(), CancelResult::Requested);
+    assert_eq!(store.job_cancel(job.id, at(3), None).await.unwrap(), CancelResult::Requested, "nor a second ask");
     assert!(store.job_finish(succeed(&lease, at(4))).await.unwrap());
     let requeued = insert_one(&*store, NewJob { max_attempts: 2, ..new_job("r") }, at(5)).await;
     let second = claim_one(&*store, at(6)).await;

@@ -133,30 +133,33 @@ pub(crate) async fn an_idempotency_key_belongs_to_one_job_while_it_is_kept(store
 
 pub(crate) async fn cancel_has_three_windows(store: Arc<dyn JobStore>) {
     let queued = insert_one(&*store, new_job("q"), T0).await;
-    assert_eq!(store.job_cancel(queued.id, at(1)).await.unwrap(), CancelResult::Cancelled);
+    assert_eq!(store.job_cancel(queued.id, at(1), None).await.unwrap(), CancelResult::Cancelled);
     let got = get(&*store, queued.id).await;
     assert_eq!((got.status, got.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
     assert_eq!(got.finished_at, Some(at(1)));
 
     insert_one(&*store, new_job("r"), at(2)).await;
     let lease = claim_one(&*store, at(3)).await;
-    assert_eq!(store.job_cancel(lease.job.id, at(4)).await.unwrap(), CancelResult::Requested);
+    assert_eq!(store.job_cancel(lease.job.id, at(4), None).await.unwrap(), CancelResult::Requested);
     let got = get(&*store, lease.job.id).await;
     assert_eq!(got.status, JobStatus::Running, "only the owner moves a running job");
     assert!(got.cancel_requested);
-    assert_eq!(store.job_cancel(lease.job.id, at(5)).await.unwrap(), CancelResult::Requested, "idempotent");
+    assert_eq!(store.job_cancel(lease.job.id, at(5), None).await.unwrap(), CancelResult::Requested, "idempotent");
     let finish = Finish::Cancelled { message: "Cancelled: the plugin stopped when asked".into() };
     assert!(store.job_finish(finish_params(&lease, finish, at(6))).await.unwrap());
 
     assert_eq!(
-        store.job_cancel(lease.job.id, at(7)).await.unwrap(),
+        store.job_cancel(lease.job.id, at(7), None).await.unwrap(),
         CancelResult::AlreadyTerminal(JobStatus::Cancelled)
     );
-    assert_eq!(store.job_cancel(queued.id, at(7)).await.unwrap(), CancelResult::AlreadyTerminal(JobStatus::Cancelled));
+    assert_eq!(
+        store.job_cancel(queued.id, at(7), None).await.unwrap(),
+        CancelResult::AlreadyTerminal(JobStatus::Cancelled)
+    );
 }
 
 pub(crate) async fn cancel_of_an_unknown_job_is_not_found(store: Arc<dyn JobStore>) {
-    assert_eq!(store.job_cancel(JobId::new(T0), at(1)).await.unwrap(), CancelResult::NotFound);
+    assert_eq!(store.job_cancel(JobId::new(T0), at(1), None).await.unwrap(), CancelResult::NotFound);
     assert!(store.job_get(JobId::new(T0)).await.unwrap().is_none());
 }
 
@@ -309,7 +312,7 @@ pub(crate) async fn decisions_the_state_does_not_allow_are_refused_and_change_no
     );
     // A cancelled job, a job never gated, a job that does not exist.
     let cancelled = insert_one(&*store, gated_job("c", true), T0).await;
-    assert_eq!(store.job_cancel(cancelled.id, at(1)).await.unwrap(), CancelResult::Cancelled);
+    assert_eq!(store.job_cancel(cancelled.id, at(1), None).await.unwrap(), CancelResult::Cancelled);
     assert_eq!(
         decide(&*store, cancelled.id, JobDecision::Approve, "alice", at(2)).await.unwrap_err(),
         DecideRefusal::Terminal(JobStatus::Cancelled)
@@ -347,7 +350,7 @@ pub(crate) async fn cancel_of_a_gated_job_is_immediate(store: Arc<dyn JobStore>)
         (pending.id, "Cancelled: cancelled while waiting for approval"),
         (held.id, "Cancelled: cancelled after its approval, before its run was triggered"),
     ] {
-        assert_eq!(store.job_cancel(id, at(2)).await.unwrap(), CancelResult::Cancelled);
+        assert_eq!(store.job_cancel(id, at(2), None).await.unwrap(), CancelResult::Cancelled);
         let job = get(&*store, id).await;
         assert_eq!((job.status, job.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
         assert_eq!(job.error_message.as_deref(), Some(message));
@@ -366,7 +369,7 @@ pub(crate) async fn a_cancel_that_follows_a_decision_is_stamped_after_it(store: 
         (held.id, at(50), "Cancelled: cancelled after its approval, before its run was triggered"),
         (queued.id, at(60), "Cancelled: cancelled while queued"),
     ] {
-        assert_eq!(store.job_cancel(id, at(40)).await.unwrap(), CancelResult::Cancelled);
+        assert_eq!(store.job_cancel(id, at(40), None).await.unwrap(), CancelResult::Cancelled);
         let job = get(&*store, id).await;
         assert_eq!(job.finished_at, Some(decided), "stamped at the decision it followed, not before");
         assert_eq!(job.error_message.as_deref(), Some(message));

@@ -180,7 +180,7 @@ pub(crate) async fn terminal_jobs_have_no_way_out(store: Arc<dyn JobStore>) {
     let release = release_params(&lease, at(3), at(3));
     assert!(!store.job_release(release).await.unwrap(), "release a finished job");
     assert_eq!(
-        store.job_cancel(lease.job.id, at(3)).await.unwrap(),
+        store.job_cancel(lease.job.id, at(3), None).await.unwrap(),
         CancelResult::AlreadyTerminal(JobStatus::Succeeded)
     );
     assert!(claim(&*store, "w", 10, at(3)).await.is_empty(), "claim a finished job");
@@ -205,7 +205,7 @@ pub(crate) async fn extend_renews_the_lease_and_reads_cancel_requested(store: Ar
     // The renewed lease is not reclaimed at the old expiry.
     assert_eq!(reclaim(&*store, at(1).plus(TTL)).await, ReclaimReport::default());
 
-    assert_eq!(store.job_cancel(lease.job.id, at(11)).await.unwrap(), CancelResult::Requested);
+    assert_eq!(store.job_cancel(lease.job.id, at(11), None).await.unwrap(), CancelResult::Requested);
     assert_eq!(store.lease_extend(extend(at(12))).await.unwrap(), LeaseState::Held { cancel_requested: true });
 }
 

@@ -128,9 +128,13 @@ pub(crate) async fn reclaim(store: &dyn JobStore, now: Timestamp) -> ReclaimRepo
 }
 
 pub(crate) async fn put_named(store: &dyn JobStore, bytes: &[u8], name: &str, version: &str, now: Timestamp) -> Digest {
-    let digest = store.plugin_put(PluginPutParams { bytes: bytes.to_vec(), requests: None, now }).await.unwrap();
+    let digest =
+        store.plugin_put(PluginPutParams { bytes: bytes.to_vec(), requests: None, actor: None, now }).await.unwrap();
     let name = PluginName::new(name, version).unwrap();
-    let info = store.plugin_name_set(PluginNameParams { name: name.clone(), digest, policy: None, now }).await.unwrap();
+    let info = store
+        .plugin_name_set(PluginNameParams { name: name.clone(), digest, policy: None, actor: None, now })
+        .await
+        .unwrap();
     assert_eq!((info.name, info.digest, info.size_bytes), (Some(name), digest, bytes.len() as u64));
     digest
 }

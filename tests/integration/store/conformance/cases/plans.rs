@@ -82,7 +82,11 @@ pub(crate) async fn a_policy_set_while_an_auto_plan_runs_gates_its_apply_phase(s
     };
     store.plan_insert(params).await.unwrap();
     let policy = ApprovalPolicy { require: vec!["apply".parse().unwrap()], ..ApprovalPolicy::default() };
-    store.plugin_policy_set(PluginPolicyParams { name, policy }).await.unwrap().expect("registered");
+    store
+        .plugin_policy_set(PluginPolicyParams { name, policy, actor: None, now: T0 })
+        .await
+        .unwrap()
+        .expect("registered");
     run_to(&*store, Finish::Succeeded { output: b"plan".to_vec() }, at(1)).await;
     let created = advance(&*store, Some(plan_id), at(2)).await;
     assert_eq!(created.len(), 1);
@@ -126,14 +130,14 @@ pub(crate) async fn a_failed_or_cancelled_plan_never_gets_an_apply_job(store: Ar
     let plan_id = "01PLANF0000000000000000000";
     new_plan(&*store, plan_id, ApplyMode::Auto, at(3)).await;
     let lease = claim_one(&*store, at(4)).await;
-    let cancelled = store.plan_cancel(plan_id.into(), at(5)).await.unwrap().unwrap();
+    let cancelled = store.plan_cancel(plan_id.into(), at(5), None).await.unwrap().unwrap();
     assert_eq!(cancelled.cancelled_at, Some(at(5)));
-    let again = store.plan_cancel(plan_id.into(), at(6)).await.unwrap().unwrap();
+    let again = store.plan_cancel(plan_id.into(), at(6), None).await.unwrap().unwrap();
     assert_eq!(again.cancelled_at, Some(at(5)), "the first cancel's time is kept");
     // Its execute finished anyway (the guest returned first): still no apply.
     assert!(store.job_finish(succeed(&lease, at(7))).await.unwrap());
     assert!(advance(&*store, None, at(8)).await.is_empty(), "a cancelled plan is not advanced");
-    assert!(store.plan_cancel("01NOPE00000000000000000000".into(), at(9)).await.unwrap().is_none());
+    assert!(store.plan_cancel("01NOPE00000000000000000000".into(), at(9), None).await.unwrap().is_none());
 }
 
 pub(crate) async fn retention_keeps_a_plans_phases_until_the_last_ends(store: Arc<dyn JobStore>) {

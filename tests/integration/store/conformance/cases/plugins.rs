@@ -13,9 +13,13 @@ use super::{T0, at, claim_one, get, insert_one, new_job, put_named, resolve};
 
 pub(crate) async fn plugins_are_stored_by_digest_once(store: Arc<dyn JobStore>) {
     let bytes = b"\0asm component bytes".to_vec();
-    let digest = store.plugin_put(PluginPutParams { bytes: bytes.clone(), requests: None, now: T0 }).await.unwrap();
+    let digest =
+        store.plugin_put(PluginPutParams { bytes: bytes.clone(), requests: None, actor: None, now: T0 }).await.unwrap();
     assert_eq!(digest, Digest::of(&bytes));
-    let again = store.plugin_put(PluginPutParams { bytes: bytes.clone(), requests: None, now: at(1) }).await.unwrap();
+    let again = store
+        .plugin_put(PluginPutParams { bytes: bytes.clone(), requests: None, actor: None, now: at(1) })
+        .await
+        .unwrap();
     assert_eq!(again, digest, "idempotent");
     assert_eq!(store.plugin_get(digest).await.unwrap(), Some(bytes));
     assert_eq!(store.plugin_get(Digest::of(b"other")).await.unwrap(), None);
@@ -24,8 +28,10 @@ pub(crate) async fn plugins_are_stored_by_digest_once(store: Arc<dyn JobStore>) 
 pub(crate) async fn plugin_names_resolve_to_the_newest_registration(store: Arc<dyn JobStore>) {
     let v1 = put_named(&*store, b"one", "hello", "1.0.0", T0).await;
     let v2 = put_named(&*store, b"two", "hello", "2.0.0", at(1)).await;
-    let unnamed =
-        store.plugin_put(PluginPutParams { bytes: b"three".to_vec(), requests: None, now: at(2) }).await.unwrap();
+    let unnamed = store
+        .plugin_put(PluginPutParams { bytes: b"three".to_vec(), requests: None, actor: None, now: at(2) })
+        .await
+        .unwrap();
     assert_eq!(resolve(&*store, "hello").await.unwrap().digest, v2, "a name alone is its newest version");
     let exact = resolve(&*store, "hello@1.0.0").await.unwrap();
     assert_eq!((exact.digest, exact.created_at), (v1, T0));
@@ -41,6 +47,7 @@ pub(crate) async fn plugin_names_resolve_to_the_newest_registration(store: Arc<d
         name: PluginName::new("ghost", "1").unwrap(),
         digest: Digest::of(b"never stored"),
         policy: None,
+        actor: None,
         now: at(3),
     };
     assert!(matches!(store.plugin_name_set(missing).await, Err(StoreError::Invalid(_))));
@@ -71,7 +78,7 @@ pub(crate) async fn grants_belong_to_a_registration_and_are_pinned_on_jobs(store
     };
     let set = |grants: Grants, name: PluginName| {
         let store = store.clone();
-        async move { store.plugin_grants_set(PluginGrantsParams { name, grants }).await.unwrap() }
+        async move { store.plugin_grants_set(PluginGrantsParams { name, grants, actor: None, now: T0 }).await.unwrap() }
     };
     assert!(set(grant(&["https://a.example"]), name.clone()).await.is_none(), "an unregistered pair is refused");
 
@@ -116,17 +123,23 @@ pub(crate) async fn approval_policy_belongs_to_a_registration(store: Arc<dyn Job
         require: vec!["apply".parse().unwrap(), "action:deploy".parse().unwrap()],
         ..ApprovalPolicy::default()
     };
-    let set = PluginPolicyParams { name: name.clone(), policy: policy.clone() };
+    let set = PluginPolicyParams { name: name.clone(), policy: policy.clone(), actor: None, now: T0 };
     let info = store.plugin_policy_set(set).await.unwrap().expect("registered");
     assert_eq!(info.approval, policy);
     assert_eq!(resolve(&*store, "deployer").await.unwrap().approval, policy, "resolved with its policy");
     assert_eq!(store.plugin_list().await.unwrap()[0].approval, policy, "listed with its policy");
     // Replacing the bytes keeps the policy; naming a new policy sets it.
-    let again = PluginNameParams { name: name.clone(), digest, policy: None, now: at(1) };
+    let again = PluginNameParams { name: name.clone(), digest, policy: None, actor: None, now: at(1) };
     assert_eq!(store.plugin_name_set(again).await.unwrap().approval, policy);
-    let cleared = PluginNameParams { name: name.clone(), digest, policy: Some(ApprovalPolicy::default()), now: at(2) };
+    let cleared = PluginNameParams {
+        name: name.clone(),
+        digest,
+        policy: Some(ApprovalPolicy::default()),
+        actor: None,
+        now: at(2),
+    };
     assert!(store.plugin_name_set(cleared).await.unwrap().approval.is_none());
-    let unknown = PluginPolicyParams { name: PluginName::new("ghost", "1").unwrap(), policy };
+    let unknown = PluginPolicyParams { name: PluginName::new("ghost", "1").unwrap(), policy, actor: None, now: T0 };
     assert!(store.plugin_policy_set(unknown).await.unwrap().is_none());
 }
 
@@ -140,17 +153,26 @@ pub(crate) async fn declared_requests_are_kept_with_the_bytes(store: Arc<dyn Job
         secrets: vec!["TOKEN".parse().unwrap()],
     };
     let bytes = b"\0asm declaring".to_vec();
-    let put = PluginPutParams { bytes: bytes.clone(), requests: Some(requests.clone()), now: T0 };
+    let put = PluginPutParams { bytes: bytes.clone(), requests: Some(requests.clone()), actor: None, now: T0 };
     let digest = store.plugin_put(put).await.unwrap();
-    let named = PluginNameParams { name: PluginName::new("asker", "1").unwrap(), digest, policy: None, now: at(1) };
+    let named = PluginNameParams {
+        name: PluginName::new("asker", "1").unwrap(),
+        digest,
+        policy: None,
+        actor: None,
+        now: at(1),
+    };
     assert_eq!(store.plugin_name_set(named).await.unwrap().requests.as_ref(), Some(&requests), "as registered");
     assert_eq!(resolve(&*store, "asker").await.unwrap().requests.as_ref(), Some(&requests), "by name");
     assert_eq!(resolve(&*store, &digest.to_string()).await.unwrap().requests.as_ref(), Some(&requests), "by digest");
-    let plain = store.plugin_put(PluginPutParams { bytes: b"plain".to_vec(), requests: None, now: T0 }).await.unwrap();
+    let plain = store
+        .plugin_put(PluginPutParams { bytes: b"plain".to_vec(), requests: None, actor: None, now: T0 })
+        .await
+        .unwrap();
     let listed = store.plugin_list().await.unwrap();
     let of = |d: Digest| listed.iter().find(|p| p.digest == d).unwrap().requests.clone();
     assert_eq!((of(digest), of(plain)), (Some(requests.clone()), None), "in the list");
-    store.plugin_put(PluginPutParams { bytes, requests: None, now: at(2) }).await.unwrap();
+    store.plugin_put(PluginPutParams { bytes, requests: None, actor: None, now: at(2) }).await.unwrap();
     assert_eq!(resolve(&*store, "asker").await.unwrap().requests, Some(requests), "kept by a second put");
     assert!(store.plugins_undeclared().await.unwrap().is_empty(), "every stored plugin's declaration is known");
 }

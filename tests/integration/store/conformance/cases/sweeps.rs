@@ -51,7 +51,7 @@ pub(crate) async fn reclaim_of_a_job_being_cancelled_cancels_it(store: Arc<dyn J
     job.max_attempts = 5;
     insert_one(&*store, job, T0).await;
     let lease = claim_one(&*store, at(1)).await;
-    assert_eq!(store.job_cancel(lease.job.id, at(2)).await.unwrap(), CancelResult::Requested);
+    assert_eq!(store.job_cancel(lease.job.id, at(2), None).await.unwrap(), CancelResult::Requested);
     reclaim(&*store, at(1).plus(TTL)).await;
     let got = get(&*store, lease.job.id).await;
     assert_eq!((got.status, got.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
