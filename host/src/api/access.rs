@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::access::{Principal, Role, TokenRecord};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::{AppState, ParsedPath};
-use crate::job::millis;
+use crate::job::{JobId, millis};
 
 /// The role a route needs (`None`: any principal may call it). `route` is
 /// the route as the router names it (`/v1/jobs/{id}/approve`).
@@ -48,6 +48,33 @@ pub(super) fn allow(principal: &Principal, method: &Method, route: &str) -> Resu
             format!("{method} {route} needs the `{role}` role; principal {:?} does not hold it", principal.name),
         )),
         _ => Ok(()),
+    }
+}
+
+/// Whether `principal` reads every job and plan (`approve` and `operate`
+/// do; `admin` holds both), or only those it submitted (`submit` alone).
+pub(super) fn reads_all(principal: &Principal) -> bool {
+    principal.may(Role::Approve) || principal.may(Role::Operate)
+}
+
+/// The submitter a list is narrowed to for `principal`: its own name for a
+/// principal that reads only its own, else what the query asked for.
+pub(super) fn list_scope(principal: &Principal, asked: Option<String>) -> Option<String> {
+    if reads_all(principal) { asked } else { Some(principal.name.clone()) }
+}
+
+/// `404` for a job `principal` may not read (one it did not submit, when
+/// it reads only its own): as for a job that does not exist, whose
+/// existence is not its to learn either.
+pub(super) async fn readable(state: &AppState, principal: &Principal, id: JobId) -> Result<(), ApiError> {
+    if reads_all(principal) {
+        return Ok(());
+    }
+    let job = state.runtime.get(id).await?;
+    if job.submitted_by.as_deref() == Some(principal.name.as_str()) {
+        Ok(())
+    } else {
+        Err(crate::runtime::RuntimeError::NotFound(id).into())
     }
 }
 

@@ -11,12 +11,14 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::extract::{Extension, Query, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use crate::access::Principal;
+use crate::api::access::reads_all;
 use crate::api::error::{ApiError, ErrorBody, query_error};
 use crate::api::{AppState, parse_id};
 use crate::job::{Event, EventId, JobId, JobStatus};
@@ -74,12 +76,26 @@ impl EventsQuery {
             content_type = "text/event-stream", body = Event),
         (status = 400, description = "Refused: the message names the field", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 403, description = "`forbidden`: a principal with only `submit` reads its own jobs, \
+            not every job's events", body = ErrorBody),
     ))]
 pub(super) async fn events(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    if !reads_all(&principal) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "the event stream shows every job's changes: it needs the `approve` or `operate` role; principal \
+                 {:?} reads its own jobs at GET /v1/jobs",
+                principal.name
+            ),
+        ));
+    }
     let Query(query) = query.map_err(query_error)?;
     let filter = query.filter()?;
     let resume = match headers.get("last-event-id") {

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::access::Principal;
+use crate::api::access::{list_scope, readable};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::requests::{BatchRequest, DecisionRequest, Execution, SubmitRequest, decision_by};
 use crate::api::types::{Accepted, CancelAnswer, EffectList, Finished, JobPage, JobView};
@@ -242,8 +243,10 @@ fn finished(mut job: Job) -> Response {
     ))]
 pub(super) async fn job_show(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
+    readable(&state, &principal, id).await?;
     let job = state.runtime.get(id).await?;
     Ok(Json(JobView::from(job)).into_response())
 }
@@ -262,6 +265,9 @@ pub(super) struct ListQuery {
     plan: Option<String>,
     /// Only jobs with this concurrency key.
     concurrency_key: Option<String>,
+    /// Only jobs this principal submitted (a principal with only the
+    /// `submit` role always sees only its own).
+    submitted_by: Option<String>,
     /// Only jobs older than this one (the previous page's `next_before`).
     #[param(value_type = Option<JobId>)]
     before: Option<String>,
@@ -280,6 +286,7 @@ pub(super) struct ListQuery {
     ))]
 pub(super) async fn job_list(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(query_error)?;
@@ -292,6 +299,7 @@ pub(super) async fn job_list(
         plugin: query.plugin.as_deref().map(str::parse).transpose().map_err(ApiError::bad_request)?,
         plan_id: query.plan,
         concurrency_key: query.concurrency_key,
+        submitted_by: list_scope(&principal, query.submitted_by),
         before: query.before.as_deref().map(parse_id).transpose()?,
         limit,
     };
@@ -312,8 +320,10 @@ pub(super) async fn job_list(
     ))]
 pub(super) async fn job_logs(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
+    readable(&state, &principal, id).await?;
     Ok(Json(state.runtime.logs(id).await?).into_response())
 }
 
@@ -330,8 +340,10 @@ pub(super) async fn job_logs(
     ))]
 pub(super) async fn job_effects(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
+    readable(&state, &principal, id).await?;
     Ok(Json(EffectList { effects: state.runtime.effects(id).await? }).into_response())
 }
 
@@ -347,8 +359,10 @@ pub(super) async fn job_effects(
     ))]
 pub(super) async fn job_output(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
+    readable(&state, &principal, id).await?;
     let job = state.runtime.get(id).await?;
     match job.output {
         Some(output) => Ok(raw_bytes(output)),
@@ -371,8 +385,10 @@ pub(super) async fn job_output(
     ))]
 pub(super) async fn job_input(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
+    readable(&state, &principal, id).await?;
     Ok(raw_bytes(state.runtime.get(id).await?.input))
 }
 

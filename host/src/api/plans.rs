@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::requests::{PlanDecisionRequest, PlanRequest, plan_decision};
 use crate::access::Principal;
+use crate::api::access::{list_scope, readable};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::jobs::{IDEMPOTENT_REPLAYED, decision_key, idempotency_key};
 use crate::api::types::{PlanAnswer, PlanPage};
@@ -67,9 +68,13 @@ pub(super) async fn plan_submit(
     ))]
 pub(super) async fn plan_show(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(PlanAnswer::from(state.runtime.plan(&id.to_string()).await?)).into_response())
+    let view = state.runtime.plan(&id.to_string()).await?;
+    // A plan is its submitter's to read, as its jobs are.
+    readable(&state, &principal, view.execute.id).await?;
+    Ok(Json(PlanAnswer::from(view)).into_response())
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -79,6 +84,9 @@ pub(super) struct PlanListQuery {
     /// Only plans older than this one (the previous page's `next_before`).
     #[param(value_type = Option<JobId>)]
     before: Option<String>,
+    /// Only plans this principal submitted (a principal with only the
+    /// `submit` role always sees only its own).
+    submitted_by: Option<String>,
     /// Plans per page (default 50).
     #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
@@ -94,6 +102,7 @@ pub(super) struct PlanListQuery {
     ))]
 pub(super) async fn plan_list(
     State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
     query: Result<Query<PlanListQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(query_error)?;
@@ -102,7 +111,8 @@ pub(super) async fn plan_list(
         return Err(ApiError::bad_request(format!("`limit` must be between 1 and {MAX_PAGE}")));
     }
     let before = query.before.as_deref().map(parse_id).transpose()?.map(|id| id.to_string());
-    let views = state.runtime.plans(crate::store::PlanListParams { before, limit }).await?;
+    let submitted_by = list_scope(&principal, query.submitted_by);
+    let views = state.runtime.plans(crate::store::PlanListParams { before, submitted_by, limit }).await?;
     let next = (views.len() == limit as usize).then(|| views.last().map(|v| v.plan.plan_id.clone())).flatten();
     let plans = views.into_iter().map(PlanAnswer::from).collect();
     Ok(Json(PlanPage { plans, next_before: next }).into_response())

@@ -75,6 +75,8 @@ pub struct JobListParams {
     pub plan_id: Option<String>,
     /// Only jobs with this concurrency key.
     pub concurrency_key: Option<String>,
+    /// Only jobs this principal submitted.
+    pub submitted_by: Option<String>,
     /// Only jobs older than this one (the previous page's last id).
     pub before: Option<JobId>,
     /// Most jobs to return (at least 1).

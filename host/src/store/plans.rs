@@ -26,6 +26,8 @@ pub struct PlanInsertParams {
 pub struct PlanListParams {
     /// Only plans older than this one (the previous page's last id).
     pub before: Option<String>,
+    /// Only plans this principal submitted.
+    pub submitted_by: Option<String>,
     /// Most plans to return (at least 1).
     pub limit: u32,
 }

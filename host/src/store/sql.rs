@@ -78,6 +78,9 @@ pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)
     if let Some(key) = &params.concurrency_key {
         filters.push(("concurrency_key =", key.clone()));
     }
+    if let Some(submitter) = &params.submitted_by {
+        filters.push(("submitted_by =", submitter.clone()));
+    }
     if let Some(before) = params.before {
         filters.push(("job_id <", before.to_string()));
     }

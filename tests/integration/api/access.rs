@@ -156,3 +156,54 @@ async fn the_cli_adds_principals_creates_and_revokes_tokens_and_says_who_it_acts
     let removed = leash(&server, &["principals", "remove", "ci-bot"]);
     assert_eq!(removed.status.code(), Some(0), "{}", said(&removed));
 }
+
+/// A principal with only `submit` reads its own jobs and plans, and no one
+/// else's (`404`, as for a job that does not exist); `approve` and
+/// `operate` read every one, and may narrow a list to one submitter.
+#[tokio::test]
+async fn a_submit_principal_reads_only_its_own_jobs_and_plans() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+    let sam = server.principal("sam", &["submit"]).await;
+    let sue = server.principal("sue", &["submit"]).await;
+    let olive = server.principal("olive", &["operate"]).await;
+    let job = json!({ "plugin": "hello", "execution": "async" });
+    let submit = async |token: &str| {
+        let (status, answer) = server.call_as(token, Method::POST, "/v1/jobs", Some(job.clone())).await;
+        assert_eq!(status, 202, "{answer}");
+        answer["job_id"].as_str().unwrap().to_owned()
+    };
+    let (mine, theirs) = (submit(&sam).await, submit(&sue).await);
+    let ids = |page: &Value| -> Vec<String> {
+        page["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_owned()).collect()
+    };
+    let (_, page) = server.call_as(&sam, Method::GET, "/v1/jobs", None).await;
+    assert_eq!(ids(&page), [mine.as_str()], "sam lists only its own");
+    let (_, page) = server.call_as(&sam, Method::GET, "/v1/jobs?submitted_by=sue", None).await;
+    assert_eq!(ids(&page), [mine.as_str()], "nor can it ask for another's");
+    for path in ["", "/logs", "/effects", "/input", "/output"] {
+        let (status, answer) = server.call_as(&sam, Method::GET, &format!("/v1/jobs/{theirs}{path}"), None).await;
+        assert_eq!(status, 404, "{path}: {answer}");
+    }
+    let (status, job) = server.call_as(&sam, Method::GET, &format!("/v1/jobs/{mine}"), None).await;
+    assert_eq!((status, job["submitted_by"].as_str()), (200, Some("sam")), "{job}");
+    let (_, page) = server.call_as(&olive, Method::GET, "/v1/jobs", None).await;
+    assert_eq!(ids(&page).len(), 2, "an operator reads every job");
+    let (_, page) = server.call_as(&olive, Method::GET, "/v1/jobs?submitted_by=sue", None).await;
+    assert_eq!(ids(&page), [theirs.as_str()]);
+    let (status, answer) = server.call_as(&sam, Method::GET, "/v1/events", None).await;
+    assert_eq!((status, answer["error"]["kind"].as_str()), (403, Some("forbidden")), "{answer}");
+
+    let (status, plan) = server.call_as(&sue, Method::POST, "/v1/plans", Some(json!({ "plugin": "hello" }))).await;
+    assert_eq!(status, 201, "{plan}");
+    let plan_id = plan["plan_id"].as_str().unwrap().to_owned();
+    let (_, plans) = server.call_as(&sam, Method::GET, "/v1/plans", None).await;
+    assert_eq!(plans["plans"].as_array().map(Vec::len), Some(0), "{plans}");
+    let (status, _) = server.call_as(&sam, Method::GET, &format!("/v1/plans/{plan_id}"), None).await;
+    assert_eq!(status, 404);
+    let (_, plans) = server.call_as(&sue, Method::GET, "/v1/plans", None).await;
+    assert_eq!(plans["plans"][0]["plan_id"], plan_id.as_str());
+    let (status, _) = server.call_as(&sue, Method::GET, &format!("/v1/plans/{plan_id}"), None).await;
+    assert_eq!(status, 200);
+}

@@ -66,7 +66,7 @@ async fn decide_some(runtime: &Runtime, rng: &mut Rng, tally: &mut BTreeMap<&'st
         }
     }
     if !all && rng.below(4) == 0 {
-        let plans = runtime.plans(PlanListParams { before: None, limit: 500 }).await.unwrap();
+        let plans = runtime.plans(PlanListParams { before: None, submitted_by: None, limit: 500 }).await.unwrap();
         if let Some(plan) = plans.iter().filter(|p| !p.status.is_terminal()).nth(rng.below(8) as usize) {
             let cancelled = runtime.plan_cancel(&plan.plan.plan_id).await;
             *tally.entry(if cancelled.is_err() { "refused" } else { "plans_cancelled" }).or_default() += 1;
@@ -138,7 +138,7 @@ fn gated_jobs_and_plans_run_only_once_approved_through_kills() {
         loop {
             decide_some(&runtime, &mut rng, &mut tally, true).await;
             let counts = runtime.health().await.unwrap().counts;
-            let plans = runtime.plans(PlanListParams { before: None, limit: 500 }).await.unwrap();
+            let plans = runtime.plans(PlanListParams { before: None, submitted_by: None, limit: 500 }).await.unwrap();
             let open = plans.iter().filter(|p| !p.status.is_terminal()).count();
             if counts.queued + counts.running + counts.pending_approval + counts.approved == 0 && open == 0 {
                 break;
@@ -157,7 +157,7 @@ fn gated_jobs_and_plans_run_only_once_approved_through_kills() {
             }
             full
         };
-        (jobs, runtime.plans(PlanListParams { before: None, limit: 500 }).await.unwrap())
+        (jobs, runtime.plans(PlanListParams { before: None, submitted_by: None, limit: 500 }).await.unwrap())
     });
     let starts = read_start_log(&start_log);
     let mut problems = crashes;

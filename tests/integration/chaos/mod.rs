@@ -846,6 +846,7 @@ pub(crate) async fn all_jobs(store: &dyn JobStore) -> HashMap<JobId, Job> {
                 plugin: None,
                 plan_id: None,
                 concurrency_key: None,
+                submitted_by: None,
                 before,
                 limit: 1_000,
             })

@@ -80,9 +80,11 @@ impl Plans for PostgresStore {
 
     async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError> {
         let sql = format!(
-            "SELECT {PLAN_COLUMNS} FROM plans WHERE $1::text IS NULL OR plan_id < $1 ORDER BY plan_id DESC LIMIT $2"
+            "SELECT {PLAN_COLUMNS} FROM plans WHERE ($1::text IS NULL OR plan_id < $1) AND ($3::text IS NULL OR \
+             execute_job_id IN (SELECT job_id FROM jobs WHERE submitted_by = $3)) ORDER BY plan_id DESC LIMIT $2"
         );
-        let rows = self.read("listing plans", &sql, &[&params.before, &i64::from(params.limit.max(1))]).await?;
+        let limit = i64::from(params.limit.max(1));
+        let rows = self.read("listing plans", &sql, &[&params.before, &limit, &params.submitted_by]).await?;
         rows.iter().map(|r| row_to_plan(r).map(|p| p.record)).collect()
     }
 

@@ -65,9 +65,10 @@ impl Plans for SqliteStore {
     async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError> {
         self.read(move |conn| {
             let sql = format!(
-                "SELECT {PLAN_COLUMNS} FROM plans WHERE ?1 IS NULL OR plan_id < ?1 ORDER BY plan_id DESC LIMIT ?2"
+                "SELECT {PLAN_COLUMNS} FROM plans WHERE (?1 IS NULL OR plan_id < ?1) AND (?3 IS NULL OR \
+                 execute_job_id IN (SELECT job_id FROM jobs WHERE submitted_by = ?3)) ORDER BY plan_id DESC LIMIT ?2"
             );
-            Ok(query_plans(conn, &sql, params![params.before, params.limit.max(1)])?
+            Ok(query_plans(conn, &sql, params![params.before, params.limit.max(1), params.submitted_by])?
                 .into_iter()
                 .map(|p| p.record)
                 .collect())

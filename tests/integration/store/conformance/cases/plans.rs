@@ -20,11 +20,27 @@ pub(crate) async fn a_plan_is_stored_with_its_execute_job(store: Arc<dyn JobStor
     let plan = store.plan_get("01PLANA0000000000000000000".into()).await.unwrap().unwrap();
     assert_eq!((plan.apply_mode, plan.input.as_slice(), plan.created_at), (ApplyMode::Approval, &b"want"[..], T0));
     new_plan(&*store, "01PLANB0000000000000000000", ApplyMode::Auto, at(1)).await;
-    let listed = store.plan_list(PlanListParams { before: None, limit: 10 }).await.unwrap();
+    let listed = store.plan_list(PlanListParams { before: None, submitted_by: None, limit: 10 }).await.unwrap();
     let ids: Vec<&str> = listed.iter().map(|p| p.plan_id.as_str()).collect();
     assert_eq!(ids, ["01PLANB0000000000000000000", "01PLANA0000000000000000000"], "newest first");
-    let page = store.plan_list(PlanListParams { before: Some(ids[0].into()), limit: 10 }).await.unwrap();
+    let page =
+        store.plan_list(PlanListParams { before: Some(ids[0].into()), submitted_by: None, limit: 10 }).await.unwrap();
     assert_eq!(page.len(), 1);
+    // A plan a principal submitted is listed for it, and only for it.
+    let execute =
+        NewJob { plan_id: Some("01PLANC0000000000000000000".into()), submitted_by: Some("sam".into()), ..new_job("c") };
+    let params = PlanInsertParams {
+        plan_id: "01PLANC0000000000000000000".into(),
+        apply_mode: ApplyMode::Approval,
+        input: b"c".to_vec(),
+        execute,
+        now: at(1),
+    };
+    store.plan_insert(params).await.unwrap();
+    let by = |who: &str| PlanListParams { before: None, submitted_by: Some(who.into()), limit: 10 };
+    let sams = store.plan_list(by("sam")).await.unwrap();
+    assert_eq!(sams.iter().map(|p| p.plan_id.as_str()).collect::<Vec<_>>(), ["01PLANC0000000000000000000"]);
+    assert!(store.plan_list(by("sue")).await.unwrap().is_empty());
     assert!(store.plan_get("01NOPE00000000000000000000".into()).await.unwrap().is_none());
     assert!(advance(&*store, None, at(2)).await.is_empty(), "nothing to advance before execute succeeds");
 }
