@@ -207,3 +207,34 @@ async fn a_submit_principal_reads_only_its_own_jobs_and_plans() {
     let (status, _) = server.call_as(&sue, Method::GET, &format!("/v1/plans/{plan_id}"), None).await;
     assert_eq!(status, 200);
 }
+
+/// Two `leash serve` replicas on one PostgreSQL database: a token made on
+/// one works on the other; revoked, expired, or its principal removed on
+/// one, it is refused by the other at once (every request reads its row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocation_expiry_and_removal_hold_at_once_on_every_postgres_replica() {
+    let Some(url) = crate::support::pg::url() else { return };
+    let schema = crate::support::pg::Schema::create(&url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    let a = Server::start_on(schema.url.as_ref(), &token_file, &[], |_| {});
+    let b = Server::start_on(schema.url.as_ref(), &token_file, &[], |_| {});
+    let whoami = async |server: &Server, token: &str| server.call_as(token, Method::GET, "/v1/whoami", None).await.0;
+
+    let first = a.principal("ops", &["operate"]).await;
+    assert_eq!(whoami(&b, &first).await, 200, "made on a, it works on b");
+    let (_, listed) = b.call(Method::GET, "/v1/tokens?principal=ops", None).await;
+    let id = listed["tokens"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(a.call(Method::POST, &format!("/v1/tokens/{id}/revoke"), None).await.0, 204);
+    assert_eq!(whoami(&b, &first).await, 401, "revoked on a: refused by b at once");
+
+    let (status, created) = a.call(Method::POST, "/v1/tokens", Some(json!({ "principal": "ops", "ttl_ms": 1 }))).await;
+    assert_eq!(status, 201, "{created}");
+    let brief = created["token"].as_str().unwrap().to_owned();
+    eventually("the 1 ms token made on a expires on b", async || (whoami(&b, &brief).await == 401).then_some(())).await;
+
+    let second = b.principal("ops", &["operate"]).await;
+    assert_eq!(whoami(&a, &second).await, 200);
+    assert_eq!(b.call(Method::DELETE, "/v1/principals/ops", None).await.0, 204);
+    assert_eq!(whoami(&a, &second).await, 401, "removed on b: its tokens are refused by a at once");
+}
