@@ -79,6 +79,47 @@ pub struct Principal {
     /// When it was added.
     #[schema(value_type = String)]
     pub created_at: Timestamp,
+    /// What the jobs it submits may ask for at most, below the server's
+    /// own ceilings (absent: the server's alone).
+    #[serde(default, skip_serializing_if = "PrincipalCeilings::is_none")]
+    pub ceilings: PrincipalCeilings,
+}
+
+/// A principal's own ceilings on the jobs it submits. Each is checked at
+/// submit (a job asking for more is refused; a default above it is cut
+/// to it) and the timeout again when a worker claims the job, against the
+/// principal's ceilings then: one lowered meanwhile holds its queued jobs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalCeilings {
+    /// Longest timeout per attempt, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_timeout_ms: Option<u64>,
+    /// Most attempts per job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_attempts: Option<u32>,
+    /// Longest wait in the queue, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_queue_ttl_ms: Option<u64>,
+}
+
+impl PrincipalCeilings {
+    /// No ceiling of its own.
+    pub fn is_none(&self) -> bool {
+        *self == PrincipalCeilings::default()
+    }
+
+    /// Each ceiling, if set, is at least 1.
+    pub fn check(&self) -> Result<(), String> {
+        let zero = [self.max_timeout_ms == Some(0), self.max_attempts == Some(0), self.max_queue_ttl_ms == Some(0)];
+        if zero.contains(&true) {
+            return Err("a principal's ceilings must be at least 1 (leave one out for none)".into());
+        }
+        Ok(())
+    }
 }
 
 impl Principal {
@@ -114,7 +155,12 @@ impl Principal {
     /// The principal the server's own token stands for (`--token-file`):
     /// every role. It is not stored, so it cannot be removed or locked out.
     pub fn bootstrap() -> Principal {
-        Principal { name: BOOTSTRAP.to_owned(), roles: Role::ALL.into(), created_at: Timestamp::from_unix_ms(0) }
+        Principal {
+            name: BOOTSTRAP.to_owned(),
+            roles: Role::ALL.into(),
+            created_at: Timestamp::from_unix_ms(0),
+            ceilings: PrincipalCeilings::default(),
+        }
     }
 }
 
@@ -223,7 +269,12 @@ mod tests {
 
     #[test]
     fn admin_may_do_what_every_role_may_and_a_token_lives_until_expiry_or_revocation() {
-        let admin = Principal { name: "a".into(), roles: [Role::Admin].into(), created_at: Timestamp::from_unix_ms(0) };
+        let admin = Principal {
+            name: "a".into(),
+            roles: [Role::Admin].into(),
+            created_at: Timestamp::from_unix_ms(0),
+            ceilings: PrincipalCeilings::default(),
+        };
         assert!(Role::ALL.iter().all(|r| admin.may(*r)));
         let submitter = Principal { roles: [Role::Submit].into(), ..admin };
         assert!(submitter.may(Role::Submit) && !submitter.may(Role::Approve));

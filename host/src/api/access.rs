@@ -13,7 +13,7 @@ use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use crate::access::{Principal, Role, TokenRecord};
+use crate::access::{Principal, PrincipalCeilings, Role, TokenRecord};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::{AppState, ParsedPath};
 use crate::job::{JobId, millis};
@@ -110,6 +110,10 @@ impl FromStr for TokenIdInPath {
 pub struct PrincipalRequest {
     /// Its roles: `submit`, `approve`, `operate`, `admin` (at least one).
     pub roles: BTreeSet<Role>,
+    /// Its own ceilings on the jobs it submits (replacing what it had;
+    /// absent: none).
+    #[serde(default, skip_serializing_if = "PrincipalCeilings::is_none")]
+    pub ceilings: PrincipalCeilings,
 }
 
 /// The body of `POST /v1/tokens`.
@@ -198,7 +202,7 @@ pub(super) async fn principal_put(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Principal>, ApiError> {
     let body: PrincipalRequest = parse_body(&body.map_err(body_error)?, "principal")?;
-    Ok(Json(state.runtime.acting_as(&principal.name).principal_put(name, body.roles).await?))
+    Ok(Json(state.runtime.acting_as(&principal.name).principal_put(name, body.roles, body.ceilings).await?))
 }
 
 /// Remove a principal: its tokens stop working at once, on every replica

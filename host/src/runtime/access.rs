@@ -5,7 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::access::{BOOTSTRAP, NewToken, Principal, Role, TokenRecord, secret_matches, token_parts};
+use crate::access::{
+    BOOTSTRAP, NewToken, Principal, PrincipalCeilings, Role, TokenRecord, secret_matches, token_parts,
+};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::store::StoreError;
 
@@ -33,15 +35,23 @@ impl Runtime {
         Ok(found.record.live(self.now()).then_some(found.principal))
     }
 
-    /// Add a principal with `roles`, or give an existing one these roles.
-    pub async fn principal_put(&self, name: String, roles: BTreeSet<Role>) -> Result<Principal, RuntimeError> {
+    /// Add a principal with `roles` and `ceilings`, or give an existing one
+    /// these.
+    pub async fn principal_put(
+        &self,
+        name: String,
+        roles: BTreeSet<Role>,
+        ceilings: PrincipalCeilings,
+    ) -> Result<Principal, RuntimeError> {
         Principal::check(&name, &roles).map_err(RuntimeError::InvalidAccess)?;
+        ceilings.check().map_err(RuntimeError::InvalidAccess)?;
         if name == BOOTSTRAP {
             return Err(RuntimeError::InvalidAccess(format!(
                 "{BOOTSTRAP:?} is the server token's principal and cannot be stored"
             )));
         }
-        Ok(self.inner.store.principal_put(Principal { name, roles, created_at: self.now() }, self.actor()).await?)
+        let principal = Principal { name, roles, created_at: self.now(), ceilings };
+        Ok(self.inner.store.principal_put(principal, self.actor()).await?)
     }
 
     /// Every stored principal, by name.

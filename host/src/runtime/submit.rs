@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::access::Principal;
+use crate::access::{Principal, PrincipalCeilings};
 use crate::clock::Timestamp;
 use crate::job::{
     Backoff, Digest, Duties, ExecutionMode, Gate, GateSource, Grants, IdempotencyKey, Job, JobId, JobLimits, JobStatus,
@@ -227,8 +227,22 @@ impl Runtime {
         let mut checked: Vec<(Digest, Option<PluginName>, Grants, GateRule, Submit)> = Vec::with_capacity(jobs.len());
         // A batch names few plugins: each is read once per call.
         let mut registered: Vec<(PluginRef, PluginInfo)> = Vec::new();
-        for (index, job) in jobs.into_iter().enumerate() {
+        // And one submitter, whose ceilings are read once too.
+        let mut submitters: Vec<(String, PrincipalCeilings)> = Vec::new();
+        for (index, mut job) in jobs.into_iter().enumerate() {
             let at = at(index);
+            if let Some(name) = job.submitted_by.clone() {
+                let ceilings = match submitters.iter().find(|(known, _)| *known == name) {
+                    Some((_, ceilings)) => *ceilings,
+                    None => {
+                        let stored = self.inner.store.principal_get(name.clone()).await.map_err(|e| at(e.into()))?;
+                        let ceilings = stored.map(|p| p.ceilings).unwrap_or_default();
+                        submitters.push((name.clone(), ceilings));
+                        ceilings
+                    }
+                };
+                self.within_principal_ceilings(&mut job, &name, &ceilings).map_err(at)?;
+            }
             // A job is granted what its plugin's registration grants now,
             // narrowed to what its component declares (if it declares
             // anything), pinned; bytes and bare digests are granted nothing
@@ -328,6 +342,43 @@ impl Runtime {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Hold `job` to its submitter's own ceilings: asking for more is
+    /// refused; a default above one is cut to it.
+    fn within_principal_ceilings(
+        &self,
+        job: &mut Submit,
+        name: &str,
+        ceilings: &PrincipalCeilings,
+    ) -> Result<(), RuntimeError> {
+        let settings = &self.inner.settings;
+        let over = |what: &str, asked: String, ceiling: String| {
+            RuntimeError::InvalidJob(format!("{what} {asked} is over principal {name:?}'s ceiling of {ceiling}"))
+        };
+        let shown = |d: Duration| humantime::format_duration(d).to_string();
+        if let Some(max) = ceilings.max_timeout_ms.map(Duration::from_millis) {
+            match job.timeout {
+                Some(asked) if asked > max => return Err(over("timeout", shown(asked), shown(max))),
+                Some(_) => {}
+                None => job.timeout = Some(settings.default_timeout.min(max)),
+            }
+        }
+        if let Some(max) = ceilings.max_attempts {
+            match job.max_attempts {
+                Some(asked) if asked > max => return Err(over("max_attempts", asked.to_string(), max.to_string())),
+                Some(_) => {}
+                None => job.max_attempts = Some(settings.default_max_attempts.min(max)),
+            }
+        }
+        if let Some(max) = ceilings.max_queue_ttl_ms.map(Duration::from_millis) {
+            match job.queue_ttl {
+                Some(asked) if asked > max => return Err(over("queue_ttl", shown(asked), shown(max))),
+                Some(_) => {}
+                None => job.queue_ttl = Some(settings.worker.queue_ttl.min(max)),
+            }
+        }
+        Ok(())
     }
 
     fn new_job(

@@ -352,6 +352,10 @@ impl Workers for FaultyStore {
 
 #[async_trait::async_trait]
 impl Principals for FaultyStore {
+    async fn principal_get(&self, name: String) -> Result<Option<Principal>, StoreError> {
+        self.inner.principal_get(name).await
+    }
+
     async fn principal_put(&self, principal: Principal, actor: Option<String>) -> Result<Principal, StoreError> {
         self.inner.principal_put(principal, actor).await
     }

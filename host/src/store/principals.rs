@@ -26,6 +26,9 @@ pub trait Principals: Send + Sync + std::fmt::Debug {
     /// when it was added). Answers it as stored.
     async fn principal_put(&self, principal: Principal, actor: Option<String>) -> Result<Principal, StoreError>;
 
+    /// One principal by name.
+    async fn principal_get(&self, name: String) -> Result<Option<Principal>, StoreError>;
+
     /// Every principal, by name.
     async fn principal_list(&self) -> Result<Vec<Principal>, StoreError>;
 

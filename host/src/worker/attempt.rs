@@ -78,6 +78,11 @@ impl Pool {
         let ttl_ms = i64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
         let claimed_ms = job.lease_expires_at.map_or(0, |at| at.unix_ms().saturating_sub(ttl_ms));
         watch.confirmed_at_ms.store(claimed_ms, Ordering::SeqCst);
+        // The submitter's own ceiling as it stands now, not at submit.
+        let submitter_max = match &job.submitted_by {
+            Some(name) => self.ceilings.max_timeout(name).await,
+            None => None,
+        };
         let spent = job.lost_leases + job.retries + 1;
         let (may_retry, backoff, deadline) = (spent < job.max_attempts, job.backoff, job.deadline_at);
         let mut compile_wait = None;
@@ -92,7 +97,11 @@ impl Pool {
                     input: job.input,
                     // Clamped again: the ceilings in force now, not at submit.
                     limits: RunLimits {
-                        timeout: job.limits.timeout.min(self.config.max_timeout),
+                        timeout: job
+                            .limits
+                            .timeout
+                            .min(self.config.max_timeout)
+                            .min(submitter_max.unwrap_or(Duration::MAX)),
                         fuel: job.limits.fuel,
                         memory_bytes: job.limits.memory_bytes,
                         output_bytes: job.limits.output_bytes.min(self.config.max_output_bytes),

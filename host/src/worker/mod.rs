@@ -15,6 +15,7 @@
 //! within the shutdown budget.
 
 mod attempt;
+mod ceilings;
 mod guests;
 pub mod lease;
 
@@ -169,6 +170,8 @@ pub(crate) struct Pool {
     pub(crate) state: watch::Sender<PoolState>,
     pub(crate) completions: broadcast::Sender<Completion>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Submitters' timeout ceilings, re-read at claim.
+    ceilings: ceilings::SubmitterCeilings,
     running: Mutex<HashMap<JobId, RunningJob>>,
     /// Each digest's plugin, compiled once per process: a job that finds
     /// its plugin being compiled waits for that compile, not a second one.
@@ -197,6 +200,7 @@ impl Pool {
         worker_id: String,
     ) -> Arc<Self> {
         Arc::new(Pool {
+            ceilings: ceilings::SubmitterCeilings::new(store.clone()),
             store,
             sandbox,
             clock: clock.clone(),

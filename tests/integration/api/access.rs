@@ -238,3 +238,45 @@ async fn revocation_expiry_and_removal_hold_at_once_on_every_postgres_replica() 
     assert_eq!(b.call(Method::DELETE, "/v1/principals/ops", None).await.0, 204);
     assert_eq!(whoami(&a, &second).await, 401, "removed on b: its tokens are refused by a at once");
 }
+
+/// A principal's own ceilings: a submit asking for more is refused, naming
+/// the ceiling; a default above one is cut to it; and a timeout ceiling
+/// lowered while a job waits holds that job when a worker claims it.
+#[tokio::test]
+async fn a_principal_s_ceilings_hold_its_submits_and_its_waiting_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+    server.add_plugin("sleep").await;
+    let ceilings = json!({ "max_timeout_ms": 20_000, "max_attempts": 2, "max_queue_ttl_ms": 60_000 });
+    let (status, sam) = server
+        .call(Method::PUT, "/v1/principals/sam", Some(json!({ "roles": ["submit"], "ceilings": ceilings })))
+        .await;
+    assert_eq!((status, &sam["ceilings"]), (200, &ceilings), "{sam}");
+    let token = server.principal_token("sam").await;
+    let submit = async |body: Value| server.call_as(&token, Method::POST, "/v1/jobs", Some(body)).await;
+    for (field, value) in [("timeout_ms", 30_000), ("max_attempts", 3), ("queue_ttl_ms", 120_000)] {
+        let mut body = json!({ "plugin": "hello", "execution": "async" });
+        body[field] = json!(value);
+        let (status, answer) = submit(body).await;
+        assert_eq!((status, answer["error"]["kind"].as_str()), (400, Some("invalid_job")), "{field}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains("principal \"sam\"'s ceiling"), "{answer}");
+    }
+    let (status, answer) = submit(json!({ "plugin": "hello", "execution": "async" })).await;
+    assert_eq!(status, 202, "{answer}");
+    let job = server.poll_job(answer["job_id"].as_str().unwrap(), |_| true).await;
+    // The defaults (1 h timeout, one attempt, 1 h queue TTL) within sam's.
+    assert_eq!((job["limits"]["timeout_ms"].as_u64(), job["max_attempts"].as_u64()), (Some(20_000), Some(1)), "{job}");
+    let ms = |at: &Value| serde_json::from_value::<leash::clock::Timestamp>(at.clone()).unwrap().unix_ms();
+    assert_eq!(ms(&job["expires_at"]) - ms(&job["created_at"]), 60_000, "the queue TTL cut to sam's: {job}");
+
+    // A sleeper due in 2 s; its submitter's timeout ceiling drops meanwhile.
+    let (status, answer) =
+        submit(json!({ "plugin": "sleep", "input": { "ms": 600_000 }, "execution": "async", "delay_ms": 2_000 })).await;
+    assert_eq!(status, 202, "{answer}");
+    let lowered = json!({ "roles": ["submit"], "ceilings": { "max_timeout_ms": 300 } });
+    assert_eq!(server.call(Method::PUT, "/v1/principals/sam", Some(lowered)).await.0, 200);
+    let done = server.poll_job(answer["job_id"].as_str().unwrap(), crate::support::server::is_terminal).await;
+    assert_eq!(done["error_kind"], "timeout", "{done}");
+    assert!(done["error_message"].as_str().unwrap().contains("300ms"), "the ceiling at claim, not at submit: {done}");
+}

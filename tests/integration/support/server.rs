@@ -133,6 +133,11 @@ impl Server {
         let (status, answer) =
             self.call(reqwest::Method::PUT, &path, Some(serde_json::json!({ "roles": roles }))).await;
         assert_eq!(status, 200, "{answer}");
+        self.principal_token(name).await
+    }
+
+    /// A new token for the stored principal `name`.
+    pub async fn principal_token(&self, name: &str) -> String {
         let body = serde_json::json!({ "principal": name, "label": format!("{name}'s") });
         let (status, created) = self.call(reqwest::Method::POST, "/v1/tokens", Some(body)).await;
         assert_eq!(status, 201, "{created}");

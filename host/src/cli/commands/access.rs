@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::http::Method;
 use clap::Subcommand;
 
-use crate::access::{Principal, Role, TokenRecord};
+use crate::access::{Principal, PrincipalCeilings, Role, TokenRecord};
 use crate::api::access::{PrincipalList, PrincipalRequest, TokenCreated, TokenList, TokenRequest};
 use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{new_table, print_json, print_table, url_encode, with_client};
@@ -26,6 +26,15 @@ pub(in crate::cli) enum PrincipalsCommand {
         /// A role: submit, approve, operate or admin (repeat for more).
         #[arg(long = "role", value_name = "ROLE", required = true)]
         roles: Vec<Role>,
+        /// Longest timeout its jobs may ask for (e.g. 10m).
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        max_timeout: Option<std::time::Duration>,
+        /// Most attempts its jobs may ask for.
+        #[arg(long, value_name = "N")]
+        max_attempts: Option<u32>,
+        /// Longest queue TTL its jobs may ask for (e.g. 1h).
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        max_queue_ttl: Option<std::time::Duration>,
     },
     /// List principals and their roles.
     List {
@@ -75,11 +84,17 @@ pub(in crate::cli) enum TokensCommand {
 
 pub(in crate::cli) async fn principals(command: PrincipalsCommand) -> Result<ExitStatus, CliError> {
     match command {
-        PrincipalsCommand::Add { conn, name, roles } => {
+        PrincipalsCommand::Add { conn, name, roles, max_timeout, max_attempts, max_queue_ttl } => {
             let json_out = conn.json;
             let path = format!("/v1/principals/{}", url_encode(&name));
+            let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            let ceilings = PrincipalCeilings {
+                max_timeout_ms: max_timeout.map(ms),
+                max_attempts,
+                max_queue_ttl_ms: max_queue_ttl.map(ms),
+            };
             with_client(&conn, false, async move |client| {
-                let body = PrincipalRequest { roles: roles.into_iter().collect() };
+                let body = PrincipalRequest { roles: roles.into_iter().collect(), ceilings };
                 let stored = client.send_json(Method::PUT, &path, &body).await?;
                 if json_out {
                     return print_json(&stored).map(|()| ExitStatus::Success);

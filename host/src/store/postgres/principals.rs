@@ -6,8 +6,8 @@ use super::PostgresStore;
 use super::rows::db_err;
 use crate::access::{Principal, TokenRecord};
 use crate::clock::Timestamp;
-use crate::store::rules::audit::{note, token_created};
-use crate::store::rules::codec::{roles_of, roles_to_column};
+use crate::store::rules::audit::{note, principal_put_detail, token_created};
+use crate::store::rules::codec::{ceilings_of, ceilings_to_column, roles_of, roles_to_column};
 use crate::store::{FoundToken, Principals, StoreError};
 
 const TOKEN_COLUMNS: &str = "t.token_id, t.principal, t.label, t.created_at, t.expires_at, t.revoked_at";
@@ -23,10 +23,18 @@ fn token_row(r: &Row) -> TokenRecord {
     }
 }
 
+/// A principal's columns: name, roles, created, ceilings.
+const PRINCIPAL_COLUMNS: &str = "name, roles, created_at, ceilings_json";
+
 fn principal(r: &Row, at: usize) -> Result<Principal, StoreError> {
     let name: String = r.get(at);
     let roles: String = r.get(at + 1);
-    Ok(Principal { roles: roles_of(&name, &roles)?, name, created_at: Timestamp::from_unix_ms(r.get(at + 2)) })
+    Ok(Principal {
+        roles: roles_of(&name, &roles)?,
+        ceilings: ceilings_of(&name, r.get(at + 3))?,
+        created_at: Timestamp::from_unix_ms(r.get(at + 2)),
+        name,
+    })
 }
 
 #[async_trait::async_trait]
@@ -42,23 +50,30 @@ impl Principals for PostgresStore {
             .map(|r| r.get::<_, String>(0));
         let row = tx
             .query_one(
-                "INSERT INTO principals (name, roles, created_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT (name) DO UPDATE SET roles = excluded.roles RETURNING name, roles, created_at",
-                &[&p.name, &roles_to_column(&p.roles), &p.created_at.unix_ms()],
+                &format!(
+                    "INSERT INTO principals ({PRINCIPAL_COLUMNS}) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO UPDATE \
+                     SET roles = excluded.roles, ceilings_json = excluded.ceilings_json RETURNING {PRINCIPAL_COLUMNS}"
+                ),
+                &[&p.name, &roles_to_column(&p.roles), &p.created_at.unix_ms(), &ceilings_to_column(&p.ceilings)?],
             )
             .await
             .map_err(&err)?;
         let stored = principal(&row, 0)?;
-        let detail = serde_json::json!({ "before": before, "after": row.get::<_, String>(1) });
+        let detail = principal_put_detail(before.as_deref(), &stored);
         super::audit::append(&tx, &note(actor, "principal.put", p.name.clone(), detail), p.created_at).await?;
         tx.commit().await.map_err(&err)?;
         Ok(stored)
     }
 
+    async fn principal_get(&self, name: String) -> Result<Option<Principal>, StoreError> {
+        let sql = format!("SELECT {PRINCIPAL_COLUMNS} FROM principals WHERE name = $1");
+        let rows = self.read("reading a principal", &sql, &[&name]).await?;
+        rows.first().map(|r| principal(r, 0)).transpose()
+    }
+
     async fn principal_list(&self) -> Result<Vec<Principal>, StoreError> {
-        let rows = self
-            .read("listing principals", "SELECT name, roles, created_at FROM principals ORDER BY name", &[])
-            .await?;
+        let sql = format!("SELECT {PRINCIPAL_COLUMNS} FROM principals ORDER BY name");
+        let rows = self.read("listing principals", &sql, &[]).await?;
         rows.iter().map(|r| principal(r, 0)).collect()
     }
 
@@ -137,7 +152,7 @@ impl Principals for PostgresStore {
 
     async fn token_find(&self, id: String) -> Result<Option<FoundToken>, StoreError> {
         let sql = format!(
-            "SELECT {TOKEN_COLUMNS}, t.secret_hash, p.name, p.roles, p.created_at \
+            "SELECT {TOKEN_COLUMNS}, t.secret_hash, p.name, p.roles, p.created_at, p.ceilings_json \
              FROM tokens t JOIN principals p ON p.name = t.principal WHERE t.token_id = $1"
         );
         let rows = self.read("reading a token", &sql, &[&id]).await?;

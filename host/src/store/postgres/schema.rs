@@ -336,6 +336,10 @@ CREATE TABLE audit_head (
 );
 INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000');
 "#,
+    r#"
+-- A principal's own ceilings on the jobs it submits (JSON; NULL: none).
+ALTER TABLE principals ADD COLUMN ceilings_json TEXT;
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

@@ -3,7 +3,7 @@
 
 use sha2::{Digest as _, Sha256};
 
-use crate::access::TokenRecord;
+use crate::access::{Principal, TokenRecord};
 use crate::clock::Timestamp;
 use crate::job::{Job, JobStatus, PluginName};
 use crate::store::{
@@ -138,6 +138,13 @@ pub(crate) fn note(
     detail: serde_json::Value,
 ) -> AuditNote {
     AuditNote { principal: actor, action, target: target.into(), detail }
+}
+
+/// The detail of a principal put: its roles before (`None`: it is new),
+/// and its roles and ceilings now.
+pub(crate) fn principal_put_detail(before: Option<&str>, now: &Principal) -> serde_json::Value {
+    let roles: Vec<&str> = now.roles.iter().map(|r| r.as_str()).collect();
+    serde_json::json!({ "before": before, "after": roles.join(","), "ceilings": now.ceilings })
 }
 
 /// The trail's row for a token created: whose, what for, until when

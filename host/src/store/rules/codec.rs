@@ -219,6 +219,16 @@ pub(crate) fn roles_to_column(roles: &std::collections::BTreeSet<crate::access::
     roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(",")
 }
 
+/// A principal's ceilings as their column holds them (`NULL`: none).
+pub(crate) fn ceilings_to_column(ceilings: &crate::access::PrincipalCeilings) -> Result<Option<String>, StoreError> {
+    (!ceilings.is_none()).then(|| to_json(ceilings)).transpose()
+}
+
+/// A principal's ceilings read back from their column.
+pub(crate) fn ceilings_of(name: &str, text: Option<String>) -> Result<crate::access::PrincipalCeilings, StoreError> {
+    Ok(json_column(name, "ceilings", text)?.unwrap_or_default())
+}
+
 /// A principal's roles read back from their column.
 pub(crate) fn roles_of(name: &str, text: &str) -> Result<std::collections::BTreeSet<crate::access::Role>, StoreError> {
     text.split(',').filter(|r| !r.is_empty()).map(|r| r.parse().map_err(|e: String| corrupt(name, e))).collect()

@@ -6,8 +6,8 @@ use super::SqliteStore;
 use super::rows::db_err;
 use crate::access::{Principal, TokenRecord};
 use crate::clock::Timestamp;
-use crate::store::rules::audit::{note, token_created};
-use crate::store::rules::codec::{roles_of, roles_to_column};
+use crate::store::rules::audit::{note, principal_put_detail, token_created};
+use crate::store::rules::codec::{ceilings_of, ceilings_to_column, roles_of, roles_to_column};
 use crate::store::{FoundToken, Principals, StoreError};
 
 const TOKEN_COLUMNS: &str = "t.token_id, t.principal, t.label, t.created_at, t.expires_at, t.revoked_at";
@@ -23,8 +23,22 @@ fn token_row(r: &Row<'_>) -> rusqlite::Result<TokenRecord> {
     })
 }
 
-fn principal(name: String, roles: String, created_at: i64) -> Result<Principal, StoreError> {
-    Ok(Principal { roles: roles_of(&name, &roles)?, name, created_at: Timestamp::from_unix_ms(created_at) })
+/// A principal's columns: name, roles, created, ceilings.
+const PRINCIPAL_COLUMNS: &str = "name, roles, created_at, ceilings_json";
+
+type PrincipalRow = (String, String, i64, Option<String>);
+
+fn principal_row(r: &Row<'_>, at: usize) -> rusqlite::Result<PrincipalRow> {
+    Ok((r.get(at)?, r.get(at + 1)?, r.get(at + 2)?, r.get(at + 3)?))
+}
+
+fn principal((name, roles, created_at, ceilings): PrincipalRow) -> Result<Principal, StoreError> {
+    Ok(Principal {
+        roles: roles_of(&name, &roles)?,
+        ceilings: ceilings_of(&name, ceilings)?,
+        created_at: Timestamp::from_unix_ms(created_at),
+        name,
+    })
 }
 
 #[async_trait::async_trait]
@@ -35,31 +49,43 @@ impl Principals for SqliteStore {
                 .query_row("SELECT roles FROM principals WHERE name = ?1", params![p.name], |r| r.get(0))
                 .optional()
                 .map_err(db_err("reading a principal"))?;
-            let (name, roles, created_at): (String, String, i64) = conn
-                .prepare_cached(
-                    "INSERT INTO principals (name, roles, created_at) VALUES (?1, ?2, ?3) \
-                     ON CONFLICT (name) DO UPDATE SET roles = excluded.roles RETURNING name, roles, created_at",
-                )
+            let ceilings = ceilings_to_column(&p.ceilings)?;
+            let row = conn
+                .prepare_cached(&format!(
+                    "INSERT INTO principals ({PRINCIPAL_COLUMNS}) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name) DO UPDATE \
+                     SET roles = excluded.roles, ceilings_json = excluded.ceilings_json RETURNING {PRINCIPAL_COLUMNS}"
+                ))
                 .and_then(|mut s| {
-                    s.query_row(params![p.name, roles_to_column(&p.roles), p.created_at.unix_ms()], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                    })
+                    let args = params![p.name, roles_to_column(&p.roles), p.created_at.unix_ms(), ceilings];
+                    s.query_row(args, |r| principal_row(r, 0))
                 })
                 .map_err(db_err("storing a principal"))?;
-            let detail = serde_json::json!({ "before": before, "after": roles });
-            super::audit::append(conn, &note(actor, "principal.put", name.clone(), detail), p.created_at)?;
-            principal(name, roles, created_at)
+            let stored = principal(row)?;
+            let detail = principal_put_detail(before.as_deref(), &stored);
+            super::audit::append(conn, &note(actor, "principal.put", stored.name.clone(), detail), p.created_at)?;
+            Ok(stored)
+        })
+        .await
+    }
+
+    async fn principal_get(&self, name: String) -> Result<Option<Principal>, StoreError> {
+        self.read(move |conn| {
+            let row = conn
+                .prepare_cached(&format!("SELECT {PRINCIPAL_COLUMNS} FROM principals WHERE name = ?1"))
+                .and_then(|mut s| s.query_row(params![name], |r| principal_row(r, 0)).optional())
+                .map_err(db_err("reading a principal"))?;
+            row.map(principal).transpose()
         })
         .await
     }
 
     async fn principal_list(&self) -> Result<Vec<Principal>, StoreError> {
         self.read(|conn| {
-            let rows: Vec<(String, String, i64)> = conn
-                .prepare_cached("SELECT name, roles, created_at FROM principals ORDER BY name")
-                .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect())
+            let rows: Vec<PrincipalRow> = conn
+                .prepare_cached(&format!("SELECT {PRINCIPAL_COLUMNS} FROM principals ORDER BY name"))
+                .and_then(|mut s| s.query_map([], |r| principal_row(r, 0))?.collect())
                 .map_err(db_err("listing principals"))?;
-            rows.into_iter().map(|(name, roles, at)| principal(name, roles, at)).collect()
+            rows.into_iter().map(principal).collect()
         })
         .await
     }
@@ -140,21 +166,15 @@ impl Principals for SqliteStore {
         self.read(move |conn| {
             let found = conn
                 .prepare_cached(&format!(
-                    "SELECT {TOKEN_COLUMNS}, t.secret_hash, p.name, p.roles, p.created_at \
+                    "SELECT {TOKEN_COLUMNS}, t.secret_hash, p.name, p.roles, p.created_at, p.ceilings_json \
                      FROM tokens t JOIN principals p ON p.name = t.principal WHERE t.token_id = ?1"
                 ))
                 .and_then(|mut s| {
-                    s.query_row(params![id], |r| {
-                        Ok((token_row(r)?, r.get::<_, String>(6)?, r.get(7)?, r.get(8)?, r.get(9)?))
-                    })
-                    .optional()
+                    s.query_row(params![id], |r| Ok((token_row(r)?, r.get::<_, String>(6)?, principal_row(r, 7)?)))
+                        .optional()
                 })
                 .map_err(db_err("reading a token"))?;
-            found
-                .map(|(record, hash, name, roles, at)| {
-                    Ok(FoundToken { record, hash, principal: principal(name, roles, at)? })
-                })
-                .transpose()
+            found.map(|(record, hash, row)| Ok(FoundToken { record, hash, principal: principal(row)? })).transpose()
         })
         .await
     }

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use leash::access::{NewToken, Principal, Role, TokenRecord, secret_matches, token_parts};
+use leash::access::{NewToken, Principal, PrincipalCeilings, Role, TokenRecord, secret_matches, token_parts};
 use leash::store::{AuditListParams, JobStore, StoreError, verify_chain};
 
 use super::{T0, at};
 
 fn principal(name: &str, roles: &[Role], created_at: leash::clock::Timestamp) -> Principal {
-    Principal { name: name.into(), roles: roles.iter().copied().collect(), created_at }
+    Principal { name: name.into(), roles: roles.iter().copied().collect(), created_at, ceilings: Default::default() }
 }
 
 pub(crate) async fn principals_hold_roles_and_tokens_that_end_with_them(store: Arc<dyn JobStore>) {
@@ -20,6 +20,11 @@ pub(crate) async fn principals_hold_roles_and_tokens_that_end_with_them(store: A
     assert_eq!(changed, principal("ci-bot", &[Role::Submit, Role::Approve], T0), "roles change; it keeps its age");
     let names: Vec<String> = store.principal_list().await.unwrap().into_iter().map(|p| p.name).collect();
     assert_eq!(names, ["alice", "ci-bot"]);
+    let ceilings = PrincipalCeilings { max_timeout_ms: Some(1_000), max_attempts: Some(2), max_queue_ttl_ms: None };
+    let capped = Principal { ceilings, ..principal("alice", &[Role::Approve, Role::Operate], at(1)) };
+    assert_eq!(store.principal_put(capped.clone(), None).await.unwrap(), capped, "ceilings are kept");
+    assert_eq!(store.principal_get("alice".into()).await.unwrap(), Some(capped));
+    assert_eq!(store.principal_get("nobody".into()).await.unwrap(), None);
 
     let minted = NewToken::generate().unwrap();
     let record = TokenRecord {
