@@ -8,7 +8,7 @@ use tokio_postgres::types::ToSql;
 use super::PostgresStore;
 use super::rows::db_err;
 use crate::clock::Timestamp;
-use crate::store::rules::audit::next_row;
+use crate::store::rules::audit::next_rows;
 use crate::store::{Audit, AuditHead, AuditListParams, AuditNote, AuditRecord, StoreError};
 
 const COLUMNS: &str = "seq, at, principal, action, target, detail, prev_hash, hash";
@@ -30,33 +30,44 @@ fn record(r: &Row) -> AuditRecord {
 /// head's row lock makes appends from every replica take turns, so the
 /// chain has one order.
 pub(super) async fn append(client: &impl GenericClient, note: &AuditNote, now: Timestamp) -> Result<(), StoreError> {
+    append_all(client, std::slice::from_ref(note), now).await
+}
+
+/// Append `notes` in order in one statement, locking and writing the head
+/// once.
+pub(super) async fn append_all(
+    client: &impl GenericClient,
+    notes: &[AuditNote],
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    if notes.is_empty() {
+        return Ok(());
+    }
     let err = db_err("appending to the audit trail");
     let head = client
         .query_one("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE", &[])
         .await
         .map(|r| AuditHead { seq: r.get(0), hash: r.get(1) })
         .map_err(&err)?;
-    let row = next_row(&head, note, now)?;
-    let insert = format!("INSERT INTO audit ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
+    let (rows, head) = next_rows(&head, notes, now)?;
+    let column = |f: fn(&AuditRecord) -> String| rows.iter().map(f).collect::<Vec<String>>();
+    let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+    let principals: Vec<Option<String>> = rows.iter().map(|r| r.principal.clone()).collect();
+    let (actions, targets, details) =
+        (column(|r| r.action.clone()), column(|r| r.target.clone()), column(|r| r.detail.clone()));
+    let (prevs, hashes) = (column(|r| r.prev_hash.clone()), column(|r| r.hash.clone()));
+    let insert = format!(
+        "INSERT INTO audit ({COLUMNS}) SELECT seq, $2, principal, action, target, detail, prev_hash, hash \
+         FROM unnest($1::int8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) \
+         AS r(seq, principal, action, target, detail, prev_hash, hash)"
+    );
     let stmt = client.prepare_cached(&insert).await.map_err(&err)?;
     client
-        .execute(
-            &stmt,
-            &[
-                &row.seq,
-                &row.at.unix_ms(),
-                &row.principal,
-                &row.action,
-                &row.target,
-                &row.detail,
-                &row.prev_hash,
-                &row.hash,
-            ],
-        )
+        .execute(&stmt, &[&seqs, &now.unix_ms(), &principals, &actions, &targets, &details, &prevs, &hashes])
         .await
         .map_err(&err)?;
     client
-        .execute("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1", &[&row.seq, &row.hash])
+        .execute("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1", &[&head.seq, &head.hash])
         .await
         .map_err(&err)?;
     Ok(())

@@ -57,9 +57,8 @@ impl Jobs for PostgresStore {
                 }
             }
         }
-        for note in ids.iter().filter_map(|id| by_id.get(id)).filter_map(submit_note) {
-            super::audit::append(&tx, &note, params.now).await?;
-        }
+        let notes: Vec<_> = ids.iter().filter_map(|id| by_id.get(id)).filter_map(submit_note).collect();
+        super::audit::append_all(&tx, &notes, params.now).await?;
         tx.execute(NOTIFY, &[]).await.map_err(&err)?;
         tx.commit().await.map_err(&err)?;
         self.inner.freshness.inserted(ids.len() as u64, &self.inner.pool);

@@ -35,6 +35,23 @@ pub(crate) fn row_hash(
     hex::encode(hasher.finalize())
 }
 
+/// The rows `notes` append after `head`, at `now`, each chained to the one
+/// before, and the head they leave.
+pub(crate) fn next_rows(
+    head: &AuditHead,
+    notes: &[AuditNote],
+    now: Timestamp,
+) -> Result<(Vec<AuditRecord>, AuditHead), StoreError> {
+    let mut head = head.clone();
+    let mut rows = Vec::with_capacity(notes.len());
+    for note in notes {
+        let row = next_row(&head, note, now)?;
+        head = AuditHead { seq: row.seq, hash: row.hash.clone() };
+        rows.push(row);
+    }
+    Ok((rows, head))
+}
+
 /// The row `note` appends after `head`, at `now`.
 pub(crate) fn next_row(head: &AuditHead, note: &AuditNote, now: Timestamp) -> Result<AuditRecord, StoreError> {
     let detail = serde_json::to_string(&note.detail).map_err(|e| StoreError::Invalid(e.to_string()))?;

@@ -6,7 +6,7 @@ use rusqlite::{Connection, Row, params};
 use super::SqliteStore;
 use super::rows::db_err;
 use crate::clock::Timestamp;
-use crate::store::rules::audit::next_row;
+use crate::store::rules::audit::next_rows;
 use crate::store::{Audit, AuditHead, AuditListParams, AuditNote, AuditRecord, StoreError};
 
 const COLUMNS: &str = "seq, at, principal, action, target, detail, prev_hash, hash";
@@ -33,11 +33,22 @@ fn head(conn: &Connection) -> Result<AuditHead, StoreError> {
 /// Append `note` to the trail at `now`, in the caller's write (which must
 /// be all-or-nothing: the change and its row land together).
 pub(super) fn append(conn: &Connection, note: &AuditNote, now: Timestamp) -> Result<(), StoreError> {
+    append_all(conn, std::slice::from_ref(note), now)
+}
+
+/// Append `notes` in order, reading and writing the head once.
+pub(super) fn append_all(conn: &Connection, notes: &[AuditNote], now: Timestamp) -> Result<(), StoreError> {
+    if notes.is_empty() {
+        return Ok(());
+    }
     let err = db_err("appending to the audit trail");
-    let row = next_row(&head(conn)?, note, now)?;
-    conn.prepare_cached(&format!("INSERT INTO audit ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"))
-        .and_then(|mut s| {
-            s.execute(params![
+    let (rows, head) = next_rows(&head(conn)?, notes, now)?;
+    let mut insert = conn
+        .prepare_cached(&format!("INSERT INTO audit ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"))
+        .map_err(&err)?;
+    for row in rows {
+        insert
+            .execute(params![
                 row.seq,
                 row.at.unix_ms(),
                 row.principal,
@@ -47,10 +58,10 @@ pub(super) fn append(conn: &Connection, note: &AuditNote, now: Timestamp) -> Res
                 row.prev_hash,
                 row.hash
             ])
-        })
-        .map_err(&err)?;
+            .map_err(&err)?;
+    }
     conn.prepare_cached("UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1")
-        .and_then(|mut s| s.execute(params![row.seq, row.hash]))
+        .and_then(|mut s| s.execute(params![head.seq, head.hash]))
         .map_err(&err)?;
     Ok(())
 }

@@ -39,9 +39,8 @@ impl Jobs for SqliteStore {
                 let chunk: Vec<NewJob> = jobs.by_ref().take(rows).collect();
                 inserted.extend(insert_rows(conn, chunk, now)?);
             }
-            for note in inserted.iter().filter_map(submit_note) {
-                super::audit::append(conn, &note, now)?;
-            }
+            let notes: Vec<_> = inserted.iter().filter_map(submit_note).collect();
+            super::audit::append_all(conn, &notes, now)?;
             Ok(inserted)
         })
         .await

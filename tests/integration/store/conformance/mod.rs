@@ -106,6 +106,7 @@ macro_rules! with_cases {
             principals {
                 principals_hold_roles_and_tokens_that_end_with_them,
                 audited_changes_at_once_form_one_unbroken_chain,
+                a_principal_s_submits_append_one_row_per_job_in_order,
             }
             events {
                 every_change_appends_one_event_in_commit_order,

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use leash::access::{NewToken, Principal, PrincipalCeilings, Role, TokenRecord, secret_matches, token_parts};
 use leash::store::{AuditListParams, JobStore, StoreError, verify_chain};
 
-use super::{T0, at};
+use leash::job::NewJob;
+
+use super::{T0, at, insert, new_job};
 
 fn principal(name: &str, roles: &[Role], created_at: leash::clock::Timestamp) -> Principal {
     Principal { name: name.into(), roles: roles.iter().copied().collect(), created_at, ceilings: Default::default() }
@@ -97,4 +99,28 @@ pub(crate) async fn audited_changes_at_once_form_one_unbroken_chain(store: Arc<d
         .await
         .unwrap();
     assert_eq!(filtered.len(), 1);
+}
+
+/// A principal's submit appends one `job.submit` row per job, in the
+/// batch's order, chained as any other; an embedder's (no principal)
+/// appends none.
+pub(crate) async fn a_principal_s_submits_append_one_row_per_job_in_order(store: Arc<dyn JobStore>) {
+    let by_sam = |input: &str| NewJob { submitted_by: Some("sam".into()), ..new_job(input) };
+    let jobs = insert(&*store, vec![by_sam("a"), by_sam("b"), by_sam("c")], T0).await;
+    insert(&*store, vec![new_job("embedded")], at(1)).await;
+    let one = insert(&*store, vec![by_sam("d")], at(2)).await;
+    let rows = store.audit_list(AuditListParams { limit: 100, ..AuditListParams::default() }).await.unwrap();
+    let said: Vec<(&str, &str, Option<&str>)> =
+        rows.iter().map(|r| (r.action.as_str(), r.target.as_str(), r.principal.as_deref())).collect();
+    let ids: Vec<String> = jobs.iter().chain(&one).map(|j| j.id.to_string()).collect();
+    let expected: Vec<(&str, &str, Option<&str>)> =
+        ids.iter().map(|id| ("job.submit", id.as_str(), Some("sam"))).collect();
+    assert_eq!(said, expected);
+    let head = store.audit_head().await.unwrap();
+    let verdict = verify_chain(&head, |after| {
+        store.audit_list(AuditListParams { after: Some(after), limit: 2, ..AuditListParams::default() })
+    })
+    .await
+    .unwrap();
+    assert_eq!(verdict, Ok(head));
 }
