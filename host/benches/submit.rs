@@ -37,14 +37,28 @@ const CONNECTIONS: usize = 64;
 /// the writer busy; 64 would queue each request for seconds.
 const BATCH_CONNECTIONS: usize = 8;
 const BATCH: usize = 1000;
+/// The principal the in-process submits name, as HTTP's do.
+const AS: Option<&str> = Some(leash::access::BOOTSTRAP);
 
-fn job(name: &PluginName) -> Submit {
-    Submit::new(PluginSource::Ref(PluginRef::Version(name.clone())), Target::Execute, br#"{"n":1}"#.to_vec())
+/// A job of `name`, submitted as principal `by` (audited, as every HTTP
+/// submit is: the server's token is the bootstrap `admin`), or as the
+/// embedder itself (`None`: not audited).
+fn job(name: &PluginName, by: Option<&str>) -> Submit {
+    let mut job =
+        Submit::new(PluginSource::Ref(PluginRef::Version(name.clone())), Target::Execute, br#"{"n":1}"#.to_vec());
+    job.submitted_by = by.map(str::to_owned);
+    job
 }
 
 /// Jobs per second from `tasks` tasks submitting `per_call` jobs a call
 /// for `phase`.
-async fn in_process(runtime: &Runtime, name: &PluginName, tasks: usize, per_call: usize, phase: Duration) -> f64 {
+async fn in_process(
+    runtime: &Runtime,
+    name: &PluginName,
+    by: Option<&'static str>,
+    (tasks, per_call): (usize, usize),
+    phase: Duration,
+) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicUsize::new(0));
     let mut running = tokio::task::JoinSet::new();
@@ -54,9 +68,9 @@ async fn in_process(runtime: &Runtime, name: &PluginName, tasks: usize, per_call
         running.spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 if per_call == 1 {
-                    runtime.submit(job(&name)).await.unwrap();
+                    runtime.submit(job(&name, by)).await.unwrap();
                 } else {
-                    runtime.submit_many((0..per_call).map(|_| job(&name)).collect()).await.unwrap();
+                    runtime.submit_many((0..per_call).map(|_| job(&name, by)).collect()).await.unwrap();
                 }
                 done.fetch_add(per_call, Ordering::Relaxed);
             }
@@ -122,8 +136,10 @@ async fn main() {
     let (one, many) = (one.to_string(), many.to_string());
 
     // Warm the statement cache, the plugin look-up and the connection path.
-    in_process(&runtime, &name, CONNECTIONS, 1, Duration::from_millis(500)).await;
-    let mut rates: [Vec<f64>; 4] = Default::default();
+    in_process(&runtime, &name, AS, (CONNECTIONS, 1), Duration::from_millis(500)).await;
+    // In process audited, HTTP, for singles then batches; then in process
+    // unaudited, singles and batches (what the audit trail costs).
+    let mut rates: [Vec<f64>; 6] = Default::default();
     // Requests wrk left in flight when it stopped end before the next phase.
     let settle = || tokio::time::sleep(Duration::from_secs(1));
     let http = |path: &str, body: &String, connections: usize| {
@@ -143,10 +159,11 @@ async fn main() {
             if http_first && has_wrk {
                 rates[slot + 1].push(http(path, body, tasks).await * per_call as f64);
             }
-            rates[slot].push(in_process(&runtime, &name, tasks, per_call, phase).await);
+            rates[slot].push(in_process(&runtime, &name, AS, (tasks, per_call), phase).await);
             if !http_first && has_wrk {
                 rates[slot + 1].push(http(path, body, tasks).await * per_call as f64);
             }
+            rates[4 + slot / 2].push(in_process(&runtime, &name, None, (tasks, per_call), phase).await);
         }
         eprintln!("round {}: {:?}", round + 1, rates.iter().map(|r| r.last().copied()).collect::<Vec<_>>());
     }
@@ -159,17 +176,21 @@ async fn main() {
     let ratios = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<_>>();
     let single_ratios = ratios(&rates[1], &rates[0]);
     let batch_ratios = ratios(&rates[3], &rates[2]);
-    let [single, http_single, batch, http_batch] = rates.clone().map(|r| median(&r));
+    let audit_single = ratios(&rates[0], &rates[4]);
+    let audit_batch = ratios(&rates[2], &rates[5]);
+    let [single, http_single, batch, http_batch, bare_single, bare_batch] = rates.clone().map(|r| median(&r));
     println!(
         "leash submit benchmark: {rounds} rounds of {} s per phase, {CONNECTIONS} concurrent singles, \
          {BATCH_CONNECTIONS} concurrent batches, medians ({queued} jobs queued in all)\n",
         phase.as_secs()
     );
-    println!("{:<48} {:>12}", "path", "jobs/s");
-    println!("{:<48} {:>12.0}", "in process, Runtime::submit (1 job a call)", single);
-    println!("{:<48} {:>12.0}", "HTTP, POST /v1/jobs (1 job a request)", http_single);
-    println!("{:<48} {:>12.0}", "in process, Runtime::submit_many (1,000 a call)", batch);
-    println!("{:<48} {:>12.0}", "HTTP, POST /v1/jobs:batch (1,000 a request)", http_batch);
+    println!("{:<56} {:>12}", "path", "jobs/s");
+    println!("{:<56} {:>12.0}", "in process, Runtime::submit as admin (1 job a call)", single);
+    println!("{:<56} {:>12.0}", "HTTP, POST /v1/jobs (1 job a request)", http_single);
+    println!("{:<56} {:>12.0}", "in process, Runtime::submit_many as admin (1,000)", batch);
+    println!("{:<56} {:>12.0}", "HTTP, POST /v1/jobs:batch (1,000 a request)", http_batch);
+    println!("{:<56} {:>12.0}", "in process, Runtime::submit, no principal (unaudited)", bare_single);
+    println!("{:<56} {:>12.0}", "in process, Runtime::submit_many, no principal", bare_batch);
     let shown = |v: &[f64]| v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ");
     println!(
         "\nHTTP single / in-process single, by round: {} (median {:.2})",
@@ -178,4 +199,11 @@ async fn main() {
     );
     println!("HTTP batch / in-process batch, by round: {} (median {:.2})", shown(&batch_ratios), median(&batch_ratios));
     println!("HTTP batch / in-process single (medians): {:.2}", http_batch / single);
+    println!(
+        "audited / unaudited in process, single by round: {} (median {:.2}); batch: {} (median {:.2})",
+        shown(&audit_single),
+        median(&audit_single),
+        shown(&audit_batch),
+        median(&audit_batch)
+    );
 }

@@ -227,20 +227,10 @@ impl Runtime {
         let mut checked: Vec<(Digest, Option<PluginName>, Grants, GateRule, Submit)> = Vec::with_capacity(jobs.len());
         // A batch names few plugins: each is read once per call.
         let mut registered: Vec<(PluginRef, PluginInfo)> = Vec::new();
-        // And one submitter, whose ceilings are read once too.
-        let mut submitters: Vec<(String, PrincipalCeilings)> = Vec::new();
         for (index, mut job) in jobs.into_iter().enumerate() {
             let at = at(index);
             if let Some(name) = job.submitted_by.clone() {
-                let ceilings = match submitters.iter().find(|(known, _)| *known == name) {
-                    Some((_, ceilings)) => *ceilings,
-                    None => {
-                        let stored = self.inner.store.principal_get(name.clone()).await.map_err(|e| at(e.into()))?;
-                        let ceilings = stored.map(|p| p.ceilings).unwrap_or_default();
-                        submitters.push((name.clone(), ceilings));
-                        ceilings
-                    }
-                };
+                let ceilings = self.inner.pool.ceilings.of(&name).await.map_err(|e| at(e.into()))?;
                 self.within_principal_ceilings(&mut job, &name, &ceilings).map_err(at)?;
             }
             // A job is granted what its plugin's registration grants now,

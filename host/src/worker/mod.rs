@@ -15,7 +15,7 @@
 //! within the shutdown budget.
 
 mod attempt;
-mod ceilings;
+pub(crate) mod ceilings;
 mod guests;
 pub mod lease;
 
@@ -170,8 +170,8 @@ pub(crate) struct Pool {
     pub(crate) state: watch::Sender<PoolState>,
     pub(crate) completions: broadcast::Sender<Completion>,
     pub(crate) metrics: Arc<Metrics>,
-    /// Submitters' timeout ceilings, re-read at claim.
-    ceilings: ceilings::SubmitterCeilings,
+    /// Submitters' ceilings: read at submit, and the timeout again at claim.
+    pub(crate) ceilings: ceilings::SubmitterCeilings,
     running: Mutex<HashMap<JobId, RunningJob>>,
     /// Each digest's plugin, compiled once per process: a job that finds
     /// its plugin being compiled waits for that compile, not a second one.
