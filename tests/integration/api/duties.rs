@@ -70,6 +70,7 @@ async fn the_submitter_may_not_approve_its_own_job_unless_the_policy_lets_it() {
     gated_hello(&server, json!({})).await;
     let sam = server.principal("sam", &["submit", "approve"]).await;
     let id = submit_as(&server, &sam).await;
+    let waiting = submit_as(&server, &sam).await;
     let (status, answer) = approve(&server, &sam, &id, json!({})).await;
     assert_eq!((status, kind(&answer)), (403, "separation_of_duties"), "{answer}");
     let (_, job) = server.call(Method::GET, &format!("/v1/jobs/{id}"), None).await;
@@ -85,6 +86,9 @@ async fn the_submitter_may_not_approve_its_own_job_unless_the_policy_lets_it() {
     let id = submit_as(&server, &sam).await;
     let (status, answer) = approve(&server, &sam, &id, json!({})).await;
     assert_eq!(status, 200, "{answer}");
+    // A job gated before the change keeps the duties it was gated with.
+    let (status, answer) = approve(&server, &sam, &waiting, json!({})).await;
+    assert_eq!((status, kind(&answer)), (403, "separation_of_duties"), "{answer}");
     // A policy with a field it does not know is refused, not half-read.
     let typo = json!({ "require": ["execute"], "quorom": 2 });
     let (status, answer) = server.call(Method::PUT, "/v1/plugins/hello@1/approval", Some(typo)).await;
