@@ -436,6 +436,10 @@ pub(super) async fn job_cancel(
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
+        (status = 403, description = "`impersonation` (a `by` naming another principal), \
+            `separation_of_duties` (its submitter may not approve it) or `distinct_approvers` (this principal \
+            approved it already and its quorum needs another); or `forbidden` without the `approve` role",
+            body = ErrorBody),
         (status = 409, description = "`already_terminal`, `already_decided` (approved before: of two \
             approvals racing, one wins), `not_gated`, or `expired` (its approval TTL ran out before the \
             approval came: it failed `expired` now)", body = ErrorBody),
@@ -463,6 +467,8 @@ pub(super) async fn job_approve(
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
+        (status = 403, description = "`impersonation` (a `by` naming another principal); or `forbidden` \
+            without the `approve` role", body = ErrorBody),
         (status = 409, description = "`already_terminal`, `already_decided`, `not_gated` or `expired` (its \
             approval TTL ran out first: it failed `expired` now)", body = ErrorBody),
     ))]

@@ -132,6 +132,8 @@ pub(super) async fn plan_list(
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such plan", body = ErrorBody),
+        (status = 403, description = "`impersonation`, `separation_of_duties` or `distinct_approvers`, as for \
+            jobs; or `forbidden` without the `approve` role", body = ErrorBody),
         (status = 409, description = "The phase named does not wait for approval: `already_decided`, \
             `already_terminal`, `expired`, or `not_gated` (never gated, or no apply phase yet)", body = ErrorBody),
     ))]
@@ -159,6 +161,8 @@ pub(super) async fn plan_approve(
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such plan", body = ErrorBody),
+        (status = 403, description = "`impersonation` (a `by` naming another principal); or `forbidden` \
+            without the `approve` role", body = ErrorBody),
         (status = 409, description = "The phase named does not wait for approval", body = ErrorBody),
     ))]
 pub(super) async fn plan_reject(
