@@ -374,7 +374,7 @@ async fn a_delayed_job_starts_at_its_time() {
     assert_eq!(first.status, JobStatus::Succeeded);
     let done = runtime.wait(id, GENEROUS).await.unwrap();
     assert_eq!(done.status, JobStatus::Succeeded);
-    assert_eq!(done.run_after, due);
+    assert_eq!(done.run_after, due, "{done:?}");
     assert!(done.started_at.unwrap() >= due, "started {:?}, due {due:?}", done.started_at);
     runtime.shutdown().await;
 }

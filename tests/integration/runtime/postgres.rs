@@ -34,7 +34,15 @@ async fn an_event_of_a_transaction_that_commits_late_is_read_in_its_place_not_sk
     let schema = Schema::create(&url).await;
     let store = PostgresStore::open(&schema.url).await.unwrap();
     insert_one(&store).await;
-    let start = store.events_head().await.unwrap();
+    // Start after that insert's event: other tests' open transactions on
+    // the server may hold it back a moment, and the head with it.
+    let start = Some(
+        eventually("the first insert's event is read", async || {
+            let page = store.events_after(EventsAfterParams { after: None, limit: 10 }).await.unwrap();
+            page.events.last().map(|e| e.id)
+        })
+        .await,
+    );
     let queued =
         store.job_list(leash::store::JobListParams { limit: 10, ..Default::default() }).await.unwrap().pop().unwrap();
     // An older transaction changes the job and stays open...
@@ -343,12 +351,14 @@ async fn bad_settings_in_the_url_are_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_outage_shorter_than_a_lease_kills_no_guest_and_loses_nothing() {
     let Some(cluster) = crate::support::pg::Cluster::start() else { return };
-    let runtime = runtime_on(cluster.url()).lease_ttl(Duration::from_secs(15)).build().await.unwrap();
+    // A lease long enough that the outage stays shorter than it even when a
+    // loaded machine takes many seconds to start the server again.
+    let runtime = runtime_on(cluster.url()).lease_ttl(Duration::from_secs(30)).build().await.unwrap();
     let ids = [runtime.submit(sleeper(4000)).await.unwrap(), runtime.submit(sleeper(4000)).await.unwrap()];
     for id in ids {
         wait_running(&runtime, id).await;
     }
-    // Down for a while (renewals, every 5 s, fail meanwhile), then back.
+    // Down for a while (a renewal due meanwhile fails), then back.
     cluster.crash();
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.start_again();
