@@ -227,7 +227,10 @@ async function bytesPanel(title, path) {
 // Who approved a gated job so far, against its quorum.
 function approvals(approval) {
   if (!approval) return null;
-  const given = (approval.approvals || []).map((a) => a.by).join(', ');
+  // A standing rule's approval is its author's, by that rule.
+  const given = (approval.approvals || [])
+    .map((a) => (a.rule ? `${a.by} by standing rule ${a.rule}` : a.remembered ? `${a.by} (remembered as ${a.remembered})` : a.by))
+    .join(', ');
   const rule = approval.separate_approver ? 'not by its submitter' : 'its submitter may approve';
   return `${(approval.approvals || []).length} of ${approval.quorum}${given ? `: ${given}` : ''} (${rule})`;
 }

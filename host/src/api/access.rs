@@ -35,6 +35,7 @@ pub(super) fn required_role(method: &Method, route: &str) -> Option<Role> {
         | "/v1/plans/{id}/reject" => Some(Role::Approve),
         "/v1/jobs/{id}/cancel" | "/v1/plans/{id}/cancel" | "/v1/workers" | "/metrics" => Some(Role::Operate),
         r if r.starts_with("/v1/audit") => Some(Role::Operate),
+        r if r.starts_with("/v1/rules") => Some(Role::Approve),
         _ => None,
     }
 }

@@ -78,7 +78,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::InvalidGrant(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_grant", message),
             RuntimeError::InvalidAccess(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message),
             RuntimeError::UnknownPrincipal(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
-            RuntimeError::NotFound(_) | RuntimeError::UnknownPlan(_) => {
+            RuntimeError::NotFound(_) | RuntimeError::UnknownPlan(_) | RuntimeError::UnknownRule(_) => {
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
             }
             RuntimeError::AlreadyTerminal { .. } => ApiError::new(StatusCode::CONFLICT, "already_terminal", message),

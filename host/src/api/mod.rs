@@ -16,6 +16,7 @@ pub mod openapi;
 mod plans;
 mod plugins;
 pub mod requests;
+pub mod rules;
 pub mod types;
 mod ui;
 
@@ -103,6 +104,9 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/tokens/{id}/revoke", post(access::token_revoke))
         .route("/v1/audit", get(audit::audit_list))
         .route("/v1/audit/head", get(audit::audit_head))
+        .route("/v1/rules", get(rules::rule_list))
+        .route("/v1/rules/{id}", get(rules::rule_show))
+        .route("/v1/rules/{id}/revoke", post(rules::rule_revoke))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_auth));
     Router::new()

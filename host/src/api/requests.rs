@@ -210,6 +210,28 @@ pub struct DecisionRequest {
     #[schema(max_length = 4096)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
+    /// Approvals only ("Allow & Remember"): let this approval stand, for a
+    /// while, for jobs exactly like this one (same plugin bytes, target,
+    /// grants and input; same submitter unless `any_submitter`). The jobs
+    /// already waiting that match are approved now, and matching jobs
+    /// submitted while it stands are approved on arrival, each recorded as
+    /// the rule's decision in this principal's name. The rule's id is the
+    /// approval's `remembered`; see `/v1/rules`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remember: Option<RememberRequest>,
+}
+
+/// How long a remembered approval stands, and for whose submits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RememberRequest {
+    /// How long it approves, milliseconds: one minute to 90 days.
+    #[schema(minimum = 60000, maximum = 7776000000_u64)]
+    pub ttl_ms: u64,
+    /// Approve any principal's matching submits, not only this job's
+    /// submitter's (default `false`).
+    #[serde(default)]
+    pub any_submitter: bool,
 }
 
 /// The body of `POST /v1/plans/{id}/approve` and `/reject`: a decision
@@ -320,7 +342,11 @@ pub(super) fn decision_by(
 ) -> Result<DecisionBy, ApiError> {
     let body: DecisionRequest = parse_body(&body.map_err(body_error)?, "decision")?;
     decided_as(principal, body.by.as_deref())?;
-    Ok(DecisionBy { by: principal.name.clone(), comment: body.comment, key })
+    let remember = body.remember.map(|r| crate::runtime::RememberFor {
+        ttl: std::time::Duration::from_millis(r.ttl_ms),
+        any_submitter: r.any_submitter,
+    });
+    Ok(DecisionBy { by: principal.name.clone(), comment: body.comment, key, remember })
 }
 
 /// A decision's `by`, if sent, must name the principal making it: no token
@@ -359,5 +385,5 @@ pub(super) fn plan_decision(
             ));
         }
     };
-    Ok((phase, DecisionBy { by: principal.name.clone(), comment: body.comment, key }))
+    Ok((phase, DecisionBy { by: principal.name.clone(), comment: body.comment, key, remember: None }))
 }

@@ -133,6 +133,10 @@ enum Command {
     /// and a check of its hash chain (operate).
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Audit(commands::AuditCommand),
+    /// Standing approval rules made by `leash jobs approve --remember`:
+    /// list, show, revoke (approve).
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Rules(commands::RulesCommand),
     /// Health of the server (or local database): worker, queue depth,
     /// ceilings.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -201,6 +205,11 @@ struct WorkerArgs {
     /// `leash jobs watch`) can resume.
     #[arg(long, env = "LEASH_EVENT_TTL", value_parser = parse_duration, default_value = "3600s")]
     event_ttl: Duration,
+    /// Retention of audit rows (default: kept for ever). Older rows are
+    /// deleted as one prefix of the chain; `leash audit verify` checks the
+    /// rows kept from where they start.
+    #[arg(long, env = "LEASH_AUDIT_TTL", value_parser = parse_duration)]
+    audit_ttl: Option<Duration>,
     /// Grace between a cancel and a forced stop.
     #[arg(long, env = "LEASH_CANCEL_GRACE", value_parser = parse_duration, default_value = "5s")]
     cancel_grace: Duration,
@@ -396,6 +405,7 @@ pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Tokens(command) => commands::tokens(command).await,
         Command::Whoami(conn) => commands::whoami(conn).await,
         Command::Audit(command) => commands::audit(command).await,
+        Command::Rules(command) => commands::rules(command).await,
         Command::Diagnostics(args) => commands::diagnostics(args).await,
         Command::New(args) => commands::new_plugin(args),
     }

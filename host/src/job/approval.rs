@@ -239,6 +239,13 @@ pub struct Decision {
     /// sent again with it is answered as made, not refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// Made by this standing rule (in its author's name, `by`), not by a
+    /// person deciding now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The standing rule this approval made ("Allow & Remember").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remembered: Option<String>,
 }
 
 impl Decision {

@@ -20,6 +20,7 @@ pub mod millis;
 pub mod plan;
 mod plugin;
 mod record;
+pub mod rule;
 mod worker;
 
 pub use approval::{Approval, ApprovalPolicy, Decision, Duties, ExecutionMode, Gate, GateSource, Verdict};
@@ -34,6 +35,7 @@ pub use record::{
     JobLogs, JobProgress, JobStatus, KEY_SEPARATOR, LogLine, MAX_ATTEMPTS_CEILING, MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_KEY_BYTES, NewJob, SCHEMA_VERSION,
 };
+pub use rule::{ApprovalRule, Remember};
 pub use worker::{WorkerRecord, WorkerState};
 
 /// Serialize a type as its `Display` text and deserialize it with its

@@ -1,7 +1,11 @@
 //! Approval gates through the embedding API: decide on a gated job,
 //! trigger an approved one's run, and set a registration's policy.
 
-use crate::job::{ApprovalPolicy, Decision, IdempotencyKey, Job, JobId, JobStatus, PluginInfo, PluginName, Verdict};
+use std::time::Duration;
+
+use crate::job::{
+    ApprovalPolicy, Decision, IdempotencyKey, Job, JobId, JobStatus, PluginInfo, PluginName, Remember, Verdict,
+};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::store::{DecideRefusal, JobDecideParams, JobDecision, PluginPolicyParams};
 
@@ -16,12 +20,30 @@ pub struct DecisionBy {
     /// the same decision sent again with it is answered with the job as it
     /// is now, not refused as already made.
     pub key: Option<String>,
+    /// An approval that also stands for jobs exactly like this one ("Allow
+    /// & Remember", see [`crate::job::rule`]).
+    pub remember: Option<RememberFor>,
+}
+
+/// How long an approval that remembers stands, and for whose submits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RememberFor {
+    /// How long the rule approves (1 minute to 90 days).
+    pub ttl: Duration,
+    /// Any principal's matching submits, not only this job's submitter's.
+    pub any_submitter: bool,
 }
 
 impl DecisionBy {
     /// `by` deciding without a comment.
     pub fn new(by: impl Into<String>) -> Self {
-        DecisionBy { by: by.into(), comment: None, key: None }
+        DecisionBy { by: by.into(), comment: None, key: None, remember: None }
+    }
+
+    /// An approval that stands for `ttl` for jobs exactly like this one.
+    pub fn remember(mut self, ttl: Duration, any_submitter: bool) -> Self {
+        self.remember = Some(RememberFor { ttl, any_submitter });
+        self
     }
 
     /// With a comment.
@@ -72,6 +94,25 @@ impl Runtime {
             IdempotencyKey::new(key, String::new()).map_err(RuntimeError::InvalidJob)?;
         }
         let settings = &self.inner.settings;
+        let now = settings.clock.now();
+        let remember = match who.remember {
+            None => None,
+            Some(_) if decision != JobDecision::Approve => {
+                return Err(RuntimeError::InvalidJob("only an approval can be remembered".into()));
+            }
+            Some(RememberFor { ttl, any_submitter }) => {
+                let job = self.get(id).await?;
+                if job.plan_id.is_some() {
+                    return Err(RuntimeError::InvalidJob(
+                        "a plan's phases are decided through their plan: only a standalone job's approval can be \
+                         remembered"
+                            .into(),
+                    ));
+                }
+                Some(Remember::new(ttl, any_submitter, now).map_err(RuntimeError::InvalidJob)?)
+            }
+        };
+        let remembered = remember.as_ref().map(|r| r.rule.clone());
         let params = JobDecideParams {
             id,
             decision,
@@ -80,7 +121,9 @@ impl Runtime {
             key: who.key.clone(),
             queue_ttl: settings.worker.queue_ttl,
             approval_ttl: settings.approval_ttl,
-            now: settings.clock.now(),
+            remember,
+            rule: None,
+            now,
         };
         let job = match self.inner.store.job_decide(params).await? {
             Ok(job) => job,
@@ -98,6 +141,10 @@ impl Runtime {
         if job.status == JobStatus::Queued {
             self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued += 1;
             self.nudge();
+        }
+        // The new rule approves the jobs already waiting that match it.
+        if let Some(rule) = remembered {
+            self.cascade(&rule).await?;
         }
         Ok(job)
     }
@@ -150,6 +197,12 @@ fn refused(id: JobId, by: &str, refusal: DecideRefusal) -> RuntimeError {
             why: "it approved the job already, and each approver counts once toward the job's quorum: another \
                   principal must approve it",
             code: "distinct_approvers",
+        },
+        DecideRefusal::RuleInactive => RuntimeError::Undecidable {
+            id,
+            status: JobStatus::PendingApproval,
+            why: "the standing rule deciding it was revoked or expired, or its author may no longer approve",
+            code: "rule_inactive",
         },
         DecideRefusal::NotFound => RuntimeError::NotFound(id),
         DecideRefusal::Terminal(status) => RuntimeError::AlreadyTerminal { id, status },

@@ -31,6 +31,7 @@ pub struct RuntimeBuilder {
     pub(super) worker: WorkerConfig,
     pub(super) job_ttl: Duration,
     pub(super) event_ttl: Duration,
+    pub(super) audit_ttl: Option<Duration>,
     pub(super) event_poll: Duration,
     pub(super) sweep_interval: Option<Duration>,
     pub(super) max_queued: u64,
@@ -141,6 +142,15 @@ impl RuntimeBuilder {
     /// event stream can resume.
     pub fn event_ttl(mut self, d: Duration) -> Self {
         self.event_ttl = d;
+        self
+    }
+
+    /// Retention of audit rows (default: kept for ever). The sweep deletes
+    /// rows older than this as one prefix of the chain, and the head keeps
+    /// where the rows kept start, so `audit verify` still checks every row
+    /// kept.
+    pub fn audit_ttl(mut self, d: Duration) -> Self {
+        self.audit_ttl = Some(d);
         self
     }
 
@@ -343,6 +353,7 @@ impl RuntimeBuilder {
                     queue_ttl: self.worker.queue_ttl,
                     job_ttl: self.job_ttl,
                     event_ttl: self.event_ttl,
+                    audit_ttl: self.audit_ttl,
                 },
             )
             .with_metrics(metrics.clone());
@@ -396,6 +407,7 @@ impl Runtime {
             },
             job_ttl: DEFAULT_JOB_TTL,
             event_ttl: DEFAULT_EVENT_TTL,
+            audit_ttl: None,
             event_poll: DEFAULT_EVENT_POLL,
             sweep_interval: None,
             max_queued: DEFAULT_MAX_QUEUED,

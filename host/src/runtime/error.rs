@@ -39,6 +39,9 @@ pub enum RuntimeError {
     /// No plan with this id.
     #[error("no plan {0}")]
     UnknownPlan(String),
+    /// No standing approval rule with this id.
+    #[error("no approval rule {0}")]
+    UnknownRule(String),
     /// The job already ended; it cannot be cancelled.
     #[error("job {id} already ended ({status})")]
     AlreadyTerminal {

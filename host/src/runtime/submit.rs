@@ -193,7 +193,8 @@ impl Runtime {
             other => other?,
         };
         self.count_queued(&inserted);
-        Ok(inserted)
+        // A standing rule approves a matching gated job as it arrives.
+        self.approve_on_arrival(inserted).await
     }
 
     /// Count the queued ones of jobs this process just stored, and wake

@@ -28,6 +28,8 @@ pub struct SweepConfig {
     pub job_ttl: Duration,
     /// How long events are kept (a client can resume this far back).
     pub event_ttl: Duration,
+    /// How long audit rows are kept (`None`: for ever).
+    pub audit_ttl: Option<Duration>,
 }
 
 /// What one sweep did.
@@ -75,8 +77,11 @@ impl Sweeper {
         let plans_advanced = self.store.plans_advance(PlansAdvanceParams { plan_id: None, now }).await?.len() as u64;
         let cutoff = now.minus(self.config.job_ttl);
         let events_before = now.minus(self.config.event_ttl);
-        let deleted =
-            self.store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff, events_before }).await?;
+        let audit_before = self.config.audit_ttl.map(|ttl| now.minus(ttl));
+        let deleted = self
+            .store
+            .jobs_delete_expired(JobsDeleteParams { finished_before: cutoff, events_before, audit_before })
+            .await?;
         let workers_deleted = self.store.workers_delete_stale(cutoff).await?;
         if reclaimed.requeued + reclaimed.failed > 0 {
             tracing::warn!(

@@ -71,6 +71,25 @@ pub struct AuditHead {
     pub seq: i64,
     /// Its hash.
     pub hash: String,
+    /// Rows up to this one were deleted by audit retention (0: none was);
+    /// the first row kept follows it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pruned_seq: i64,
+    /// The hash of the last row deleted by retention, which the first row
+    /// kept names as its `prev_hash`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pruned_hash: Option<String>,
+}
+
+impl AuditHead {
+    /// A head at row `seq` with `hash`, nothing pruned.
+    pub fn new(seq: i64, hash: String) -> AuditHead {
+        AuditHead { seq, hash, pruned_seq: 0, pruned_hash: None }
+    }
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// Reading the audit trail (rows are written by the changes they record).

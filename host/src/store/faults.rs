@@ -420,3 +420,24 @@ impl crate::store::Audit for FaultyStore {
         self.inner.audit_head().await
     }
 }
+
+#[async_trait::async_trait]
+impl crate::store::StandingRules for FaultyStore {
+    async fn rule_get(&self, id: String) -> Result<Option<crate::job::ApprovalRule>, StoreError> {
+        self.inner.rule_get(id).await
+    }
+
+    async fn rule_list(
+        &self,
+        params: crate::store::RuleListParams,
+    ) -> Result<Vec<crate::job::ApprovalRule>, StoreError> {
+        self.inner.rule_list(params).await
+    }
+
+    async fn rule_revoke(
+        &self,
+        params: crate::store::RuleRevokeParams,
+    ) -> Result<Option<crate::job::ApprovalRule>, StoreError> {
+        self.inner.rule_revoke(params).await
+    }
+}

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::job::{Counts, Job, JobId, JobLogs, JobStatus, NewJob, PluginRef};
+use crate::job::{Counts, Job, JobId, JobLogs, JobStatus, NewJob, PluginRef, Remember};
 use std::collections::HashMap;
 
 use crate::store::StoreError;
@@ -37,6 +37,15 @@ pub struct JobDecideParams {
     pub queue_ttl: Duration,
     /// How long an approved job waits for its run trigger.
     pub approval_ttl: Duration,
+    /// An approval that makes a standing rule of itself, in the same
+    /// write: the rule approves jobs exactly like this one (see
+    /// [`crate::job::rule`]). Approvals only.
+    pub remember: Option<Remember>,
+    /// An approval made by this standing rule, in its author's name (`by`):
+    /// refused ([`DecideRefusal::RuleInactive`]) unless, read in the same
+    /// write, the rule is neither revoked nor expired and its author still
+    /// holds `approve`. Approvals only.
+    pub rule: Option<String>,
     /// Now.
     pub now: Timestamp,
 }
@@ -62,6 +71,9 @@ pub enum DecideRefusal {
     OwnSubmission,
     /// The approver already approved it, and its quorum needs another.
     ApprovedBefore,
+    /// The standing rule deciding was revoked or expired, or its author
+    /// may no longer approve.
+    RuleInactive,
 }
 
 /// Parameters of [`Jobs::job_list`]: filters, newest first, keyset-paged.

@@ -33,6 +33,7 @@ mod rules;
 mod sessions;
 mod sql;
 pub mod sqlite;
+mod standing;
 mod sweeps;
 mod workers;
 
@@ -53,6 +54,7 @@ pub use plugins::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, Plug
 pub use principals::{FoundToken, Principals};
 pub use rules::audit::{ChainBreak, ChainCheck, verify_chain};
 pub use sessions::Sessions;
+pub use standing::{RuleListParams, RuleRevokeParams, StandingRules};
 pub use sweeps::{
     JobsDeleteParams, JobsExpireParams, LeaseReclaimParams, PlansAdvanceParams, ReclaimReport, Sweeps, WorkerDiedParams,
 };
@@ -65,11 +67,24 @@ pub use workers::{Workers, WorkersSnapshot};
 /// sweeper). A call through `dyn JobStore` needs no import; a call on a
 /// concrete store (`SqliteStore`) needs its role trait in scope.
 pub trait JobStore:
-    Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + Principals + Audit
+    Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + Principals + Audit + StandingRules
 {
 }
 
-impl<T: Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + Principals + Audit + ?Sized>
-    JobStore for T
+impl<
+    T: Jobs
+        + Leases
+        + Effects
+        + Sweeps
+        + Plugins
+        + Plans
+        + Workers
+        + Events
+        + Sessions
+        + Principals
+        + Audit
+        + StandingRules
+        + ?Sized,
+> JobStore for T
 {
 }

@@ -70,6 +70,9 @@ pub struct JobsDeleteParams {
     pub finished_before: Timestamp,
     /// Events recorded before this are deleted (as one prefix of the feed).
     pub events_before: Timestamp,
+    /// Audit rows written before this are deleted, as one prefix of the
+    /// chain, which the head then starts from (`None`: every row is kept).
+    pub audit_before: Option<Timestamp>,
 }
 
 /// Parameters of [`Sweeps::plans_advance`].

@@ -12,6 +12,9 @@ use crate::support::server::{Server, leash_bin};
 
 const FAKE_JOB: &str = "01M8NXTW9W53S6M6JQYFF54HBH";
 
+/// A rule id no rule has.
+const FAKE_RULE: &str = "rule_01kbxyz0000000000000000000";
+
 #[tokio::test]
 async fn each_route_is_refused_to_a_principal_without_its_role_and_allowed_with_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -57,6 +60,11 @@ async fn each_route_is_refused_to_a_principal_without_its_role_and_allowed_with_
         (Method::GET, "/v1/tokens".into(), None, Some("admin")),
         (Method::POST, "/v1/tokens".into(), Some(json!({ "principal": "nobody" })), Some("admin")),
         (Method::POST, "/v1/tokens/0000000000000000/revoke".into(), None, Some("admin")),
+        (Method::GET, "/v1/audit".into(), None, Some("operate")),
+        (Method::GET, "/v1/audit/head".into(), None, Some("operate")),
+        (Method::GET, "/v1/rules".into(), None, Some("approve")),
+        (Method::GET, format!("/v1/rules/{FAKE_RULE}"), None, Some("approve")),
+        (Method::POST, format!("/v1/rules/{FAKE_RULE}/revoke"), None, Some("approve")),
     ];
     for (method, path, body, needs) in &routes {
         for (role, token) in &tokens {
@@ -213,12 +221,8 @@ async fn a_submit_principal_reads_only_its_own_jobs_and_plans() {
 /// one, it is refused by the other at once (every request reads its row).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revocation_expiry_and_removal_hold_at_once_on_every_postgres_replica() {
-    let Some(url) = crate::support::pg::url() else { return };
-    let schema = crate::support::pg::Schema::create(&url).await;
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    let a = Server::start_on(schema.url.as_ref(), &token_file, &[], |_| {});
-    let b = Server::start_on(schema.url.as_ref(), &token_file, &[], |_| {});
+    let Some((_schema, a, b)) = crate::support::server::two_postgres_replicas(dir.path()).await else { return };
     let whoami = async |server: &Server, token: &str| server.call_as(token, Method::GET, "/v1/whoami", None).await.0;
 
     let first = a.principal("ops", &["operate"]).await;

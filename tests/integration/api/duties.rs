@@ -14,7 +14,7 @@ fn kind(answer: &Value) -> &str {
 }
 
 /// Register `hello@1` gating `execute` with these duties.
-async fn gated_hello(server: &Server, duties: Value) {
+pub(crate) async fn gated_hello(server: &Server, duties: Value) {
     let response = server
         .request(Method::POST, "/v1/plugins?name=hello&version=1")
         .body(leash_tests::plugin_bytes("hello"))

@@ -307,6 +307,7 @@ async fn a_subscriber_behind_retention_hears_once_that_it_missed_events_then_get
         .jobs_delete_expired(JobsDeleteParams {
             finished_before: leash::clock::Timestamp::from_unix_ms(0),
             events_before: everything,
+            audit_before: None,
         })
         .await
         .unwrap();

@@ -2,8 +2,9 @@
 
 mod access;
 mod approval;
-mod duties;
+pub(crate) mod duties;
 mod events;
 mod http;
 mod plans;
+mod rules;
 mod ui;

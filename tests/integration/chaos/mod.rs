@@ -42,6 +42,7 @@
 
 mod approvals;
 pub(crate) mod crash;
+mod decisions;
 mod effects;
 mod supervised;
 

@@ -11,7 +11,7 @@ use crate::support::pg;
 use crate::support::server::leash_bin;
 
 /// `leash ARGS --db DB`, as the bootstrap admin or as `token`'s principal.
-fn leash(db: &str, token: Option<&str>, args: &[&str]) -> Output {
+pub(crate) fn leash(db: &str, token: Option<&str>, args: &[&str]) -> Output {
     let mut command = leash_bin();
     command.args(args).args(["--db", db]);
     if let Some(token) = token {
@@ -20,7 +20,7 @@ fn leash(db: &str, token: Option<&str>, args: &[&str]) -> Output {
     command.output().expect("run leash")
 }
 
-fn ok(output: Output) -> String {
+pub(crate) fn ok(output: Output) -> String {
     let said = String::from_utf8_lossy(&output.stdout).into_owned();
     assert_eq!(output.status.code(), Some(0), "{said}\n{}", String::from_utf8_lossy(&output.stderr));
     said

@@ -3,5 +3,6 @@
 mod audit;
 mod config;
 pub(crate) mod ops;
+mod rules;
 mod run;
 mod scaffold;

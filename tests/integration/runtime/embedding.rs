@@ -626,3 +626,27 @@ async fn a_job_a_process_died_under_runs_alone_for_a_while_then_beside_others() 
     runtime.cancel(suspect).await.unwrap();
     runtime.shutdown().await;
 }
+
+/// With an audit retention set, the sweep deletes rows older than it as a
+/// prefix of the chain, and the chain kept still verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_rows_past_their_retention_are_swept_and_the_rest_still_verifies() {
+    use leash::access::{PrincipalCeilings, Role};
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = builder(&dir)
+        .audit_ttl(Duration::from_millis(300))
+        .sweep_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let roles = [Role::Submit].into_iter().collect();
+    runtime.principal_put("sam".into(), roles, PrincipalCeilings::default()).await.unwrap();
+    let head = eventually("the row past its retention is swept", async || {
+        let head = runtime.audit_head().await.unwrap();
+        (head.pruned_seq == 1).then_some(head)
+    })
+    .await;
+    assert_eq!(head.seq, 1);
+    assert_eq!(runtime.audit_verify().await.unwrap(), Ok(head));
+    runtime.shutdown().await;
+}

@@ -206,7 +206,11 @@ async fn a_release_or_cancel_that_lands_but_reports_failure_leaves_a_consistent_
     faults.inject(Op::Release, Fault::FailAfter);
     runtime.shutdown().await;
     let after = runtime.get(released).await.unwrap();
-    assert_eq!((after.status, after.attempt, after.lost_leases), (JobStatus::Queued, 1, 0), "back in the queue: {after:?}");
+    assert_eq!(
+        (after.status, after.attempt, after.lost_leases),
+        (JobStatus::Queued, 1, 0),
+        "back in the queue: {after:?}"
+    );
     assert!(after.lease_token.is_none());
     assert_eq!(faults.injected(), 2, "both the cancel and the release fault were hit");
 }

@@ -457,6 +457,8 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
         key: None,
         queue_ttl: Duration::from_secs(86_400),
         approval_ttl: APPROVAL_TTL,
+        remember: None,
+        rule: None,
         now,
     };
     let mut tokens: [Option<String>; WORKERS] = [None, None];

@@ -179,6 +179,18 @@ impl Drop for Server {
     }
 }
 
+/// Two `leash serve` replicas on one new PostgreSQL schema, sharing a
+/// token file in `dir`; `None` (said why) without PostgreSQL. Drop the
+/// servers before the schema.
+pub async fn two_postgres_replicas(dir: &Path) -> Option<(crate::support::pg::Schema, Server, Server)> {
+    let url = crate::support::pg::url()?;
+    let schema = crate::support::pg::Schema::create(&url).await;
+    let token_file = dir.join("token");
+    let a = Server::start_on(schema.url.as_ref(), &token_file, &[], |_| {});
+    let b = Server::start_on(schema.url.as_ref(), &token_file, &[], |_| {});
+    Some((schema, a, b))
+}
+
 /// A job's terminal check.
 pub fn is_terminal(job: &Value) -> bool {
     job["status"].as_str().and_then(|s| s.parse::<leash::job::JobStatus>().ok()).is_some_and(|s| s.is_terminal())

@@ -101,7 +101,11 @@ async fn verify(client: &Client, json_out: bool) -> Result<ExitStatus, CliError>
             if json_out {
                 print_json(&serde_json::json!({ "intact": true, "head": head }))?;
             } else {
-                let _ = writeln!(out, "intact: {} rows; head {} {}", head.seq, head.seq, head.hash);
+                let rows = match head.pruned_seq {
+                    0 => format!("{} rows", head.seq),
+                    pruned => format!("rows {} to {} (those before deleted by retention)", pruned + 1, head.seq),
+                };
+                let _ = writeln!(out, "intact: {rows}; head {} {}", head.seq, head.hash);
             }
             Ok(ExitStatus::Success)
         }

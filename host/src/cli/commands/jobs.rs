@@ -8,7 +8,7 @@ use axum::http::Method;
 use base64::Engine as _;
 use clap::Subcommand;
 
-use crate::api::requests::DecisionRequest;
+use crate::api::requests::{DecisionRequest, RememberRequest};
 use crate::api::types::{CancelAnswer, JobPage, JobView};
 use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::commands::submit::wait_for;
@@ -16,7 +16,7 @@ use crate::cli::commands::watch::WatchArgs;
 use crate::cli::commands::{ConnArgs, DecisionArgs};
 use crate::cli::{CliError, ExitStatus, parse_duration, terminal_text};
 use crate::client::typed;
-use crate::job::Verdict;
+use crate::job::{Verdict, millis};
 use crate::runtime::Cancelled;
 
 #[derive(Debug, Subcommand)]
@@ -83,6 +83,16 @@ pub(in crate::cli) enum JobsCommand {
         id: String,
         #[command(flatten)]
         decision: DecisionArgs,
+        /// Let this approval stand this long (1m to 90d) for jobs exactly
+        /// like this one: same plugin bytes, target, grants, input and
+        /// submitter. Matching jobs waiting now are approved too, and
+        /// matching jobs submitted meanwhile on arrival (`leash rules`).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        remember: Option<Duration>,
+        /// With `--remember`: any principal's matching submits, not only
+        /// this job's submitter's.
+        #[arg(long, requires = "remember")]
+        any_submitter: bool,
     },
     /// Reject a job waiting for approval: it is cancelled (kind
     /// `rejected`) and never runs.
@@ -273,8 +283,10 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
             })
             .await
         }
-        JobsCommand::Approve { conn, id, decision } => {
-            decide(conn, format!("/v1/jobs/{id}/approve"), Some(decision.body())).await
+        JobsCommand::Approve { conn, id, decision, remember, any_submitter } => {
+            let mut body = decision.body();
+            body.remember = remember.map(|ttl| RememberRequest { ttl_ms: millis::of(ttl), any_submitter });
+            decide(conn, format!("/v1/jobs/{id}/approve"), Some(body)).await
         }
         JobsCommand::Reject { conn, id, decision } => {
             decide(conn, format!("/v1/jobs/{id}/reject"), Some(decision.body())).await
@@ -311,6 +323,9 @@ async fn decide(conn: ConnArgs, path: String, body: Option<DecisionRequest>) -> 
                 };
                 let given = if by.len() > 1 { format!(" (approved by {})", by.join(", ")) } else { String::new() };
                 let _ = writeln!(std::io::stdout(), "{}", terminal_text(&format!("{said}{given}")));
+                for rule in approval.approvals.iter().filter_map(|a| a.remembered.as_deref()) {
+                    let _ = writeln!(std::io::stdout(), "remembered as rule {}", terminal_text(rule));
+                }
             }
             if let Some(output) = answer["output_base64"].as_str() {
                 let bytes = base64::engine::general_purpose::STANDARD.decode(output).unwrap_or_default();

@@ -13,6 +13,7 @@ mod jobs;
 mod new;
 mod plan;
 mod plugins;
+mod rules;
 mod run;
 mod serve;
 mod submit;
@@ -27,6 +28,7 @@ pub(super) use jobs::{JobsCommand, jobs};
 pub(super) use new::{NewArgs, new_plugin};
 pub(super) use plan::{PlanCommand, plan};
 pub(super) use plugins::{PluginsCommand, plugins};
+pub(super) use rules::{RulesCommand, rules};
 pub(super) use run::{RunArgs, run_once};
 pub(super) use serve::{ServeArgs, serve};
 pub(super) use submit::{SubmitArgs, submit};
@@ -74,7 +76,7 @@ pub(super) struct DecisionArgs {
 impl DecisionArgs {
     /// The body of an approve or reject request.
     pub(super) fn body(&self) -> DecisionRequest {
-        DecisionRequest { by: None, comment: self.comment.clone() }
+        DecisionRequest { by: None, comment: self.comment.clone(), remember: None }
     }
 
     /// The body of a plan's approve or reject request, for `phase`.

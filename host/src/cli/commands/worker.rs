@@ -40,6 +40,9 @@ pub(in crate::cli) fn worker_builder(args: &WorkerArgs) -> Result<RuntimeBuilder
         let log = StartLog::open(path)?;
         builder = builder.on_start(move |start| log.record(start));
     }
+    if let Some(ttl) = args.audit_ttl {
+        builder = builder.audit_ttl(ttl);
+    }
     Ok(builder
         .durability(durability(&args.store)?)
         .sandbox(SandboxConfig {

@@ -47,7 +47,7 @@ pub(super) async fn append_all(
     let head = client
         .query_one("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE", &[])
         .await
-        .map(|r| AuditHead { seq: r.get(0), hash: r.get(1) })
+        .map(|r| AuditHead::new(r.get(0), r.get(1)))
         .map_err(&err)?;
     let (rows, head) = next_rows(&head, notes, now)?;
     let column = |f: fn(&AuditRecord) -> String| rows.iter().map(f).collect::<Vec<String>>();
@@ -94,8 +94,35 @@ impl Audit for PostgresStore {
     }
 
     async fn audit_head(&self) -> Result<AuditHead, StoreError> {
-        let rows = self.read("reading the audit head", "SELECT seq, hash FROM audit_head WHERE id = 1", &[]).await?;
+        let sql = "SELECT seq, hash, pruned_seq, pruned_hash FROM audit_head WHERE id = 1";
+        let rows = self.read("reading the audit head", sql, &[]).await?;
         let row = rows.first().ok_or_else(|| StoreError::Invalid("the audit head is missing".into()))?;
-        Ok(AuditHead { seq: row.get(0), hash: row.get(1) })
+        Ok(AuditHead { seq: row.get(0), hash: row.get(1), pruned_seq: row.get(2), pruned_hash: row.get(3) })
+    }
+}
+
+impl PostgresStore {
+    /// Audit retention: delete the rows written before `before`, as one
+    /// prefix of the chain (up to the newest such row), and keep the last
+    /// deleted row's number and hash in the head, where the first row kept
+    /// continues the chain from. The head's row lock makes it take turns
+    /// with appends. Answers the rows deleted.
+    pub(super) async fn audit_prune(&self, before: Timestamp) -> Result<u64, StoreError> {
+        let err = db_err("deleting old audit rows");
+        let mut client = self.client("deleting old audit rows").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        tx.execute("SELECT 1 FROM audit_head WHERE id = 1 FOR UPDATE", &[]).await.map_err(&err)?;
+        let last = tx
+            .query_opt("SELECT seq, hash FROM audit WHERE at < $1 ORDER BY seq DESC LIMIT 1", &[&before.unix_ms()])
+            .await
+            .map_err(&err)?;
+        let Some(last) = last else { return Ok(0) };
+        let (seq, hash): (i64, String) = (last.get(0), last.get(1));
+        let n = tx.execute("DELETE FROM audit WHERE seq <= $1", &[&seq]).await.map_err(&err)?;
+        tx.execute("UPDATE audit_head SET pruned_seq = $1, pruned_hash = $2 WHERE id = 1", &[&seq, &hash])
+            .await
+            .map_err(&err)?;
+        tx.commit().await.map_err(&err)?;
+        Ok(n)
     }
 }

@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 use super::rows::{count_jobs, db_err, job_columns, list_columns, row_to_job, rows_to_jobs};
 use super::{BATCH, NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
-use crate::job::{Approval, Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
+use crate::job::{Approval, ApprovalRule, Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::audit::{cancel_note, submit_note};
 use crate::store::rules::codec::{
@@ -155,6 +155,10 @@ impl Jobs for PostgresStore {
             run_after: Timestamp::from_unix_ms(row.get(2)),
             expires_at: row.get::<_, Option<i64>>(3).map(Timestamp::from_unix_ms),
             submitted_by: row.get(4),
+            rule_in_force: match &params.rule {
+                Some(rule) => gate::rule_in_force(super::standing::rule_row(&tx, rule).await?, params.now)?,
+                None => false,
+            },
         };
         let change = match gate::decide(gated, &params) {
             Ok(change) => change,
@@ -183,11 +187,25 @@ impl Jobs for PostgresStore {
         if change.status() == JobStatus::Queued {
             tx.execute(NOTIFY, &[]).await.map_err(&err)?;
         }
-        // The head's lock is taken last, after the job's row, as every
-        // audited write does: no two appends wait on each other's rows.
-        super::audit::append(&tx, &change.audit_note(&params), params.now).await?;
-        tx.commit().await.map_err(&err)?;
         let job = rows.first().map(row_to_job).transpose()?.ok_or_else(|| corrupt(&id, "decided but not returned"))?;
+        let mut made = None;
+        if change.approves(&params) {
+            if let Some(rule) = &params.rule {
+                super::standing::rule_used(&tx, rule).await?;
+            }
+            if let Some(remember) = &params.remember {
+                let rule = ApprovalRule::of_job(&job, &params.by, remember, params.now);
+                super::standing::rule_insert(&tx, &rule).await?;
+                made = Some(rule);
+            }
+        }
+        // The head's lock is taken last, after the job's row (and the
+        // rule's), as every audited write does: no two appends wait on
+        // each other's rows.
+        let mut notes = vec![change.audit_note(&params)];
+        notes.extend(made.as_ref().map(gate::rule_created));
+        super::audit::append_all(&tx, &notes, params.now).await?;
+        tx.commit().await.map_err(&err)?;
         Ok(change.refusal().map_or(Ok(job), Err))
     }
 

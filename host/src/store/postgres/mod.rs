@@ -44,6 +44,7 @@ mod renew;
 mod rows;
 mod schema;
 mod sessions;
+mod standing;
 mod stats;
 mod sweeps;
 mod workers;

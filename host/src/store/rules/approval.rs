@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::job::{Approval, Decision, ErrorKind, JobStatus, Verdict};
-use crate::store::{AuditNote, DecideRefusal, JobDecideParams, JobDecision};
+use crate::job::{Approval, ApprovalRule, Decision, ErrorKind, JobStatus, Verdict};
+use crate::store::{AuditNote, DecideRefusal, JobDecideParams, JobDecision, StoreError};
 
 /// The columns of a gated job that a decision reads.
 pub(crate) struct GatedRow {
@@ -20,6 +20,36 @@ pub(crate) struct GatedRow {
     pub(crate) expires_at: Option<Timestamp>,
     /// The principal that submitted it, if one did.
     pub(crate) submitted_by: Option<String>,
+    /// Whether the standing rule deciding (`params.rule`), read in the same
+    /// write, may still approve (see [`rule_in_force`]); `false` when none
+    /// decides.
+    pub(crate) rule_in_force: bool,
+}
+
+/// A standing rule's row, as read in the write of a decision it makes:
+/// its author, expiry, revocation, and its author's roles (`None`: no
+/// such principal stored).
+pub(crate) struct RuleRow {
+    pub(crate) author: String,
+    pub(crate) expires_at: i64,
+    pub(crate) revoked_at: Option<i64>,
+    pub(crate) author_roles: Option<String>,
+}
+
+/// Whether a rule (`None`: not found) may approve at `now`: neither revoked
+/// nor expired, and its author still holds `approve` (the bootstrap admin,
+/// never stored, always does).
+pub(crate) fn rule_in_force(row: Option<RuleRow>, now: Timestamp) -> Result<bool, StoreError> {
+    let Some(row) = row else { return Ok(false) };
+    if row.revoked_at.is_some() || now.unix_ms() >= row.expires_at {
+        return Ok(false);
+    }
+    if row.author == crate::access::BOOTSTRAP {
+        return Ok(true);
+    }
+    let Some(roles) = row.author_roles else { return Ok(false) };
+    let roles = crate::store::rules::codec::roles_of(&row.author, &roles)?;
+    Ok(roles.contains(&crate::access::Role::Approve) || roles.contains(&crate::access::Role::Admin))
 }
 
 /// The columns of a [`Change`], as every backend binds them.
@@ -143,14 +173,27 @@ impl Change {
             (_, JobDecision::Run) => "job.run",
         };
         let approval = self.approval();
-        let detail = serde_json::json!({
+        let mut detail = serde_json::json!({
             "status": self.status(),
             "comment": params.comment,
             "approvals": approval.approvals.len(),
             "quorum": approval.duties.quorum,
         });
+        if let Some(rule) = &params.rule {
+            detail["rule"] = rule.as_str().into();
+        }
+        if let Some(remember) = params.remember.as_ref().filter(|_| self.approves(params)) {
+            detail["remembered"] = remember.rule.as_str().into();
+        }
         let principal = (!params.by.is_empty()).then(|| params.by.clone());
         AuditNote { principal, action, target: params.id.to_string(), detail }
+    }
+
+    /// Whether it records an approval (counted, queued, or approved to
+    /// wait for its trigger): what a rule is used for, or made of.
+    pub(crate) fn approves(&self, params: &JobDecideParams) -> bool {
+        params.decision == JobDecision::Approve
+            && matches!(self, Change::Queue { .. } | Change::Count { .. } | Change::Approve { .. })
     }
 
     /// The approval record it stores.
@@ -163,6 +206,43 @@ impl Change {
             | Change::Expire { approval, .. } => approval,
         }
     }
+}
+
+/// The columns a stored rule is read from: the rule as made (JSON), and
+/// what changes after: its revocation and its use count.
+pub(crate) const RULE_COLUMNS: &str = "rule_json, revoked_at, revoked_by, uses";
+
+/// A rule from its [`RULE_COLUMNS`].
+pub(crate) fn rule_of(
+    json: &str,
+    revoked_at: Option<i64>,
+    revoked_by: Option<String>,
+    uses: i64,
+) -> Result<ApprovalRule, StoreError> {
+    let mut rule: ApprovalRule = serde_json::from_str(json)
+        .map_err(|e| crate::store::rules::codec::corrupt("an approval rule", e.to_string()))?;
+    rule.revoked_at = revoked_at.map(Timestamp::from_unix_ms);
+    rule.revoked_by = revoked_by;
+    rule.uses = u64::try_from(uses).unwrap_or(0);
+    Ok(rule)
+}
+
+/// The audit trail's row for a rule made by an approval that remembers.
+pub(crate) fn rule_created(rule: &ApprovalRule) -> AuditNote {
+    let detail = serde_json::json!({
+        "from_job": rule.from_job,
+        "plugin": rule.plugin,
+        "target": rule.target,
+        "submitter": rule.submitter,
+        "input_sha256": rule.input_sha256,
+        "expires_at": rule.expires_at,
+    });
+    AuditNote { principal: Some(rule.author.clone()), action: "rule.create", target: rule.id.clone(), detail }
+}
+
+/// The audit trail's row for a revocation.
+pub(crate) fn rule_revoked(id: &str, actor: Option<String>) -> AuditNote {
+    AuditNote { principal: actor, action: "rule.revoke", target: id.to_owned(), detail: serde_json::json!({}) }
 }
 
 /// What `params` does to a job in `row`, or why it may not.
@@ -182,6 +262,8 @@ pub(crate) fn decide(row: GatedRow, params: &JobDecideParams) -> Result<Change, 
         comment: params.comment.clone(),
         at: now,
         key: params.key.clone(),
+        rule: params.rule.clone(),
+        remembered: params.remember.as_ref().filter(|_| verdict == Verdict::Approved).map(|r| r.rule.clone()),
     };
     match (&params.decision, row.status) {
         (_, status) if status.is_terminal() => Err(DecideRefusal::Terminal(status)),
@@ -192,6 +274,9 @@ pub(crate) fn decide(row: GatedRow, params: &JobDecideParams) -> Result<Change, 
             Ok(Change::Expire { approval, message: expiry_message(status), at: now })
         }
         (JobDecision::Approve, JobStatus::PendingApproval) => {
+            if params.rule.is_some() && !row.rule_in_force {
+                return Err(DecideRefusal::RuleInactive);
+            }
             if approval.duties.separate_approver && row.submitted_by.as_deref() == Some(params.by.as_str()) {
                 return Err(DecideRefusal::OwnSubmission);
             }
@@ -295,6 +380,8 @@ mod tests {
             key: None,
             queue_ttl: Duration::from_secs(60),
             approval_ttl: Duration::from_secs(600),
+            remember: None,
+            rule: None,
             now,
         }
     }
@@ -306,6 +393,7 @@ mod tests {
             run_after: Timestamp::from_unix_ms(0),
             expires_at: None,
             submitted_by: Some("sam".into()),
+            rule_in_force: false,
         }
     }
 
@@ -392,8 +480,15 @@ mod tests {
     fn a_trigger_or_cancel_read_before_the_approval_is_stamped_after_it() {
         let approved_at = Timestamp::from_unix_ms(2_000_000);
         let mut approval = gated(false);
-        approval.decision =
-            Some(Decision { verdict: Verdict::Approved, by: "a".into(), comment: None, at: approved_at, key: None });
+        approval.decision = Some(Decision {
+            verdict: Verdict::Approved,
+            by: "a".into(),
+            comment: None,
+            at: approved_at,
+            key: None,
+            rule: None,
+            remembered: None,
+        });
         let early = Timestamp::from_unix_ms(1_000_000);
         let trigger = decide(row(JobStatus::Approved, Some(approval.clone())), &params(JobDecision::Run, early));
         assert_eq!(trigger.unwrap().approval().triggered_at, Some(approved_at));

@@ -46,7 +46,7 @@ pub(crate) fn next_rows(
     let mut rows = Vec::with_capacity(notes.len());
     for note in notes {
         let row = next_row(&head, note, now)?;
-        head = AuditHead { seq: row.seq, hash: row.hash.clone() };
+        head = AuditHead::new(row.seq, row.hash.clone());
         rows.push(row);
     }
     Ok((rows, head))
@@ -192,11 +192,20 @@ pub struct ChainCheck {
 
 impl Default for ChainCheck {
     fn default() -> Self {
-        ChainCheck { last: AuditHead { seq: 0, hash: GENESIS.to_owned() } }
+        ChainCheck { last: AuditHead::new(0, GENESIS.to_owned()) }
     }
 }
 
 impl ChainCheck {
+    /// A walk from where `head` says the kept rows start: after the last
+    /// row audit retention deleted, or from the start.
+    pub fn from_head(head: &AuditHead) -> ChainCheck {
+        match &head.pruned_hash {
+            Some(hash) if head.pruned_seq > 0 => ChainCheck { last: AuditHead::new(head.pruned_seq, hash.clone()) },
+            _ => ChainCheck::default(),
+        }
+    }
+
     /// The next row: it must follow the last without a gap, name its hash,
     /// and hash to what it says.
     pub fn push(&mut self, row: &AuditRecord) -> Result<(), ChainBreak> {
@@ -221,13 +230,13 @@ impl ChainCheck {
                 why: format!("row {at}'s contents do not hash to its hash: it was changed after it was written"),
             });
         }
-        self.last = AuditHead { seq: row.seq, hash: row.hash.clone() };
+        self.last = AuditHead::new(row.seq, row.hash.clone());
         Ok(())
     }
 
     /// The chain ended: its last row must be the head the store kept.
     pub fn finish(self, head: &AuditHead) -> Result<AuditHead, ChainBreak> {
-        if self.last != *head {
+        if (self.last.seq, &self.last.hash) != (head.seq, &head.hash) {
             return Err(ChainBreak {
                 seq: self.last.seq + 1,
                 why: format!(
@@ -237,7 +246,7 @@ impl ChainCheck {
                 ),
             });
         }
-        Ok(self.last)
+        Ok(head.clone())
     }
 }
 
@@ -249,8 +258,8 @@ pub async fn verify_chain<E, F: Future<Output = Result<Vec<AuditRecord>, E>>>(
     head: &AuditHead,
     mut page: impl FnMut(i64) -> F,
 ) -> Result<Result<AuditHead, ChainBreak>, E> {
-    let mut check = ChainCheck::default();
-    let mut after = 0;
+    let mut check = ChainCheck::from_head(head);
+    let mut after = head.pruned_seq;
     while after < head.seq {
         let rows = page(after).await?;
         let Some(last) = rows.last().map(|r| r.seq) else { break };
@@ -270,7 +279,7 @@ mod tests {
     use serde_json::json;
 
     fn chain(n: usize) -> Vec<AuditRecord> {
-        let mut head = AuditHead { seq: 0, hash: GENESIS.to_owned() };
+        let mut head = AuditHead::new(0, GENESIS.to_owned());
         let mut rows = Vec::new();
         for i in 0..n {
             let note = AuditNote {
@@ -280,7 +289,7 @@ mod tests {
                 detail: json!({ "n": i }),
             };
             let row = next_row(&head, &note, Timestamp::from_unix_ms(1_000 + i as i64)).unwrap();
-            head = AuditHead { seq: row.seq, hash: row.hash.clone() };
+            head = AuditHead::new(row.seq, row.hash.clone());
             rows.push(row);
         }
         rows
@@ -297,9 +306,9 @@ mod tests {
     #[test]
     fn a_chain_verifies_and_every_kind_of_tampering_breaks_it_where_it_was_made() {
         let rows = chain(5);
-        let head = AuditHead { seq: 5, hash: rows[4].hash.clone() };
+        let head = AuditHead::new(5, rows[4].hash.clone());
         assert_eq!(check(&rows, &head).unwrap(), head);
-        assert!(check(&[], &AuditHead { seq: 0, hash: GENESIS.into() }).is_ok(), "an empty trail");
+        assert!(check(&[], &AuditHead::new(0, GENESIS.into())).is_ok(), "an empty trail");
 
         let mut edited = rows.clone();
         edited[2].detail = r#"{"n":99}"#.into();

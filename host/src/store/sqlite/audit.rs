@@ -1,7 +1,7 @@
 //! The SQLite store's [`Audit`]: reading the trail, and the append each
 //! audited write makes in its own savepoint.
 
-use rusqlite::{Connection, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
 use super::rows::db_err;
@@ -26,7 +26,7 @@ fn record(r: &Row<'_>) -> rusqlite::Result<AuditRecord> {
 
 fn head(conn: &Connection) -> Result<AuditHead, StoreError> {
     conn.prepare_cached("SELECT seq, hash FROM audit_head WHERE id = 1")
-        .and_then(|mut s| s.query_row([], |r| Ok(AuditHead { seq: r.get(0)?, hash: r.get(1)? })))
+        .and_then(|mut s| s.query_row([], |r| Ok(AuditHead::new(r.get(0)?, r.get(1)?))))
         .map_err(db_err("reading the audit head"))
 }
 
@@ -89,6 +89,36 @@ impl Audit for SqliteStore {
     }
 
     async fn audit_head(&self) -> Result<AuditHead, StoreError> {
-        self.read(head).await
+        self.read(|conn| {
+            conn.prepare_cached("SELECT seq, hash, pruned_seq, pruned_hash FROM audit_head WHERE id = 1")
+                .and_then(|mut s| {
+                    s.query_row([], |r| {
+                        Ok(AuditHead { seq: r.get(0)?, hash: r.get(1)?, pruned_seq: r.get(2)?, pruned_hash: r.get(3)? })
+                    })
+                })
+                .map_err(db_err("reading the audit head"))
+        })
+        .await
     }
+}
+
+/// Audit retention: delete the rows written before `before`, as one prefix
+/// of the chain (up to the newest such row), and keep the last deleted
+/// row's number and hash in the head, where the first row kept continues
+/// the chain from. Answers the rows deleted.
+pub(super) fn prune(conn: &Connection, before: Timestamp) -> Result<u64, StoreError> {
+    let err = db_err("deleting old audit rows");
+    let last: Option<(i64, String)> = conn
+        .query_row(
+            "SELECT seq, hash FROM audit WHERE at < ?1 ORDER BY seq DESC LIMIT 1",
+            params![before.unix_ms()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(&err)?;
+    let Some((seq, hash)) = last else { return Ok(0) };
+    let n = conn.execute("DELETE FROM audit WHERE seq <= ?1", params![seq]).map_err(&err)?;
+    conn.execute("UPDATE audit_head SET pruned_seq = ?1, pruned_hash = ?2 WHERE id = 1", params![seq, hash])
+        .map_err(&err)?;
+    Ok(n as u64)
 }

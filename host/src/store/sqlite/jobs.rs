@@ -9,7 +9,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::SqliteStore;
 use super::rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs};
 use crate::clock::Timestamp;
-use crate::job::{Approval, Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
+use crate::job::{
+    Approval, ApprovalRule, Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis,
+};
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::audit::{cancel_note, submit_note};
 use crate::store::rules::codec::{
@@ -139,6 +141,10 @@ impl Jobs for SqliteStore {
                 run_after: Timestamp::from_unix_ms(run_after),
                 expires_at: expires_at.map(Timestamp::from_unix_ms),
                 submitted_by,
+                rule_in_force: match &params.rule {
+                    Some(rule) => gate::rule_in_force(super::standing::rule_row(conn, rule)?, params.now)?,
+                    None => false,
+                },
             };
             let change = match gate::decide(row, &params) {
                 Ok(change) => change,
@@ -165,6 +171,15 @@ impl Jobs for SqliteStore {
             )?;
             let job = jobs.pop().ok_or_else(|| corrupt(&id, "decided but not returned"))?;
             super::audit::append(conn, &change.audit_note(&params), params.now)?;
+            if change.approves(&params) {
+                if let Some(rule) = &params.rule {
+                    super::standing::rule_used(conn, rule)?;
+                }
+                if let Some(remember) = &params.remember {
+                    let made = ApprovalRule::of_job(&job, &params.by, remember, params.now);
+                    super::standing::rule_insert(conn, &made, params.now)?;
+                }
+            }
             Ok(change.refusal().map_or(Ok(job), Err))
         })
         .await

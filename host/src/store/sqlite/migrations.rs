@@ -537,4 +537,27 @@ INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '00000000000000000000000000
 -- A principal's own ceilings on the jobs it submits (JSON; NULL: none).
 ALTER TABLE principals ADD COLUMN ceilings_json TEXT;
 "#,
+    r#"
+-- Standing approval rules ("Allow & Remember"): the rule as made (JSON),
+-- and the columns it is found and changed by.
+CREATE TABLE approval_rules (
+    rule_id        TEXT PRIMARY KEY,
+    author         TEXT NOT NULL,
+    plugin_digest  TEXT NOT NULL,
+    target         TEXT NOT NULL,
+    created_at     INTEGER NOT NULL,
+    expires_at     INTEGER NOT NULL,
+    revoked_at     INTEGER,
+    revoked_by     TEXT,
+    uses           INTEGER NOT NULL DEFAULT 0,
+    rule_json      TEXT NOT NULL
+);
+CREATE INDEX approval_rules_plugin ON approval_rules (plugin_digest, target);
+"#,
+    r#"
+-- Audit retention: the last row deleted (0: none), whose hash the first
+-- row kept names.
+ALTER TABLE audit_head ADD COLUMN pruned_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE audit_head ADD COLUMN pruned_hash TEXT;
+"#,
 ];

@@ -31,6 +31,7 @@ mod principals;
 mod rows;
 mod schema;
 mod sessions;
+mod standing;
 mod sweeps;
 mod triggers;
 mod workers;

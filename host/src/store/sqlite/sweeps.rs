@@ -98,6 +98,7 @@ impl Sweeps for SqliteStore {
     async fn jobs_delete_expired(&self, params: JobsDeleteParams) -> Result<u64, StoreError> {
         let cutoff = params.finished_before.unix_ms();
         let events_cutoff = params.events_before.unix_ms();
+        let audit_before = params.audit_before;
         self.write_all_or_nothing(move |conn| {
             let err = db_err("deleting old jobs");
             let old = format!("finished_at IS NOT NULL AND finished_at < ?1 AND {NOT_HELD_BY_A_PLAN}");
@@ -128,6 +129,9 @@ impl Sweeps for SqliteStore {
                     params![horizon],
                 )
                 .map_err(&err)?;
+            }
+            if let Some(before) = audit_before {
+                super::audit::prune(conn, before)?;
             }
             Ok(n as u64)
         })

@@ -107,6 +107,8 @@ macro_rules! with_cases {
                 principals_hold_roles_and_tokens_that_end_with_them,
                 audited_changes_at_once_form_one_unbroken_chain,
                 a_principal_s_submits_append_one_row_per_job_in_order,
+                a_rule_decides_only_while_it_stands_and_its_author_may_approve,
+                audit_retention_deletes_a_prefix_and_the_chain_still_verifies,
             }
             events {
                 every_change_appends_one_event_in_commit_order,

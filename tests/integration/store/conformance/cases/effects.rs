@@ -178,7 +178,11 @@ pub(crate) async fn effects_are_recorded_only_under_the_lease_and_numbered_per_a
     // Retention takes a job's effects with it.
     store.job_finish(succeed(&second, at(9))).await.unwrap();
     let deleted = store
-        .jobs_delete_expired(JobsDeleteParams { finished_before: at(100), events_before: KEEP_EVENTS })
+        .jobs_delete_expired(JobsDeleteParams {
+            finished_before: at(100),
+            events_before: KEEP_EVENTS,
+            audit_before: None,
+        })
         .await
         .unwrap();
     assert_eq!(deleted, 1);

@@ -108,7 +108,10 @@ pub(crate) async fn retention_deletes_old_events_and_a_reader_behind_hears_it_mi
     insert(&*store, vec![new_job("a"), new_job("b"), new_job("c")], T0).await;
     let old = events_since(&*store, start, 3).await;
     let everything = Timestamp::now().plus(Duration::from_secs(3600));
-    store.jobs_delete_expired(JobsDeleteParams { finished_before: T0, events_before: everything }).await.unwrap();
+    store
+        .jobs_delete_expired(JobsDeleteParams { finished_before: T0, events_before: everything, audit_before: None })
+        .await
+        .unwrap();
     // Every event older than the cutoff goes but the newest, which is kept.
     let behind = store.events_after(EventsAfterParams { after: Some(old[0].id), limit: 10 }).await.unwrap();
     assert!(behind.missed, "{behind:?}");

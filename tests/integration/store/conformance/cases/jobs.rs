@@ -126,7 +126,14 @@ pub(crate) async fn an_idempotency_key_belongs_to_one_job_while_it_is_kept(store
     // Retention deletes the job and, with it, the key.
     let lease = claim_one(&*store, at(3)).await;
     assert!(store.job_finish(succeed(&lease, at(4))).await.unwrap());
-    store.jobs_delete_expired(JobsDeleteParams { finished_before: at(5), events_before: KEEP_EVENTS }).await.unwrap();
+    store
+        .jobs_delete_expired(JobsDeleteParams {
+            finished_before: at(5),
+            events_before: KEEP_EVENTS,
+            audit_before: None,
+        })
+        .await
+        .unwrap();
     let again = insert_one(&*store, keyed("d2"), at(6)).await;
     assert_ne!(again.id, first.id);
 }

@@ -241,6 +241,8 @@ pub(crate) fn decide_params(id: JobId, decision: JobDecision, by: &str, now: Tim
         key: None,
         queue_ttl: QUEUE_TTL,
         approval_ttl: APPROVAL_TTL,
+        remember: None,
+        rule: None,
         now,
     }
 }

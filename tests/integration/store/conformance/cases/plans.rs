@@ -160,8 +160,13 @@ pub(crate) async fn retention_keeps_a_plans_phases_until_the_last_ends(store: Ar
     let plan_id = "01PLANG0000000000000000000";
     let execute = new_plan(&*store, plan_id, ApplyMode::Approval, T0).await;
     run_to(&*store, Finish::Succeeded { output: b"diff".to_vec() }, at(1)).await;
-    let delete =
-        |cutoff| store.jobs_delete_expired(JobsDeleteParams { finished_before: cutoff, events_before: KEEP_EVENTS });
+    let delete = |cutoff| {
+        store.jobs_delete_expired(JobsDeleteParams {
+            finished_before: cutoff,
+            events_before: KEEP_EVENTS,
+            audit_before: None,
+        })
+    };
     assert_eq!(delete(at(100)).await.unwrap(), 0, "an execute job whose apply is still to be created is kept");
     let apply = advance(&*store, None, at(2)).await.remove(0);
     assert_eq!(delete(at(100)).await.unwrap(), 0, "an execute job whose apply waits is kept");

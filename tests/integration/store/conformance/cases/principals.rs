@@ -8,7 +8,7 @@ use leash::store::{AuditListParams, JobStore, StoreError, verify_chain};
 
 use leash::job::NewJob;
 
-use super::{T0, at, insert, new_job};
+use super::{T0, at, get, insert, new_job};
 
 fn principal(name: &str, roles: &[Role], created_at: leash::clock::Timestamp) -> Principal {
     Principal { name: name.into(), roles: roles.iter().copied().collect(), created_at, ceilings: Default::default() }
@@ -123,4 +123,116 @@ pub(crate) async fn a_principal_s_submits_append_one_row_per_job_in_order(store:
     .await
     .unwrap();
     assert_eq!(verdict, Ok(head));
+}
+
+/// A remembering approval stores its rule in the same write, audited in
+/// its author's name; a decision by the rule is counted and audited as the
+/// rule's; and the store refuses one, read in the decision's own write,
+/// once the rule is revoked or expired or its author has lost `approve`.
+pub(crate) async fn a_rule_decides_only_while_it_stands_and_its_author_may_approve(store: Arc<dyn JobStore>) {
+    use leash::job::{Remember, Verdict};
+    use leash::store::{DecideRefusal, JobDecision, RuleListParams, RuleRevokeParams};
+
+    use super::{decide_params, gated_job};
+
+    store.principal_put(principal("alice", &[Role::Approve], T0), None).await.unwrap();
+    let jobs = insert(&*store, (0..5).map(|i| gated_job(&format!("{i}"), true)).collect(), T0).await;
+    let remember = Remember::new(std::time::Duration::from_secs(600), true, at(1)).unwrap();
+    let first = store
+        .job_decide(leash::store::JobDecideParams {
+            remember: Some(remember.clone()),
+            ..decide_params(jobs[0].id, JobDecision::Approve, "alice", at(1))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.approval.as_ref().unwrap().approvals[0].remembered.as_deref(), Some(remember.rule.as_str()));
+    let rule = store.rule_get(remember.rule.clone()).await.unwrap().expect("stored with the approval");
+    assert_eq!(
+        (rule.author.as_str(), rule.from_job, rule.uses, rule.submitter.clone()),
+        ("alice", jobs[0].id, 0, None)
+    );
+    assert_eq!(rule.expires_at, at(601));
+
+    let by_rule = |id, now| leash::store::JobDecideParams {
+        rule: Some(remember.rule.clone()),
+        ..decide_params(id, JobDecision::Approve, "alice", now)
+    };
+    let approved = store.job_decide(by_rule(jobs[1].id, at(2))).await.unwrap().unwrap();
+    let decision = approved.approval.as_ref().unwrap().decision.clone().unwrap();
+    assert_eq!((decision.verdict, decision.rule.as_deref()), (Verdict::Approved, Some(remember.rule.as_str())));
+    assert_eq!(store.rule_get(remember.rule.clone()).await.unwrap().unwrap().uses, 1);
+    // Past its expiry: refused, the job untouched.
+    assert_eq!(store.job_decide(by_rule(jobs[2].id, at(601))).await.unwrap(), Err(DecideRefusal::RuleInactive));
+    // Its author without `approve`: refused; given back: decided.
+    store.principal_put(principal("alice", &[Role::Submit], T0), None).await.unwrap();
+    assert_eq!(store.job_decide(by_rule(jobs[2].id, at(3))).await.unwrap(), Err(DecideRefusal::RuleInactive));
+    store.principal_put(principal("alice", &[Role::Approve], T0), None).await.unwrap();
+    assert!(store.job_decide(by_rule(jobs[2].id, at(4))).await.unwrap().is_ok());
+    // Revoked: refused; revoking again changes nothing.
+    let revoke = RuleRevokeParams { id: remember.rule.clone(), actor: Some("bob".into()), now: at(5) };
+    let revoked = store.rule_revoke(revoke.clone()).await.unwrap().unwrap();
+    assert_eq!((revoked.revoked_at, revoked.revoked_by.as_deref(), revoked.uses), (Some(at(5)), Some("bob"), 2));
+    assert_eq!(
+        store.rule_revoke(RuleRevokeParams { now: at(9), ..revoke }).await.unwrap().unwrap().revoked_at,
+        Some(at(5))
+    );
+    assert_eq!(store.job_decide(by_rule(jobs[3].id, at(6))).await.unwrap(), Err(DecideRefusal::RuleInactive));
+    assert_eq!(get(&*store, jobs[3].id).await.status, leash::job::JobStatus::PendingApproval);
+    // An unknown rule decides nothing either.
+    let unknown = leash::store::JobDecideParams { rule: Some("rule_none".into()), ..by_rule(jobs[4].id, at(6)) };
+    assert_eq!(store.job_decide(unknown).await.unwrap(), Err(DecideRefusal::RuleInactive));
+
+    let active = RuleListParams { active_at: Some(at(6)), limit: 10, ..RuleListParams::default() };
+    assert_eq!(store.rule_list(active).await.unwrap(), []);
+    let all = store.rule_list(RuleListParams { author: Some("alice".into()), limit: 10, ..Default::default() });
+    assert_eq!(all.await.unwrap().len(), 1);
+    let rows = store.audit_list(AuditListParams { limit: 100, ..AuditListParams::default() }).await.unwrap();
+    let said: Vec<(&str, Option<&str>)> = rows.iter().map(|r| (r.action.as_str(), r.principal.as_deref())).collect();
+    let expected = [
+        ("principal.put", None),
+        ("job.approve", Some("alice")),
+        ("rule.create", Some("alice")),
+        ("job.approve", Some("alice")),
+        ("principal.put", None),
+        ("principal.put", None),
+        ("job.approve", Some("alice")),
+        ("rule.revoke", Some("bob")),
+    ];
+    assert_eq!(said, expected);
+}
+
+/// Audit retention deletes the rows written before its cutoff as one
+/// prefix of the chain; the head says where the kept rows start, the chain
+/// still verifies from there (and a kept row edited is still caught by the
+/// hashes), and appends go on after it. Without a cutoff nothing goes.
+pub(crate) async fn audit_retention_deletes_a_prefix_and_the_chain_still_verifies(store: Arc<dyn JobStore>) {
+    use leash::store::JobsDeleteParams;
+    for (i, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        store.principal_put(principal(name, &[Role::Submit], at(10 * i as u64)), None).await.unwrap();
+    }
+    let sweep = |audit_before| JobsDeleteParams { finished_before: T0, events_before: T0, audit_before };
+    store.jobs_delete_expired(sweep(None)).await.unwrap();
+    assert_eq!(store.audit_head().await.unwrap().pruned_seq, 0, "kept for ever by default");
+    store.jobs_delete_expired(sweep(Some(at(15)))).await.unwrap();
+    let head = store.audit_head().await.unwrap();
+    assert_eq!((head.seq, head.pruned_seq), (4, 2), "rows 1 and 2 (at 0 s and 10 s) went");
+    let kept = store.audit_list(AuditListParams { limit: 10, ..AuditListParams::default() }).await.unwrap();
+    assert_eq!(kept.iter().map(|r| r.seq).collect::<Vec<_>>(), [3, 4]);
+    assert_eq!(head.pruned_hash.as_deref(), Some(kept[0].prev_hash.as_str()), "the first kept row follows it");
+    let verify = async |head| {
+        verify_chain(&head, |after| {
+            store.audit_list(AuditListParams { after: Some(after), limit: 1, ..AuditListParams::default() })
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(verify(head.clone()).await, Ok(head.clone()));
+    store.principal_put(principal("e", &[Role::Submit], at(40)), None).await.unwrap();
+    let head = store.audit_head().await.unwrap();
+    assert_eq!((head.seq, head.pruned_seq), (5, 2));
+    assert_eq!(verify(head.clone()).await, Ok(head.clone()), "appends go on after a prune");
+    // A head that claims less was pruned than was: the gap is named.
+    let lying = leash::store::AuditHead { pruned_seq: 1, pruned_hash: Some(kept[0].prev_hash.clone()), ..head };
+    assert_eq!(verify(lying).await.unwrap_err().seq, 2, "row 2 is missing");
 }

@@ -97,7 +97,11 @@ pub(crate) async fn retention_deletes_only_old_terminal_jobs(store: Arc<dyn JobS
 
     assert_eq!(
         store
-            .jobs_delete_expired(JobsDeleteParams { finished_before: at(50), events_before: KEEP_EVENTS })
+            .jobs_delete_expired(JobsDeleteParams {
+                finished_before: at(50),
+                events_before: KEEP_EVENTS,
+                audit_before: None
+            })
             .await
             .unwrap(),
         1
