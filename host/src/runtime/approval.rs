@@ -41,6 +41,9 @@ impl DecisionBy {
     }
 
     /// An approval that stands for `ttl` for jobs exactly like this one.
+    /// The rule approves only while `by` is a stored principal holding
+    /// `approve` (or the bootstrap `admin`): an approver's name no
+    /// principal has makes a rule that approves nothing.
     pub fn remember(mut self, ttl: Duration, any_submitter: bool) -> Self {
         self.remember = Some(RememberFor { ttl, any_submitter });
         self
@@ -143,8 +146,12 @@ impl Runtime {
             self.nudge();
         }
         // The new rule approves the jobs already waiting that match it.
-        if let Some(rule) = remembered {
-            self.cascade(&rule).await?;
+        // The approval has landed whatever happens to that: a store
+        // failing now leaves the rest waiting for a person.
+        if let Some(rule) = remembered
+            && let Err(e) = self.cascade(&rule).await
+        {
+            tracing::warn!(rule, error = %e, "a new standing rule could not approve the jobs waiting like its own");
         }
         Ok(job)
     }

@@ -72,11 +72,13 @@ impl Runtime {
     }
 
     /// Jobs just stored, each approved on arrival by the newest standing
-    /// rule that matches it (if any), as stored after.
-    pub(super) async fn approve_on_arrival(&self, jobs: Vec<Job>) -> Result<Vec<Job>, RuntimeError> {
+    /// rule that matches it (if any), as stored after. The jobs are stored
+    /// whatever happens here: a store failing now leaves a job waiting for
+    /// a person, as if no rule matched.
+    pub(super) async fn approve_on_arrival(&self, jobs: Vec<Job>) -> Vec<Job> {
         let waiting = |j: &Job| j.status == JobStatus::PendingApproval && j.plan_id.is_none();
         if !jobs.iter().any(waiting) {
-            return Ok(jobs);
+            return jobs;
         }
         let now = self.now();
         let mut standing: HashMap<(Digest, Target), Vec<ApprovalRule>> = HashMap::new();
@@ -95,18 +97,29 @@ impl Runtime {
                     limit: RULES_PER_TARGET,
                     ..RuleListParams::default()
                 };
-                standing.insert(key.clone(), self.inner.store.rule_list(params).await?);
+                let rules = self.inner.store.rule_list(params).await.unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "standing rules could not be read: arriving jobs wait for a person");
+                    Vec::new()
+                });
+                standing.insert(key.clone(), rules);
             }
             let mut decided = None;
             for rule in standing[&key].iter().filter(|r| r.matches(&job)) {
-                if let Ok(job) = self.decide_by_rule(&job, rule).await? {
-                    decided = Some(job);
-                    break;
+                match self.decide_by_rule(&job, rule).await {
+                    Ok(Ok(job)) => {
+                        decided = Some(job);
+                        break;
+                    }
+                    Ok(Err(_refused)) => {}
+                    Err(e) => {
+                        tracing::warn!(rule = rule.id, error = %e, "a standing rule could not approve an arriving job");
+                        break;
+                    }
                 }
             }
             out.push(decided.unwrap_or(job));
         }
-        Ok(out)
+        out
     }
 
     /// Approve `job` by `rule`, in its author's name.

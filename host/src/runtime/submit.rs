@@ -194,7 +194,7 @@ impl Runtime {
         };
         self.count_queued(&inserted);
         // A standing rule approves a matching gated job as it arrives.
-        self.approve_on_arrival(inserted).await
+        Ok(self.approve_on_arrival(inserted).await)
     }
 
     /// Count the queued ones of jobs this process just stored, and wake

@@ -54,6 +54,8 @@ pub enum Op {
     Undeclared,
     /// `effect_begin` (an effect's intent).
     EffectBegin,
+    /// `rule_list` (the standing rules read as gated jobs arrive).
+    RuleList,
 }
 
 /// What goes wrong.
@@ -431,7 +433,7 @@ impl crate::store::StandingRules for FaultyStore {
         &self,
         params: crate::store::RuleListParams,
     ) -> Result<Vec<crate::job::ApprovalRule>, StoreError> {
-        self.inner.rule_list(params).await
+        self.around(Op::RuleList, self.inner.rule_list(params)).await
     }
 
     async fn rule_revoke(

@@ -428,3 +428,40 @@ async fn a_guest_refused_an_effect_because_the_store_stayed_busy_is_released_not
         runtime.shutdown().await;
     }
 }
+
+/// A gated job arrives while the standing rules cannot be read: it is
+/// stored all the same and waits for a person (the submit succeeds; a
+/// failure there would invite a resend and a second job), and the next
+/// twin is approved on arrival.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_job_arriving_while_the_rules_cannot_be_read_is_kept_and_waits() {
+    use leash::access::{PrincipalCeilings, Role};
+    use leash::job::ApprovalPolicy;
+    use leash::runtime::DecisionBy;
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = steady_runtime(&dir).await;
+    let name = PluginName::new("hello", "1").unwrap();
+    runtime.plugin_register(leash_tests::plugin_bytes("hello"), name.clone()).await.unwrap();
+    let policy: ApprovalPolicy = serde_json::from_value(serde_json::json!({ "require": ["execute"] })).unwrap();
+    runtime.plugin_require_approval(name.clone(), policy).await.unwrap();
+    let roles = [Role::Approve].into_iter().collect();
+    runtime.principal_put("alice".into(), roles, PrincipalCeilings::default()).await.unwrap();
+    let gated = || {
+        let mut job =
+            Submit::new(PluginSource::Ref(name.to_string().parse().unwrap()), Target::Execute, b"{}".to_vec());
+        job.submitted_by = Some("sam".into());
+        job
+    };
+    let first = runtime.submit_once(gated()).await.unwrap();
+    assert_eq!(first.status, JobStatus::PendingApproval);
+    runtime.approve(first.id, DecisionBy::new("alice").remember(Duration::from_secs(3600), false)).await.unwrap();
+
+    faults.inject(Op::RuleList, Fault::FailBefore);
+    let kept = runtime.submit_once(gated()).await.expect("the submit stands");
+    assert_eq!(faults.injected(), 1);
+    assert_eq!(kept.status, JobStatus::PendingApproval, "it waits for a person");
+    assert_eq!(runtime.get(kept.id).await.unwrap().status, JobStatus::PendingApproval);
+    let twin = runtime.submit_once(gated()).await.unwrap();
+    assert_eq!(twin.status, JobStatus::Queued, "approved on arrival once the rules can be read");
+    runtime.shutdown().await;
+}
