@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::access::{Principal, PrincipalCeilings, Role, TokenRecord};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::{AppState, ParsedPath};
-use crate::job::{JobId, millis};
+use crate::job::{Job, JobId, millis};
 
 /// The role a route needs (`None`: any principal may call it). `route` is
 /// the route as the router names it (`/v1/jobs/{id}/approve`).
@@ -67,16 +67,28 @@ pub(super) fn list_scope(principal: &Principal, asked: Option<String>) -> Option
 /// `404` for a job `principal` may not read (one it did not submit, when
 /// it reads only its own): as for a job that does not exist, whose
 /// existence is not its to learn either.
+pub(super) fn may_read(principal: &Principal, job: &Job) -> Result<(), ApiError> {
+    if reads_all(principal) || job.submitted_by.as_deref() == Some(principal.name.as_str()) {
+        Ok(())
+    } else {
+        Err(crate::runtime::RuntimeError::NotFound(job.id).into())
+    }
+}
+
+/// [`may_read`] for a job the handler does not read itself: read only
+/// for a principal that reads only its own.
 pub(super) async fn readable(state: &AppState, principal: &Principal, id: JobId) -> Result<(), ApiError> {
     if reads_all(principal) {
         return Ok(());
     }
+    may_read(principal, &state.runtime.get(id).await?)
+}
+
+/// The job, if `principal` may read it (else `404`, see [`may_read`]).
+pub(super) async fn read_job(state: &AppState, principal: &Principal, id: JobId) -> Result<Job, ApiError> {
     let job = state.runtime.get(id).await?;
-    if job.submitted_by.as_deref() == Some(principal.name.as_str()) {
-        Ok(())
-    } else {
-        Err(crate::runtime::RuntimeError::NotFound(id).into())
-    }
+    may_read(principal, &job)?;
+    Ok(job)
 }
 
 /// A principal's name from a path, checked (a bad one is `400`).

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::access::Principal;
-use crate::api::access::{list_scope, readable};
+use crate::api::access::{list_scope, read_job, readable};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::requests::{BatchRequest, DecisionRequest, Execution, SubmitRequest, decision_by};
 use crate::api::types::{Accepted, CancelAnswer, EffectList, Finished, JobPage, JobView};
@@ -246,8 +246,7 @@ pub(super) async fn job_show(
     Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
-    readable(&state, &principal, id).await?;
-    let job = state.runtime.get(id).await?;
+    let job = read_job(&state, &principal, id).await?;
     Ok(Json(JobView::from(job)).into_response())
 }
 
@@ -362,8 +361,7 @@ pub(super) async fn job_output(
     Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
-    readable(&state, &principal, id).await?;
-    let job = state.runtime.get(id).await?;
+    let job = read_job(&state, &principal, id).await?;
     match job.output {
         Some(output) => Ok(raw_bytes(output)),
         None => Err(ApiError::new(
@@ -388,8 +386,7 @@ pub(super) async fn job_input(
     Extension(principal): Extension<Principal>,
     ParsedPath(id): ParsedPath<JobId>,
 ) -> Result<Response, ApiError> {
-    readable(&state, &principal, id).await?;
-    Ok(raw_bytes(state.runtime.get(id).await?.input))
+    Ok(raw_bytes(read_job(&state, &principal, id).await?.input))
 }
 
 /// Bytes as they are, as `application/octet-stream`.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::requests::{PlanDecisionRequest, PlanRequest, plan_decision};
 use crate::access::Principal;
-use crate::api::access::{list_scope, readable};
+use crate::api::access::{list_scope, may_read};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::jobs::{IDEMPOTENT_REPLAYED, decision_key, idempotency_key};
 use crate::api::types::{PlanAnswer, PlanPage};
@@ -73,7 +73,7 @@ pub(super) async fn plan_show(
 ) -> Result<Response, ApiError> {
     let view = state.runtime.plan(&id.to_string()).await?;
     // A plan is its submitter's to read, as its jobs are.
-    readable(&state, &principal, view.execute.id).await?;
+    may_read(&principal, &view.execute)?;
     Ok(Json(PlanAnswer::from(view)).into_response())
 }
 

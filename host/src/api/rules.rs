@@ -69,10 +69,8 @@ pub(super) async fn rule_list(
     query: Result<Query<RuleQuery>, QueryRejection>,
 ) -> Result<Json<RuleList>, ApiError> {
     let Query(query) = query.map_err(query_error)?;
-    let plugin = match query.plugin {
-        None => None,
-        Some(text) => Some(text.parse::<Digest>().map_err(|e| ApiError::bad_request(format!("plugin: {e}")))?),
-    };
+    let plugin = query.plugin.as_deref().map(str::parse::<Digest>).transpose();
+    let plugin = plugin.map_err(|e| ApiError::bad_request(format!("plugin: {e}")))?;
     let params = RuleListParams {
         plugin,
         author: query.author,

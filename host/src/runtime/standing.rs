@@ -59,7 +59,7 @@ impl Runtime {
                 if !rule.matches(&job) {
                     continue;
                 }
-                match self.decide_by_rule(&job, &rule).await? {
+                match self.decide_by_rule(job.id, &rule).await? {
                     Ok(decided) => approved.push(decided.id),
                     Err(DecideRefusal::RuleInactive) => return Ok(approved),
                     Err(_) => {}
@@ -105,7 +105,7 @@ impl Runtime {
             }
             let mut decided = None;
             for rule in standing[&key].iter().filter(|r| r.matches(&job)) {
-                match self.decide_by_rule(&job, rule).await {
+                match self.decide_by_rule(job.id, rule).await {
                     Ok(Ok(job)) => {
                         decided = Some(job);
                         break;
@@ -122,11 +122,11 @@ impl Runtime {
         out
     }
 
-    /// Approve `job` by `rule`, in its author's name.
-    async fn decide_by_rule(&self, job: &Job, rule: &ApprovalRule) -> Result<Result<Job, DecideRefusal>, RuntimeError> {
+    /// Approve job `id` by `rule`, in its author's name.
+    async fn decide_by_rule(&self, id: JobId, rule: &ApprovalRule) -> Result<Result<Job, DecideRefusal>, RuntimeError> {
         let settings = &self.inner.settings;
         let params = JobDecideParams {
-            id: job.id,
+            id,
             decision: JobDecision::Approve,
             by: rule.author.clone(),
             comment: Some(format!("approved by standing rule {}", rule.id)),

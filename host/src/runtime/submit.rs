@@ -348,28 +348,14 @@ impl Runtime {
             RuntimeError::InvalidJob(format!("{what} {asked} is over principal {name:?}'s ceiling of {ceiling}"))
         };
         let shown = |d: Duration| humantime::format_duration(d).to_string();
-        if let Some(max) = ceilings.max_timeout_ms.map(Duration::from_millis) {
-            match job.timeout {
-                Some(asked) if asked > max => return Err(over("timeout", shown(asked), shown(max))),
-                Some(_) => {}
-                None => job.timeout = Some(settings.default_timeout.min(max)),
-            }
-        }
-        if let Some(max) = ceilings.max_attempts {
-            match job.max_attempts {
-                Some(asked) if asked > max => return Err(over("max_attempts", asked.to_string(), max.to_string())),
-                Some(_) => {}
-                None => job.max_attempts = Some(settings.default_max_attempts.min(max)),
-            }
-        }
-        if let Some(max) = ceilings.max_queue_ttl_ms.map(Duration::from_millis) {
-            match job.queue_ttl {
-                Some(asked) if asked > max => return Err(over("queue_ttl", shown(asked), shown(max))),
-                Some(_) => {}
-                None => job.queue_ttl = Some(settings.worker.queue_ttl.min(max)),
-            }
-        }
-        Ok(())
+        let timeout = ceilings.max_timeout_ms.map(Duration::from_millis);
+        within(&mut job.timeout, timeout, settings.default_timeout)
+            .map_err(|(asked, max)| over("timeout", shown(asked), shown(max)))?;
+        within(&mut job.max_attempts, ceilings.max_attempts, settings.default_max_attempts)
+            .map_err(|(asked, max)| over("max_attempts", asked.to_string(), max.to_string()))?;
+        let queue_ttl = ceilings.max_queue_ttl_ms.map(Duration::from_millis);
+        within(&mut job.queue_ttl, queue_ttl, settings.worker.queue_ttl)
+            .map_err(|(asked, max)| over("queue_ttl", shown(asked), shown(max)))
     }
 
     fn new_job(
@@ -477,5 +463,20 @@ impl Runtime {
         }
         new.check().map_err(RuntimeError::InvalidJob)?;
         Ok(new)
+    }
+}
+
+/// Hold one of a job's settings to a ceiling (`None`: none): a value asked
+/// for above it is refused with (asked, ceiling); none asked for becomes
+/// the default, cut to the ceiling.
+fn within<T: Copy + Ord>(asked: &mut Option<T>, ceiling: Option<T>, default: T) -> Result<(), (T, T)> {
+    let Some(max) = ceiling else { return Ok(()) };
+    match *asked {
+        Some(value) if value > max => Err((value, max)),
+        Some(_) => Ok(()),
+        None => {
+            *asked = Some(default.min(max));
+            Ok(())
+        }
     }
 }

@@ -14,6 +14,7 @@ use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{new_table, print_json, print_table, url_encode, with_client};
 use crate::cli::{CliError, ExitStatus, parse_duration, terminal_text};
 use crate::client::typed;
+use crate::job::millis;
 
 #[derive(Debug, Subcommand)]
 pub(in crate::cli) enum PrincipalsCommand {
@@ -28,13 +29,13 @@ pub(in crate::cli) enum PrincipalsCommand {
         roles: Vec<Role>,
         /// Longest timeout its jobs may ask for (e.g. 10m).
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-        max_timeout: Option<std::time::Duration>,
+        max_timeout: Option<Duration>,
         /// Most attempts its jobs may ask for.
         #[arg(long, value_name = "N")]
         max_attempts: Option<u32>,
         /// Longest queue TTL its jobs may ask for (e.g. 1h).
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-        max_queue_ttl: Option<std::time::Duration>,
+        max_queue_ttl: Option<Duration>,
     },
     /// List principals and their roles.
     List {
@@ -87,11 +88,10 @@ pub(in crate::cli) async fn principals(command: PrincipalsCommand) -> Result<Exi
         PrincipalsCommand::Add { conn, name, roles, max_timeout, max_attempts, max_queue_ttl } => {
             let json_out = conn.json;
             let path = format!("/v1/principals/{}", url_encode(&name));
-            let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
             let ceilings = PrincipalCeilings {
-                max_timeout_ms: max_timeout.map(ms),
+                max_timeout_ms: max_timeout.map(millis::of),
                 max_attempts,
-                max_queue_ttl_ms: max_queue_ttl.map(ms),
+                max_queue_ttl_ms: max_queue_ttl.map(millis::of),
             };
             with_client(&conn, false, async move |client| {
                 let body = PrincipalRequest { roles: roles.into_iter().collect(), ceilings };

@@ -13,6 +13,13 @@ use crate::store::{Audit, AuditHead, AuditListParams, AuditNote, AuditRecord, St
 
 const COLUMNS: &str = "seq, at, principal, action, target, detail, prev_hash, hash";
 
+/// The head's columns, as [`head`] reads them.
+const HEAD_COLUMNS: &str = "seq, hash, pruned_seq, pruned_hash";
+
+fn head(r: &Row) -> AuditHead {
+    AuditHead { seq: r.get(0), hash: r.get(1), pruned_seq: r.get(2), pruned_hash: r.get(3) }
+}
+
 fn record(r: &Row) -> AuditRecord {
     AuditRecord {
         seq: r.get(0),
@@ -45,9 +52,9 @@ pub(super) async fn append_all(
     }
     let err = db_err("appending to the audit trail");
     let head = client
-        .query_one("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE", &[])
+        .query_one(&format!("SELECT {HEAD_COLUMNS} FROM audit_head WHERE id = 1 FOR UPDATE"), &[])
         .await
-        .map(|r| AuditHead::new(r.get(0), r.get(1)))
+        .map(|r| head(&r))
         .map_err(&err)?;
     let (rows, head) = next_rows(&head, notes, now)?;
     let column = |f: fn(&AuditRecord) -> String| rows.iter().map(f).collect::<Vec<String>>();
@@ -94,10 +101,9 @@ impl Audit for PostgresStore {
     }
 
     async fn audit_head(&self) -> Result<AuditHead, StoreError> {
-        let sql = "SELECT seq, hash, pruned_seq, pruned_hash FROM audit_head WHERE id = 1";
-        let rows = self.read("reading the audit head", sql, &[]).await?;
-        let row = rows.first().ok_or_else(|| StoreError::Invalid("the audit head is missing".into()))?;
-        Ok(AuditHead { seq: row.get(0), hash: row.get(1), pruned_seq: row.get(2), pruned_hash: row.get(3) })
+        let sql = format!("SELECT {HEAD_COLUMNS} FROM audit_head WHERE id = 1");
+        let rows = self.read("reading the audit head", &sql, &[]).await?;
+        rows.first().map(head).ok_or_else(|| StoreError::Invalid("the audit head is missing".into()))
     }
 }
 
@@ -106,8 +112,8 @@ impl PostgresStore {
     /// prefix of the chain (up to the newest such row), and keep the last
     /// deleted row's number and hash in the head, where the first row kept
     /// continues the chain from. The head's row lock makes it take turns
-    /// with appends. Answers the rows deleted.
-    pub(super) async fn audit_prune(&self, before: Timestamp) -> Result<u64, StoreError> {
+    /// with appends.
+    pub(super) async fn audit_prune(&self, before: Timestamp) -> Result<(), StoreError> {
         let err = db_err("deleting old audit rows");
         let mut client = self.client("deleting old audit rows").await?;
         let tx = client.transaction().await.map_err(&err)?;
@@ -116,13 +122,13 @@ impl PostgresStore {
             .query_opt("SELECT seq, hash FROM audit WHERE at < $1 ORDER BY seq DESC LIMIT 1", &[&before.unix_ms()])
             .await
             .map_err(&err)?;
-        let Some(last) = last else { return Ok(0) };
+        let Some(last) = last else { return Ok(()) };
         let (seq, hash): (i64, String) = (last.get(0), last.get(1));
-        let n = tx.execute("DELETE FROM audit WHERE seq <= $1", &[&seq]).await.map_err(&err)?;
+        tx.execute("DELETE FROM audit WHERE seq <= $1", &[&seq]).await.map_err(&err)?;
         tx.execute("UPDATE audit_head SET pruned_seq = $1, pruned_hash = $2 WHERE id = 1", &[&seq, &hash])
             .await
             .map_err(&err)?;
         tx.commit().await.map_err(&err)?;
-        Ok(n)
+        Ok(())
     }
 }

@@ -16,6 +16,11 @@ fn rule(r: &Row) -> Result<ApprovalRule, StoreError> {
     rule_of(r.get::<_, &str>(0), r.get(1), r.get(2), r.get(3))
 }
 
+/// One rule by id (`$1`).
+fn by_id() -> String {
+    format!("SELECT {RULE_COLUMNS} FROM approval_rules WHERE rule_id = $1")
+}
+
 /// The rule `id` as a decision it makes reads it, in that decision's
 /// transaction: its row locked, so a revocation waits for the decision or
 /// the decision reads the revocation; its author's row shared, so a change
@@ -72,8 +77,7 @@ pub(super) async fn rule_insert(client: &impl GenericClient, made: &ApprovalRule
 #[async_trait::async_trait]
 impl StandingRules for PostgresStore {
     async fn rule_get(&self, id: String) -> Result<Option<ApprovalRule>, StoreError> {
-        let sql = format!("SELECT {RULE_COLUMNS} FROM approval_rules WHERE rule_id = $1");
-        let rows = self.read("reading an approval rule", &sql, &[&id]).await?;
+        let rows = self.read("reading an approval rule", &by_id(), &[&id]).await?;
         rows.first().map(rule).transpose()
     }
 
@@ -114,10 +118,7 @@ impl StandingRules for PostgresStore {
         if n == 1 {
             super::audit::append(&tx, &rule_revoked(&params.id, params.actor.clone()), params.now).await?;
         }
-        let row = tx
-            .query_opt(&format!("SELECT {RULE_COLUMNS} FROM approval_rules WHERE rule_id = $1"), &[&params.id])
-            .await
-            .map_err(&err)?;
+        let row = tx.query_opt(&by_id(), &[&params.id]).await.map_err(&err)?;
         tx.commit().await.map_err(&err)?;
         row.as_ref().map(rule).transpose()
     }

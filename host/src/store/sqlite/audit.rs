@@ -25,8 +25,12 @@ fn record(r: &Row<'_>) -> rusqlite::Result<AuditRecord> {
 }
 
 fn head(conn: &Connection) -> Result<AuditHead, StoreError> {
-    conn.prepare_cached("SELECT seq, hash FROM audit_head WHERE id = 1")
-        .and_then(|mut s| s.query_row([], |r| Ok(AuditHead::new(r.get(0)?, r.get(1)?))))
+    conn.prepare_cached("SELECT seq, hash, pruned_seq, pruned_hash FROM audit_head WHERE id = 1")
+        .and_then(|mut s| {
+            s.query_row([], |r| {
+                Ok(AuditHead { seq: r.get(0)?, hash: r.get(1)?, pruned_seq: r.get(2)?, pruned_hash: r.get(3)? })
+            })
+        })
         .map_err(db_err("reading the audit head"))
 }
 
@@ -89,24 +93,15 @@ impl Audit for SqliteStore {
     }
 
     async fn audit_head(&self) -> Result<AuditHead, StoreError> {
-        self.read(|conn| {
-            conn.prepare_cached("SELECT seq, hash, pruned_seq, pruned_hash FROM audit_head WHERE id = 1")
-                .and_then(|mut s| {
-                    s.query_row([], |r| {
-                        Ok(AuditHead { seq: r.get(0)?, hash: r.get(1)?, pruned_seq: r.get(2)?, pruned_hash: r.get(3)? })
-                    })
-                })
-                .map_err(db_err("reading the audit head"))
-        })
-        .await
+        self.read(head).await
     }
 }
 
 /// Audit retention: delete the rows written before `before`, as one prefix
 /// of the chain (up to the newest such row), and keep the last deleted
 /// row's number and hash in the head, where the first row kept continues
-/// the chain from. Answers the rows deleted.
-pub(super) fn prune(conn: &Connection, before: Timestamp) -> Result<u64, StoreError> {
+/// the chain from.
+pub(super) fn prune(conn: &Connection, before: Timestamp) -> Result<(), StoreError> {
     let err = db_err("deleting old audit rows");
     let last: Option<(i64, String)> = conn
         .query_row(
@@ -116,9 +111,9 @@ pub(super) fn prune(conn: &Connection, before: Timestamp) -> Result<u64, StoreEr
         )
         .optional()
         .map_err(&err)?;
-    let Some((seq, hash)) = last else { return Ok(0) };
-    let n = conn.execute("DELETE FROM audit WHERE seq <= ?1", params![seq]).map_err(&err)?;
+    let Some((seq, hash)) = last else { return Ok(()) };
+    conn.execute("DELETE FROM audit WHERE seq <= ?1", params![seq]).map_err(&err)?;
     conn.execute("UPDATE audit_head SET pruned_seq = ?1, pruned_hash = ?2 WHERE id = 1", params![seq, hash])
         .map_err(&err)?;
-    Ok(n as u64)
+    Ok(())
 }

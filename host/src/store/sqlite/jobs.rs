@@ -170,16 +170,18 @@ impl Jobs for SqliteStore {
                 ],
             )?;
             let job = jobs.pop().ok_or_else(|| corrupt(&id, "decided but not returned"))?;
-            super::audit::append(conn, &change.audit_note(&params), params.now)?;
+            let mut notes = vec![change.audit_note(&params)];
             if change.approves(&params) {
                 if let Some(rule) = &params.rule {
                     super::standing::rule_used(conn, rule)?;
                 }
                 if let Some(remember) = &params.remember {
                     let made = ApprovalRule::of_job(&job, &params.by, remember, params.now);
-                    super::standing::rule_insert(conn, &made, params.now)?;
+                    super::standing::rule_insert(conn, &made)?;
+                    notes.push(gate::rule_created(&made));
                 }
             }
+            super::audit::append_all(conn, &notes, params.now)?;
             Ok(change.refusal().map_or(Ok(job), Err))
         })
         .await

@@ -5,9 +5,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
 use super::rows::db_err;
-use crate::clock::Timestamp;
 use crate::job::ApprovalRule;
-use crate::store::rules::approval::{RULE_COLUMNS, RuleRow, rule_created, rule_of, rule_revoked};
+use crate::store::rules::approval::{RULE_COLUMNS, RuleRow, rule_of, rule_revoked};
 use crate::store::rules::codec::{i64_of, to_json};
 use crate::store::{RuleListParams, RuleRevokeParams, StandingRules, StoreError};
 
@@ -43,8 +42,8 @@ pub(super) fn rule_used(conn: &Connection, id: &str) -> Result<(), StoreError> {
         .map_err(db_err("counting a rule's use"))
 }
 
-/// Store a rule just made, and audit it.
-pub(super) fn rule_insert(conn: &Connection, made: &ApprovalRule, now: Timestamp) -> Result<(), StoreError> {
+/// Store a rule just made. Its audit row is the caller's to append.
+pub(super) fn rule_insert(conn: &Connection, made: &ApprovalRule) -> Result<(), StoreError> {
     conn.execute(
         "INSERT INTO approval_rules (rule_id, author, plugin_digest, target, created_at, expires_at, uses, rule_json) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -59,21 +58,23 @@ pub(super) fn rule_insert(conn: &Connection, made: &ApprovalRule, now: Timestamp
             to_json(made)?
         ],
     )
-    .map_err(db_err("storing an approval rule"))?;
-    super::audit::append(conn, &rule_created(made), now)
+    .map(|_| ())
+    .map_err(db_err("storing an approval rule"))
+}
+
+/// One rule by id.
+fn get(conn: &Connection, id: &str) -> Result<Option<ApprovalRule>, StoreError> {
+    let row = conn
+        .prepare_cached(&format!("SELECT {RULE_COLUMNS} FROM approval_rules WHERE rule_id = ?1"))
+        .and_then(|mut s| s.query_row(params![id], stored).optional())
+        .map_err(db_err("reading an approval rule"))?;
+    row.map(rule).transpose()
 }
 
 #[async_trait::async_trait]
 impl StandingRules for SqliteStore {
     async fn rule_get(&self, id: String) -> Result<Option<ApprovalRule>, StoreError> {
-        self.read(move |conn| {
-            let row = conn
-                .prepare_cached(&format!("SELECT {RULE_COLUMNS} FROM approval_rules WHERE rule_id = ?1"))
-                .and_then(|mut s| s.query_row(params![id], stored).optional())
-                .map_err(db_err("reading an approval rule"))?;
-            row.map(rule).transpose()
-        })
-        .await
+        self.read(move |conn| get(conn, &id)).await
     }
 
     async fn rule_list(&self, params: RuleListParams) -> Result<Vec<ApprovalRule>, StoreError> {
@@ -118,11 +119,7 @@ impl StandingRules for SqliteStore {
             if n == 1 {
                 super::audit::append(conn, &rule_revoked(&params.id, params.actor.clone()), params.now)?;
             }
-            let row = conn
-                .prepare_cached(&format!("SELECT {RULE_COLUMNS} FROM approval_rules WHERE rule_id = ?1"))
-                .and_then(|mut s| s.query_row(params![params.id], stored).optional())
-                .map_err(&err)?;
-            row.map(rule).transpose()
+            get(conn, &params.id)
         })
         .await
     }
