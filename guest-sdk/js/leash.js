@@ -82,9 +82,23 @@ export function jsonInput(input, fallback) {
   }
 }
 
-/** Encode a value as JSON output. */
+/**
+ * Encode a value as JSON output. What JSON cannot hold (undefined, a
+ * function, a symbol, a BigInt, a cycle) is a `Failed`: output the SDK
+ * cannot encode is never replaced by something else.
+ */
 export function jsonOutput(value) {
-  return encoder.encode(JSON.stringify(value));
+  let text;
+  try {
+    text = JSON.stringify(value);
+  } catch (e) {
+    throw new Failed(`cannot encode output as JSON: ${e.message}`);
+  }
+  if (text === undefined) {
+    const what = value === undefined ? 'undefined (return null for no output)' : `a ${typeof value}`;
+    throw new Failed(`cannot encode output as JSON: the handler returned ${what}`);
+  }
+  return encoder.encode(text);
 }
 
 /** Facts about the running job, as plain numbers and strings. */
@@ -106,30 +120,47 @@ function jobError(e) {
   return null;
 }
 
+/** What a handler threw, as the `run` export throws it. */
+function failure(e) {
+  const expected = jobError(e);
+  if (expected === null) {
+    // A crash: the host reports a trap with stderr, so say what broke.
+    console.error(`uncaught ${e && e.stack ? `${e}\n${e.stack}` : String(e)}`);
+    return e;
+  }
+  // componentize-js returns a thrown `payload` as the result's error.
+  return Object.assign(new Error(expected.val), { payload: expected });
+}
+
+/** A handler's output as bytes. */
+function outputBytes(out) {
+  // Bytes in any view (the input arrives as one), or a string.
+  if (ArrayBuffer.isView(out)) return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
+  if (out instanceof ArrayBuffer) return new Uint8Array(out);
+  if (typeof out === 'string') return encoder.encode(out);
+  return jsonOutput(out);
+}
+
 /**
- * The plugin's `run` export, from a handler `(ctx, input) => output`. The
- * output may be a Uint8Array (as is), a string (UTF-8) or any other value
- * (encoded as JSON).
+ * The plugin's `run` export, from a handler `(ctx, input) => output`,
+ * plain or `async`. The output may be a Uint8Array (as is), a string
+ * (UTF-8) or any other value JSON can hold (encoded as JSON). An async
+ * handler's promise is awaited: componentize-js runs the component's
+ * event loop until it settles, and its value or rejection is the job's.
  */
 export function plugin(handler) {
   return function run(ctx, input) {
     let out;
     try {
       out = handler(context(ctx), input);
-    } catch (e) {
-      const expected = jobError(e);
-      if (expected === null) {
-        // A crash: the host reports a trap with stderr, so say what broke.
-        console.error(`uncaught ${e && e.stack ? `${e}\n${e.stack}` : String(e)}`);
-        throw e;
+      if (out === null || typeof out !== 'object' || typeof out.then !== 'function') {
+        return outputBytes(out);
       }
-      // componentize-js returns a thrown `payload` as the result's error.
-      throw Object.assign(new Error(expected.val), { payload: expected });
+    } catch (e) {
+      throw failure(e);
     }
-    // Bytes in any view (the input arrives as one), or a string.
-    if (ArrayBuffer.isView(out)) return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
-    if (out instanceof ArrayBuffer) return new Uint8Array(out);
-    if (typeof out === 'string') return encoder.encode(out);
-    return jsonOutput(out);
+    return Promise.resolve(out).then(outputBytes).catch((e) => {
+      throw failure(e);
+    });
   };
 }

@@ -231,3 +231,26 @@ fn leash_run_shows_compilation_apart_from_the_run() {
         }
     }
 }
+
+/// An `async` JavaScript handler is awaited: the value it resolves to is
+/// the output (not its promise encoded as `{}`), a rejection with an
+/// expected error is that error, and output JSON cannot hold fails,
+/// saying why, rather than being replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_javascript_handler_is_awaited_and_output_json_cannot_hold_fails() {
+    let Some(plugin) = load(Lang::Js, "async").await else { return };
+    let outcome = run(&plugin, r#"{"then":"output"}"#, limits()).await;
+    let output = output_json(&outcome);
+    assert_eq!((output["doubled"].as_u64(), output["attempt"].as_u64()), (Some(10), Some(1)), "{output}");
+    assert!(outcome.logs.iter().any(|r| r.message == "awaited"), "{:?}", outcome.logs);
+
+    let retry = run(&plugin, r#"{"then":"retry"}"#, limits()).await.result.unwrap_err();
+    let said = (retry.kind, retry.retryable, retry.message.as_str());
+    assert_eq!(said, (ErrorKind::GuestError, true, "Retryable: upstream busy after 10 ms"));
+    for (then, says) in [("bigint", "BigInt"), ("nothing", "returned undefined")] {
+        let failure = run(&plugin, &format!(r#"{{"then":"{then}"}}"#), limits()).await.result.unwrap_err();
+        assert_eq!(failure.kind, ErrorKind::GuestError, "{then}: {failure:?}");
+        assert!(failure.message.starts_with("Failed: cannot encode output as JSON"), "{then}: {}", failure.message);
+        assert!(failure.message.contains(says), "{then}: {}", failure.message);
+    }
+}
