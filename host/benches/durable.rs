@@ -8,7 +8,9 @@
 //! byte count) the raw rate and the drain with guest memory kept resident
 //! and given back, alternately; `LEASH_BENCH_EVENTS_AB=1`
 //! runs only the store-only pass, alternately with and without the event
-//! triggers, three times each; `LEASH_BENCH_ISOLATE_AB=1` the drain with
+//! triggers, three times each; `LEASH_BENCH_CAPS_AB=1` the store-only pass
+//! with jobs of no principal, of an uncapped one and of one whose running
+//! cap is never reached, in turn, three times each; `LEASH_BENCH_ISOLATE_AB=1` the drain with
 //! guests on their own threads and on the pool's, alternately;
 //! `LEASH_BENCH_IDLE_LATENCY=<rate>` only
 //! enqueue→start at that low rate, split into the submit and what follows).
@@ -148,6 +150,23 @@ async fn main() {
         resident_ab(n, kept.parse().unwrap_or(leash::sandbox::DEFAULT_KEEP_RESIDENT_BYTES)).await;
         return;
     }
+    if std::env::var_os("LEASH_BENCH_CAPS_AB").is_some() {
+        let mut rates = [Vec::new(), Vec::new(), Vec::new()];
+        let whose = [Submitter::None, Submitter::Uncapped, Submitter::Capped];
+        for _ in 0..3 {
+            for (rates, submitter) in rates.iter_mut().zip(whose) {
+                rates.push(store_only_by(n, true, submitter).await);
+            }
+        }
+        let [none, uncapped, capped] = rates.map(median);
+        println!(
+            "\nrunning caps A/B, store only, median of 3: no submitter {none:.0} jobs/s, \
+             uncapped principal's {uncapped:.0} ({:.2}x), capped principal's {capped:.0} ({:.2}x)",
+            uncapped / none,
+            capped / none
+        );
+        return;
+    }
     if std::env::var_os("LEASH_BENCH_STORE_ONLY").is_some() {
         let mut rates = Vec::new();
         for _ in 0..5 {
@@ -280,13 +299,40 @@ async fn fresh_drain(n: usize, sandbox: SandboxConfig, isolate_guests: bool) -> 
 /// tasks, with no sandbox at all; jobs/s of the claims and finishes.
 /// Without `events`, the change feed's triggers are dropped first (an A/B
 /// of what recording events costs).
+/// Whose jobs the store-only pass claims.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Submitter {
+    /// No principal (an embedder's jobs).
+    None,
+    /// A principal without a running cap.
+    Uncapped,
+    /// A principal with a running cap it never reaches.
+    Capped,
+}
+
 async fn store_only(n: usize, events: bool) -> f64 {
+    store_only_by(n, events, Submitter::None).await
+}
+
+async fn store_only_by(n: usize, events: bool, submitter: Submitter) -> f64 {
     const CLAIM: u32 = 8;
+    use leash::access::{Principal, PrincipalCeilings, Role};
     use leash::store::sqlite::SqliteStore;
     use leash::store::{Finish, JobClaimParams, JobFinishParams, JobStore};
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("jobs.db");
     let store: Arc<dyn JobStore> = Arc::new(SqliteStore::open(&file, Durability::Normal).unwrap());
+    if submitter != Submitter::None {
+        let max_running = (submitter == Submitter::Capped).then_some(SLOTS as u32 * CLAIM * 2);
+        let ceilings = PrincipalCeilings { max_running, ..Default::default() };
+        let principal = Principal {
+            name: "tenant".into(),
+            roles: [Role::Submit].into(),
+            created_at: leash::clock::Timestamp::now(),
+            ceilings,
+        };
+        store.principal_put(principal, None).await.unwrap();
+    }
     if !events {
         let conn = rusqlite::Connection::open(&file).unwrap();
         for trigger in ["jobs_event_insert", "jobs_event_status", "jobs_event_progress", "jobs_event_cancel"] {
@@ -295,8 +341,9 @@ async fn store_only(n: usize, events: bool) -> f64 {
     }
     let start = Instant::now();
     for _ in 0..n / BATCH {
-        let jobs = (0..BATCH).map(|_| raw_job(leash::job::Digest::of(b"p"))).collect();
-        store.job_insert(JobInsertParams { jobs, now: leash::clock::Timestamp::now() }).await.unwrap();
+        let by = (submitter != Submitter::None).then(|| "tenant".to_owned());
+        let jobs = (0..BATCH).map(|_| NewJob { submitted_by: by.clone(), ..raw_job(leash::job::Digest::of(b"p")) });
+        store.job_insert(JobInsertParams { jobs: jobs.collect(), now: leash::clock::Timestamp::now() }).await.unwrap();
     }
     let inserted = start.elapsed();
     let start = Instant::now();
@@ -342,7 +389,8 @@ async fn store_only(n: usize, events: bool) -> f64 {
     while tasks.join_next().await.is_some() {}
     let rate = n as f64 / start.elapsed().as_secs_f64();
     println!(
-        "\nstore only ({SLOTS} tasks, claim {CLAIM} + finish each, no sandbox{}): {rate:.0} jobs/s; insert {:.0} jobs/s",
+        "\nstore only ({SLOTS} tasks, claim {CLAIM} + finish each, no sandbox{}, submitter {submitter:?}): \
+         {rate:.0} jobs/s; insert {:.0} jobs/s",
         if events { "" } else { ", no event triggers" },
         n as f64 / inserted.as_secs_f64()
     );

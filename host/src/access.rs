@@ -89,6 +89,8 @@ pub struct Principal {
 /// submit (a job asking for more is refused; a default above it is cut
 /// to it) and the timeout again when a worker claims the job, against the
 /// principal's ceilings then: one lowered meanwhile holds its queued jobs.
+/// The running cap is kept by the claim itself, on every replica: a job
+/// of a principal already running its cap waits queued.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrincipalCeilings {
@@ -104,6 +106,12 @@ pub struct PrincipalCeilings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub max_queue_ttl_ms: Option<u64>,
+    /// Most of its jobs running at once, across every pool and replica
+    /// (lowered below what runs now, the running jobs finish and no more
+    /// start until fewer run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_running: Option<u32>,
 }
 
 impl PrincipalCeilings {
@@ -114,7 +122,12 @@ impl PrincipalCeilings {
 
     /// Each ceiling, if set, is at least 1.
     pub fn check(&self) -> Result<(), String> {
-        let zero = [self.max_timeout_ms == Some(0), self.max_attempts == Some(0), self.max_queue_ttl_ms == Some(0)];
+        let zero = [
+            self.max_timeout_ms == Some(0),
+            self.max_attempts == Some(0),
+            self.max_queue_ttl_ms == Some(0),
+            self.max_running == Some(0),
+        ];
         if zero.contains(&true) {
             return Err("a principal's ceilings must be at least 1 (leave one out for none)".into());
         }

@@ -198,7 +198,10 @@ pub trait Leases: Send + Sync + std::fmt::Debug {
     /// Claim up to `limit` queued, unexpired jobs whose `run_after` has
     /// come, earliest due first (then oldest), skipping
     /// any whose concurrency key already has a running job (and all but the
-    /// oldest queued job of each key). Each gets a fresh lease token.
+    /// oldest queued job of each key) and any of a submitter running its
+    /// cap (`max_running`, kept exactly across every claimer sharing the
+    /// store; capped submitters' jobs are taken first, within their room).
+    /// Each gets a fresh lease token.
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError>;
 
     /// Renew a lease and read `cancel_requested` in the same statement.

@@ -284,3 +284,42 @@ async fn a_principal_s_ceilings_hold_its_submits_and_its_waiting_jobs() {
     assert_eq!(done["error_kind"], "timeout", "{done}");
     assert!(done["error_message"].as_str().unwrap().contains("300ms"), "the ceiling at claim, not at submit: {done}");
 }
+
+/// A principal's running cap: with slots free, its second job waits
+/// queued while its first runs (a job submitted after it by another
+/// principal starts), and starts once the first ends; the cap is shown
+/// with the principal.
+#[tokio::test]
+async fn a_principal_s_running_cap_keeps_its_jobs_queued_while_slots_are_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-workers", "4"]);
+    server.add_plugin("sleep").await;
+    let body = json!({ "roles": ["submit"], "ceilings": { "max_running": 1 } });
+    let (status, sam) = server.call(Method::PUT, "/v1/principals/sam", Some(body)).await;
+    assert_eq!((status, &sam["ceilings"]), (200, &json!({ "max_running": 1 })), "{sam}");
+    let refused = json!({ "roles": ["submit"], "ceilings": { "max_running": 0 } });
+    assert_eq!(server.call(Method::PUT, "/v1/principals/sam", Some(refused)).await.0, 400, "a cap of none is no cap");
+    let token = server.principal_token("sam").await;
+    let sleeper = json!({ "plugin": "sleep", "input": { "ms": 600_000 }, "execution": "async" });
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (status, answer) = server.call_as(&token, Method::POST, "/v1/jobs", Some(sleeper.clone())).await;
+        assert_eq!(status, 202, "{answer}");
+        ids.push(answer["job_id"].as_str().unwrap().to_owned());
+    }
+    let (status, answer) = server.call(Method::POST, "/v1/jobs", Some(sleeper)).await;
+    assert_eq!(status, 202, "{answer}");
+    let later = answer["job_id"].as_str().unwrap().to_owned();
+    let running = |job: &Value| job["status"] == "running";
+    server.poll_job(&ids[0], running).await;
+    server.poll_job(&later, running).await;
+    let second = server.poll_job(&ids[1], |_| true).await;
+    assert_eq!(second["status"], "queued", "sam runs one at a time, though slots are free: {second}");
+
+    let (status, answer) = server.call(Method::POST, &format!("/v1/jobs/{}/cancel", ids[0]), None).await;
+    assert!((200..300).contains(&status), "{answer}");
+    server.poll_job(&ids[1], running).await;
+    for id in [&ids[1], &later] {
+        server.call(Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await;
+    }
+}

@@ -30,7 +30,11 @@ pub(crate) fn ok(output: Output) -> String {
 /// registration and its policy, a submit, an approval by another
 /// principal, a revocation. Answers the rows as `audit list --json` shows.
 fn audited_changes(db: &str) -> Vec<Value> {
-    ok(leash(db, None, &["principals", "add", "alice", "--role", "approve"]));
+    ok(leash(db, None, &["principals", "add", "alice", "--role", "approve", "--max-running", "2"]));
+    let principals: Value = serde_json::from_str(&ok(leash(db, None, &["principals", "list", "--json"]))).unwrap();
+    assert_eq!(principals["principals"][0]["ceilings"], serde_json::json!({ "max_running": 2 }), "{principals}");
+    let table = ok(leash(db, None, &["principals", "list"]));
+    assert!(table.lines().any(|l| l.contains("alice") && l.contains("running 2")), "{table}");
     let alice = ok(leash(db, None, &["tokens", "create", "alice"])).trim().to_owned();
     let hello = leash_tests::plugin_path("hello");
     ok(leash(db, None, &["plugins", "add", hello.to_str().unwrap(), "--name", "hello", "--version", "1"]));

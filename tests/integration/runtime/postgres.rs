@@ -401,3 +401,167 @@ async fn replicas_opening_a_new_schema_at_once_all_start() {
         }
     }
 }
+
+/// A principal's running cap holds across replicas: claimers on two
+/// stores race for its jobs while a watcher counts, in the database, how
+/// many run at once; the count never passes the cap, from the moment the
+/// cap is set through the other replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_cap_holds_across_replicas_claiming_at_once() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use leash::access::{Principal, PrincipalCeilings, Role};
+    use leash::clock::Timestamp;
+    use leash::store::{Finish, JobClaimParams, JobFinishParams, Principals};
+    const CAP: i64 = 3;
+    let Some(url) = crate::support::pg::url() else { return };
+    let schema = Schema::create(&url).await;
+    let replicas = [PostgresStore::open(&schema.url).await.unwrap(), PostgresStore::open(&schema.url).await.unwrap()];
+    let claim = |i: usize| JobClaimParams {
+        worker_id: format!("worker-{i:08}"),
+        limit: 2,
+        alone: false,
+        lease_ttl: Duration::from_secs(60),
+        now: Timestamp::now(),
+    };
+    // The second replica claims before any cap is set: for up to a second
+    // after, it has read that no principal has one.
+    assert!(replicas[1].job_claim(claim(99)).await.unwrap().is_empty());
+    let ceilings = PrincipalCeilings { max_running: Some(CAP as u32), ..Default::default() };
+    let tenant =
+        Principal { name: "tenant".into(), roles: [Role::Submit].into(), created_at: Timestamp::now(), ceilings };
+    replicas[0].principal_put(tenant, None).await.unwrap();
+    let by = |who: &str| NewJob { submitted_by: Some(who.into()), ..crate::store::conformance::cases::new_job("x") };
+    let jobs: Vec<NewJob> = (0..160).map(|i| by(if i % 4 == 0 { "other" } else { "tenant" })).collect();
+    replicas[0].job_insert(JobInsertParams { jobs, now: Timestamp::now() }).await.unwrap();
+
+    let (watcher, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let done = Arc::new(AtomicBool::new(false));
+    let watching = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let mut most = 0;
+            while !done.load(Ordering::Relaxed) {
+                let sql = "SELECT COUNT(*) FROM jobs WHERE status = 'running' AND submitted_by = 'tenant'";
+                most = most.max(watcher.query_one(sql, &[]).await.unwrap().get::<_, i64>(0));
+            }
+            most
+        }
+    });
+    let claimed = Arc::new(AtomicUsize::new(0));
+    let mut claimers = Vec::new();
+    for (i, store) in replicas.iter().cycle().take(12).enumerate() {
+        let (store, claimed) = (store.clone(), claimed.clone());
+        claimers.push(tokio::spawn(async move {
+            let claim = || claim(i);
+            let count = |leases: &[leash::store::Lease]| {
+                let theirs = leases.iter().filter(|l| l.job.submitted_by.as_deref() == Some("tenant")).count();
+                claimed.fetch_add(theirs, Ordering::Relaxed);
+            };
+            let mut leases = store.job_claim(claim()).await.unwrap();
+            count(&leases);
+            let mut idle = 0;
+            while idle < 20 {
+                // The job's work: a moment in which other claimers race.
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                let Some(lease) = leases.pop() else {
+                    idle += 1;
+                    leases = store.job_claim(claim()).await.unwrap();
+                    count(&leases);
+                    continue;
+                };
+                idle = 0;
+                let finish = JobFinishParams {
+                    id: lease.job.id,
+                    token: lease.token.clone(),
+                    finish: Finish::Succeeded { output: Vec::new() },
+                    fuel_used: 0,
+                    peak_memory_bytes: 0,
+                    progress: None,
+                    logs: None,
+                    now: Timestamp::now(),
+                };
+                // Half the claimers finish and claim in one call.
+                if i % 2 == 0 && leases.is_empty() {
+                    let (finished, next) = store.job_finish_and_claim(finish, claim()).await.unwrap();
+                    assert!(finished);
+                    leases = next;
+                    count(&leases);
+                } else {
+                    assert!(store.job_finish(finish).await.unwrap());
+                }
+            }
+        }));
+    }
+    for claimer in claimers {
+        claimer.await.unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let most = watching.await.unwrap();
+    assert_eq!(claimed.load(Ordering::Relaxed), 120, "every tenant job ran once");
+    assert!(most <= CAP, "{most} of the tenant's jobs ran at once; its cap is {CAP}");
+    assert_eq!(most, CAP, "the claimers raced up to the cap");
+}
+
+/// A capped claim counts its submitter's running jobs only once another
+/// replica's capped claim has committed: run while that claim is open, the
+/// count would miss the job it takes, and a cap of one would run two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_claim_waits_for_another_replica_s_capped_claim_to_commit() {
+    use leash::access::{Principal, PrincipalCeilings, Role};
+    use leash::clock::Timestamp;
+    use leash::store::{JobClaimParams, Principals};
+    let Some(url) = crate::support::pg::url() else { return };
+    let schema = Schema::create(&url).await;
+    let store = PostgresStore::open(&schema.url).await.unwrap();
+    let ceilings = PrincipalCeilings { max_running: Some(1), ..Default::default() };
+    let tenant =
+        Principal { name: "tenant".into(), roles: [Role::Submit].into(), created_at: Timestamp::now(), ceilings };
+    store.principal_put(tenant, None).await.unwrap();
+    let job = NewJob { submitted_by: Some("tenant".into()), ..crate::store::conformance::cases::new_job("x") };
+    let jobs = store.job_insert(JobInsertParams { jobs: vec![job.clone(), job], now: Timestamp::now() }).await.unwrap();
+
+    // Another replica's capped claim, open: it holds the lock and has
+    // taken the tenant's second job.
+    let (other, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    other.batch_execute("BEGIN").await.unwrap();
+    other
+        .execute("SELECT pg_advisory_xact_lock(hashtext('leash capped claims ' || current_schema()))", &[])
+        .await
+        .unwrap();
+    let taken = other
+        .execute(
+            "UPDATE jobs SET status = 'running', worker_id = 'worker-other', lease_token = 'other', \
+             attempt = attempt + 1, started_at = $2::BIGINT, lease_expires_at = $2::BIGINT + 60000 WHERE job_id = $1",
+            &[&jobs[1].id.to_string(), &Timestamp::now().unix_ms()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(taken, 1);
+    let pid: i32 = other.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+
+    let claiming = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let params = JobClaimParams {
+                worker_id: "worker-aaaaaaaa".into(),
+                limit: 4,
+                alone: false,
+                lease_ttl: Duration::from_secs(60),
+                now: Timestamp::now(),
+            };
+            store.job_claim(params).await.unwrap()
+        }
+    });
+    eventually("the claim waits for the other replica's", async || {
+        let sql = "SELECT COUNT(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))";
+        (other.query_one(sql, &[&pid]).await.unwrap().get::<_, i64>(0) > 0).then_some(())
+    })
+    .await;
+    other.batch_execute("COMMIT").await.unwrap();
+    let claimed = claiming.await.unwrap();
+    assert!(claimed.is_empty(), "the tenant runs its cap of one: {claimed:?}");
+}

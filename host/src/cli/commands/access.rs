@@ -36,6 +36,9 @@ pub(in crate::cli) enum PrincipalsCommand {
         /// Longest queue TTL its jobs may ask for (e.g. 1h).
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
         max_queue_ttl: Option<Duration>,
+        /// Most of its jobs running at once, across every pool and replica.
+        #[arg(long, value_name = "N")]
+        max_running: Option<u32>,
     },
     /// List principals and their roles.
     List {
@@ -85,13 +88,14 @@ pub(in crate::cli) enum TokensCommand {
 
 pub(in crate::cli) async fn principals(command: PrincipalsCommand) -> Result<ExitStatus, CliError> {
     match command {
-        PrincipalsCommand::Add { conn, name, roles, max_timeout, max_attempts, max_queue_ttl } => {
+        PrincipalsCommand::Add { conn, name, roles, max_timeout, max_attempts, max_queue_ttl, max_running } => {
             let json_out = conn.json;
             let path = format!("/v1/principals/{}", url_encode(&name));
             let ceilings = PrincipalCeilings {
                 max_timeout_ms: max_timeout.map(millis::of),
                 max_attempts,
                 max_queue_ttl_ms: max_queue_ttl.map(millis::of),
+                max_running,
             };
             with_client(&conn, false, async move |client| {
                 let body = PrincipalRequest { roles: roles.into_iter().collect(), ceilings };
@@ -113,9 +117,11 @@ pub(in crate::cli) async fn principals(command: PrincipalsCommand) -> Result<Exi
                     return print_json(&list).map(|()| ExitStatus::Success);
                 }
                 let list: PrincipalList = typed(list)?;
-                let mut table = new_table(&["NAME", "ROLES", "ADDED"]);
+                let mut table = new_table(&["NAME", "ROLES", "CEILINGS", "ADDED"]);
                 for p in &list.principals {
-                    table.add_row(vec![terminal_text(&p.name), roles_text(p), p.created_at.to_string()]);
+                    let row =
+                        [terminal_text(&p.name), roles_text(p), ceilings_text(&p.ceilings), p.created_at.to_string()];
+                    table.add_row(row.to_vec());
                 }
                 print_table(table);
                 Ok(ExitStatus::Success)
@@ -204,6 +210,21 @@ pub(in crate::cli) async fn whoami(conn: ConnArgs) -> Result<ExitStatus, CliErro
 
 fn roles_text(p: &Principal) -> String {
     p.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(",")
+}
+
+/// A principal's own ceilings, those it has (`-`: the server's alone).
+fn ceilings_text(c: &PrincipalCeilings) -> String {
+    let duration = |ms: u64| humantime::format_duration(Duration::from_millis(ms)).to_string();
+    let said: Vec<String> = [
+        c.max_timeout_ms.map(|ms| format!("timeout {}", duration(ms))),
+        c.max_attempts.map(|n| format!("attempts {n}")),
+        c.max_queue_ttl_ms.map(|ms| format!("queue {}", duration(ms))),
+        c.max_running.map(|n| format!("running {n}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if said.is_empty() { "-".to_owned() } else { said.join(", ") }
 }
 
 fn token_row(t: &TokenRecord) -> Vec<String> {

@@ -89,6 +89,8 @@ struct Inner {
     listener: tokio::task::JoinHandle<()>,
     renewals: renew::Renewals,
     freshness: Arc<stats::Freshness>,
+    /// Whether some principal has a running cap, and when that was read.
+    capped: std::sync::Mutex<Option<(std::time::Instant, bool)>>,
 }
 
 impl Drop for Inner {
@@ -183,7 +185,16 @@ impl PostgresStore {
         let (notify, enqueued) = watch::channel(0u64);
         let listener = tokio::spawn(listen(config, shown, notify));
         let renewals = renew::Renewals::start(pool.clone());
-        Ok(PostgresStore { inner: Arc::new(Inner { pool, enqueued, listener, renewals, freshness: Arc::default() }) })
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                pool,
+                enqueued,
+                listener,
+                renewals,
+                freshness: Arc::default(),
+                capped: Default::default(),
+            }),
+        })
     }
 
     async fn client(&self, operation: &'static str) -> Result<deadpool_postgres::Object, StoreError> {

@@ -51,10 +51,17 @@ impl Principals for PostgresStore {
         let row = tx
             .query_one(
                 &format!(
-                    "INSERT INTO principals ({PRINCIPAL_COLUMNS}) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO UPDATE \
-                     SET roles = excluded.roles, ceilings_json = excluded.ceilings_json RETURNING {PRINCIPAL_COLUMNS}"
+                    "INSERT INTO principals ({PRINCIPAL_COLUMNS}, max_running) VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (name) DO UPDATE SET roles = excluded.roles, ceilings_json = excluded.ceilings_json, \
+                     max_running = excluded.max_running RETURNING {PRINCIPAL_COLUMNS}"
                 ),
-                &[&p.name, &roles_to_column(&p.roles), &p.created_at.unix_ms(), &ceilings_to_column(&p.ceilings)?],
+                &[
+                    &p.name,
+                    &roles_to_column(&p.roles),
+                    &p.created_at.unix_ms(),
+                    &ceilings_to_column(&p.ceilings)?,
+                    &p.ceilings.max_running.map(i64::from),
+                ],
             )
             .await
             .map_err(&err)?;
@@ -62,6 +69,7 @@ impl Principals for PostgresStore {
         let detail = principal_put_detail(before.as_deref(), &stored);
         super::audit::append(&tx, &note(actor, "principal.put", p.name.clone(), detail), p.created_at).await?;
         tx.commit().await.map_err(&err)?;
+        self.caps_changed();
         Ok(stored)
     }
 
@@ -94,6 +102,7 @@ impl Principals for PostgresStore {
             super::audit::append(&tx, &note(actor, "principal.remove", name.clone(), detail), now).await?;
         }
         tx.commit().await.map_err(&err)?;
+        self.caps_changed();
         Ok(removed == 1)
     }
 

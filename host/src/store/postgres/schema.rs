@@ -363,6 +363,13 @@ CREATE INDEX approval_rules_plugin ON approval_rules (plugin_digest, target);
 ALTER TABLE audit_head ADD COLUMN pruned_seq BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE audit_head ADD COLUMN pruned_hash TEXT;
 "#,
+    r#"
+-- A principal's running cap as a column the claim reads (NULL: none), and
+-- the indexes that find a submitter's queued and running jobs.
+ALTER TABLE principals ADD COLUMN max_running BIGINT;
+CREATE INDEX jobs_queued_by ON jobs (submitted_by, run_after, job_id) WHERE status = 'queued' AND submitted_by IS NOT NULL;
+CREATE INDEX jobs_running_by ON jobs (submitted_by) WHERE status = 'running' AND submitted_by IS NOT NULL;
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

@@ -10,7 +10,7 @@ use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::rows::{JOB_COLUMNS, db_err, query_jobs};
 use crate::clock::Timestamp;
 use crate::job::millis;
-use crate::job::{ErrorKind, JobStatus};
+use crate::job::{ErrorKind, Job, JobStatus};
 use crate::store::rules::codec::{corrupt, to_json};
 use crate::store::rules::unfinished::{self, Decision};
 use crate::store::sql::COUNTER_COLUMNS;
@@ -153,37 +153,26 @@ impl Leases for SqliteStore {
 
 /// Claim up to `params.limit` eligible jobs: queued, unexpired, due
 /// (`run_after` at or before `now`, which is never before its creation: a
-/// claim never starts a job younger than itself), and either keyless or the
-/// oldest queued job of a key that has no running job. Earliest due first,
-/// then oldest.
+/// claim never starts a job younger than itself), either keyless or the
+/// oldest queued job of a key that has no running job, and of a submitter
+/// below its running cap. Jobs of capped submitters are picked first (at
+/// most each one's room under its cap), then the rest; each earliest due
+/// first, then oldest.
 ///
-/// A read of the candidates, then one single-row update each: cheaper for
+/// Reads of the candidates, then one single-row update each: cheaper for
 /// SQLite than one `UPDATE … WHERE job_id IN (…) RETURNING …`, which builds
 /// two temporary b-trees per call. Nothing can change between the two: the
-/// writer holds the write transaction.
+/// writer holds the write transaction, so a cap is never overrun.
 pub(super) fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
-    // Built once: this runs for every claim.
-    static CANDIDATES: LazyLock<String> = LazyLock::new(|| candidates("q.process_deaths = 0"));
-    static SUSPECT: LazyLock<String> = LazyLock::new(|| candidates("q.process_deaths > 0"));
-    fn candidates(which: &str) -> String {
-        format!(
-            "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND {which} \
-             AND q.run_after <= ?1 AND q.expires_at > ?1 \
-             AND (q.concurrency_key IS NULL OR ( \
-               q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
-               AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
-             ORDER BY q.run_after, q.job_id LIMIT ?2"
-        )
-    }
     let now = params.now.unix_ms();
     let expires = now + millis::column(params.lease_ttl);
     // A claimer that runs nothing takes a suspect first, and only it.
     let mut candidates = Vec::new();
     if params.alone {
-        candidates = query_jobs(conn, &SUSPECT, params![now, 1])?;
+        candidates = pick(conn, Pool::Suspect, now, 1)?;
     }
     if candidates.is_empty() {
-        candidates = query_jobs(conn, &CANDIDATES, params![now, params.limit])?;
+        candidates = pick(conn, Pool::Fresh, now, params.limit)?;
     }
     let mut take = conn.prepare_cached(CLAIM_ONE).map_err(db_err("claiming a job"))?;
     let mut leases = Vec::with_capacity(candidates.len());
@@ -207,6 +196,63 @@ pub(super) fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lea
         leases.push(Lease { job, token });
     }
     Ok(leases)
+}
+
+/// Which queued jobs a claim picks from: those that never took a process
+/// down, or the suspects that did.
+#[derive(Clone, Copy)]
+enum Pool {
+    Fresh,
+    Suspect,
+}
+
+/// Up to `limit` claimable jobs of `pool`: capped submitters' first, each
+/// within its room, then the uncapped.
+fn pick(conn: &Connection, pool: Pool, now: i64, limit: u32) -> Result<Vec<Job>, StoreError> {
+    // Built once: this runs for every claim.
+    static UNCAPPED: LazyLock<[String; 2]> = LazyLock::new(|| {
+        let uncapped =
+            "NOT EXISTS (SELECT 1 FROM principals p WHERE p.name = q.submitted_by AND p.max_running IS NOT NULL)";
+        [candidates(Pool::Fresh, uncapped), candidates(Pool::Suspect, uncapped)]
+    });
+    static CAPPED: LazyLock<[String; 2]> = LazyLock::new(|| {
+        let capped = "q.submitted_by = ?3";
+        [candidates(Pool::Fresh, capped), candidates(Pool::Suspect, capped)]
+    });
+    fn candidates(pool: Pool, whose: &str) -> String {
+        let which = match pool {
+            Pool::Fresh => "q.process_deaths = 0",
+            Pool::Suspect => "q.process_deaths > 0",
+        };
+        format!(
+            "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND {which} AND {whose} \
+             AND q.run_after <= ?1 AND q.expires_at > ?1 \
+             AND (q.concurrency_key IS NULL OR ( \
+               q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
+               AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
+             ORDER BY q.run_after, q.job_id LIMIT ?2"
+        )
+    }
+    let err = db_err("claiming jobs");
+    let rooms: Vec<(String, i64)> = conn
+        .prepare_cached(
+            "SELECT p.name, p.max_running - (SELECT COUNT(*) FROM jobs r WHERE r.status = 'running' \
+             AND r.submitted_by = p.name) FROM principals p WHERE p.max_running IS NOT NULL \
+             AND EXISTS (SELECT 1 FROM jobs q WHERE q.status = 'queued' AND q.submitted_by = p.name)",
+        )
+        .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(&err)?;
+    let mut jobs = Vec::new();
+    for (name, room) in rooms.into_iter().filter(|(_, room)| *room > 0) {
+        jobs.extend(query_jobs(conn, &CAPPED[pool as usize], params![now, room.min(i64::from(limit)), name])?);
+    }
+    jobs.sort_by_key(|j| (j.run_after, j.id));
+    jobs.truncate(limit as usize);
+    let rest = limit as usize - jobs.len();
+    if rest > 0 {
+        jobs.extend(query_jobs(conn, &UNCAPPED[pool as usize], params![now, rest as i64])?);
+    }
+    Ok(jobs)
 }
 
 /// The claim of one candidate. `OR FAIL` (and triggers that call no

@@ -52,11 +52,13 @@ impl Principals for SqliteStore {
             let ceilings = ceilings_to_column(&p.ceilings)?;
             let row = conn
                 .prepare_cached(&format!(
-                    "INSERT INTO principals ({PRINCIPAL_COLUMNS}) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name) DO UPDATE \
-                     SET roles = excluded.roles, ceilings_json = excluded.ceilings_json RETURNING {PRINCIPAL_COLUMNS}"
+                    "INSERT INTO principals ({PRINCIPAL_COLUMNS}, max_running) VALUES (?1, ?2, ?3, ?4, ?5) \
+                     ON CONFLICT (name) DO UPDATE SET roles = excluded.roles, ceilings_json = excluded.ceilings_json, \
+                     max_running = excluded.max_running RETURNING {PRINCIPAL_COLUMNS}"
                 ))
                 .and_then(|mut s| {
-                    let args = params![p.name, roles_to_column(&p.roles), p.created_at.unix_ms(), ceilings];
+                    let cap = p.ceilings.max_running;
+                    let args = params![p.name, roles_to_column(&p.roles), p.created_at.unix_ms(), ceilings, cap];
                     s.query_row(args, |r| principal_row(r, 0))
                 })
                 .map_err(db_err("storing a principal"))?;

@@ -61,6 +61,7 @@ macro_rules! with_cases {
                 a_retry_queues_the_job_after_its_backoff_and_spends_an_attempt,
                 a_retry_with_a_stale_token_changes_nothing,
                 a_suspect_is_claimed_only_by_a_claimer_that_runs_nothing_and_alone,
+                a_submitter_s_running_cap_holds_its_claims,
             }
             effects {
                 a_lost_lease_without_effects_reruns_free_until_its_limit,

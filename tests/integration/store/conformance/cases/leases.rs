@@ -394,3 +394,49 @@ pub(crate) async fn a_suspect_is_claimed_only_by_a_claimer_that_runs_nothing_and
     let next = store.job_claim(JobClaimParams { now: at(404), ..claim_as(true) }).await.unwrap();
     assert_eq!(next.len(), 2);
 }
+
+pub(crate) async fn a_submitter_s_running_cap_holds_its_claims(store: Arc<dyn JobStore>) {
+    use leash::access::{Principal, PrincipalCeilings, Role};
+    let tenant = |max_running: Option<u32>| Principal {
+        name: "tenant".into(),
+        roles: [Role::Submit].into(),
+        created_at: T0,
+        ceilings: PrincipalCeilings { max_running, ..Default::default() },
+    };
+    store.principal_put(tenant(Some(2)), None).await.unwrap();
+    let by = |input: &str, who: Option<&str>| NewJob { submitted_by: who.map(Into::into), ..new_job(input) };
+    let mut theirs = Vec::new();
+    for i in 0..5 {
+        theirs.push(insert_one(&*store, by(&format!("t{i}"), Some("tenant")), at(i)).await.id);
+    }
+    let other = insert_one(&*store, by("o", Some("other")), at(5)).await.id;
+    let embedded = insert_one(&*store, by("e", None), at(6)).await.id;
+
+    let first: Vec<JobId> = claim(&*store, "w1", 10, at(10)).await.iter().map(|l| l.job.id).collect();
+    assert_eq!(first, vec![theirs[0], theirs[1], other, embedded], "two of the tenant's, earliest first; others free");
+    assert!(claim(&*store, "w2", 10, at(10)).await.is_empty(), "at its cap, across workers");
+
+    // One ends: one more starts, by a finish-and-claim as by a claim.
+    let running = async |id: JobId| {
+        let job = get(&*store, id).await;
+        Lease { token: job.lease_token.clone().unwrap(), job }
+    };
+    let next = JobClaimParams { worker_id: "w3".into(), limit: 10, alone: false, lease_ttl: TTL, now: at(11) };
+    let (done, leases) = store.job_finish_and_claim(succeed(&running(theirs[0]).await, at(11)), next).await.unwrap();
+    assert!(done);
+    assert_eq!(leases.iter().map(|l| l.job.id).collect::<Vec<_>>(), vec![theirs[2]]);
+
+    // Lowered below what runs: both keep running, none starts until fewer
+    // than the new cap run.
+    store.principal_put(tenant(Some(1)), None).await.unwrap();
+    assert!(store.job_finish(succeed(&running(theirs[1]).await, at(12))).await.unwrap());
+    assert!(claim(&*store, "w1", 10, at(12)).await.is_empty(), "one runs: the cap of one is reached");
+    assert!(store.job_finish(succeed(&running(theirs[2]).await, at(13))).await.unwrap());
+    let one: Vec<JobId> = claim(&*store, "w1", 10, at(13)).await.iter().map(|l| l.job.id).collect();
+    assert_eq!(one, vec![theirs[3]]);
+
+    // No cap: the rest start.
+    store.principal_put(tenant(None), None).await.unwrap();
+    let rest: Vec<JobId> = claim(&*store, "w1", 10, at(14)).await.iter().map(|l| l.job.id).collect();
+    assert_eq!(rest, vec![theirs[4]]);
+}

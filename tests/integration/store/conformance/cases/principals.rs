@@ -22,7 +22,12 @@ pub(crate) async fn principals_hold_roles_and_tokens_that_end_with_them(store: A
     assert_eq!(changed, principal("ci-bot", &[Role::Submit, Role::Approve], T0), "roles change; it keeps its age");
     let names: Vec<String> = store.principal_list().await.unwrap().into_iter().map(|p| p.name).collect();
     assert_eq!(names, ["alice", "ci-bot"]);
-    let ceilings = PrincipalCeilings { max_timeout_ms: Some(1_000), max_attempts: Some(2), max_queue_ttl_ms: None };
+    let ceilings = PrincipalCeilings {
+        max_timeout_ms: Some(1_000),
+        max_attempts: Some(2),
+        max_queue_ttl_ms: None,
+        max_running: Some(3),
+    };
     let capped = Principal { ceilings, ..principal("alice", &[Role::Approve, Role::Operate], at(1)) };
     assert_eq!(store.principal_put(capped.clone(), None).await.unwrap(), capped, "ceilings are kept");
     assert_eq!(store.principal_get("alice".into()).await.unwrap(), Some(capped));
