@@ -128,7 +128,7 @@ async fn measure(slots: usize, isolate: bool, nice: i32, requests: usize) -> (Fi
     let mut oldest = Duration::ZERO;
     while !client.is_finished() {
         let running = runtime
-            .list(JobListParams { status: Some(JobStatus::Running), limit: 500, ..JobListParams::default() })
+            .list(JobListParams { status: vec![JobStatus::Running], limit: 500, ..JobListParams::default() })
             .await
             .unwrap();
         let now = runtime.now().unix_ms();

@@ -211,3 +211,17 @@ fn no_source_file_is_over_six_hundred_lines() {
     }
     assert!(over.is_empty(), "{}", over.join("\n"));
 }
+
+/// A release build is one a user would ship: its debug info is stripped
+/// (README.md says its size), while the bench profile, which profilers
+/// read, keeps its line tables.
+#[test]
+fn the_release_profile_strips_debug_info_and_the_bench_profile_keeps_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let manifest: toml::Table = std::fs::read_to_string(root.join("Cargo.toml")).unwrap().parse().unwrap();
+    let profile =
+        |name: &str, key: &str| manifest["profile"][name].get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    assert_eq!(profile("release", "strip").as_deref(), Some("debuginfo"));
+    assert_eq!(profile("bench", "strip").as_deref(), Some("none"));
+    assert_eq!(profile("bench", "debug").as_deref(), Some("line-tables-only"));
+}

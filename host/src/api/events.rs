@@ -21,7 +21,7 @@ use crate::access::Principal;
 use crate::api::access::reads_all;
 use crate::api::error::{ApiError, ErrorBody, query_error};
 use crate::api::{AppState, parse_id};
-use crate::job::{Event, EventId, JobId, JobStatus};
+use crate::job::{Event, EventId, JobId};
 use crate::runtime::{EventStream, StreamItem};
 use crate::store::EventFilter;
 
@@ -50,11 +50,7 @@ pub(super) struct EventsQuery {
 
 impl EventsQuery {
     fn filter(&self) -> Result<EventFilter, ApiError> {
-        let status = match self.status.as_deref() {
-            None => Ok(Vec::new()),
-            Some(list) => list.split(',').map(|s| s.trim().parse::<JobStatus>()).collect::<Result<_, _>>(),
-        }
-        .map_err(ApiError::bad_request)?;
+        let status = super::jobs::states(self.status.as_deref())?;
         Ok(EventFilter {
             job: self.job.as_deref().map(parse_id).transpose()?,
             plan_id: self.plan.clone(),

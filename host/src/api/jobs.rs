@@ -254,8 +254,8 @@ pub(super) async fn job_show(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
-    /// Only jobs in this state.
-    #[param(value_type = Option<JobStatus>)]
+    /// Only jobs in one of these states (comma-separated).
+    #[param(example = "failed,cancelled")]
     status: Option<String>,
     /// Only jobs of this plugin: a digest, a name or `name@version`.
     #[param(pattern = "^((sha256:)?[0-9a-f]{64}|[a-z0-9][a-z0-9_-]{0,63}(@[A-Za-z0-9._+-]{1,64})?)$")]
@@ -273,6 +273,19 @@ pub(super) struct ListQuery {
     /// Jobs per page (default 50).
     #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
+}
+
+/// A `status` query's states: comma-separated job states (none: any).
+pub(super) fn states(list: Option<&str>) -> Result<Vec<JobStatus>, ApiError> {
+    let Some(list) = list else { return Ok(Vec::new()) };
+    let mut states: Vec<JobStatus> = list
+        .split(',')
+        .map(|s| s.trim().parse::<JobStatus>())
+        .collect::<Result<_, _>>()
+        .map_err(ApiError::bad_request)?;
+    states.sort_by_key(|s| s.as_str());
+    states.dedup();
+    Ok(states)
 }
 
 /// Jobs, newest first, filtered and paged.
@@ -294,7 +307,7 @@ pub(super) async fn job_list(
         return Err(ApiError::bad_request(format!("`limit` must be between 1 and {MAX_PAGE}")));
     }
     let params = JobListParams {
-        status: query.status.as_deref().map(str::parse::<JobStatus>).transpose().map_err(ApiError::bad_request)?,
+        status: states(query.status.as_deref())?,
         plugin: query.plugin.as_deref().map(str::parse).transpose().map_err(ApiError::bad_request)?,
         plan_id: query.plan,
         concurrency_key: query.concurrency_key,

@@ -45,7 +45,7 @@ impl Runtime {
         let mut before = None;
         loop {
             let params = JobListParams {
-                status: Some(JobStatus::PendingApproval),
+                status: vec![JobStatus::PendingApproval],
                 plugin: Some(PluginRef::Digest(rule.plugin)),
                 before,
                 limit: CASCADE_PAGE,

@@ -23,6 +23,11 @@ use crate::sandbox::{
     bindings, lower_thread_priority, one_line, proposals, shape,
 };
 
+/// What a component missing the `run` export is told: how each guest
+/// language exports it.
+const EXPORT_HINT: &str = "a plugin exports `run`: in Rust with `leash_sdk::export!(YourPlugin);`, in Python with \
+     a `WitWorld` class (`class WitWorld(leash.Plugin)`), in JavaScript with `export const run = leash.plugin(handler)`";
+
 impl Sandbox {
     /// Build the engine, linker, ticker and cache.
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
@@ -117,7 +122,8 @@ impl Sandbox {
             },
         };
         let pre = self.linker.instantiate_pre(&component).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
-        let pre = bindings::PluginPre::new(pre).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
+        let pre = bindings::PluginPre::new(pre)
+            .map_err(|e| SandboxError::WorldMismatch(format!("{}; {EXPORT_HINT}", one_line(&e))))?;
         Ok(Plugin { digest, pre, loaded: Loaded { duration: started.elapsed(), from_cache } })
     }
 

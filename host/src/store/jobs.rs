@@ -79,8 +79,8 @@ pub enum DecideRefusal {
 /// Parameters of [`Jobs::job_list`]: filters, newest first, keyset-paged.
 #[derive(Debug, Clone, Default)]
 pub struct JobListParams {
-    /// Only jobs in this state.
-    pub status: Option<JobStatus>,
+    /// Only jobs in one of these states (none: every state).
+    pub status: Vec<JobStatus>,
     /// Only jobs of this plugin: a digest, a name (any version) or `name@version`.
     pub plugin: Option<PluginRef>,
     /// Only jobs of this plan.

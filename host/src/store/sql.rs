@@ -57,11 +57,18 @@ pub(crate) const DELETE_EMPTY_PLANS: &str = "DELETE FROM plans WHERE NOT EXISTS 
 pub(crate) const EFFECT_COLUMNS: &str = "attempt, seq, method, url, started_at, finished_at, status, error";
 
 /// A list's filters as `(condition, value)` pairs, the condition a column
-/// and an operator to which each backend appends its own placeholder.
+/// and an operator to which each backend appends its own placeholder;
+/// one that takes it elsewhere writes `{}` where it goes.
 pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)> {
     let mut filters = Vec::new();
-    if let Some(status) = params.status {
-        filters.push(("status =", status.as_str().to_owned()));
+    match &params.status[..] {
+        [] => {}
+        [one] => filters.push(("status =", one.as_str().to_owned())),
+        several => {
+            // `,queued,running,` holds `,status,` for the states asked.
+            let listed: Vec<&str> = several.iter().map(|s| s.as_str()).collect();
+            filters.push(("{} LIKE ('%,' || status || ',%')", format!(",{},", listed.join(","))));
+        }
     }
     match &params.plugin {
         Some(PluginRef::Digest(digest)) => filters.push(("plugin_digest =", digest.to_string())),
@@ -110,4 +117,13 @@ pub(crate) fn decision_update_sql(placeholder: char) -> String {
         p(9),
         p(1)
     )
+}
+
+/// A list filter's SQL with the backend's `placeholder` in its place.
+pub(crate) fn filter_sql(condition: &str, placeholder: &str) -> String {
+    if condition.contains("{}") {
+        format!(" AND {}", condition.replace("{}", placeholder))
+    } else {
+        format!(" AND {condition} {placeholder}")
+    }
 }

@@ -85,6 +85,7 @@ impl Pool {
         };
         let spent = job.lost_leases + job.retries + 1;
         let (may_retry, backoff, deadline) = (spent < job.max_attempts, job.backoff, job.deadline_at);
+        let max_attempts = job.max_attempts;
         let mut compile_wait = None;
         let mut outcome = match self.plugin(job.plugin).await {
             Err(failure) => Err(failure),
@@ -233,7 +234,12 @@ impl Pool {
                 self.metrics.leases_lost.inc();
             }
         } else {
-            let (finish, fuel_used, peak, progress, logs) = finish_for(outcome);
+            // A retryable error that runs no more says why.
+            let spent_all = !user_cancel && retry_for(&outcome).is_some();
+            let (mut finish, fuel_used, peak, progress, logs) = finish_for(outcome);
+            if let (true, Finish::Failed { message, .. }) = (spent_all, &mut finish) {
+                message.push_str(&attempts_spent(max_attempts));
+            }
             let (status, error_kind) = (finish.status(), finish.error_kind());
             let params = JobFinishParams {
                 id,
@@ -452,6 +458,15 @@ fn retry_for(outcome: &Result<Outcome, HostFailure>) -> Option<(ErrorKind, Strin
     match outcome {
         Ok(o) => o.result.as_ref().err().filter(|f| f.retryable).map(|f| (f.kind, f.message.clone())),
         Err(_) => None,
+    }
+}
+
+/// What a retryable error that ran out of attempts adds to its message.
+fn attempts_spent(max_attempts: u32) -> String {
+    if max_attempts <= 1 {
+        " (retryable, but max_attempts is 1: submit with max_attempts above 1 to run it again)".to_owned()
+    } else {
+        format!(" (retryable, but all {max_attempts} attempts are spent)")
     }
 }
 

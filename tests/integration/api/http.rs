@@ -460,7 +460,11 @@ async fn jobs_are_listed_filtered_and_paged() {
     let (_, by_status) = server.call(Method::GET, "/v1/jobs?status=succeeded&plugin=hello", None).await;
     assert_eq!(ids_of(&by_status).len(), 3);
     assert_eq!(by_status["next_before"], Value::Null);
-    for bad in ["status=done", "limit=0", "limit=501", "before=x", "plugin=Bad%20Name", "colour=blue"] {
+    let (_, either) = server.call(Method::GET, "/v1/jobs?status=failed,succeeded&plugin=hello", None).await;
+    assert_eq!(ids_of(&either), ids_of(&by_status), "any of several states: {either}");
+    for bad in
+        ["status=done", "status=succeeded,done", "limit=0", "limit=501", "before=x", "plugin=Bad%20Name", "colour=blue"]
+    {
         let (status, body) = server.call(Method::GET, &format!("/v1/jobs?{bad}"), None).await;
         assert_eq!((status, error_kind(&body)), (400, "invalid_request"), "{bad}");
     }

@@ -42,7 +42,7 @@ fn worker(dir: &Path, db: &Path, name: &str, start_log: &Path) -> Proc {
 /// (another decision won, the job ended) are expected and counted.
 async fn decide_some(runtime: &Runtime, rng: &mut Rng, tally: &mut BTreeMap<&'static str, u64>, all: bool) {
     let who = || DecisionBy::new("chaos").comment("random");
-    let waiting = |status| leash::store::JobListParams { status: Some(status), limit: 500, ..Default::default() };
+    let waiting = |status| leash::store::JobListParams { status: vec![status], limit: 500, ..Default::default() };
     for job in runtime.list(waiting(JobStatus::PendingApproval)).await.unwrap() {
         if !all && rng.below(3) != 0 {
             continue;

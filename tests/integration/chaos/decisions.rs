@@ -266,7 +266,7 @@ async fn decisions_on_two_postgres_replicas_are_made_once_and_audited_through_ki
     let closer = &approvers[0].1;
     loop {
         let waiting = store
-            .job_list(JobListParams { status: Some(JobStatus::PendingApproval), limit: 500, ..Default::default() })
+            .job_list(JobListParams { status: vec![JobStatus::PendingApproval], limit: 500, ..Default::default() })
             .await
             .unwrap();
         if waiting.is_empty() {

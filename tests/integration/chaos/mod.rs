@@ -843,7 +843,7 @@ pub(crate) async fn all_jobs(store: &dyn JobStore) -> HashMap<JobId, Job> {
     loop {
         let page = store
             .job_list(JobListParams {
-                status: None,
+                status: Vec::new(),
                 plugin: None,
                 plan_id: None,
                 concurrency_key: None,

@@ -302,6 +302,8 @@ async fn serve_logs_one_json_object_per_line_with_job_ids() {
     let guest = of_job.iter().find(|e| e["target"] == "leash::guest").expect("the guest's record, forwarded");
     assert_eq!(guest["message"], "\"greeting Log\"", "{guest}");
     assert!(events.iter().any(|e| e["message"] == "stopped"), "the shutdown is logged");
+    let dashboard = format!("dashboard: {url}/ui (sign in with the API token in {})", token_file.display());
+    assert!(events.iter().any(|e| e["message"] == dashboard.as_str()), "the dashboard's address is said: {events:?}");
 }
 
 #[test]
@@ -498,4 +500,40 @@ fn submit_batch_queues_json_lines_in_requests_of_a_thousand() {
     // --batch with a job's own flag is a usage error.
     let output = local(&["submit", "--batch", file.to_str().unwrap(), "--fuel", "10"]);
     assert_eq!(output.status.code(), Some(2));
+}
+
+/// `leash diagnostics` counts the jobs waiting for an approval in its
+/// queue line, beside the queued ones.
+#[test]
+fn diagnostics_counts_jobs_waiting_for_approval_in_the_queue_line() {
+    use crate::cli::audit::{leash, ok};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("d.db");
+    let db = db.to_str().unwrap();
+    let hello = leash_tests::plugin_path("hello");
+    ok(leash(db, None, &["plugins", "add", hello.to_str().unwrap(), "--name", "hello", "--version", "1"]));
+    ok(leash(db, None, &["plugins", "approval", "hello@1", "--require", "execute"]));
+    ok(leash(db, None, &["submit", "hello@1"]));
+    let said = ok(leash(db, None, &["diagnostics"]));
+    assert!(said.contains("waiting for approval 1, approved (waiting for a run) 0, queued 0"), "{said}");
+}
+
+/// A plugin's grants print one to a line in `plugins add` and `plugins
+/// show`, never joined by a literal `\n`.
+#[test]
+fn grants_print_one_to_a_line() {
+    use crate::cli::audit::{leash, ok};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("g.db");
+    let db = db.to_str().unwrap();
+    let hello = leash_tests::plugin_path("hello");
+    let hosts = ["--allow-host", "https://api.example.com", "--allow-host", "POST http://127.0.0.1:8080"];
+    let added =
+        ok(leash(db, None, &[&["plugins", "add", hello.to_str().unwrap(), "--name", "hello"][..], &hosts].concat()));
+    let shown = ok(leash(db, None, &["plugins", "show", "hello"]));
+    for said in [&added, &shown] {
+        assert!(!said.contains("\\n"), "{said}");
+        assert!(said.lines().any(|l| l.contains("http") && l.contains("https://api.example.com")), "{said}");
+        assert!(said.lines().any(|l| l.contains("POST http://127.0.0.1:8080")), "{said}");
+    }
 }

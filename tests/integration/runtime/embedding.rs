@@ -317,8 +317,9 @@ async fn a_submit_wakes_an_idle_worker_at_once() {
 }
 
 /// A `retryable` guest error runs again after the job's backoff while
-/// attempts remain, then fails with its last error; `failed` and
-/// `invalid-input` never run again.
+/// attempts remain, then fails with its last error, saying that its
+/// attempts are spent (or that it had one); `failed` and `invalid-input`
+/// never run again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retryable_failures_run_again_after_the_backoff_and_others_never_do() {
     let dir = tempfile::tempdir().unwrap();
@@ -341,8 +342,14 @@ async fn retryable_failures_run_again_after_the_backoff_and_others_never_do() {
     let done = runtime.wait(retried, GENEROUS).await.unwrap();
     assert_eq!((done.status, done.error_kind), (JobStatus::Failed, Some(ErrorKind::GuestError)));
     assert_eq!((done.attempt, done.retries, done.lost_leases), (3, 2, 0), "three attempts, two retries");
-    assert!(done.error_message.as_deref().unwrap().contains("try retryable"), "{:?}", done.error_message);
+    let said = done.error_message.as_deref().unwrap();
+    assert_eq!(said, "Retryable: try retryable (retryable, but all 3 attempts are spent)");
     assert!(done.last_error.as_deref().unwrap().starts_with("guest_error: "), "{:?}", done.last_error);
+    let mut once = job("fail", r#"{"kind":"retryable","message":"busy"}"#);
+    once.max_attempts = Some(1);
+    let once = runtime.wait(runtime.submit(once).await.unwrap(), GENEROUS).await.unwrap();
+    let said = once.error_message.as_deref().unwrap();
+    assert!(said.starts_with("Retryable: busy (retryable, but max_attempts is 1"), "{said}");
     for id in [failed, invalid] {
         let done = runtime.wait(id, GENEROUS).await.unwrap();
         assert_eq!((done.status, done.attempt, done.retries), (JobStatus::Failed, 1, 0), "{:?}", done.error_message);

@@ -63,7 +63,9 @@ async fn a_granted_request_reaches_the_upstream_and_an_ungranted_one_sends_nothi
     assert_eq!(upstream.received(), Vec::<String>::new(), "a denied request sends nothing");
     let logged = denials(&outcome);
     assert_eq!(logged.len(), 1, "{logged:?}");
-    assert!(logged[0].contains(&format!("GET {}: not granted", upstream.url("/hello"))), "{logged:?}");
+    let hint =
+        format!("GET {}: not granted; grant it with --allow-host 'GET {}'", upstream.url("/hello"), upstream.url(""));
+    assert!(logged[0].contains(&hint), "{logged:?}");
     assert!(!logged[0].contains("q=1"), "the query is not logged: {logged:?}");
     assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (0, 1));
 
@@ -98,7 +100,8 @@ async fn a_granted_name_that_resolves_to_loopback_needs_the_range_granted() {
 
     let outcome = run(&sandbox, "http-get", input.clone(), grant(&[&by_name]), limits()).await;
     assert!(failure_message(&outcome).contains("DestinationIpProhibited"), "{:?}", outcome.result);
-    assert!(denials(&outcome)[0].contains("a private address no range is granted for"), "{:?}", denials(&outcome));
+    let hint = "a private address no range is granted for; grant it with --allow-private ";
+    assert!(denials(&outcome)[0].contains(hint), "{:?}", denials(&outcome));
     assert_eq!(upstream.received(), Vec::<String>::new());
     assert_eq!((outcome.usage.http_requests, outcome.usage.http_denied), (0, 1), "refused, not sent");
 

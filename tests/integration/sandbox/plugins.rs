@@ -341,6 +341,9 @@ fn a_component_without_the_run_export_names_what_is_missing() {
     assert!(matches!(err, SandboxError::WorldMismatch(_)), "{err}");
     assert!(err.to_string().contains("run"), "{err}");
     assert!(!err.to_string().contains('\n'), "one line: {err}");
+    for hint in ["leash_sdk::export!", "class WitWorld(leash.Plugin)", "export const run = leash.plugin"] {
+        assert!(err.to_string().contains(hint), "names how each language exports run: {err}");
+    }
 }
 
 #[test]

@@ -30,7 +30,10 @@ pub(in crate::cli) async fn diagnostics(args: DiagnosticsArgs) -> Result<ExitSta
         let mut table = new_table(&["CHECK", "VALUE"]);
         let c = health.counts;
         let queue = format!(
-            "queued {}, running {}, succeeded {}, failed {}, cancelled {}, total {}",
+            "waiting for approval {}, approved (waiting for a run) {}, queued {}, running {}, succeeded {}, \
+             failed {}, cancelled {}, total {}",
+            c.pending_approval,
+            c.approved,
             c.queued,
             c.running,
             c.succeeded,

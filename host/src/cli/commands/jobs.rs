@@ -16,7 +16,7 @@ use crate::cli::commands::watch::WatchArgs;
 use crate::cli::commands::{ConnArgs, DecisionArgs};
 use crate::cli::{CliError, ExitStatus, parse_duration, terminal_text};
 use crate::client::typed;
-use crate::job::{Verdict, millis};
+use crate::job::{JobStatus, Verdict, millis};
 use crate::runtime::Cancelled;
 
 #[derive(Debug, Subcommand)]
@@ -25,8 +25,9 @@ pub(in crate::cli) enum JobsCommand {
     List {
         #[command(flatten)]
         conn: ConnArgs,
-        /// Only jobs in this state (pending_approval, approved, queued, running,
-        /// succeeded, failed, cancelled).
+        /// Only jobs in one of these states, comma-separated
+        /// (pending_approval, approved, queued, running, succeeded, failed,
+        /// cancelled).
         #[arg(long)]
         status: Option<String>,
         /// Only jobs of this plugin: name, name@version or digest.
@@ -161,7 +162,7 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                         job.status.to_string(),
                         plugin,
                         terminal_text(&job.target.to_string()),
-                        format!("{}/{}", job.attempt, job.max_attempts),
+                        attempts_text(&job),
                         job.created_at.to_string(),
                         job.error_kind.map_or_else(|| "-".to_owned(), |k| k.to_string()),
                     ]);
@@ -335,4 +336,36 @@ async fn decide(conn: ConnArgs, path: String, body: Option<DecisionRequest>) -> 
         Ok(ExitStatus::Success)
     })
     .await
+}
+
+/// Attempts spent of the job's most, and its runs when some spent none (a
+/// release, a free re-run): `1/1 (2 runs)`, never `2/1`.
+fn attempts_text(job: &crate::job::Job) -> String {
+    // The last run spent its attempt if it is running or ended the job; a
+    // queued job's earlier runs spent only what the counters say.
+    let last = job.status == JobStatus::Running || (job.status.is_terminal() && job.attempt > 0);
+    attempts_shown(job.attempt, job.lost_leases + job.retries + u32::from(last), job.max_attempts)
+}
+
+fn attempts_shown(runs: u32, spent: u32, max_attempts: u32) -> String {
+    let spent = spent.min(runs);
+    match runs - spent {
+        0 => format!("{spent}/{max_attempts}"),
+        _ if runs == 1 => format!("{spent}/{max_attempts} (1 run)"),
+        _ => format!("{spent}/{max_attempts} ({runs} runs)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attempts_shown;
+
+    #[test]
+    fn attempts_count_what_was_spent_and_runs_that_spent_nothing_apart() {
+        assert_eq!(attempts_shown(0, 0, 1), "0/1", "never run");
+        assert_eq!(attempts_shown(1, 1, 1), "1/1");
+        assert_eq!(attempts_shown(2, 1, 1), "1/1 (2 runs)", "released once, then ran to its end: not 2/1");
+        assert_eq!(attempts_shown(1, 0, 3), "0/3 (1 run)", "released and queued again");
+        assert_eq!(attempts_shown(3, 3, 3), "3/3");
+    }
 }

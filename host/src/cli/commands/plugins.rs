@@ -232,7 +232,13 @@ fn grants_text(grants: &Grants) -> String {
         l.response_bytes,
         l.request_timeout.as_millis()
     ));
-    terminal_text(&lines.join("\n"))
+    safe_lines(&lines)
+}
+
+/// Lines, each made terminal-safe, joined by newlines (a newline escaped
+/// with the rest would print as `\n`).
+fn safe_lines(lines: &[String]) -> String {
+    lines.iter().map(|l| terminal_text(l)).collect::<Vec<_>>().join("\n")
 }
 
 /// What a component declares, one line per item (terminal-safe).
@@ -243,7 +249,7 @@ fn requests_text(requests: &crate::job::grant::Requests) -> String {
     if lines.is_empty() {
         return "nothing".to_owned();
     }
-    terminal_text(&lines.join("\n"))
+    safe_lines(&lines)
 }
 
 fn print_grants(info: &PluginInfo) {

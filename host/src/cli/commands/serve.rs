@@ -58,14 +58,14 @@ pub(in crate::cli) struct ServeArgs {
 pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliError> {
     init_logging(&args.worker.log_format)?;
     let token_file = args.token_file.clone().unwrap_or_else(|| args.worker.store.database().default_token_file());
-    let token = match std::env::var("LEASH_API_TOKEN") {
-        Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
+    let (token, token_from) = match std::env::var("LEASH_API_TOKEN") {
+        Ok(token) if !token.trim().is_empty() => (token.trim().to_owned(), "LEASH_API_TOKEN".to_owned()),
         _ => {
             let (token, created) = ensure_token_file(&token_file).map_err(CliError::usage)?;
             if created {
                 tracing::info!("wrote a new API token to {}", token_file.display());
             }
-            token
+            (token, token_file.display().to_string())
         }
     };
     raise_open_files_limit();
@@ -96,6 +96,7 @@ pub(in crate::cli) async fn serve(args: ServeArgs) -> Result<ExitStatus, CliErro
         args.worker.store.database(),
         if supervisor.is_some() { "pool in a supervised process" } else { "pool in this process" }
     );
+    tracing::info!("dashboard: http://{address}/ui (sign in with the API token in {token_from})");
     // On a signal: stop accepting connections, shut the runtime down within
     // its budget, and drop requests still open (a sync wait must not hold
     // the process past the budget).

@@ -76,8 +76,9 @@ pub struct EffectTicket {
 /// Why a request was refused before anything was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Denial {
-    /// No rule matches the method, scheme, host and port.
-    NotGranted,
+    /// No rule matches the method, scheme, host and port: the rule that
+    /// would.
+    NotGranted(String),
     /// The job has sent its most requests.
     RequestLimit(u32),
     /// The URL has no host.
@@ -92,7 +93,7 @@ enum Denial {
 impl std::fmt::Display for Denial {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Denial::NotGranted => write!(f, "not granted"),
+            Denial::NotGranted(rule) => write!(f, "not granted; grant it with --allow-host '{rule}'"),
             Denial::RequestLimit(n) => {
                 write!(f, "the job's limit of {n} requests is reached (later ones are only counted)")
             }
@@ -203,7 +204,8 @@ impl HttpGate {
             http::HeaderValue::from_str(&format!("{host}{port_text}")).map_err(|_| (shown.clone(), Denial::NoHost))?;
         let grant = &self.grants.http;
         if !grant.allows(method, scheme, host, port) {
-            return Err((shown, Denial::NotGranted));
+            let rule = format!("{method} {}://{host}{port_text}", uri.scheme_str().unwrap_or("https"));
+            return Err((shown, Denial::NotGranted(rule)));
         }
         let (method, host) = (method.to_owned(), host.to_owned());
         if let Err(why) =

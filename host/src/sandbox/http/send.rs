@@ -47,7 +47,12 @@ pub(super) async fn send(
         addrs.iter().copied().filter(|a| grant.address_allowed(&target.host, a.ip())).collect();
     if allowed.is_empty() {
         let listed = addrs.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
-        let why = format!("{} resolves to {listed}, a private address no range is granted for", target.host);
+        let why = format!(
+            "{} resolves to {listed}, a private address no range is granted for; grant it with \
+             --allow-private {} (or name the address itself in --allow-host)",
+            target.host,
+            addrs.first().map(|a| a.ip().to_string()).unwrap_or_default()
+        );
         withdrawn(&journal, &meter, &target.shown(), &why);
         return Err(Error::DestinationIpProhibited);
     }

@@ -16,7 +16,7 @@ use crate::store::rules::audit::{cancel_note, submit_note};
 use crate::store::rules::codec::{
     InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
 };
-use crate::store::sql::{decision_update_sql, list_filters};
+use crate::store::sql::{decision_update_sql, filter_sql, list_filters};
 use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
 
 #[async_trait::async_trait]
@@ -224,7 +224,7 @@ impl Jobs for PostgresStore {
         let mut args: Vec<String> = Vec::new();
         for (condition, value) in list_filters(&params) {
             args.push(value);
-            sql.push_str(&format!(" AND {condition} ${}", args.len()));
+            sql.push_str(&filter_sql(condition, &format!("${}", args.len())));
         }
         sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {}", params.limit.max(1)));
         let args: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();

@@ -17,7 +17,7 @@ use crate::store::rules::audit::{cancel_note, submit_note};
 use crate::store::rules::codec::{
     InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns, to_json,
 };
-use crate::store::sql::{decision_update_sql, list_filters};
+use crate::store::sql::{decision_update_sql, filter_sql, list_filters};
 use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
 
 #[async_trait::async_trait]
@@ -195,7 +195,7 @@ impl Jobs for SqliteStore {
             let mut args: Vec<String> = Vec::new();
             for (condition, value) in list_filters(&params) {
                 args.push(value);
-                sql.push_str(&format!(" AND {condition} ?{}", args.len()));
+                sql.push_str(&filter_sql(condition, &format!("?{}", args.len())));
             }
             sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {}", params.limit.max(1)));
             query_jobs(conn, &sql, rusqlite::params_from_iter(args.iter()))

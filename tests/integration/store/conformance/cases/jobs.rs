@@ -216,8 +216,15 @@ pub(crate) async fn list_filters_pages_newest_first_without_payloads(store: Arc<
     assert_eq!(list(by("alpha")).await, vec![ids[1], ids[0]], "a name matches every version");
     assert_eq!(list(by("alpha@2")).await, vec![ids[1]]);
     assert_eq!(list(by(&Digest::of(b"plugin").to_string())).await.len(), 5);
-    let status = JobListParams { status: Some(JobStatus::Succeeded), limit: 100, ..Default::default() };
+    let status = JobListParams { status: vec![JobStatus::Succeeded], limit: 100, ..Default::default() };
     assert_eq!(list(status).await, vec![ids[0]], "the oldest job was claimed and finished");
+    let running = claim_one(&*store, at(12)).await.job.id;
+    let either =
+        JobListParams { status: vec![JobStatus::Running, JobStatus::Succeeded], limit: 100, ..Default::default() };
+    assert_eq!(list(either).await, vec![running, ids[0]], "any of several states");
+    let neither =
+        JobListParams { status: vec![JobStatus::Failed, JobStatus::Cancelled], limit: 100, ..Default::default() };
+    assert!(list(neither).await.is_empty());
     let plan = JobListParams { plan_id: Some("plan-beta".into()), limit: 100, ..Default::default() };
     assert_eq!(list(plan).await, vec![ids[2]]);
     let key = JobListParams { concurrency_key: Some("k".into()), limit: 100, ..Default::default() };
@@ -244,7 +251,7 @@ pub(crate) async fn a_gated_job_waits_unclaimed_and_uncounted_as_queued(store: A
     assert_eq!((counts.pending_approval, counts.queued), (1, 0));
     assert_eq!(store.queued_count().await.unwrap(), 0);
     let listed = store
-        .job_list(JobListParams { status: Some(JobStatus::PendingApproval), limit: 10, ..Default::default() })
+        .job_list(JobListParams { status: vec![JobStatus::PendingApproval], limit: 10, ..Default::default() })
         .await
         .unwrap();
     assert_eq!(listed.iter().map(|j| j.id).collect::<Vec<_>>(), vec![gated.id], "listed by its state");
