@@ -36,6 +36,40 @@ pub(crate) const COUNTER_COLUMNS: &str = "job_id, attempt, lost_leases, retries,
 pub(crate) const SILENT_WORKER: &str = "COALESCE(w.state = 'stopped' OR w.last_heartbeat < \
      j.lease_expires_at - (j.lease_expires_at - COALESCE(j.last_heartbeat, j.started_at)) / 3, FALSE)";
 
+/// Which queued jobs a claim picks from: those that never took a process
+/// down, or the suspects that did (claimed alone).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ClaimPool {
+    Fresh,
+    Suspect,
+}
+
+impl ClaimPool {
+    /// Both, in the order their statements are kept in.
+    pub(crate) const ALL: [ClaimPool; 2] = [ClaimPool::Fresh, ClaimPool::Suspect];
+}
+
+/// The submitters whose jobs the uncapped claim takes: those with no
+/// running cap, and none (`q` is the queued job).
+pub(crate) const UNCAPPED_SUBMITTER: &str =
+    "NOT EXISTS (SELECT 1 FROM principals p WHERE p.name = q.submitted_by AND p.max_running IS NOT NULL)";
+
+/// The queued jobs `q` of `pool` a claim may take at `now` (a placeholder),
+/// of the submitters `whose` admits: unexpired, due, and keyless or the
+/// oldest queued job of a key with no running job.
+pub(crate) fn claimable(pool: ClaimPool, whose: &str, now: &str) -> String {
+    let which = match pool {
+        ClaimPool::Fresh => "q.process_deaths = 0",
+        ClaimPool::Suspect => "q.process_deaths > 0",
+    };
+    format!(
+        "q.status = 'queued' AND {which} AND {whose} AND q.run_after <= {now} AND q.expires_at > {now} \
+         AND (q.concurrency_key IS NULL OR ( \
+           q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
+           AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key)))"
+    )
+}
+
 /// The plan columns both backends read, in this order.
 pub(crate) const PLAN_COLUMNS: &str =
     "plan_id, apply_mode, input, queue_ttl_ms, approval_ttl_ms, created_at, execute_job_id, apply_job_id, cancelled_at";
@@ -56,14 +90,13 @@ pub(crate) const DELETE_EMPTY_PLANS: &str = "DELETE FROM plans WHERE NOT EXISTS 
 /// The columns of an effect row, in [`EffectRow`](super::rules::codec::EffectRow)'s order.
 pub(crate) const EFFECT_COLUMNS: &str = "attempt, seq, method, url, started_at, finished_at, status, error";
 
-/// A list's filters as `(condition, value)` pairs, the condition a column
-/// and an operator to which each backend appends its own placeholder;
-/// one that takes it elsewhere writes `{}` where it goes.
+/// A list's filters as `(condition, value)` pairs, each condition with
+/// `{}` where its backend puts the value's placeholder ([`filter_sql`]).
 pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)> {
     let mut filters = Vec::new();
     match &params.status[..] {
         [] => {}
-        [one] => filters.push(("status =", one.as_str().to_owned())),
+        [one] => filters.push(("status = {}", one.as_str().to_owned())),
         several => {
             // `,queued,running,` holds `,status,` for the states asked.
             let listed: Vec<&str> = several.iter().map(|s| s.as_str()).collect();
@@ -71,25 +104,25 @@ pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)
         }
     }
     match &params.plugin {
-        Some(PluginRef::Digest(digest)) => filters.push(("plugin_digest =", digest.to_string())),
-        Some(PluginRef::Name(name)) => filters.push(("plugin_name =", name.clone())),
+        Some(PluginRef::Digest(digest)) => filters.push(("plugin_digest = {}", digest.to_string())),
+        Some(PluginRef::Name(name)) => filters.push(("plugin_name = {}", name.clone())),
         Some(PluginRef::Version(v)) => {
-            filters.push(("plugin_name =", v.name.clone()));
-            filters.push(("plugin_version =", v.version.clone()));
+            filters.push(("plugin_name = {}", v.name.clone()));
+            filters.push(("plugin_version = {}", v.version.clone()));
         }
         None => {}
     }
     if let Some(plan) = &params.plan_id {
-        filters.push(("plan_id =", plan.clone()));
+        filters.push(("plan_id = {}", plan.clone()));
     }
     if let Some(key) = &params.concurrency_key {
-        filters.push(("concurrency_key =", key.clone()));
+        filters.push(("concurrency_key = {}", key.clone()));
     }
     if let Some(submitter) = &params.submitted_by {
-        filters.push(("submitted_by =", submitter.clone()));
+        filters.push(("submitted_by = {}", submitter.clone()));
     }
     if let Some(before) = params.before {
-        filters.push(("job_id <", before.to_string()));
+        filters.push(("job_id < {}", before.to_string()));
     }
     filters
 }
@@ -121,9 +154,5 @@ pub(crate) fn decision_update_sql(placeholder: char) -> String {
 
 /// A list filter's SQL with the backend's `placeholder` in its place.
 pub(crate) fn filter_sql(condition: &str, placeholder: &str) -> String {
-    if condition.contains("{}") {
-        format!(" AND {}", condition.replace("{}", placeholder))
-    } else {
-        format!(" AND {condition} {placeholder}")
-    }
+    format!(" AND {}", condition.replace("{}", placeholder))
 }

@@ -14,7 +14,7 @@ use crate::job::ErrorKind;
 use crate::job::millis;
 use crate::store::rules::codec::{corrupt, i64_of, to_json};
 use crate::store::rules::unfinished::{self, Decision};
-use crate::store::sql::COUNTER_COLUMNS;
+use crate::store::sql::{COUNTER_COLUMNS, ClaimPool, UNCAPPED_SUBMITTER, claimable};
 use crate::store::{
     JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease, LeaseExtendParams,
     LeaseState, Leases, StoreError,
@@ -214,40 +214,13 @@ pub(super) async fn claim(
 ) -> Result<Vec<Lease>, StoreError> {
     // A claimer that runs nothing takes a suspect first, and only it.
     if params.alone {
-        let suspect = claim_from(client, Pool::Suspect, &JobClaimParams { limit: 1, ..params.clone() }, capped).await?;
+        let suspect =
+            claim_from(client, ClaimPool::Suspect, &JobClaimParams { limit: 1, ..params.clone() }, capped).await?;
         if !suspect.is_empty() {
             return Ok(suspect);
         }
     }
-    claim_from(client, Pool::Fresh, params, capped).await
-}
-
-/// Which queued jobs a claim picks from: those that never took a process
-/// down, or the suspects that did.
-#[derive(Clone, Copy)]
-enum Pool {
-    Fresh,
-    Suspect,
-}
-
-impl Pool {
-    fn which(self) -> &'static str {
-        match self {
-            Pool::Fresh => "q.process_deaths = 0",
-            Pool::Suspect => "q.process_deaths > 0",
-        }
-    }
-}
-
-/// The queued jobs a claim may take, of the submitters `whose` admits.
-fn claimable(pool: Pool, whose: &str) -> String {
-    format!(
-        "q.status = 'queued' AND {} AND {whose} AND q.run_after <= $1 AND q.expires_at > $1 \
-         AND (q.concurrency_key IS NULL OR ( \
-           q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
-           AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key)))",
-        pool.which()
-    )
+    claim_from(client, ClaimPool::Fresh, params, capped).await
 }
 
 /// Turn the jobs `picked` names (locked) into running ones.
@@ -264,17 +237,16 @@ fn claim_update(picked: &str) -> String {
 }
 
 /// The claim of uncapped submitters' jobs (and those of no submitter).
-fn uncapped_sql(pool: Pool) -> String {
-    let whose = "NOT EXISTS (SELECT 1 FROM principals p WHERE p.name = q.submitted_by AND p.max_running IS NOT NULL)";
+fn uncapped_sql(pool: ClaimPool) -> String {
     claim_update(&format!(
         "SELECT q.job_id FROM jobs q WHERE {} ORDER BY q.run_after, q.job_id LIMIT $2 FOR UPDATE SKIP LOCKED",
-        claimable(pool, whose)
+        claimable(pool, UNCAPPED_SUBMITTER, "$1")
     ))
 }
 
 /// The claim of capped submitters' jobs: each one's earliest, at most its
 /// room (its cap less its running jobs), found by its own index.
-fn capped_sql(pool: Pool) -> String {
+fn capped_sql(pool: ClaimPool) -> String {
     claim_update(&format!(
         "SELECT l.job_id FROM jobs l WHERE l.status = 'queued' AND l.job_id IN ( \
            SELECT c.job_id FROM ( \
@@ -285,7 +257,7 @@ fn capped_sql(pool: Pool) -> String {
              ORDER BY q.run_after, q.job_id LIMIT GREATEST(s.room, 0)) c \
            ORDER BY c.run_after, c.job_id LIMIT $2) \
          FOR UPDATE SKIP LOCKED",
-        claimable(pool, "q.submitted_by = s.name")
+        claimable(pool, "q.submitted_by = s.name", "$1")
     ))
 }
 
@@ -301,13 +273,13 @@ const CAPPED_CLAIMS_LOCK: &str =
 /// when `capped`, then the rest.
 async fn claim_from(
     client: &impl GenericClient,
-    pool: Pool,
+    pool: ClaimPool,
     params: &JobClaimParams,
     capped: bool,
 ) -> Result<Vec<Lease>, StoreError> {
     // Built once: these run for every claim.
-    static UNCAPPED: LazyLock<[String; 2]> = LazyLock::new(|| [uncapped_sql(Pool::Fresh), uncapped_sql(Pool::Suspect)]);
-    static CAPPED: LazyLock<[String; 2]> = LazyLock::new(|| [capped_sql(Pool::Fresh), capped_sql(Pool::Suspect)]);
+    static UNCAPPED: LazyLock<[String; 2]> = LazyLock::new(|| ClaimPool::ALL.map(uncapped_sql));
+    static CAPPED: LazyLock<[String; 2]> = LazyLock::new(|| ClaimPool::ALL.map(capped_sql));
     let mut leases = Vec::new();
     if capped {
         // Prepared before the lock is taken: planning is the slow part.

@@ -13,7 +13,7 @@ use crate::job::millis;
 use crate::job::{ErrorKind, Job, JobStatus};
 use crate::store::rules::codec::{corrupt, to_json};
 use crate::store::rules::unfinished::{self, Decision};
-use crate::store::sql::COUNTER_COLUMNS;
+use crate::store::sql::{COUNTER_COLUMNS, ClaimPool, UNCAPPED_SUBMITTER, claimable};
 use crate::store::{
     JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease, LeaseExtendParams,
     LeaseState, Leases, StoreError,
@@ -169,10 +169,10 @@ pub(super) fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lea
     // A claimer that runs nothing takes a suspect first, and only it.
     let mut candidates = Vec::new();
     if params.alone {
-        candidates = pick(conn, Pool::Suspect, now, 1)?;
+        candidates = pick(conn, ClaimPool::Suspect, now, 1)?;
     }
     if candidates.is_empty() {
-        candidates = pick(conn, Pool::Fresh, now, params.limit)?;
+        candidates = pick(conn, ClaimPool::Fresh, now, params.limit)?;
     }
     let mut take = conn.prepare_cached(CLAIM_ONE).map_err(db_err("claiming a job"))?;
     let mut leases = Vec::with_capacity(candidates.len());
@@ -198,39 +198,18 @@ pub(super) fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lea
     Ok(leases)
 }
 
-/// Which queued jobs a claim picks from: those that never took a process
-/// down, or the suspects that did.
-#[derive(Clone, Copy)]
-enum Pool {
-    Fresh,
-    Suspect,
-}
-
 /// Up to `limit` claimable jobs of `pool`: capped submitters' first, each
 /// within its room, then the uncapped.
-fn pick(conn: &Connection, pool: Pool, now: i64, limit: u32) -> Result<Vec<Job>, StoreError> {
+fn pick(conn: &Connection, pool: ClaimPool, now: i64, limit: u32) -> Result<Vec<Job>, StoreError> {
     // Built once: this runs for every claim.
-    static UNCAPPED: LazyLock<[String; 2]> = LazyLock::new(|| {
-        let uncapped =
-            "NOT EXISTS (SELECT 1 FROM principals p WHERE p.name = q.submitted_by AND p.max_running IS NOT NULL)";
-        [candidates(Pool::Fresh, uncapped), candidates(Pool::Suspect, uncapped)]
-    });
-    static CAPPED: LazyLock<[String; 2]> = LazyLock::new(|| {
-        let capped = "q.submitted_by = ?3";
-        [candidates(Pool::Fresh, capped), candidates(Pool::Suspect, capped)]
-    });
-    fn candidates(pool: Pool, whose: &str) -> String {
-        let which = match pool {
-            Pool::Fresh => "q.process_deaths = 0",
-            Pool::Suspect => "q.process_deaths > 0",
-        };
+    static UNCAPPED: LazyLock<[String; 2]> =
+        LazyLock::new(|| ClaimPool::ALL.map(|p| candidates(p, UNCAPPED_SUBMITTER)));
+    static CAPPED: LazyLock<[String; 2]> =
+        LazyLock::new(|| ClaimPool::ALL.map(|p| candidates(p, "q.submitted_by = ?3")));
+    fn candidates(pool: ClaimPool, whose: &str) -> String {
         format!(
-            "SELECT {JOB_COLUMNS} FROM jobs q WHERE q.status = 'queued' AND {which} AND {whose} \
-             AND q.run_after <= ?1 AND q.expires_at > ?1 \
-             AND (q.concurrency_key IS NULL OR ( \
-               q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
-               AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key))) \
-             ORDER BY q.run_after, q.job_id LIMIT ?2"
+            "SELECT {JOB_COLUMNS} FROM jobs q WHERE {} ORDER BY q.run_after, q.job_id LIMIT ?2",
+            claimable(pool, whose, "?1")
         )
     }
     let err = db_err("claiming jobs");
