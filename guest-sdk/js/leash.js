@@ -1,8 +1,10 @@
 // Write leash plugins in JavaScript.
 //
 // A plugin is a WebAssembly component implementing the `leash:plugin@0.1.0`
-// world (wit/plugin.wit). componentize-js 0.23 builds one from an ES module
-// that exports `run`; this module hides the WIT's shapes behind `plugin`:
+// world (wit/plugin.wit); this module builds against `plugin-http`
+// (wit/http.wit: the same world, plus outbound HTTP). componentize-js 0.23
+// builds one from an ES module that exports `run`; this module hides the
+// WIT's shapes behind `plugin`:
 //
 //     import * as leash from './leash.js';
 //
@@ -14,7 +16,10 @@
 //
 // Build it with
 //
-//     componentize-js app.js --wit wit -n plugin -d http fetch-event -o hello.wasm
+//     componentize-js app.js --wit wit -n plugin-http -d fetch-event -o hello.wasm
+//
+// (`-d fetch-event` leaves out the wasi:http server export componentize-js
+// adds by default; outbound `fetch` stays.)
 //
 // and run it with `leash run hello.wasm`.
 //
@@ -29,6 +34,14 @@ import {
   progress as hostProgress,
   cancelled as hostCancelled,
 } from 'leash:plugin/host@0.1.0';
+import { handle } from 'wasi:http/outgoing-handler@0.2.12';
+import {
+  Fields,
+  OutgoingRequest,
+  OutgoingBody,
+  RequestOptions,
+  httpErrorCode,
+} from 'wasi:http/types@0.2.12';
 
 /** The work failed; retrying will not help (`guest_error`). */
 export class Failed extends Error {}
@@ -117,6 +130,7 @@ function jobError(e) {
   if (e instanceof Failed) return { tag: 'failed', val: e.message };
   if (e instanceof InvalidInput) return { tag: 'invalid-input', val: e.message };
   if (e instanceof Retryable) return { tag: 'retryable', val: e.message };
+  if (e instanceof HttpError) return { tag: e.retryable ? 'retryable' : 'failed', val: e.message };
   return null;
 }
 
@@ -164,3 +178,207 @@ export function plugin(handler) {
     });
   };
 }
+
+// Outbound HTTP ---------------------------------------------------------
+
+// Errors after which the same request may well succeed later.
+const RETRYABLE_CODES = new Set([
+  'DNS-timeout',
+  'DNS-error',
+  'destination-unavailable',
+  'connection-refused',
+  'connection-terminated',
+  'connection-timeout',
+  'connection-read-timeout',
+  'connection-write-timeout',
+  'connection-limit-reached',
+  'HTTP-response-incomplete',
+  'HTTP-response-timeout',
+]);
+
+/**
+ * An outbound request that got no response. `code` names why, as a
+ * wasi:http error code (`HTTP-request-denied`: the job's grant does not
+ * allow it, and the job's logs name the `--allow-host` rule that would;
+ * `connection-refused`, `HTTP-response-timeout`, ...); `retryable` says
+ * whether the same request may succeed later. Left uncaught, it fails the
+ * job: as `Retryable` when `retryable`, else as `Failed`. A response with
+ * an error status is not an `HttpError`.
+ */
+export class HttpError extends Error {
+  constructor(method, url, code, detail) {
+    let why = detail ? `${code}: ${detail}` : code;
+    if (code === 'HTTP-request-denied') {
+      why += ' (not granted to this job; its logs name the --allow-host rule that grants it)';
+    }
+    super(`${method} ${url}: ${why}`);
+    Object.assign(this, { method, url, code, detail: detail ?? null, retryable: RETRYABLE_CODES.has(code) });
+  }
+}
+
+/** What came back: the status, the headers and the whole body. */
+class Response {
+  constructor(status, headers, body) {
+    /** The status code. */
+    this.status = status;
+    /** `[name, value]` pairs, names lowercase, in the order received. */
+    this.headers = headers;
+    /** The body, a Uint8Array. */
+    this.body = body;
+  }
+
+  /** True for a 2xx status. */
+  get ok() {
+    return this.status >= 200 && this.status < 300;
+  }
+
+  /** The first value of a header, or null. */
+  header(name) {
+    const lower = name.toLowerCase();
+    const found = this.headers.find(([k]) => k === lower);
+    return found ? found[1] : null;
+  }
+
+  /** The body as UTF-8 (undecodable bytes replaced). */
+  text() {
+    return decoder.decode(this.body);
+  }
+
+  /** The body decoded as JSON; `Failed` if it is not JSON. */
+  json() {
+    const text = this.text();
+    try {
+      return JSON.parse(text);
+    } catch (e) {
+      throw new Failed(`the response (${this.status}) is not JSON: ${e.message}: ${JSON.stringify(text.slice(0, 200))}`);
+    }
+  }
+}
+
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH']);
+
+// Drop a resource now (a parent cannot be dropped while a child lives).
+function drop(resource) {
+  if (resource) resource[Symbol.dispose]();
+}
+
+/**
+ * Send one request and read the whole response: `request(method, url,
+ * { headers, body, timeoutMs })`, `body` a string or bytes. A header value
+ * may name a secret, `{secret:NAME}`: the host puts in its value when the
+ * job's grant lets this request carry it (the plugin never sees it).
+ * `timeoutMs` bounds the connect, the wait for the first response byte and
+ * each wait between body bytes; the job's deadline bounds it all. It
+ * blocks until the response is read (no `await` needed, none harmful) and
+ * throws `HttpError` when no response comes.
+ */
+function request(method, url, { headers = {}, body, timeoutMs } = {}) {
+  method = String(method).toUpperCase();
+  const parts = /^(https?):\/\/([^/?#]+)([^#]*)/i.exec(String(url));
+  if (!parts) throw new Failed(`${method} ${url}: not an http:// or https:// URL`);
+  const fail = (code, detail) => new HttpError(method, url, code, detail);
+  const failed = (code) => fail(code.tag, typeof code.val === 'string' ? code.val : null);
+  const fields = new Fields();
+  try {
+    for (const [name, value] of Object.entries(headers)) fields.append(String(name), encoder.encode(String(value)));
+  } catch (e) {
+    drop(fields);
+    throw new Failed(`${method} ${url}: bad header: ${e.payload ? e.payload.tag : e}`);
+  }
+  const outgoing = new OutgoingRequest(fields);
+  outgoing.setMethod(METHODS.has(method) ? { tag: method.toLowerCase() } : { tag: 'other', val: method });
+  outgoing.setScheme({ tag: parts[1].toLowerCase() === 'https' ? 'HTTPS' : 'HTTP' });
+  outgoing.setAuthority(parts[2]);
+  outgoing.setPathWithQuery(parts[3].startsWith('/') ? parts[3] : `/${parts[3]}`);
+  let options;
+  if (timeoutMs !== undefined) {
+    const ns = BigInt(Math.round(timeoutMs * 1e6));
+    options = new RequestOptions();
+    options.setConnectTimeout(ns);
+    options.setFirstByteTimeout(ns);
+    options.setBetweenBytesTimeout(ns);
+  }
+  const outBody = outgoing.body();
+  let future;
+  try {
+    future = handle(outgoing, options);
+  } catch (e) {
+    drop(outBody);
+    throw e.payload ? failed(e.payload) : e;
+  }
+  try {
+    const writing = outBody.write();
+    const bytes = body === undefined ? new Uint8Array() : typeof body === 'string' ? encoder.encode(body) : body;
+    try {
+      for (let at = 0; at < bytes.length; at += 4096) writing.blockingWriteAndFlush(bytes.subarray(at, at + 4096));
+    } catch {
+      // The host refused the body; the response says why.
+    }
+    drop(writing);
+    OutgoingBody.finish(outBody, undefined);
+    const ready = future.subscribe();
+    ready.block();
+    drop(ready);
+    const got = future.get(); // ok(ok(response)) or ok(err(error-code))
+    if (!got || got.tag !== 'ok') throw fail('internal-error', 'no response');
+    if (got.val.tag === 'err') throw failed(got.val.val);
+    const response = got.val.val;
+    try {
+      const status = response.status();
+      const fieldsIn = response.headers();
+      const received = fieldsIn.entries().map(([k, v]) => [k.toLowerCase(), decoder.decode(v)]);
+      drop(fieldsIn);
+      const incoming = response.consume();
+      const reading = incoming.stream();
+      const chunks = [];
+      let size = 0;
+      for (;;) {
+        let chunk;
+        try {
+          chunk = reading.blockingRead(65536n);
+        } catch (e) {
+          drop(reading);
+          drop(incoming);
+          if (e.payload && e.payload.tag === 'closed') break;
+          const code = e.payload && e.payload.tag === 'last-operation-failed' ? httpErrorCode(e.payload.val) : undefined;
+          throw code ? failed(code) : fail('HTTP-protocol-error', String(e));
+        }
+        chunks.push(chunk);
+        size += chunk.length;
+      }
+      const all = new Uint8Array(size);
+      let at = 0;
+      for (const chunk of chunks) {
+        all.set(chunk, at);
+        at += chunk.length;
+      }
+      return new Response(status, received, all);
+    } finally {
+      drop(response);
+    }
+  } finally {
+    drop(future);
+  }
+}
+
+/** `request('GET', url, { headers, timeoutMs })`. */
+function get(url, options = {}) {
+  return request('GET', url, options);
+}
+
+/** POST `value` as JSON (`content-type: application/json` unless set). */
+function postJson(url, value, options = {}) {
+  const headers = { 'content-type': 'application/json' };
+  for (const [k, v] of Object.entries(options.headers ?? {})) headers[k.toLowerCase()] = v;
+  return request('POST', url, { ...options, headers, body: JSON.stringify(value) });
+}
+
+/**
+ * Outbound HTTP through wasi:http: `leash.http.get(url)`,
+ * `leash.http.postJson(url, value)`, `leash.http.request(method, url,
+ * { headers, body, timeoutMs })`, each returning a `Response`. The host
+ * sends a request only if the job's grant allows it (`leash run
+ * --allow-host 'GET https://api.example.com'`). (`fetch` works too, but
+ * says only "NetworkError" when no response comes.)
+ */
+export const http = Object.freeze({ request, get, postJson, HttpError });

@@ -15,7 +15,7 @@ bindings behind a base class::
 
 Build it with::
 
-    componentize-py -d wit -w plugin componentize -p path/to/guest-sdk/python app -o hello.wasm
+    componentize-py -d wit -w plugin-http componentize -p path/to/guest-sdk/python app -o hello.wasm
 
 and run it with ``leash run hello.wasm``.
 
@@ -28,22 +28,34 @@ This module knows nothing of the host beyond the WIT contract.
 """
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from types import ModuleType
+from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import urlsplit
 
 from componentize_py_types import Err
 from wit_world import WitWorld as _World
-from wit_world.imports import host, types
+from wit_world.imports import host
+
+try:
+    from wit_world.imports import types
+except ImportError:
+    # The plugin-http world imports wasi:http's `types` too, so the
+    # bindings name each by its package.
+    from wit_world.imports import leash_plugin_types as types
 
 __all__ = [
     "Context",
     "Failed",
+    "HttpError",
     "InvalidInput",
     "Plugin",
     "Retryable",
     "cancelled",
     "debug",
     "error",
+    "http",
     "info",
     "json_input",
     "json_output",
@@ -180,6 +192,8 @@ class Plugin(_World):
             raise Err(types.JobError_InvalidInput(str(e)))
         except Retryable as e:
             raise Err(types.JobError_Retryable(str(e)))
+        except HttpError as e:
+            raise Err(types.JobError_Retryable(str(e)) if e.retryable else types.JobError_Failed(str(e)))
         if isinstance(out, (bytes, bytearray, memoryview)):
             return bytes(out)
         if isinstance(out, str):
@@ -188,3 +202,206 @@ class Plugin(_World):
             return json_output(out)
         except Failed as e:
             raise Err(types.JobError_Failed(str(e)))
+
+
+# Outbound HTTP -------------------------------------------------------------
+
+# Errors after which the same request may well succeed later.
+_RETRYABLE_CODES = frozenset(
+    [
+        "DNS-timeout",
+        "DNS-error",
+        "destination-unavailable",
+        "connection-refused",
+        "connection-terminated",
+        "connection-timeout",
+        "connection-read-timeout",
+        "connection-write-timeout",
+        "connection-limit-reached",
+        "HTTP-response-incomplete",
+        "HTTP-response-timeout",
+    ]
+)
+_ACRONYMS = frozenset(["dns", "tls", "http", "ip"])
+
+
+class HttpError(Exception):
+    """An outbound request that got no response. ``code`` is the wasi:http
+    error code (``"HTTP-request-denied"``: the job's grant does not allow
+    it, and the job's logs say which ``--allow-host`` rule would;
+    ``"connection-refused"``, ``"HTTP-response-timeout"``, ...), and
+    ``retryable`` whether the same request may succeed later. Left
+    uncaught, it fails the job: as `Retryable` when ``retryable``, else as
+    `Failed`. A response with an error status is not an `HttpError`."""
+
+    def __init__(self, method: str, url: str, code: str, detail: Optional[str] = None):
+        self.method, self.url, self.code, self.detail = method, url, code, detail
+        self.retryable = code in _RETRYABLE_CODES
+        why = f"{code}: {detail}" if detail else code
+        if code == "HTTP-request-denied":
+            why += " (not granted to this job; its logs name the --allow-host rule that grants it)"
+        super().__init__(f"{method} {url}: {why}")
+
+
+@dataclass(frozen=True)
+class Response:
+    """What came back: the status, the headers (names lowercase, in the
+    order received) and the whole body."""
+
+    status: int
+    headers: List[Tuple[str, str]]
+    body: bytes
+
+    @property
+    def ok(self) -> bool:
+        """True for a 2xx status."""
+        return 200 <= self.status < 300
+
+    def header(self, name: str) -> Optional[str]:
+        """The first value of a header, or None."""
+        name = name.lower()
+        return next((v for k, v in self.headers if k == name), None)
+
+    def text(self) -> str:
+        """The body as UTF-8 (undecodable bytes replaced)."""
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body decoded as JSON; `Failed` if it is not JSON."""
+        try:
+            return json.loads(self.body)
+        except ValueError as e:
+            raise Failed(f"the response ({self.status}) is not JSON: {e}: {self.text()[:200]!r}") from None
+
+
+def _code_name(code: Any) -> Tuple[str, Optional[str]]:
+    """A wasi:http error-code value as its WIT name, and its detail."""
+    words = re.findall(r"[A-Z][a-z0-9]*", type(code).__name__.split("_", 1)[-1])
+    name = "-".join(w.upper() if w.lower() in _ACRONYMS else w.lower() for w in words)
+    detail = getattr(code, "value", None)
+    return name, detail if isinstance(detail, str) else None
+
+
+# Imported now, while componentize-py snapshots the module: a component
+# has no files to import from when it runs.
+try:
+    from wit_world.imports import outgoing_handler as _outgoing_handler
+    from wit_world.imports import streams as _streams
+    from wit_world.imports import wasi_http_types as _wasi_http
+except ImportError:  # built for the plain plugin world
+    _outgoing_handler = None
+
+
+def _bindings() -> Any:
+    if _outgoing_handler is None:
+        raise Failed(
+            "leash.http needs the plugin-http world: build with "
+            "componentize-py -d wit -w plugin-http componentize app -o NAME.wasm "
+            "(a folder made by leash new carries the WIT it needs)"
+        )
+    return _outgoing_handler, _streams, _wasi_http
+
+
+def _request(
+    method: str,
+    url: str,
+    headers: Optional[Dict[str, str]] = None,
+    body: Optional[bytes] = None,
+    timeout: Optional[float] = None,
+) -> Response:
+    """Send one request and read the whole response. A header value may
+    name a secret, ``{secret:NAME}``: the host puts in its value when the
+    job's grant lets this request carry it (the plugin never sees it).
+    ``timeout`` (seconds) bounds the connect, the wait for the first
+    response byte and each wait between body bytes; the job's deadline
+    bounds it all. Raises `HttpError` when no response comes."""
+    outgoing_handler, streams, wh = _bindings()
+    method = method.upper()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise Failed(f"{method} {url}: not an http:// or https:// URL")
+    fields = wh.Fields.from_list([(str(k), str(v).encode()) for k, v in (headers or {}).items()])
+    outgoing = wh.OutgoingRequest(fields)
+    known = {"GET": wh.Method_Get(), "HEAD": wh.Method_Head(), "POST": wh.Method_Post(), "PUT": wh.Method_Put(),
+             "DELETE": wh.Method_Delete(), "PATCH": wh.Method_Patch(), "OPTIONS": wh.Method_Options()}
+    outgoing.set_method(known.get(method) or wh.Method_Other(method))
+    outgoing.set_scheme(wh.Scheme_Https() if parts.scheme == "https" else wh.Scheme_Http())
+    outgoing.set_authority(parts.netloc)
+    outgoing.set_path_with_query((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+    options = None
+    if timeout is not None:
+        ns = int(timeout * 1e9)
+        options = wh.RequestOptions()
+        options.set_connect_timeout(ns)
+        options.set_first_byte_timeout(ns)
+        options.set_between_bytes_timeout(ns)
+    out_body = outgoing.body()
+
+    def failed(code: Any) -> HttpError:
+        return HttpError(method, url, *_code_name(code))
+
+    try:
+        future = outgoing_handler.handle(outgoing, options)
+    except Err as e:
+        out_body.__exit__(None, None, None)
+        raise failed(e.value) from None
+    # Each resource is dropped before the one it came from (a parent with
+    # live children cannot be dropped).
+    with future:
+        stream = out_body.write()
+        with stream:
+            data = bytes(body or b"")
+            try:
+                for at in range(0, len(data), 4096):
+                    stream.blocking_write_and_flush(data[at : at + 4096])
+            except Err:
+                pass  # the host refused the body; the response says why
+        wh.OutgoingBody.finish(out_body, None)
+        with future.subscribe() as ready:
+            ready.block()
+        got = future.get()  # Ok(Ok(response)) or Ok(Err(error-code))
+        if got is None or isinstance(got, Err):
+            raise HttpError(method, url, "internal-error", "no response")
+        if isinstance(got.value, Err):
+            raise failed(got.value.value)
+        with got.value.value as response:
+            with response.headers() as fields:
+                received = [(k.lower(), v.decode("utf-8", errors="replace")) for k, v in fields.entries()]
+            incoming = response.consume()
+            chunks = []
+            with incoming.stream() as reading:
+                while True:
+                    try:
+                        chunks.append(reading.blocking_read(64 << 10))
+                    except Err as e:
+                        if isinstance(e.value, streams.StreamError_Closed):
+                            break
+                        code = wh.http_error_code(e.value.value)
+                        raise failed(code) if code is not None else HttpError(method, url, "HTTP-protocol-error")
+            with wh.IncomingBody.finish(incoming):
+                pass
+            return Response(response.status(), received, b"".join(chunks))
+
+
+def _get(url: str, headers: Optional[Dict[str, str]] = None, timeout: Optional[float] = None) -> Response:
+    """``leash.http.request("GET", url, headers, timeout=timeout)``."""
+    return _request("GET", url, headers, timeout=timeout)
+
+
+def _post_json(
+    url: str, value: Any, headers: Optional[Dict[str, str]] = None, timeout: Optional[float] = None
+) -> Response:
+    """POST ``value`` as JSON (``content-type: application/json`` unless
+    ``headers`` sets one)."""
+    sent = {"content-type": "application/json", **{k.lower(): v for k, v in (headers or {}).items()}}
+    return _request("POST", url, sent, json.dumps(value).encode(), timeout)
+
+
+http = ModuleType(
+    "leash.http",
+    "Outbound HTTP through wasi:http: ``leash.http.get(url)``, ``leash.http.post_json(url, value)``, "
+    "``leash.http.request(method, url, headers, body, timeout)``. The host sends a request only if the job's "
+    "grant allows it (``leash run --allow-host 'GET https://api.example.com'``).",
+)
+http.request, http.get, http.post_json = _request, _get, _post_json
+http.Response, http.HttpError = Response, HttpError

@@ -149,9 +149,26 @@ fn build(lang: Lang, tool: &Tool, dir: &Path) -> Result<PathBuf, String> {
         Lang::Js => root.join("guest-sdk/js/leash.js"),
     };
     let source = dir.join(lang.source_file());
+    // What componentize-js leaves out: `-d` and this file's words, else
+    // only the wasi:http server export (outbound HTTP stays).
+    let disable = dir.join("disable");
+    let disabled = std::fs::read_to_string(&disable).unwrap_or_else(|_| "fetch-event".to_owned());
     let mut hash = Sha256::new();
     hash.update(tool.version.as_bytes());
-    for file in [&source, &sdk, &wit.join("plugin.wit")] {
+    hash.update(disabled.as_bytes());
+    let mut inputs = vec![source.clone(), sdk.clone()];
+    let mut dirs = vec![wit.clone()];
+    while let Some(dir) = dirs.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let mut paths: Vec<PathBuf> =
+            entries.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+        paths.sort();
+        for path in paths {
+            if path.is_dir() { dirs.push(path) } else { inputs.push(path) }
+        }
+    }
+    for file in &inputs {
+        hash.update(file.strip_prefix(&root).unwrap_or(file).to_string_lossy().as_bytes());
         hash.update(std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?);
     }
     let name = dir.file_name().and_then(|n| n.to_str()).ok_or("plugin folder has no name")?;
@@ -166,7 +183,7 @@ fn build(lang: Lang, tool: &Tool, dir: &Path) -> Result<PathBuf, String> {
     let mut cmd = Command::new(&tool.program);
     match lang {
         Lang::Python => {
-            cmd.arg("-d").arg(&wit).args(["-w", "plugin", "componentize", "-p"]);
+            cmd.arg("-d").arg(&wit).args(["-w", "plugin-http", "componentize", "-p"]);
             cmd.arg(sdk.parent().unwrap()).arg("-p").arg(dir).arg("app").arg("-o").arg(&staged);
         }
         Lang::Js => {
@@ -175,7 +192,8 @@ fn build(lang: Lang, tool: &Tool, dir: &Path) -> Result<PathBuf, String> {
                 std::fs::copy(file, stage.path().join(file.file_name().unwrap()))
                     .map_err(|e| format!("cannot stage {}: {e}", file.display()))?;
             }
-            cmd.arg("app.js").arg("--wit").arg(&wit).args(["-n", "plugin", "-d", "http", "fetch-event", "-o"]);
+            cmd.arg("app.js").arg("--wit").arg(&wit).args(["-n", "plugin-http", "-d"]);
+            cmd.args(disabled.split_whitespace()).arg("-o");
             cmd.arg(&staged);
         }
     }

@@ -35,17 +35,25 @@
 //! Expected failures go through [`Error`]; a panic becomes a trap that the
 //! host reports as `trap`, with the panic message taken from stderr.
 //!
+//! [`http`] sends requests upstream, as the job's grant allows.
+//!
 //! This crate depends only on `wit-bindgen` and serde; it knows nothing of
 //! the host.
 
 use std::fmt;
+
+pub mod http;
 
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments, reason = "generated code: one parameter per lowered WIT value")]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "leash:plugin/plugin",
+        // `plugin` and outbound HTTP; a component imports only what its
+        // code calls, so a plugin that never uses `http` imports no
+        // wasi:http.
+        world: "leash:plugin/plugin-http",
+        generate_all,
         pub_export_macro: true,
         export_macro_name: "export_world",
         default_bindings_module: "leash_sdk::bindings",

@@ -256,7 +256,7 @@ async fn watch_stop(deadline: Instant, stop: &StopHandle, grace: Duration) -> In
 #[cfg(test)]
 mod tests {
     use super::engine::check_header;
-    use super::outcome::panic_message;
+    use super::outcome::{panic_message, stubbed_import};
     use super::*;
 
     #[test]
@@ -280,5 +280,17 @@ mod tests {
                       ValueError: boom\n\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\n\
                       Python function threw an unexpected exception\n";
         assert_eq!(panic_message(stderr).unwrap(), "Python ValueError: boom");
+    }
+
+    #[test]
+    fn a_trap_in_a_stubbed_import_names_the_capability_left_out() {
+        let http = stubbed_import("[constructor]fields").unwrap();
+        assert!(http.contains("`[constructor]fields`") && http.contains("outbound HTTP"), "{http}");
+        assert!(stubbed_import("handle").unwrap().contains("outbound HTTP"));
+        assert!(stubbed_import("[method]future-incoming-response.get").unwrap().contains("outbound HTTP"));
+        assert!(stubbed_import("get-random-bytes").unwrap().contains("wasi:random"));
+        assert!(stubbed_import("[method]thing.go").unwrap().contains("a capability left out"));
+        // A guest function of its own is no stub.
+        assert_eq!(stubbed_import("my_crate::work"), None);
     }
 }

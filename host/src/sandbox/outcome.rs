@@ -199,7 +199,8 @@ pub(super) fn classify_error(
             format!("OutOfFuel: the job used its whole fuel budget of {}", limits.fuel.unwrap_or(u64::MAX)),
         );
     }
-    let backtrace = error.downcast_ref::<WasmBacktrace>().map(format_backtrace);
+    let frames = error.downcast_ref::<WasmBacktrace>();
+    let backtrace = frames.map(format_backtrace);
     let failure = |kind, message: String| Failure { backtrace: backtrace.clone(), ..Failure::new(kind, message) };
     if let Some(exit) = error.chain().find_map(|cause| cause.downcast_ref::<wasmtime_wasi::I32Exit>()) {
         return failure(
@@ -242,6 +243,10 @@ pub(super) fn classify_error(
                 }
                 (refused, panic) => {
                     let mut message = format!("Trap: {trap}");
+                    let stub = frames.and_then(|f| f.frames().first()?.func_name()).filter(|_| panic.is_none());
+                    if let Some(why) = stub.filter(|_| trap == Trap::UnreachableCodeReached).and_then(stubbed_import) {
+                        message.push_str(&format!(" ({why})"));
+                    }
                     if let Some(panic) = panic {
                         message.push_str(&format!(" ({panic})"));
                     }
@@ -316,6 +321,43 @@ pub(super) fn misuse(detail: &str) -> String {
         Some((_, plain)) => format!("{plain} ({detail})"),
         None => format!("the guest broke the component contract ({detail})"),
     }
+}
+
+/// What a trap in a stub says, when the innermost frame is a WIT import's
+/// own name: componentize-js (`-d http`, `-d random`, ...) replaces the
+/// imports of a capability left out at build time with functions that
+/// trap, so the guest crashes where it first uses that capability.
+pub(super) fn stubbed_import(frame: &str) -> Option<String> {
+    let resource = frame.strip_prefix('[').and_then(|rest| rest.split_once(']')).map(|(_, name)| name);
+    let name = resource.unwrap_or(frame);
+    let name = name.split('.').next().unwrap_or(name);
+    let http = [
+        "fields",
+        "outgoing-request",
+        "outgoing-body",
+        "incoming-response",
+        "incoming-body",
+        "future-incoming-response",
+        "future-trailers",
+        "request-options",
+        "handle",
+    ];
+    let capability = if http.contains(&name) {
+        "outbound HTTP (wasi:http); componentize-js's `-d http` leaves it out: build with `-d fetch-event` only"
+    } else if name.starts_with("get-random") || name.starts_with("get-insecure-random") || name == "insecure-seed" {
+        "randomness (wasi:random); componentize-js's `-d random` leaves it out"
+    } else if ["now", "resolution", "subscribe-instant", "subscribe-duration"].contains(&name) {
+        "clocks (wasi:clocks); componentize-js's `-d clocks` leaves them out"
+    } else if ["get-stdin", "get-stdout", "get-stderr"].contains(&name) {
+        "standard streams (wasi:cli); componentize-js's `-d stdio` leaves them out"
+    } else if resource.is_some() {
+        "a capability left out when it was built"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the guest called `{frame}`, an import its build replaced with a trap: it was built without {capability}"
+    ))
 }
 
 /// The root cause's first line: the wasmtime message without the

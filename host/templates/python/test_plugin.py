@@ -2,22 +2,9 @@
 the binary $LEASH names). Build it first: see README.md."""
 
 import json
-import os
-import subprocess
 import unittest
 
-WASM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "{{name}}.wasm")
-LEASH = os.environ.get("LEASH", "leash")
-
-
-def run(input):
-    if not os.path.isfile(WASM):
-        raise AssertionError(f"{WASM} is not built yet: see README.md")
-    done = subprocess.run([LEASH, "run", "--json", "--input", "-", WASM], input=input.encode(), capture_output=True)
-    try:
-        return json.loads(done.stdout)
-    except ValueError:
-        raise AssertionError(f"leash run printed no report: {done.stderr.decode()}") from None
+from built import run
 
 
 class PluginTest(unittest.TestCase):

@@ -9,6 +9,9 @@ use std::process::{Command, Output};
 
 use leash_tests::polyglot::{self, Lang};
 
+use crate::support::Upstream;
+use crate::support::server::Server;
+
 fn leash() -> Command {
     Command::new(env!("CARGO_BIN_EXE_leash"))
 }
@@ -39,21 +42,62 @@ fn check(output: &Output, what: &str) {
     );
 }
 
+/// `leash new NAME --lang LANG [--with WITH]` in `parent`, built with the
+/// command it prints: what it printed, and the folder.
+fn scaffold_and_build(parent: &Path, name: &str, lang: &str, with: Option<&str>) -> (serde_json::Value, PathBuf) {
+    let (created, dir) = scaffold(parent, name, lang, with);
+    build(&created, &dir);
+    (created, dir)
+}
+
+/// Build a scaffold with the command `leash new` printed.
+fn build(created: &serde_json::Value, dir: &Path) {
+    let name = created["name"].as_str().unwrap();
+    check(&shell(dir, created["build"].as_str().unwrap()), "the printed build command");
+    assert!(dir.join(format!("{name}.wasm")).is_file(), "the build made no {name}.wasm");
+}
+
+/// `leash new NAME --lang LANG [--with WITH]` in `parent`: what it
+/// printed, and the folder, every file it named written.
+fn scaffold(parent: &Path, name: &str, lang: &str, with: Option<&str>) -> (serde_json::Value, PathBuf) {
+    let mut new = leash();
+    new.args(["new", name, "--lang", lang, "--json", "--dir"]).arg(parent);
+    if let Some(with) = with {
+        new.args(["--with", with]);
+    }
+    let output = new.output().unwrap();
+    check(&output, "leash new");
+    let created: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let dir = PathBuf::from(created["dir"].as_str().unwrap());
+    assert_eq!(dir, parent.join(name));
+    for file in created["files"].as_array().unwrap() {
+        assert!(dir.join(file.as_str().unwrap()).is_file(), "{file} was not written");
+    }
+    (created, dir)
+}
+
+/// The scaffold's own test fails once a source is newer than the build
+/// (an edit without a rebuild), saying to rebuild.
+fn its_test_refuses_a_stale_build(dir: &Path, created: &serde_json::Value, source: &str) {
+    let path = dir.join(source);
+    let text = std::fs::read(&path).unwrap();
+    // A write a second later than the build: mtimes may be coarse.
+    let later =
+        std::fs::metadata(dir.join(format!("{}.wasm", created["name"].as_str().unwrap()))).unwrap().modified().unwrap()
+            + std::time::Duration::from_secs(2);
+    std::fs::write(&path, &text).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(later).unwrap();
+    let stale = shell(dir, created["test"].as_str().unwrap());
+    assert!(!stale.status.success(), "the test passed on a stale build");
+    let said = format!("{}{}", String::from_utf8_lossy(&stale.stdout), String::from_utf8_lossy(&stale.stderr));
+    assert!(said.contains("is older than") && said.contains("rebuild it with"), "{said}");
+}
+
 /// `leash new`, the printed build, `leash run` and the scaffold's test.
 fn scaffold_builds_runs_and_passes_its_test(lang: &str) {
     let parent = tempfile::tempdir().unwrap();
     let name = format!("greeter-{lang}");
-    let output = leash().args(["new", &name, "--lang", lang, "--json", "--dir"]).arg(parent.path()).output().unwrap();
-    check(&output, "leash new");
-    let created: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let dir = PathBuf::from(created["dir"].as_str().unwrap());
-    assert_eq!(dir, parent.path().join(&name));
-    for file in created["files"].as_array().unwrap() {
-        assert!(dir.join(file.as_str().unwrap()).is_file(), "{file} was not written");
-    }
-
-    check(&shell(&dir, created["build"].as_str().unwrap()), "the printed build command");
-    assert!(dir.join(format!("{name}.wasm")).is_file(), "the build made no {name}.wasm");
+    let (created, dir) = scaffold_and_build(parent.path(), &name, lang, None);
 
     let ran = shell(&dir, created["run"].as_str().unwrap());
     check(&ran, "the printed run command");
@@ -63,6 +107,12 @@ fn scaffold_builds_runs_and_passes_its_test(lang: &str) {
     assert!(stderr.contains("[info] greeting world (attempt 1)"), "{stderr}");
 
     check(&shell(&dir, created["test"].as_str().unwrap()), "the scaffold's own test");
+    let source = match lang {
+        "rust" => "src/lib.rs",
+        "python" => "app.py",
+        _ => "app.js",
+    };
+    its_test_refuses_a_stale_build(&dir, &created, source);
 
     // A second `leash new` into the same folder refuses and writes nothing.
     let before = std::fs::read(dir.join("README.md")).unwrap();
@@ -70,6 +120,84 @@ fn scaffold_builds_runs_and_passes_its_test(lang: &str) {
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists and is not empty"));
     assert_eq!(std::fs::read(dir.join("README.md")).unwrap(), before);
+}
+
+/// `leash new --with http`: built with the printed command, it fetches
+/// JSON from a loopback upstream through `leash run` with a grant, passes
+/// its own test (which starts an upstream of its own), and, added as a
+/// plugin with the grant, runs as a durable job that meets a 503, retries
+/// once and succeeds, both attempts on record in `jobs show --json`.
+async fn http_scaffold_fetches_retries_and_passes_its_test(lang: &str) {
+    let upstream = Upstream::start().await;
+    let lang = lang.to_owned();
+    let rule = format!("GET {}", upstream.url(""));
+    let (json_url, flaky_url) = (upstream.url("/json"), upstream.url("/flaky"));
+    let seen = tokio::task::spawn_blocking(move || {
+        let parent = tempfile::tempdir().unwrap();
+        let name = format!("fetcher-{lang}");
+        let (created, dir) = scaffold_and_build(parent.path(), &name, &lang, Some("http"));
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        assert!(readme.contains("leash run --allow-host 'GET http://127.0.0.1:8080' --input input.json"), "{readme}");
+        std::fs::write(dir.join("input.json"), serde_json::json!({ "url": json_url }).to_string()).unwrap();
+        let ran = shell(&dir, &format!("leash run --allow-host '{rule}' --input input.json {name}.wasm"));
+        check(&ran, "leash run with the grant");
+        let output: serde_json::Value = serde_json::from_slice(&ran.stdout).unwrap();
+        assert_eq!(output, serde_json::json!({ "status": 200, "data": {"hello": "world"} }));
+
+        check(&shell(&dir, created["test"].as_str().unwrap()), "the scaffold's own test");
+
+        // Durable: a 503, then the answer.
+        let server = Server::start(&parent.path().join("s.db"), &[]);
+        let with_server = |line: &str| {
+            shell(&dir, &format!("{line} --server {} --token-file {}", server.url, server.token_file.display()))
+        };
+        check(&with_server(&format!("leash plugins add {name}.wasm --allow-host '{rule}'")), "plugins add");
+        std::fs::write(dir.join("flaky.json"), serde_json::json!({ "url": flaky_url }).to_string()).unwrap();
+        let submitted = with_server(&format!(
+            "leash submit {name} --input flaky.json --max-attempts 2 --retry-backoff 50ms --wait 2m --json"
+        ));
+        check(&submitted, "submit --wait");
+        let answer: serde_json::Value = serde_json::from_slice(&submitted.stdout).unwrap();
+        assert_eq!(answer["job"]["status"], "succeeded", "{answer}");
+        assert_eq!(answer["output"]["data"], serde_json::json!({"hello": "world"}));
+        let id = answer["job"]["id"].as_str().unwrap().to_owned();
+        let shown = with_server(&format!("leash jobs show {id} --json"));
+        check(&shown, "jobs show");
+        serde_json::from_slice::<serde_json::Value>(&shown.stdout).unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!((seen["attempt"].as_u64(), seen["retries"].as_u64()), (Some(2), Some(1)), "{seen}");
+    let first = seen["last_error"].as_str().unwrap_or_default();
+    assert!(first.starts_with("guest_error: Retryable: ") && first.ends_with("/flaky answered 503"), "{seen}");
+    let flaky: Vec<String> = upstream.received().into_iter().filter(|e| e.contains("/flaky")).collect();
+    assert_eq!(flaky, ["GET /flaky", "GET /flaky"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
+async fn leash_new_with_http_in_rust_fetches_retries_and_passes_its_test() {
+    http_scaffold_fetches_retries_and_passes_its_test("rust").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
+async fn leash_new_with_http_in_python_fetches_retries_and_passes_its_test() {
+    if let Err(why) = polyglot::tool(Lang::Python) {
+        assert!(!polyglot::required(), "the Python scaffold test must not be skipped: {why}");
+        return polyglot::say_skipped(&why);
+    }
+    http_scaffold_fetches_retries_and_passes_its_test("python").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
+async fn leash_new_with_http_in_js_fetches_retries_and_passes_its_test() {
+    if let Err(why) = Command::new("npm").arg("--version").output().map_err(|e| format!("npm is not installed: {e}")) {
+        assert!(!polyglot::required(), "the JavaScript scaffold test must not be skipped: {why}");
+        return polyglot::say_skipped(&why);
+    }
+    http_scaffold_fetches_retries_and_passes_its_test("js").await;
 }
 
 #[test]
@@ -114,4 +242,67 @@ fn leash_new_refuses_bad_names_and_files_in_the_way() {
     let empty = leash().args(["new", "empty", "--lang", "js", "--dir"]).arg(parent.path()).output().unwrap();
     assert!(empty.status.success(), "{}", String::from_utf8_lossy(&empty.stderr));
     assert!(parent.path().join("empty/app.js").is_file());
+}
+
+/// The fenced blocks of one section of a Markdown file: (language, text).
+fn fenced_blocks(markdown: &str, heading: &str) -> Vec<(String, String)> {
+    let start = markdown.find(heading).unwrap_or_else(|| panic!("no {heading:?}"));
+    let section = &markdown[start + heading.len()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    let mut blocks = Vec::new();
+    let mut lines = section.lines();
+    while let Some(line) = lines.next() {
+        if let Some(lang) = line.strip_prefix("```").filter(|l| !l.is_empty()) {
+            let text: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+            blocks.push((lang.to_owned(), text.join("\n") + "\n"));
+        }
+    }
+    blocks
+}
+
+/// `docs/plugin-authors.md`'s "Calling an upstream" runs as written: its
+/// shell block (with the test upstream's address for the port it names),
+/// then each language's program, put in a `--with http` scaffold in place
+/// of the scaffold's own, built and run with a grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
+async fn plugin_authors_doc_runs_as_written() {
+    if let Err(why) = polyglot::tool(Lang::Python) {
+        assert!(!polyglot::required(), "the docs test must not be skipped: {why}");
+        return polyglot::say_skipped(&why);
+    }
+    let upstream = Upstream::start().await;
+    let addr = upstream.addr.to_string();
+    tokio::task::spawn_blocking(move || {
+        let doc = std::fs::read_to_string(polyglot::root().join("docs/plugin-authors.md")).unwrap();
+        let blocks = fenced_blocks(&doc, "## Calling an upstream");
+        let langs: Vec<&str> = blocks.iter().map(|(lang, _)| lang.as_str()).collect();
+        assert_eq!(langs, ["sh", "rust", "python", "js"], "the section's code blocks");
+        let want = serde_json::json!({ "status": 200, "data": {"hello": "world"} });
+
+        let parent = tempfile::tempdir().unwrap();
+        let script = format!("set -e\n{}", blocks[0].1.replace("127.0.0.1:8080", &addr));
+        let ran = shell(parent.path(), &script);
+        check(&ran, "the doc's shell block");
+        // What `leash run` printed last; `leash new` and the build speak first.
+        let stdout = String::from_utf8_lossy(&ran.stdout);
+        let last = stdout.lines().last().unwrap_or_default();
+        assert_eq!(serde_json::from_str::<serde_json::Value>(last).unwrap_or_default(), want, "{stdout}");
+
+        for ((lang, program), source) in blocks[1..].iter().zip(["src/lib.rs", "app.py", "app.js"]) {
+            let scaffold_lang = if lang == "python" || lang == "rust" { lang.as_str() } else { "js" };
+            let name = format!("doc-{scaffold_lang}");
+            let (created, dir) = scaffold(parent.path(), &name, scaffold_lang, Some("http"));
+            std::fs::write(dir.join(source), program).unwrap();
+            build(&created, &dir);
+            let input = serde_json::json!({ "url": format!("http://{addr}/json") }).to_string();
+            std::fs::write(dir.join("input.json"), input).unwrap();
+            let ran =
+                shell(&dir, &format!("leash run --allow-host 'GET http://{addr}' --input input.json {name}.wasm"));
+            check(&ran, &format!("the doc's {lang} program"));
+            assert_eq!(serde_json::from_slice::<serde_json::Value>(&ran.stdout).unwrap(), want, "{lang}");
+        }
+    })
+    .await
+    .unwrap();
 }

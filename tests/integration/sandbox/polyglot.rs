@@ -254,3 +254,100 @@ async fn an_async_javascript_handler_is_awaited_and_output_json_cannot_hold_fail
         assert!(failure.message.contains(says), "{then}: {}", failure.message);
     }
 }
+
+/// The SDKs' HTTP helpers (`leash_sdk::http`, `leash.http` in Python and
+/// JavaScript: `plugins/fetch`, `plugins/{python,js}/fetch`) send, answer
+/// and fail alike: JSON in and out, a secret in a header, an error status
+/// as a response, and no response as the job's error, named by its
+/// wasi:http code and retryable when a later try may succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_helpers_send_answer_and_fail_alike_in_every_language() {
+    use leash::job::Grants;
+    use leash::job::grant::HttpGrant;
+    use leash::sandbox::http::SecretStore;
+    use serde_json::{Value, json};
+
+    const VALUE: &str = "helper-s3cr3t";
+    let secrets = SecretStore::from_pairs([("TOKEN".to_owned(), VALUE.to_owned())]).unwrap();
+    let sandbox = Arc::new(Sandbox::new(SandboxConfig { secrets: Arc::new(secrets), ..sandbox_config() }).unwrap());
+    let upstream = crate::support::Upstream::start().await;
+    let mut guests = vec![("rust", crate::support::load(&sandbox, "fetch"))];
+    for lang in Lang::ALL {
+        let Some(bytes) = tokio::task::spawn_blocking(move || polyglot::guest_bytes(lang, "fetch")).await.unwrap()
+        else {
+            return;
+        };
+        guests.push((lang.name(), sandbox.compile(Arc::new(bytes)).await.unwrap()));
+    }
+    let grant = |rules: &[String]| HttpGrant {
+        hosts: rules.iter().map(|r| r.parse().unwrap()).collect(),
+        ..HttpGrant::default()
+    };
+    let mut granted = grant(&[upstream.url("")]);
+    granted.bind_secret("TOKEN".parse().unwrap(), upstream.url("").parse().unwrap());
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let refused = format!("http://{closed}/json");
+    let both = grant(&[upstream.url(""), format!("http://{closed}")]);
+
+    let stop = StopHandle::new();
+    for (lang, plugin) in &guests {
+        let go = |input: Value, http: HttpGrant| {
+            let grants = Arc::new(Grants { http, ..Grants::default() });
+            let job = leash::sandbox::RunRequest { grants, ..request(input.to_string().as_bytes(), limits()) };
+            sandbox.run(plugin, job, &stop, Arc::new(NoObserver))
+        };
+        let got = output_json(&go(json!({ "url": upstream.url("/json") }), granted.clone()).await);
+        let want = json!({ "status": 200, "content_type": "application/json", "text": r#"{"hello":"world"}"# });
+        assert_eq!(got, want, "{lang}: get");
+
+        let posted =
+            output_json(&go(json!({ "url": upstream.url("/echo"), "json": {"a": [1, "x"]} }), granted.clone()).await);
+        assert_eq!(posted["content_type"], "application/json", "{lang}: post_json");
+        let echoed: Value = serde_json::from_str(posted["text"].as_str().unwrap()).unwrap();
+        assert_eq!(echoed, json!({"a": [1, "x"]}), "{lang}: post_json");
+
+        let headers = json!({ "authorization": "Bearer {secret:TOKEN}" });
+        let authed = go(json!({ "url": upstream.url("/echo-auth"), "headers": headers }), granted.clone()).await;
+        assert_eq!(output_json(&authed)["text"], "Bearer {secret:TOKEN}", "{lang}: the value never reaches the output");
+        let sent = format!("GET /echo-auth authorization=Bearer {VALUE}");
+        assert_eq!(upstream.received().last(), Some(&sent), "{lang}: the upstream got the value");
+
+        let missing = output_json(&go(json!({ "url": upstream.url("/nothing-here") }), granted.clone()).await);
+        assert_eq!(missing["status"], 404, "{lang}: an error status is a response");
+
+        let url = upstream.url("/json");
+        let denied = go(json!({ "url": url }), HttpGrant::default()).await.result.unwrap_err();
+        let said = (denied.kind, denied.retryable, denied.message.as_str());
+        let why = format!(
+            "Failed: GET {url}: HTTP-request-denied (not granted to this job; its logs name the --allow-host rule that \
+             grants it)"
+        );
+        assert_eq!(said, (ErrorKind::GuestError, false, why.as_str()), "{lang}: denied");
+
+        let down = go(json!({ "url": refused }), both.clone()).await.result.unwrap_err();
+        let said = (down.retryable, down.message.as_str());
+        assert_eq!(said, (true, format!("Retryable: GET {refused}: connection-refused").as_str()), "{lang}: refused");
+
+        let slow = upstream.url("/slow");
+        let waited = go(json!({ "url": slow, "timeout_ms": 300 }), granted.clone()).await.result.unwrap_err();
+        let said = (waited.retryable, waited.message.as_str());
+        assert_eq!(said, (true, format!("Retryable: GET {slow}: HTTP-response-timeout").as_str()), "{lang}: timeout");
+    }
+}
+
+/// A JavaScript guest built without outbound HTTP (`-d http`) traps in a
+/// stub where it first calls wasi:http; the report says so, and how to
+/// build it with HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_javascript_guest_built_without_http_says_so_when_it_fetches() {
+    let Some(plugin) = load(Lang::Js, "no-http").await else { return };
+    let failure = run(&plugin, r#"{"url":"http://127.0.0.1:9/"}"#, limits()).await.result.unwrap_err();
+    assert_eq!(failure.kind, ErrorKind::Trap, "{}", failure.message);
+    assert!(
+        failure.message.contains("an import its build replaced with a trap: it was built without outbound HTTP")
+            && failure.message.contains("build with `-d fetch-event` only"),
+        "{}",
+        failure.message
+    );
+}

@@ -186,7 +186,10 @@ impl RunObserver for ProgressTap {
 /// `/echo-auth` answers with the request's `Authorization` header;
 /// `/big/N` streams N zero bytes (made as they are sent); `/slow` never
 /// answers (and records `closed /slow` when its client goes away);
-/// `/redirect?to=URL` answers 302 to URL; anything else 404.
+/// `/redirect?to=URL` answers 302 to URL; `/json` answers
+/// `{"hello":"world"}`; `/echo` answers the request's body with its
+/// content type; `/flaky` answers 503 the first time, then as `/json`;
+/// anything else 404.
 pub struct Upstream {
     /// Where it listens.
     pub addr: std::net::SocketAddr,
@@ -250,10 +253,27 @@ impl Upstream {
             // answers and closes with the body unread makes the kernel reset
             // the connection, which can cut the answer off in flight (seen
             // as `HttpResponseIncomplete` under load).
-            let _ = axum::body::to_bytes(request.into_body(), usize::MAX).await;
+            let content_type = request.headers().get("content-type").cloned();
+            let body = axum::body::to_bytes(request.into_body(), usize::MAX).await.unwrap_or_default();
             log.push(entry);
             let path = uri.path();
-            if path == "/hello" {
+            let json = || ([(axum::http::header::CONTENT_TYPE, "application/json")], r#"{"hello":"world"}"#);
+            if path == "/json" {
+                json().into_response()
+            } else if path == "/flaky" {
+                let hits = log.entries.lock().unwrap().iter().filter(|e| e.contains(" /flaky")).count();
+                if hits == 1 {
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response()
+                } else {
+                    json().into_response()
+                }
+            } else if path == "/echo" {
+                let mut response = body.into_response();
+                if let Some(content_type) = content_type {
+                    response.headers_mut().insert(axum::http::header::CONTENT_TYPE, content_type);
+                }
+                response
+            } else if path == "/hello" {
                 "hello".into_response()
             } else if path == "/echo-auth" {
                 authorization.unwrap_or_default().into_response()

@@ -11,7 +11,20 @@ use serde::Serialize;
 
 use crate::cli::{CliError, ExitStatus};
 
-const WIT: &str = include_str!("../../../../wit/plugin.wit");
+/// The contract a Python or JavaScript scaffold builds against: leash's
+/// package (`plugin`, and `plugin-http` with outbound HTTP) and the WASI
+/// packages `wasi:http` needs, as the host implements them.
+const WIT: &[TemplateFile] = &[
+    ("wit/plugin.wit", include_str!("../../../../wit/plugin.wit")),
+    ("wit/http.wit", include_str!("../../../../wit/http.wit")),
+    ("wit/deps/cli.wit", include_str!("../../../../wit/deps/cli.wit")),
+    ("wit/deps/clocks.wit", include_str!("../../../../wit/deps/clocks.wit")),
+    ("wit/deps/filesystem.wit", include_str!("../../../../wit/deps/filesystem.wit")),
+    ("wit/deps/http.wit", include_str!("../../../../wit/deps/http.wit")),
+    ("wit/deps/io.wit", include_str!("../../../../wit/deps/io.wit")),
+    ("wit/deps/random.wit", include_str!("../../../../wit/deps/random.wit")),
+    ("wit/deps/sockets.wit", include_str!("../../../../wit/deps/sockets.wit")),
+];
 
 /// A plugin language `leash new` scaffolds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -25,36 +38,102 @@ pub(in crate::cli) enum Lang {
     Js,
 }
 
+/// A language's template: the files every scaffold has, then the ones the
+/// plain (greeter) and the `--with http` (fetcher) plugins differ in.
+struct Template {
+    common: &'static [TemplateFile],
+    greeter: &'static [TemplateFile],
+    fetcher: &'static [TemplateFile],
+}
+
 /// One file of a template: where it goes and its text, with `{{name}}`,
 /// `{{sdk}}`, `{{build}}` and `{{test}}` still to fill in.
 type TemplateFile = (&'static str, &'static str);
 
-const RUST: &[TemplateFile] = &[
-    ("Cargo.toml", include_str!("../../../templates/rust/Cargo.toml")),
-    ("src/lib.rs", include_str!("../../../templates/rust/src/lib.rs")),
-    ("tests/plugin.rs", include_str!("../../../templates/rust/tests/plugin.rs")),
-    ("README.md", include_str!("../../../templates/rust/README.md")),
-    (".gitignore", include_str!("../../../templates/rust/gitignore")),
-];
+const RUST: Template = Template {
+    common: &[
+        ("Cargo.toml", include_str!("../../../templates/rust/Cargo.toml")),
+        ("tests/built/mod.rs", include_str!("../../../templates/rust/tests/built/mod.rs")),
+        (".gitignore", include_str!("../../../templates/rust/gitignore")),
+    ],
+    greeter: &[
+        ("src/lib.rs", include_str!("../../../templates/rust/src/lib.rs")),
+        ("tests/plugin.rs", include_str!("../../../templates/rust/tests/plugin.rs")),
+        ("README.md", include_str!("../../../templates/rust/README.md")),
+    ],
+    fetcher: &[
+        ("src/lib.rs", include_str!("../../../templates/rust/http/src/lib.rs")),
+        ("tests/plugin.rs", include_str!("../../../templates/rust/http/tests/plugin.rs")),
+        ("README.md", include_str!("../../../templates/rust/http/README.md")),
+    ],
+};
 
-const PYTHON: &[TemplateFile] = &[
-    ("app.py", include_str!("../../../templates/python/app.py")),
-    ("leash.py", include_str!("../../../../guest-sdk/python/leash.py")),
-    ("wit/plugin.wit", WIT),
-    ("test_plugin.py", include_str!("../../../templates/python/test_plugin.py")),
-    ("README.md", include_str!("../../../templates/python/README.md")),
-    (".gitignore", include_str!("../../../templates/python/gitignore")),
-];
+const PYTHON: Template = Template {
+    common: &[
+        ("leash.py", include_str!("../../../../guest-sdk/python/leash.py")),
+        ("built.py", include_str!("../../../templates/python/built.py")),
+        (".gitignore", include_str!("../../../templates/python/gitignore")),
+    ],
+    greeter: &[
+        ("app.py", include_str!("../../../templates/python/app.py")),
+        ("test_plugin.py", include_str!("../../../templates/python/test_plugin.py")),
+        ("README.md", include_str!("../../../templates/python/README.md")),
+    ],
+    fetcher: &[
+        ("app.py", include_str!("../../../templates/python/http/app.py")),
+        ("test_plugin.py", include_str!("../../../templates/python/http/test_plugin.py")),
+        ("README.md", include_str!("../../../templates/python/http/README.md")),
+    ],
+};
 
-const JS: &[TemplateFile] = &[
-    ("app.js", include_str!("../../../templates/js/app.js")),
-    ("leash.js", include_str!("../../../../guest-sdk/js/leash.js")),
-    ("wit/plugin.wit", WIT),
-    ("package.json", include_str!("../../../templates/js/package.json")),
-    ("test.mjs", include_str!("../../../templates/js/test.mjs")),
-    ("README.md", include_str!("../../../templates/js/README.md")),
-    (".gitignore", include_str!("../../../templates/js/gitignore")),
-];
+const JS: Template = Template {
+    common: &[
+        ("leash.js", include_str!("../../../../guest-sdk/js/leash.js")),
+        ("package.json", include_str!("../../../templates/js/package.json")),
+        ("built.mjs", include_str!("../../../templates/js/built.mjs")),
+        (".gitignore", include_str!("../../../templates/js/gitignore")),
+    ],
+    greeter: &[
+        ("app.js", include_str!("../../../templates/js/app.js")),
+        ("test.mjs", include_str!("../../../templates/js/test.mjs")),
+        ("README.md", include_str!("../../../templates/js/README.md")),
+    ],
+    fetcher: &[
+        ("app.js", include_str!("../../../templates/js/http/app.js")),
+        ("test.mjs", include_str!("../../../templates/js/http/test.mjs")),
+        ("README.md", include_str!("../../../templates/js/http/README.md")),
+    ],
+};
+
+impl Lang {
+    fn template(self) -> &'static Template {
+        match self {
+            Lang::Rust => &RUST,
+            Lang::Python => &PYTHON,
+            Lang::Js => &JS,
+        }
+    }
+
+    /// The files a scaffold gets: Rust's WIT comes with `leash-sdk`.
+    fn files(self, with: Option<With>) -> Vec<TemplateFile> {
+        let template = self.template();
+        let own = match with {
+            None => template.greeter,
+            Some(With::Http) => template.fetcher,
+        };
+        let wit: &[TemplateFile] = if self == Lang::Rust { &[] } else { WIT };
+        [template.common, own, wit].concat()
+    }
+}
+
+/// What a scaffold starts from beyond the greeter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(in crate::cli) enum With {
+    /// A plugin that fetches JSON from `{"url": "..."}` with the SDK's
+    /// HTTP helper, retrying a 5xx.
+    Http,
+}
 
 /// Where `leash-sdk` was when this binary was built: a Rust scaffold's
 /// default path dependency.
@@ -68,6 +147,10 @@ pub(in crate::cli) struct NewArgs {
     /// The language to write it in.
     #[arg(long, value_enum, default_value = "rust")]
     lang: Lang,
+    /// Start from a plugin that does more than greet: `http` fetches JSON
+    /// from a URL (granted with `--allow-host`) and retries a 5xx.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    with: Option<With>,
     /// Create the folder here instead of in the current directory.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
@@ -85,6 +168,8 @@ pub(in crate::cli) struct NewArgs {
 struct Created {
     name: String,
     lang: Lang,
+    /// What it starts from beyond the greeter (`http`), if anything.
+    with: Option<With>,
     dir: PathBuf,
     files: Vec<&'static str>,
     /// Run in `dir`: builds `<name>.wasm` there.
@@ -98,22 +183,23 @@ struct Created {
 pub(in crate::cli) fn new_plugin(args: NewArgs) -> Result<ExitStatus, CliError> {
     check_name(&args.name).map_err(CliError::usage)?;
     let dir = args.dir.clone().unwrap_or_default().join(&args.name);
-    let (files, build, test) = match args.lang {
+    let files = args.lang.files(args.with);
+    let (build, test) = match args.lang {
+        // Where cargo puts it: `target/`, or $CARGO_TARGET_DIR when set.
         Lang::Rust => (
-            RUST,
             format!(
-                "cargo build --release --target wasm32-wasip2 && cp target/wasm32-wasip2/release/{}.wasm {}.wasm",
+                "cargo build --release --target wasm32-wasip2 && \
+                 cp \"${{CARGO_TARGET_DIR:-target}}/wasm32-wasip2/release/{}.wasm\" {}.wasm",
                 crate_name(&args.name),
                 args.name
             ),
             "cargo test".to_owned(),
         ),
         Lang::Python => (
-            PYTHON,
-            format!("componentize-py -d wit -w plugin componentize app -o {}.wasm", args.name),
+            format!("componentize-py -d wit -w plugin-http componentize app -o {}.wasm", args.name),
             "python3 -m unittest".to_owned(),
         ),
-        Lang::Js => (JS, "npm install && npm run build".to_owned(), "npm test".to_owned()),
+        Lang::Js => ("npm install && npm run build".to_owned(), "npm test".to_owned()),
     };
     let sdk = match args.lang {
         Lang::Rust => sdk_path(args.sdk.as_deref())?,
@@ -126,7 +212,7 @@ pub(in crate::cli) fn new_plugin(args: NewArgs) -> Result<ExitStatus, CliError> 
             .replace("{{build}}", &build)
             .replace("{{test}}", &test)
     };
-    for (path, text) in files {
+    for (path, text) in &files {
         let target = dir.join(path);
         let write = || -> std::io::Result<()> {
             std::fs::create_dir_all(target.parent().expect("a template file is inside the project"))?;
@@ -134,11 +220,19 @@ pub(in crate::cli) fn new_plugin(args: NewArgs) -> Result<ExitStatus, CliError> 
         };
         write().map_err(|e| CliError::internal(format!("cannot write {}: {e}", target.display())))?;
     }
-    let run = format!("leash run {}.wasm", args.name);
+    let run = match args.with {
+        None => format!("leash run {}.wasm", args.name),
+        Some(With::Http) => format!(
+            "echo '{{\"url\": \"https://httpbin.org/json\"}}' | leash run --allow-host 'GET https://httpbin.org' \
+             --input - {}.wasm",
+            args.name
+        ),
+    };
     if args.json {
         let created = Created {
             name: args.name.clone(),
             lang: args.lang,
+            with: args.with,
             dir: dir.clone(),
             files: files.iter().map(|(path, _)| *path).collect(),
             build,
@@ -220,8 +314,12 @@ mod tests {
 
     #[test]
     fn every_placeholder_in_a_template_is_one_that_is_filled() {
-        for (path, text) in RUST.iter().chain(PYTHON).chain(JS) {
-            let mut rest = *text;
+        let every = [Lang::Rust, Lang::Python, Lang::Js]
+            .into_iter()
+            .flat_map(|lang| [lang.files(None), lang.files(Some(With::Http))])
+            .flatten();
+        for (path, text) in every {
+            let mut rest = text;
             while let Some(at) = rest.find("{{") {
                 let end = rest[at..].find("}}").map(|e| at + e + 2).unwrap_or(rest.len());
                 let key = &rest[at..end];

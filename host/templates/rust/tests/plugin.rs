@@ -1,24 +1,10 @@
 //! Runs the built component through `leash run` (the `leash` on PATH, or
 //! the binary $LEASH names). Build it first: see README.md.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod built;
 
 fn run(input: &str) -> serde_json::Value {
-    let wasm = concat!(env!("CARGO_MANIFEST_DIR"), "/{{name}}.wasm");
-    assert!(std::path::Path::new(wasm).is_file(), "{wasm} is not built yet: see README.md");
-    let leash = std::env::var("LEASH").unwrap_or_else(|_| "leash".into());
-    let mut child = Command::new(&leash)
-        .args(["run", "--json", "--input", "-", wasm])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {leash}: {e} (set LEASH to the leash binary)"));
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let output = child.wait_with_output().unwrap();
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("leash run printed no report ({e}): {}", String::from_utf8_lossy(&output.stderr)))
+    built::run(&[], input)
 }
 
 #[test]
