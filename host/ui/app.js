@@ -298,6 +298,26 @@ async function jobView(id) {
         l.stdout ? [h('h3', {}, 'stdout'), h('pre', { class: 'data' }, l.stdout)] : null,
         l.stderr ? [h('h3', {}, 'stderr'), h('pre', { class: 'data' }, l.stderr)] : null));
     }
+    const attempts = await api('GET', `/v1/jobs/${id}/attempts`);
+    if (attempts.ok && attempts.json && attempts.json.attempts.length) {
+      // Each run: who ran it, when, how it ended, why; its own logs folded.
+      const attemptLogs = (a) => {
+        if (a.logs_cut) return 'cut (older attempt)';
+        const l = a.logs;
+        if (!l || !(l.records.length || l.stdout || l.stderr)) return '';
+        const lines = l.records.map((r) => `${r.elapsed_ms} ms ${r.level} ${r.message}`);
+        if (l.stdout) lines.push(`stdout: ${l.stdout}`);
+        if (l.stderr) lines.push(`stderr: ${l.stderr}`);
+        return h('details', {}, h('summary', {}, `${l.records.length} records`), h('pre', { class: 'data' }, lines.join('\n')));
+      };
+      const row = (a) => h('tr', { class: `attempt ${a.outcome}` },
+        h('td', { class: 'num' }, a.run), h('td', {}, a.worker_id), h('td', {}, a.started_at),
+        h('td', {}, duration(a.started_at, a.ended_at)), h('td', {}, a.outcome),
+        h('td', { class: 'message' }, (a.error || '').split('\n')[0]), h('td', {}, attemptLogs(a)));
+      const head = ['run', 'worker', 'started', 'took', 'ended as', 'error', 'logs'].map((c) => h('th', { scope: 'col' }, c));
+      parts.push(h('section', { class: 'attempts' }, h('h2', {}, 'Attempts'), h('div', { class: 'scroll' },
+        h('table', {}, h('thead', {}, h('tr', {}, head)), h('tbody', {}, attempts.json.attempts.map(row))))));
+    }
     const effects = await api('GET', `/v1/jobs/${id}/effects`);
     if (effects.ok && effects.json && effects.json.effects.length) {
       parts.push(h('section', {}, h('h2', {}, 'Effect ledger'), h('div', { class: 'scroll' }, h('table', {},

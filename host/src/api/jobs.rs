@@ -18,7 +18,7 @@ use crate::access::Principal;
 use crate::api::access::{list_scope, read_job, readable};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
 use crate::api::requests::{BatchRequest, DecisionRequest, Execution, SubmitRequest, decision_by};
-use crate::api::types::{Accepted, CancelAnswer, EffectList, Finished, JobPage, JobView};
+use crate::api::types::{Accepted, AttemptList, CancelAnswer, EffectList, Finished, JobPage, JobView};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
 use crate::job::{Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, MAX_IDEMPOTENCY_KEY_BYTES};
 use crate::runtime::{Called, Cancelled, Ceilings, Runtime, RuntimeError};
@@ -337,6 +337,29 @@ pub(super) async fn job_logs(
 ) -> Result<Response, ApiError> {
     readable(&state, &principal, id).await?;
     Ok(Json(state.runtime.logs(id).await?).into_response())
+}
+
+/// A job's attempts, oldest first: each run's worker, start and end, how
+/// it ended (`running`, `succeeded`, `failed`, `cancelled`, `retried`,
+/// `released`, `lease_lost`, `process_died`), its error and what it
+/// logged. The five latest earlier attempts keep their logs; older ones
+/// are marked `logs_cut`.
+#[utoipa::path(get, path = "/v1/jobs/{id}/attempts", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, body = AttemptList),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+    ))]
+pub(super) async fn job_attempts(
+    State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
+    let job = read_job(&state, &principal, id).await?;
+    let attempts = state.runtime.attempts(&job).await?;
+    Ok(Json(AttemptList { attempts }).into_response())
 }
 
 /// A job's effect ledger: every effectful request (any method its grant

@@ -24,8 +24,8 @@ use error::{ApiError, ErrorBody, path_error};
 use health::{health, workers};
 pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, MAX_BATCH_JOBS};
 use jobs::{
-    job_approve, job_batch, job_cancel, job_effects, job_input, job_list, job_logs, job_output, job_reject, job_run,
-    job_show, job_submit,
+    job_approve, job_attempts, job_batch, job_cancel, job_effects, job_input, job_list, job_logs, job_output,
+    job_reject, job_run, job_show, job_submit,
 };
 use plans::{plan_approve, plan_cancel, plan_list, plan_reject, plan_show, plan_submit};
 use plugins::{plugin_approval, plugin_grants, plugin_list, plugin_show, plugin_upload};
@@ -81,6 +81,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/jobs:batch", post(job_batch))
         .route("/v1/jobs/{id}", get(job_show))
         .route("/v1/jobs/{id}/logs", get(job_logs))
+        .route("/v1/jobs/{id}/attempts", get(job_attempts))
         .route("/v1/jobs/{id}/effects", get(job_effects))
         .route("/v1/jobs/{id}/input", get(job_input))
         .route("/v1/jobs/{id}/output", get(job_output))

@@ -124,6 +124,7 @@ impl Modify for BearerToken {
         super::jobs::job_list,
         super::jobs::job_show,
         super::jobs::job_logs,
+        super::jobs::job_attempts,
         super::jobs::job_effects,
         super::jobs::job_input,
         super::jobs::job_output,

@@ -156,3 +156,10 @@ pub struct PlanPage {
     /// Pass as `before` for the next page; `null` when the page is not full.
     pub next_before: Option<String>,
 }
+
+/// A job's attempts (`GET /v1/jobs/{id}/attempts`).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AttemptList {
+    /// Oldest first.
+    pub attempts: Vec<crate::job::Attempt>,
+}

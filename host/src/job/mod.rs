@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 pub mod approval;
+mod attempt;
 mod effect;
 mod event;
 pub mod grant;
@@ -24,6 +25,7 @@ pub mod rule;
 mod worker;
 
 pub use approval::{Approval, ApprovalPolicy, Decision, Duties, ExecutionMode, Gate, GateSource, Verdict};
+pub use attempt::{Attempt, EARLIER_ATTEMPTS_WITH_LOGS, timeline};
 pub use effect::{Effect, EffectOutcome};
 pub use event::{Event, EventId, EventKind, JobEvent, WorkerEvent};
 pub use grant::Grants;

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::clock::Timestamp;
-use crate::job::{Digest, Effect, EventId, Job, JobId, JobLogs};
+use crate::job::{Attempt, Digest, Effect, EventId, Job, JobId, JobLogs, JobStatus};
 use crate::metrics::Metrics;
 use crate::sandbox::Sandbox;
 use crate::store::{EventFilter, JobListParams, JobStore};
@@ -184,6 +184,20 @@ impl Runtime {
         }
         self.get(id).await?;
         Ok(JobLogs::default())
+    }
+
+    /// A job's attempts, oldest first: each run's worker, start, end,
+    /// outcome, error and logs (the latest attempts' logs; older ones are
+    /// marked `logs_cut`). `job` is the job as just read.
+    pub async fn attempts(&self, job: &Job) -> Result<Vec<Attempt>, RuntimeError> {
+        let earlier = self.inner.store.job_earlier_attempts(job.id).await?;
+        let logs = match job.status {
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled => {
+                self.inner.store.job_logs(job.id).await?
+            }
+            _ => None,
+        };
+        Ok(crate::job::timeline(job, logs, earlier))
     }
 
     /// The runtime's clock, read now.

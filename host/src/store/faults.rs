@@ -207,6 +207,10 @@ impl Jobs for FaultyStore {
     async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError> {
         self.inner.job_logs(id).await
     }
+
+    async fn job_earlier_attempts(&self, id: JobId) -> Result<Vec<crate::job::Attempt>, StoreError> {
+        self.inner.job_earlier_attempts(id).await
+    }
 }
 
 #[async_trait::async_trait]

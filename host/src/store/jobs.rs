@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::job::{Counts, Job, JobId, JobLogs, JobStatus, NewJob, PluginRef, Remember};
+use crate::job::{Attempt, Counts, Job, JobId, JobLogs, JobStatus, NewJob, PluginRef, Remember};
 use std::collections::HashMap;
 
 use crate::store::StoreError;
@@ -144,6 +144,11 @@ pub trait Jobs: Send + Sync + std::fmt::Debug {
     /// What a finished job's last attempt logged. `None` when the job does
     /// not exist or kept no logs.
     async fn job_logs(&self, id: JobId) -> Result<Option<JobLogs>, StoreError>;
+
+    /// A job's attempts before the one its row holds, oldest first (the
+    /// whole timeline is [`crate::job::timeline`]). Empty for an unknown
+    /// job or one that never ran again.
+    async fn job_earlier_attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError>;
 
     /// Cancel: queued and gated (`pending_approval`, `approved`) jobs at
     /// once, running jobs by request. Audited as `actor`'s when one is

@@ -156,3 +156,9 @@ pub(crate) fn decision_update_sql(placeholder: char) -> String {
 pub(crate) fn filter_sql(condition: &str, placeholder: &str) -> String {
     format!(" AND {}", condition.replace("{}", placeholder))
 }
+
+/// A job's earlier attempts, oldest first; `{}` is the job id's
+/// placeholder. Columns in [`crate::store::rules::codec::AttemptRow`]'s
+/// order.
+pub(crate) const EARLIER_ATTEMPTS: &str = "SELECT run, worker_id, started_at, ended_at, outcome, error_kind, error, \
+     fuel_used, peak_memory_bytes, logs_json, logs_cut FROM job_attempts WHERE job_id = {} ORDER BY id";

@@ -533,9 +533,51 @@ async fn a_job_outlives_a_sigkilled_server_and_ends_per_the_lifecycle() {
         assert_eq!(job["status"], "succeeded", "{job}");
         let counters = (job["attempt"].as_u64(), job["lost_leases"].as_u64(), job["free_reruns"].as_u64());
         assert_eq!(counters, (Some(2), Some(0), Some(1)), "{job}");
+        // Both runs on record: the one the kill cut short (its process
+        // fell silent), then the rerun.
+        let (status, list) = server.call(Method::GET, &format!("/v1/jobs/{id}/attempts"), None).await;
+        assert_eq!(status, 200, "{list}");
+        let runs: Vec<(u64, &str)> = list["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| (a["run"].as_u64().unwrap(), a["outcome"].as_str().unwrap()))
+            .collect();
+        assert_eq!(runs, [(1, "process_died"), (2, "succeeded")], "{list}");
     }
     let (_, list) = server.call(Method::GET, "/v1/jobs", None).await;
     assert_eq!(list["jobs"].as_array().unwrap().len(), 2, "nothing vanished");
+}
+
+/// Each attempt of a retried job is listed: its worker, its times, how it
+/// ended and its error; the last is the job's own ending.
+#[tokio::test]
+async fn a_retried_job_lists_each_attempt_with_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("fail").await;
+    let input = json!({ "kind": "retryable", "message": "upstream busy" });
+    let body = json!({ "plugin": "fail", "input": input, "max_attempts": 2, "backoff_ms": 10, "execution": "async" });
+    let (status, answer) = submit(&server, body).await;
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["job_id"].as_str().unwrap().to_owned();
+    let job = server.poll_job(&id, is_terminal).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    let (status, list) = server.call(Method::GET, &format!("/v1/jobs/{id}/attempts"), None).await;
+    assert_eq!(status, 200, "{list}");
+    let attempts = list["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{list}");
+    let (first, last) = (&attempts[0], &attempts[1]);
+    assert_eq!((first["run"].as_u64(), first["outcome"].as_str()), (Some(1), Some("retried")), "{list}");
+    assert_eq!(first["error"], "guest_error: Retryable: upstream busy");
+    assert_eq!((last["run"].as_u64(), last["outcome"].as_str()), (Some(2), Some("failed")), "{list}");
+    assert!(last["error"].as_str().unwrap().contains("upstream busy"), "{list}");
+    for attempt in attempts {
+        assert!(attempt["worker_id"].as_str().is_some_and(|w| !w.is_empty()), "{attempt}");
+        assert!(attempt["started_at"].as_str().unwrap() <= attempt["ended_at"].as_str().unwrap(), "{attempt}");
+    }
+    let (status, _) = server.call(Method::GET, "/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV/attempts", None).await;
+    assert_eq!(status, 404);
 }
 
 #[tokio::test]

@@ -169,7 +169,7 @@ async fn an_operator_signs_in_watches_jobs_live_reads_one_cancels_and_approves()
     let Some(browser) = Browser::start().await else { return };
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("jobs.db"), &[]);
-    for plugin in ["hello", "coop"] {
+    for plugin in ["hello", "coop", "fail"] {
         server.add_plugin(plugin).await;
     }
     let ui = format!("{}/ui", server.url);
@@ -239,6 +239,16 @@ async fn an_operator_signs_in_watches_jobs_live_reads_one_cancels_and_approves()
         browser.run("arguments[arguments.length - 1](document.querySelectorAll('main script, main img').length)").await;
     assert_eq!(injected, 0, "the guest's markup made no element");
     assert_eq!(browser.dialog().await, None, "no alert ran");
+
+    // A retried job's page lists its attempts: the retried one with its
+    // error, then the last.
+    let input = json!({ "kind": "retryable", "message": "upstream busy" });
+    let body = json!({ "plugin": "fail", "input": input, "max_attempts": 2, "backoff_ms": 10, "execution": "async" });
+    let retried = submit(&server, body).await;
+    browser.goto(&format!("{ui}#/jobs/{retried}")).await;
+    browser.wait_for_text("h1 .badge", |t| t == "failed").await;
+    browser.wait_for_text("tr.attempt.retried", |t| t.contains("guest_error: Retryable: upstream busy")).await;
+    browser.wait_for_text("tr.attempt.failed", |t| t.contains("upstream busy")).await;
 
     // The other pages: plugins, workers (this server's pool), plans.
     browser.goto(&format!("{ui}#/plugins")).await;

@@ -146,6 +146,51 @@ async fn commands_work_on_a_local_database_without_a_server() {
     assert_eq!(mode & 0o077, 0, "the database is private to its owner");
 }
 
+/// `submit --wait` says which job it waits for and narrates each retry:
+/// the attempt that failed, why, and when and which the next is; `jobs
+/// show` and `jobs attempts` then list both attempts.
+#[test]
+fn submit_wait_narrates_retries_and_jobs_show_lists_the_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("local.db");
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, r#"{"kind":"retryable","message":"upstream busy"}"#).unwrap();
+    let local = |args: &[&str]| leash_bin().args(args).arg("--db").arg(&db).output().unwrap();
+    let fail = leash_tests::plugin_path("fail");
+    let done = local(&[
+        "submit",
+        fail.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--max-attempts",
+        "2",
+        "--retry-backoff",
+        "500ms",
+        "--work",
+        "--wait",
+        "30s",
+    ]);
+    assert_eq!(done.status.code(), Some(1), "the plugin's error");
+    let said = String::from_utf8_lossy(&done.stderr);
+    let id = said.split("leash: job ").nth(1).and_then(|rest| rest.split_whitespace().next()).unwrap_or_else(|| {
+        panic!("no job id: {said}");
+    });
+    assert!(said.contains(&format!("leash: job {id} queued; waiting")), "{said}");
+    // "retrying in 0.4 s" when a poll sees it queued for its backoff
+    // (one does unless the machine stalls past it), else "retrying".
+    assert!(said.contains("leash: attempt 1 failed (guest_error: Retryable: upstream busy); retrying"), "{said}");
+    assert!(said.contains(" (2 of 2)\n"), "{said}");
+
+    let shown = stdout(&local(&["jobs", "show", id]));
+    for needle in ["RUN", "ENDED AS", "retried", "guest_error: Retryable: upstream busy", "failed"] {
+        assert!(shown.contains(needle), "{needle}: {shown}");
+    }
+    let attempts = json(&local(&["jobs", "attempts", id, "--json"]));
+    let outcomes: Vec<&str> =
+        attempts["attempts"].as_array().unwrap().iter().map(|a| a["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["retried", "failed"], "{attempts}");
+}
+
 /// `plugins add` on a local database compiles what it registers into the
 /// compile cache the workers on the machine read: a worker's first job of
 /// it loads the compiled code (and says so in its log), never compiles.

@@ -168,7 +168,10 @@ async fn http_scaffold_fetches_retries_and_passes_its_test(lang: &str) {
     .await
     .unwrap();
     assert_eq!((seen["attempt"].as_u64(), seen["retries"].as_u64()), (Some(2), Some(1)), "{seen}");
-    let first = seen["last_error"].as_str().unwrap_or_default();
+    let attempts = seen["attempts"].as_array().unwrap_or_else(|| panic!("no attempts: {seen}"));
+    let outcomes: Vec<&str> = attempts.iter().map(|a| a["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["retried", "succeeded"], "{seen}");
+    let first = attempts[0]["error"].as_str().unwrap_or_default();
     assert!(first.starts_with("guest_error: Retryable: ") && first.ends_with("/flaky answered 503"), "{seen}");
     let flaky: Vec<String> = upstream.received().into_iter().filter(|e| e.contains("/flaky")).collect();
     assert_eq!(flaky, ["GET /flaky", "GET /flaky"]);

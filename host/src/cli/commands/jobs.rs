@@ -7,16 +7,18 @@ use std::time::Duration;
 use axum::http::Method;
 use base64::Engine as _;
 use clap::Subcommand;
+use comfy_table::Table;
+use serde_json::Value;
 
 use crate::api::requests::{DecisionRequest, RememberRequest};
-use crate::api::types::{CancelAnswer, JobPage, JobView};
+use crate::api::types::{AttemptList, CancelAnswer, JobPage, JobView};
 use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::commands::submit::wait_for;
 use crate::cli::commands::watch::WatchArgs;
 use crate::cli::commands::{ConnArgs, DecisionArgs};
 use crate::cli::{CliError, ExitStatus, parse_duration, terminal_text};
 use crate::client::typed;
-use crate::job::{JobStatus, Verdict, millis};
+use crate::job::{Attempt, JobStatus, Verdict, millis};
 use crate::runtime::Cancelled;
 
 #[derive(Debug, Subcommand)]
@@ -63,6 +65,14 @@ pub(in crate::cli) enum JobsCommand {
     /// Print a job's effect ledger: every effectful request (by default any
     /// method but GET and HEAD) its attempts made, and how each ended.
     Effects {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
+    /// Print a job's attempts, oldest first: worker, start, duration, how
+    /// each ended and its error (`--json`: with what each logged).
+    Attempts {
         #[command(flatten)]
         conn: ConnArgs,
         /// The job id.
@@ -178,8 +188,25 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
         JobsCommand::Show { conn, id } => {
             let json_out = conn.json;
             with_client(&conn, false, async move |client| {
-                let job = client.json(Method::GET, &format!("/v1/jobs/{id}"), None).await?;
+                let mut job = client.json(Method::GET, &format!("/v1/jobs/{id}"), None).await?;
+                let list = client.json(Method::GET, &format!("/v1/jobs/{id}/attempts"), None).await?;
+                let attempts: AttemptList = typed(list)?;
                 if json_out {
+                    // Each attempt without its logs (`leash jobs attempts
+                    // --json` has them).
+                    let summaries: Vec<Value> = attempts
+                        .attempts
+                        .iter()
+                        .map(|a| {
+                            let mut summary = serde_json::to_value(Attempt { logs: None, ..a.clone() })?;
+                            summary.as_object_mut().map(|o| o.remove("logs"));
+                            Ok(summary)
+                        })
+                        .collect::<Result<_, serde_json::Error>>()
+                        .map_err(|e| CliError::internal(e.to_string()))?;
+                    if let Some(fields) = job.as_object_mut() {
+                        fields.insert("attempts".to_owned(), Value::Array(summaries));
+                    }
                     return print_json(&job).map(|()| ExitStatus::Success);
                 }
                 let mut table = new_table(&["FIELD", "VALUE"]);
@@ -189,6 +216,22 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                     }
                 }
                 print_table(table);
+                if !attempts.attempts.is_empty() {
+                    print_table(attempts_table(&attempts.attempts));
+                }
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        JobsCommand::Attempts { conn, id } => {
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let list = client.json(Method::GET, &format!("/v1/jobs/{id}/attempts"), None).await?;
+                if json_out {
+                    return print_json(&list).map(|()| ExitStatus::Success);
+                }
+                let attempts: AttemptList = typed(list)?;
+                print_table(attempts_table(&attempts.attempts));
                 Ok(ExitStatus::Success)
             })
             .await
@@ -354,6 +397,28 @@ fn attempts_shown(runs: u32, spent: u32, max_attempts: u32) -> String {
         _ if runs == 1 => format!("{spent}/{max_attempts} (1 run)"),
         _ => format!("{spent}/{max_attempts} ({runs} runs)"),
     }
+}
+
+/// A job's attempts as a table: one row each, its error's first line.
+fn attempts_table(attempts: &[Attempt]) -> Table {
+    let mut table = new_table(&["RUN", "WORKER", "STARTED", "TOOK", "ENDED AS", "ERROR"]);
+    for a in attempts {
+        let took = a.duration().map_or_else(|| "-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()));
+        let error = a.error.as_deref().and_then(|e| e.lines().next()).map(terminal_text).unwrap_or_default();
+        let mut ended = a.outcome.clone();
+        if a.logs_cut {
+            ended.push_str(" (logs cut)");
+        }
+        table.add_row(vec![
+            a.run.to_string(),
+            a.worker_id.as_deref().map(terminal_text).unwrap_or_default(),
+            a.started_at.map(|t| t.to_string()).unwrap_or_default(),
+            took,
+            ended,
+            error,
+        ]);
+    }
+    table
 }
 
 #[cfg(test)]

@@ -182,6 +182,8 @@ pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliEr
         };
         if gated && !json_out {
             say!("leash: {id} waits for approval (leash jobs approve {id}); waiting");
+        } else if !json_out {
+            say!("leash: job {id} queued; waiting");
         }
         wait_for(client, &id, wait, json_out).await
     })
@@ -324,8 +326,13 @@ pub(super) async fn wait_for(
     let deadline = tokio::time::Instant::now() + wait;
     let mut interrupt = crate::cli::process::interrupt_signal()?;
     let path = format!("/v1/jobs/{id}");
+    // Attempts spent when last seen (a job just submitted has spent none).
+    let mut spent = Some(0);
     let job = loop {
         let job = client.json(Method::GET, &path, None).await?;
+        if !json_out {
+            bar.suspend(|| narrate_retry(&job, &mut spent));
+        }
         let status = text(&job["status"]);
         if status.parse::<JobStatus>().is_ok_and(JobStatus::is_terminal) {
             break job;
@@ -382,6 +389,33 @@ pub(super) async fn wait_for(
         say!("leash: job {id} {}: {}", text(&job["status"]), text(&job["error_message"]));
     }
     Ok(error_kind.map_or(ExitStatus::Success, ExitStatus::for_kind))
+}
+
+/// Say, once per spent attempt, that an attempt failed and when the next
+/// runs: `attempt 1 failed (guest_error: Retryable: …); retrying in 1.2 s
+/// (2 of 3)`. `spent` is the attempts spent when last seen.
+fn narrate_retry(job: &serde_json::Value, spent: &mut Option<u64>) {
+    let count = |field: &str| job[field].as_u64().unwrap_or(0);
+    let now_spent = count("retries") + count("lost_leases");
+    let before = spent.replace(now_spent);
+    if before.is_none_or(|before| now_spent <= before) {
+        return;
+    }
+    let error: String = text(&job["last_error"]).lines().next().unwrap_or_default().chars().take(200).collect();
+    let when = match job["run_after"].as_str().and_then(|t| crate::clock::Timestamp::parse_rfc3339(t).ok()) {
+        Some(at) if job["status"] == "queued" => {
+            let ms = (at.unix_ms() - crate::clock::Timestamp::now().unix_ms()).max(0);
+            format!("retrying in {:.1} s", ms as f64 / 1000.0)
+        }
+        _ => "retrying".to_owned(),
+    };
+    // The attempt that failed: the one the job has just spent.
+    say!(
+        "leash: attempt {now_spent} failed ({}); {when} ({} of {})",
+        crate::cli::terminal_text(&error),
+        now_spent + 1,
+        count("max_attempts")
+    );
 }
 
 /// `--gate`'s value (clap allows only these two).

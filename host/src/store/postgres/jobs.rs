@@ -10,13 +10,15 @@ use tokio_postgres::types::ToSql;
 use super::rows::{count_jobs, db_err, job_columns, list_columns, row_to_job, rows_to_jobs};
 use super::{BATCH, NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
-use crate::job::{Approval, ApprovalRule, Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis};
+use crate::job::{
+    Approval, ApprovalRule, Attempt, Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis,
+};
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::audit::{cancel_note, submit_note};
 use crate::store::rules::codec::{
-    InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
+    AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
 };
-use crate::store::sql::{decision_update_sql, filter_sql, list_filters};
+use crate::store::sql::{EARLIER_ATTEMPTS, decision_update_sql, filter_sql, list_filters};
 use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
 
 #[async_trait::async_trait]
@@ -236,6 +238,30 @@ impl Jobs for PostgresStore {
         let rows =
             self.read("reading logs", "SELECT logs_json FROM jobs WHERE job_id = $1", &[&id.to_string()]).await?;
         json_column(&id.to_string(), "logs", rows.first().and_then(|r| r.get(0)))
+    }
+
+    async fn job_earlier_attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError> {
+        let id = id.to_string();
+        let sql = EARLIER_ATTEMPTS.replace("{}", "$1");
+        let rows = self.read("reading attempts", &sql, &[&id]).await?;
+        rows.iter()
+            .map(|r| {
+                AttemptRow {
+                    run: i64::from(r.get::<_, i32>(0)),
+                    worker_id: r.get(1),
+                    started_at: r.get(2),
+                    ended_at: r.get(3),
+                    outcome: r.get(4),
+                    error_kind: r.get(5),
+                    error: r.get(6),
+                    fuel_used: r.get(7),
+                    peak_memory_bytes: r.get(8),
+                    logs_json: r.get(9),
+                    logs_cut: r.get(10),
+                }
+                .into_attempt(&id)
+            })
+            .collect()
     }
 }
 

@@ -370,6 +370,71 @@ ALTER TABLE principals ADD COLUMN max_running BIGINT;
 CREATE INDEX jobs_queued_by ON jobs (submitted_by, run_after, job_id) WHERE status = 'queued' AND submitted_by IS NOT NULL;
 CREATE INDEX jobs_running_by ON jobs (submitted_by) WHERE status = 'running' AND submitted_by IS NOT NULL;
 "#,
+    r#"
+-- Earlier attempts: a job's row holds its last attempt, and this trigger
+-- keeps each attempt the row is about to forget, in the write that makes
+-- it forget: a running job queued again (retried, released, its lease
+-- lost) and a finished one queued again, how it ended read off the
+-- counters the write raised. A claim clears `logs_json`, so the logs a
+-- requeue leaves are the attempt's own. The logs of all but the five
+-- latest are dropped and marked; a deleted job's attempts go with it.
+CREATE TABLE job_attempts (
+    id                BIGSERIAL PRIMARY KEY,
+    job_id            TEXT COLLATE "C" NOT NULL,
+    run               INTEGER NOT NULL,
+    worker_id         TEXT,
+    started_at        BIGINT,
+    ended_at          BIGINT,
+    outcome           TEXT NOT NULL,
+    error_kind        TEXT,
+    error             TEXT,
+    fuel_used         BIGINT,
+    peak_memory_bytes BIGINT,
+    logs_json         TEXT,
+    logs_cut          BOOLEAN NOT NULL DEFAULT FALSE
+);
+CREATE INDEX job_attempts_job ON job_attempts (job_id, id);
+CREATE FUNCTION leash_job_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    finished BOOLEAN;
+    retried BOOLEAN;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM job_attempts WHERE job_id = OLD.job_id;
+        RETURN NULL;
+    END IF;
+    finished := OLD.status <> 'running';
+    -- A release after an effect raises `retries` too; its `last_error`
+    -- says `interrupted: …`.
+    retried := NEW.retries > OLD.retries AND NEW.last_error NOT LIKE 'interrupted: %'
+               AND NEW.lost_leases = OLD.lost_leases AND NEW.free_reruns = OLD.free_reruns
+               AND NEW.process_deaths = OLD.process_deaths;
+    INSERT INTO job_attempts (job_id, run, worker_id, started_at, ended_at, outcome, error_kind, error,
+                              fuel_used, peak_memory_bytes, logs_json)
+    VALUES (NEW.job_id, OLD.attempt, OLD.worker_id, OLD.started_at,
+            CASE WHEN finished THEN OLD.finished_at WHEN retried THEN NEW.last_heartbeat
+                 ELSE (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT END,
+            CASE WHEN finished THEN OLD.status
+                 WHEN NEW.process_deaths > OLD.process_deaths THEN 'process_died'
+                 WHEN NEW.lost_leases > OLD.lost_leases OR NEW.free_reruns > OLD.free_reruns THEN 'lease_lost'
+                 WHEN retried THEN 'retried'
+                 ELSE 'released' END,
+            CASE WHEN finished THEN OLD.error_kind END,
+            CASE WHEN finished THEN OLD.error_message WHEN NEW.releases = OLD.releases THEN NEW.last_error END,
+            CASE WHEN finished THEN OLD.fuel_used WHEN retried THEN NEW.fuel_used END,
+            CASE WHEN finished THEN OLD.peak_memory_bytes WHEN retried THEN NEW.peak_memory_bytes END,
+            CASE WHEN finished THEN OLD.logs_json ELSE NEW.logs_json END);
+    UPDATE job_attempts SET logs_json = NULL, logs_cut = TRUE
+    WHERE job_id = NEW.job_id AND logs_json IS NOT NULL
+      AND id <= (SELECT id FROM job_attempts WHERE job_id = NEW.job_id ORDER BY id DESC LIMIT 1 OFFSET 5);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobs_attempt_requeued AFTER UPDATE OF status ON jobs FOR EACH ROW
+    WHEN (NEW.status = 'queued' AND OLD.status IN ('running', 'succeeded', 'failed', 'cancelled'))
+    EXECUTE FUNCTION leash_job_attempt();
+CREATE TRIGGER jobs_attempts_delete AFTER DELETE ON jobs FOR EACH ROW EXECUTE FUNCTION leash_job_attempt();
+"#,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

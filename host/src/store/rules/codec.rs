@@ -233,3 +233,39 @@ pub(crate) fn ceilings_of(name: &str, text: Option<String>) -> Result<crate::acc
 pub(crate) fn roles_of(name: &str, text: &str) -> Result<std::collections::BTreeSet<crate::access::Role>, StoreError> {
     text.split(',').filter(|r| !r.is_empty()).map(|r| r.parse().map_err(|e: String| corrupt(name, e))).collect()
 }
+
+/// An earlier attempt's columns, as either backend reads them
+/// ([`crate::store::sql::EARLIER_ATTEMPTS`]).
+pub(crate) struct AttemptRow {
+    pub run: i64,
+    pub worker_id: Option<String>,
+    pub started_at: Option<i64>,
+    pub ended_at: Option<i64>,
+    pub outcome: String,
+    pub error_kind: Option<String>,
+    pub error: Option<String>,
+    pub fuel_used: Option<i64>,
+    pub peak_memory_bytes: Option<i64>,
+    pub logs_json: Option<String>,
+    pub logs_cut: bool,
+}
+
+impl AttemptRow {
+    /// The attempt, its logs decoded.
+    pub(crate) fn into_attempt(self, id: &str) -> Result<crate::job::Attempt, StoreError> {
+        let count = |n: Option<i64>| n.map(|n| u64::try_from(n).unwrap_or(0));
+        Ok(crate::job::Attempt {
+            run: u32::try_from(self.run).unwrap_or(0),
+            worker_id: self.worker_id,
+            started_at: self.started_at.map(Timestamp::from_unix_ms),
+            ended_at: self.ended_at.map(Timestamp::from_unix_ms),
+            outcome: self.outcome,
+            error_kind: self.error_kind,
+            error: self.error,
+            fuel_used: count(self.fuel_used),
+            peak_memory_bytes: count(self.peak_memory_bytes),
+            logs: json_column(id, "attempt logs", self.logs_json)?,
+            logs_cut: self.logs_cut,
+        })
+    }
+}

@@ -10,14 +10,16 @@ use super::SqliteStore;
 use super::rows::{JOB_COLUMNS, count_jobs, db_err, query_jobs};
 use crate::clock::Timestamp;
 use crate::job::{
-    Approval, ApprovalRule, Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis,
+    Approval, ApprovalRule, Attempt, Counts, IdempotencyKey, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION,
+    millis,
 };
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::audit::{cancel_note, submit_note};
 use crate::store::rules::codec::{
-    InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns, to_json,
+    AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns,
+    to_json,
 };
-use crate::store::sql::{decision_update_sql, filter_sql, list_filters};
+use crate::store::sql::{EARLIER_ATTEMPTS, decision_update_sql, filter_sql, list_filters};
 use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
 
 #[async_trait::async_trait]
@@ -210,6 +212,34 @@ impl Jobs for SqliteStore {
                 .optional()
                 .map_err(db_err("reading logs"))?;
             json_column(&id.to_string(), "logs", text.flatten())
+        })
+        .await
+    }
+
+    async fn job_earlier_attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError> {
+        self.read(move |conn| {
+            let id = id.to_string();
+            let mut statement =
+                conn.prepare_cached(&EARLIER_ATTEMPTS.replace("{}", "?1")).map_err(db_err("reading attempts"))?;
+            let rows = statement
+                .query_map(params![id], |r| {
+                    Ok(AttemptRow {
+                        run: r.get(0)?,
+                        worker_id: r.get(1)?,
+                        started_at: r.get(2)?,
+                        ended_at: r.get(3)?,
+                        outcome: r.get(4)?,
+                        error_kind: r.get(5)?,
+                        error: r.get(6)?,
+                        fuel_used: r.get(7)?,
+                        peak_memory_bytes: r.get(8)?,
+                        logs_json: r.get(9)?,
+                        logs_cut: r.get(10)?,
+                    })
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(db_err("reading attempts"))?;
+            rows.into_iter().map(|row| row.into_attempt(&id)).collect()
         })
         .await
     }

@@ -1,6 +1,6 @@
 //! The SQLite schema, one migration per entry.
 
-use super::triggers::{job_event_triggers, worker_event_triggers};
+use super::triggers::{job_attempt_triggers, job_event_triggers, worker_event_triggers};
 
 /// The schema, one migration per entry; applied in order, each once.
 pub(super) const MIGRATIONS: &[&str] = &[
@@ -567,4 +567,26 @@ ALTER TABLE principals ADD COLUMN max_running INTEGER;
 CREATE INDEX jobs_queued_by ON jobs (submitted_by, run_after, job_id) WHERE status = 'queued' AND submitted_by IS NOT NULL;
 CREATE INDEX jobs_running_by ON jobs (submitted_by) WHERE status = 'running' AND submitted_by IS NOT NULL;
 "#,
+    concat!(
+        r#"
+-- Earlier attempts, kept by triggers (see triggers.rs).
+CREATE TABLE job_attempts (
+    id                INTEGER PRIMARY KEY,
+    job_id            TEXT NOT NULL,
+    run               INTEGER NOT NULL,
+    worker_id         TEXT,
+    started_at        INTEGER,
+    ended_at          INTEGER,
+    outcome           TEXT NOT NULL,
+    error_kind        TEXT,
+    error             TEXT,
+    fuel_used         INTEGER,
+    peak_memory_bytes INTEGER,
+    logs_json         TEXT,
+    logs_cut          INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX job_attempts_job ON job_attempts (job_id, id);
+"#,
+        job_attempt_triggers!()
+    ),
 ];

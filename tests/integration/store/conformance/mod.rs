@@ -63,6 +63,10 @@ macro_rules! with_cases {
                 a_suspect_is_claimed_only_by_a_claimer_that_runs_nothing_and_alone,
                 a_submitter_s_running_cap_holds_its_claims,
             }
+            attempts {
+                each_attempt_keeps_its_worker_times_ending_error_and_logs,
+                only_the_latest_earlier_attempts_keep_their_logs,
+            }
             effects {
                 a_lost_lease_without_effects_reruns_free_until_its_limit,
                 a_lost_lease_after_an_effect_spends_the_attempt_and_names_the_effect,

@@ -6,6 +6,7 @@
 //! (a made-up job, fixed points in time, short calls) is here. A behaviour
 //! change to the store is a new case in its role's file.
 
+pub(crate) mod attempts;
 pub(crate) mod effects;
 pub(crate) mod events;
 pub(crate) mod jobs;
