@@ -8,21 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 examples="${1:-100}"
-# The binary the tests use, with their features: after `cargo test --workspace`
-# nothing is built again.
-cargo test --workspace --locked --no-run --quiet
-work="$(mktemp -d)"
-port=$((20000 + RANDOM % 20000))
-export LEASH_API_TOKEN="schemathesis-$RANDOM$RANDOM"
-target/debug/leash serve --db "$work/api.db" --listen "127.0.0.1:$port" --max-workers 2 --cache-dir "$work/cache" \
-    >"$work/serve.log" 2>&1 &
-server=$!
-trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
-url="http://127.0.0.1:$port"
-for _ in $(seq 1 100); do
-    curl -sf "$url/healthz" >/dev/null && break
-    sleep 0.1
-done
+# The server: the debug build `cargo test --workspace` left behind.
+source tests/serve.sh
 curl -sf -H "Authorization: Bearer $LEASH_API_TOKEN" --data-binary @plugins/target/wasm32-wasip2/release/hello.wasm \
     "$url/v1/plugins?name=hello&version=1.0.0" >/dev/null
 status=0
@@ -32,8 +19,5 @@ status=0
 (cd "$work" && st run "$url/v1/openapi.json" -H "Authorization: Bearer $LEASH_API_TOKEN" \
     -c not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
     --exclude-path /v1/events -n "$examples" --request-timeout 10 --no-color) || status=$?
-if grep -q "panicked" "$work/serve.log"; then
-    echo "leash serve panicked:"; grep -A3 "panicked" "$work/serve.log"; status=1
-fi
-kill -0 "$server" 2>/dev/null || { echo "leash serve exited during the run:"; tail -20 "$work/serve.log"; status=1; }
+server_broke && status=1
 exit "$status"

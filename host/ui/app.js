@@ -65,9 +65,14 @@ const jobLink = (id) => h('a', { href: `#/jobs/${encodeURIComponent(id)}` }, id)
 
 // The event stream, with the browser's own reconnect (it resends the last
 // id it saw, so nothing is missed across a drop).
-function subscribe(query, onEvent) {
+// `onOpen` runs each time the stream (re)connects: a change made before
+// then was never sent, so a view redraws from the API.
+function subscribe(query, onEvent, onOpen) {
   const source = new EventSource('/v1/events' + query);
-  source.onopen = () => live.classList.add('on');
+  source.onopen = () => {
+    live.classList.add('on');
+    if (onOpen) onOpen();
+  };
   source.onerror = () => live.classList.remove('on');
   const handle = (message) => {
     try { onEvent(JSON.parse(message.data), message.type); } catch (e) { console.error(e); }
@@ -331,11 +336,14 @@ async function jobView(id) {
   view.replaceChildren(h('p', {}, h('a', { href: '#/jobs' }, '← jobs')), top, sections);
   await draw();
   let pending = false;
-  return subscribe(`?job=${encodeURIComponent(id)}`, () => {
+  const redraw = () => {
     if (pending) return;
     pending = true;
     setTimeout(() => { pending = false; draw().catch(() => {}); }, 100);
-  });
+  };
+  // Redrawn when the stream opens too: the job may have moved on between
+  // the first draw and the stream's start.
+  return subscribe(`?job=${encodeURIComponent(id)}`, redraw, redraw);
 }
 
 // ---------------------------------------------------------------- the rest

@@ -68,6 +68,17 @@ impl PartialSchema for Timestamp {
 }
 impl ToSchema for Timestamp {}
 
+/// Bytes as they are: an `application/octet-stream` body (a component, a
+/// job's input or output), which client generators read as a file.
+pub(crate) struct OctetStream;
+
+impl PartialSchema for OctetStream {
+    fn schema() -> RefOr<Schema> {
+        text("Bytes as they are.", None, Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+    }
+}
+impl ToSchema for OctetStream {}
+
 /// Written by hand: its name and version are flattened from an optional
 /// pair, which derived schemas cannot say (absent, not `null`).
 impl PartialSchema for PluginInfo {
@@ -163,7 +174,35 @@ pub struct ApiDoc;
 
 /// The document as JSON, pretty-printed (as `docs/openapi.json` holds it).
 pub fn document_json() -> String {
-    ApiDoc::openapi().to_pretty_json().expect("the document serializes")
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
+    plain_references(&mut doc);
+    serde_json::to_string_pretty(&doc).expect("the document serializes")
+}
+
+/// A field of a struct type with a default is written by utoipa as a
+/// one-branch `oneOf` around the `$ref`, with the whole default object
+/// beside it; client generators (openapi-python-client) cannot read that
+/// and drop every schema that holds one. Written here as the plain
+/// reference, with its description: the referenced schema's own fields
+/// carry their defaults.
+fn plain_references(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            let single = map.get("oneOf").and_then(|o| o.as_array()).filter(|o| o.len() == 1).cloned();
+            if let Some(branch) = single.and_then(|mut o| o.pop()).filter(|b| b.get("$ref").is_some()) {
+                map.remove("oneOf");
+                map.remove("default");
+                if let serde_json::Value::Object(branch) = branch {
+                    for (key, entry) in branch {
+                        map.entry(key).or_insert(entry);
+                    }
+                }
+            }
+            map.values_mut().for_each(plain_references);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(plain_references),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -181,6 +220,34 @@ mod tests {
         }
         let checked_in = std::fs::read_to_string(path).unwrap_or_default();
         assert!(checked_in == generated, "docs/openapi.json is stale: regenerate it with LEASH_WRITE_OPENAPI=1");
+    }
+
+    /// Nothing in the document that standard validators and client
+    /// generators refuse: a default that is not the field's own type (a
+    /// `Duration` written as `{"secs", "nanos"}`), a tuple schema
+    /// (`prefixItems` with `items: false`), a one-branch `oneOf`. CI also
+    /// runs openapi-spec-validator and generates clients from it
+    /// (`tests/clients.sh`).
+    #[test]
+    fn the_document_has_nothing_client_generators_refuse() {
+        let text = document_json();
+        for needle in ["\"secs\"", "\"nanos\"", "prefixItems", "\"items\": false"] {
+            assert!(!text.contains(needle), "the document holds {needle}");
+        }
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        fn one_branch(value: &serde_json::Value) -> bool {
+            match value {
+                serde_json::Value::Object(map) => {
+                    map.get("oneOf").and_then(|o| o.as_array()).is_some_and(|o| o.len() == 1)
+                        || map.values().any(one_branch)
+                }
+                serde_json::Value::Array(items) => items.iter().any(one_branch),
+                _ => false,
+            }
+        }
+        assert!(!one_branch(&doc), "a one-branch oneOf");
+        let limits = &doc["components"]["schemas"]["HttpLimits"]["properties"]["request_timeout_ms"];
+        assert_eq!(limits["default"], 60_000, "{limits}");
     }
 
     /// utoipa takes only literals for bounds, so the document repeats the

@@ -433,7 +433,8 @@ pub struct LogLine {
     pub level: String,
     /// The message.
     pub message: String,
-    /// Key/value fields.
+    /// Key/value fields, each a `[key, value]` pair.
+    #[schema(value_type = Vec<Vec<String>>)]
     pub fields: Vec<(String, String)>,
     /// Milliseconds since the attempt started.
     #[serde(rename = "elapsed_ms", with = "crate::job::millis")]

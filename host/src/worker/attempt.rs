@@ -195,9 +195,12 @@ impl Pool {
             let run_after = now.plus(pause);
             let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, run_after, now };
             match self.store.job_release(params).await {
-                Ok(true) => {
-                    tracing::info!(%run_after, "released (an attempt that recorded an effect spends an attempt)")
-                }
+                Ok(true) => match watch.effects_recorded.load(Ordering::SeqCst) {
+                    0 => tracing::info!(%run_after, "released: it recorded no effect, so no attempt is spent"),
+                    n => {
+                        tracing::info!(%run_after, effects = n, "released after recording effects: an attempt is spent")
+                    }
+                },
                 Ok(false) => tracing::warn!("not released: the lease was lost"),
                 Err(e) => tracing::warn!(error = %e, "not released; the sweeper will reclaim it"),
             }

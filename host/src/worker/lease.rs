@@ -36,6 +36,9 @@ pub struct LeaseWatch {
     /// to be confirmed or the intent recorded. A guest that then fails is
     /// released to run again rather than failed.
     pub host_refused: AtomicBool,
+    /// Effects the store recorded for this attempt (a release after one
+    /// spends an attempt; before any, it is free).
+    pub effects_recorded: std::sync::atomic::AtomicU32,
 }
 
 /// One job's lease.
@@ -224,6 +227,7 @@ impl crate::sandbox::http::EffectLedger for LeaseLedger {
         // the check above records nothing, and the effect is not made.
         match patiently(|| self.effects.effect_begin(params())).await {
             Ok(Some(effect)) => {
+                self.watch.effects_recorded.fetch_add(1, Ordering::SeqCst);
                 // The lease holds for a TTL from its last confirmation.
                 let confirmed = Timestamp::from_unix_ms(self.watch.confirmed_at_ms.load(Ordering::SeqCst));
                 let left = confirmed.plus(self.keeper.lease_ttl).unix_ms() - self.keeper.clock.now().unix_ms();

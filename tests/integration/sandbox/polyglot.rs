@@ -205,6 +205,31 @@ fn leash_run_json(wasm: &std::path::Path, cache: &std::path::Path) -> serde_json
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
+/// `plugins add` of an interpreter-sized guest says it is compiling and
+/// how long it took, rather than block silently; a small one says
+/// nothing of it.
+#[test]
+fn plugins_add_of_a_big_guest_says_it_is_compiling() {
+    let Some(python) = polyglot::guest(Lang::Python, "hello") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let add = |wasm: &std::path::Path, name: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_leash"))
+            .args(["plugins", "add", "--name", name, "--db"])
+            .arg(dir.path().join("local.db"))
+            .arg(wasm)
+            .env("LEASH_CACHE_DIR", dir.path().join("cache"))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let said = add(&python, "pyhello");
+    assert!(said.contains("leash: compiling pyhello (") && said.contains(" MB) to machine code"), "{said}");
+    assert!(said.contains("leash: compiled and stored in "), "{said}");
+    let small = add(&leash_tests::plugin_path("hello"), "hello");
+    assert!(!small.contains("compiling"), "{small}");
+}
+
 #[test]
 fn leash_run_shows_compilation_apart_from_the_run() {
     // Cold, then from the cache: with a cache of its own, Rust's hello.

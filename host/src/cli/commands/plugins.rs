@@ -88,6 +88,10 @@ pub(in crate::cli) enum PluginsCommand {
     },
 }
 
+/// From this size `plugins add` says it is compiling (an interpreter
+/// inside: seconds, not milliseconds).
+const BIG_COMPONENT_BYTES: usize = 4 << 20;
+
 pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatus, CliError> {
     match command {
         PluginsCommand::Add { conn, file, name, version, grants, require_approval } => {
@@ -106,8 +110,23 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
             }
             let json_out = conn.json;
             let grants = grants.grants_given();
+            // An interpreter inside a component (Python, JavaScript) takes
+            // seconds to compile: say so rather than block silently.
+            let big = bytes.len() >= BIG_COMPONENT_BYTES && !json_out;
+            if big {
+                say!(
+                    "leash: compiling {} ({:.1} MB) to machine code; a component this size takes seconds the first \
+                     time (a 19 MB Python one, about 9 s on 2 cores), then loads from the compile cache",
+                    terminal_text(&name),
+                    bytes.len() as f64 / 1e6
+                );
+            }
+            let started = std::time::Instant::now();
             with_client(&conn, false, async move |client| {
                 let mut info = client.upload(&path, bytes).await?;
+                if big {
+                    say!("leash: compiled and stored in {:.1} s", started.elapsed().as_secs_f64());
+                }
                 if let Some(grants) = grants {
                     let registered: PluginInfo = typed(info)?;
                     let name = registered.name.ok_or_else(|| CliError::internal("the registration has no name"))?;

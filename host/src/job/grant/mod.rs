@@ -46,7 +46,7 @@ pub struct HttpLimits {
     /// Longest one request may take, from connecting to the last byte of
     /// the response, in milliseconds; never past the job's deadline.
     #[serde(rename = "request_timeout_ms", with = "crate::job::millis")]
-    #[schema(value_type = u64)]
+    #[schema(value_type = u64, default = json!(DEFAULT_HTTP_REQUEST_TIMEOUT.as_millis() as u64))]
     pub request_timeout: Duration,
 }
 
