@@ -200,7 +200,8 @@ const RETRYABLE_CODES = new Set([
  * An outbound request that got no response. `code` names why, as a
  * wasi:http error code (`HTTP-request-denied`: the job's grant does not
  * allow it, and the job's logs name the `--allow-host` rule that would;
- * `connection-refused`, `HTTP-response-timeout`, ...); `retryable` says
+ * `connection-refused`, `HTTP-response-timeout`, ...; for a header the
+ * request may not carry, `forbidden` or `invalid-syntax`); `retryable` says
  * whether the same request may succeed later. Left uncaught, it fails the
  * job: as `Retryable` when `retryable`, else as `Failed`. A response with
  * an error status is not an `HttpError`.
@@ -279,11 +280,15 @@ function request(method, url, { headers = {}, body, timeoutMs } = {}) {
   const fail = (code, detail) => new HttpError(method, url, code, detail);
   const failed = (code) => fail(code.tag, typeof code.val === 'string' ? code.val : null);
   const fields = new Fields();
-  try {
-    for (const [name, value] of Object.entries(headers)) fields.append(String(name), encoder.encode(String(value)));
-  } catch (e) {
-    drop(fields);
-    throw new Failed(`${method} ${url}: bad header: ${e.payload ? e.payload.tag : e}`);
+  for (const [name, value] of Object.entries(headers)) {
+    try {
+      fields.append(String(name), encoder.encode(String(value)));
+    } catch (e) {
+      // A header the host will not send (`connection`, `host`, …) or one
+      // that is not valid: named by wasi:http's header-error.
+      drop(fields);
+      throw fail(e.payload ? e.payload.tag : 'invalid-syntax', `header ${name}`);
+    }
   }
   const outgoing = new OutgoingRequest(fields);
   outgoing.setMethod(METHODS.has(method) ? { tag: method.toLowerCase() } : { tag: 'other', val: method });

@@ -229,7 +229,9 @@ class HttpError(Exception):
     """An outbound request that got no response. ``code`` is the wasi:http
     error code (``"HTTP-request-denied"``: the job's grant does not allow
     it, and the job's logs say which ``--allow-host`` rule would;
-    ``"connection-refused"``, ``"HTTP-response-timeout"``, ...), and
+    ``"connection-refused"``, ``"HTTP-response-timeout"``, ...; for a
+    header the request may not carry, ``"forbidden"`` or
+    ``"invalid-syntax"``), and
     ``retryable`` whether the same request may succeed later. Left
     uncaught, it fails the job: as `Retryable` when ``retryable``, else as
     `Failed`. A response with an error status is not an `HttpError`."""
@@ -320,7 +322,16 @@ def _request(
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise Failed(f"{method} {url}: not an http:// or https:// URL")
-    fields = wh.Fields.from_list([(str(k), str(v).encode()) for k, v in (headers or {}).items()])
+    fields = wh.Fields()
+    for name, value in (headers or {}).items():
+        try:
+            fields.append(str(name), str(value).encode())
+        except Err as e:
+            # A header the host will not send (`connection`, `host`, ...)
+            # or one that is not valid: named by wasi:http's header-error.
+            fields.__exit__(None, None, None)
+            code = "-".join(w.lower() for w in re.findall(r"[A-Z][a-z]*", type(e.value).__name__.split("_", 1)[-1]))
+            raise HttpError(method, url, code, f"header {name}") from None
     outgoing = wh.OutgoingRequest(fields)
     known = {"GET": wh.Method_Get(), "HEAD": wh.Method_Head(), "POST": wh.Method_Post(), "PUT": wh.Method_Put(),
              "DELETE": wh.Method_Delete(), "PATCH": wh.Method_Patch(), "OPTIONS": wh.Method_Options()}

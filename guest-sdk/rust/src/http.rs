@@ -36,7 +36,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::bindings::wasi::http::outgoing_handler;
 use crate::bindings::wasi::http::types::{
-    ErrorCode, Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
+    ErrorCode, Fields, HeaderError, IncomingBody, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
 };
 use crate::bindings::wasi::io::streams::StreamError;
 
@@ -65,7 +65,9 @@ pub struct HttpError {
     /// The `wasi:http` error code's WIT name: `HTTP-request-denied` (the
     /// job's grant does not allow the request; the job's logs name the
     /// `--allow-host` rule that would), `connection-refused`,
-    /// `HTTP-response-timeout`, ...
+    /// `HTTP-response-timeout`, ...; for a header the request may not
+    /// carry, wasi:http's header error: `forbidden` (`connection`, `host`
+    /// and the other hop-by-hop headers), `invalid-syntax`.
     pub code: String,
     /// What else the host said, if anything.
     pub detail: Option<String>,
@@ -226,9 +228,16 @@ impl Request {
         };
         let fields = Fields::new();
         for (name, value) in &self.headers {
-            fields
-                .append(name, value.as_bytes())
-                .map_err(|e| fail("HTTP-request-header-size".to_owned(), Some(format!("header {name}: {e:?}"))))?;
+            // A header the host will not send (`connection`, `host`, …) or
+            // one that is not valid: named by wasi:http's header-error.
+            fields.append(name, value.as_bytes()).map_err(|e| {
+                let code = match e {
+                    HeaderError::InvalidSyntax => "invalid-syntax",
+                    HeaderError::Forbidden => "forbidden",
+                    HeaderError::Immutable => "immutable",
+                };
+                fail(code.to_owned(), Some(format!("header {name}")))
+            })?;
         }
         let request = OutgoingRequest::new(fields);
         let method = match self.method.as_str() {

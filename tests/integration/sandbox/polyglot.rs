@@ -354,6 +354,12 @@ async fn the_http_helpers_send_answer_and_fail_alike_in_every_language() {
         let said = (down.retryable, down.message.as_str());
         assert_eq!(said, (true, format!("Retryable: GET {refused}: connection-refused").as_str()), "{lang}: refused");
 
+        let headers = json!({ "connection": "close" });
+        let forbidden = go(json!({ "url": url, "headers": headers }), granted.clone()).await.result.unwrap_err();
+        let said = (forbidden.retryable, forbidden.message.as_str());
+        let why = format!("Failed: GET {url}: forbidden: header connection");
+        assert_eq!(said, (false, why.as_str()), "{lang}: a header the host will not send");
+
         let slow = upstream.url("/slow");
         let waited = go(json!({ "url": slow, "timeout_ms": 300 }), granted.clone()).await.result.unwrap_err();
         let said = (waited.retryable, waited.message.as_str());
