@@ -386,7 +386,7 @@ pub(super) async fn job_effects(
 #[utoipa::path(get, path = "/v1/jobs/{id}/output", tag = "jobs",
     params(("id" = JobId, Path)),
     responses(
-        (status = 200, content_type = "application/octet-stream", body = inline(crate::api::openapi::OctetStream)),
+        (status = 200, content_type = "application/octet-stream", body = inline(crate::api::types::OctetStream)),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
@@ -412,7 +412,7 @@ pub(super) async fn job_output(
 #[utoipa::path(get, path = "/v1/jobs/{id}/input", tag = "jobs",
     params(("id" = JobId, Path)),
     responses(
-        (status = 200, content_type = "application/octet-stream", body = inline(crate::api::openapi::OctetStream)),
+        (status = 200, content_type = "application/octet-stream", body = inline(crate::api::types::OctetStream)),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong token", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),

@@ -68,17 +68,6 @@ impl PartialSchema for Timestamp {
 }
 impl ToSchema for Timestamp {}
 
-/// Bytes as they are: an `application/octet-stream` body (a component, a
-/// job's input or output), which client generators read as a file.
-pub(crate) struct OctetStream;
-
-impl PartialSchema for OctetStream {
-    fn schema() -> RefOr<Schema> {
-        text("Bytes as they are.", None, Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
-    }
-}
-impl ToSchema for OctetStream {}
-
 /// Written by hand: its name and version are flattened from an optional
 /// pair, which derived schemas cannot say (absent, not `null`).
 impl PartialSchema for PluginInfo {

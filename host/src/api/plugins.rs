@@ -35,7 +35,7 @@ pub(super) struct UploadQuery {
 /// Validate, compile, store and (with `name`) register a component.
 #[utoipa::path(post, path = "/v1/plugins", tag = "plugins",
     params(UploadQuery),
-    request_body(content = inline(crate::api::openapi::OctetStream), content_type = "application/octet-stream", description = "The component's bytes"),
+    request_body(content = inline(crate::api::types::OctetStream), content_type = "application/octet-stream", description = "The component's bytes"),
     responses(
         (status = 201, description = "Stored (and registered)", body = crate::job::PluginInfo),
         (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),

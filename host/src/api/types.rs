@@ -163,3 +163,21 @@ pub struct AttemptList {
     /// Oldest first.
     pub attempts: Vec<crate::job::Attempt>,
 }
+
+/// Bytes as they are: an `application/octet-stream` body (a component, a
+/// job's input or output), which client generators read as a file.
+#[derive(Debug)]
+pub struct OctetStream;
+
+impl utoipa::PartialSchema for OctetStream {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::KnownFormat;
+        use utoipa::openapi::schema::{ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("Bytes as they are."))
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+            .into()
+    }
+}
+impl utoipa::ToSchema for OctetStream {}

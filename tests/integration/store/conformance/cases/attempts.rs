@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leash::job::{Attempt, JobLogs, JobStatus, LogLine, NewJob, timeline};
+use leash::job::{Attempt, EARLIER_ATTEMPTS_WITH_LOGS, JobLogs, JobStatus, LogLine, NewJob, timeline};
 use leash::store::{JobFinishParams, JobRetryParams, JobStore, JobsDeleteParams};
 
 use super::{
@@ -103,7 +103,8 @@ pub(crate) async fn only_the_latest_earlier_attempts_keep_their_logs(store: Arc<
     let earlier = store.job_earlier_attempts(id).await.unwrap();
     assert_eq!(earlier.iter().map(|a| a.run).collect::<Vec<_>>(), (1..=8).collect::<Vec<_>>());
     let kept: Vec<(u32, bool, bool)> = earlier.iter().map(|a| (a.run, a.logs.is_some(), a.logs_cut)).collect();
-    let want: Vec<(u32, bool, bool)> = (1..=8).map(|n| (n, n > 3, n <= 3)).collect();
-    assert_eq!(kept, want, "the five latest keep their logs; older ones are cut and say so");
+    let cut = 8 - EARLIER_ATTEMPTS_WITH_LOGS as u32;
+    let want: Vec<(u32, bool, bool)> = (1..=8).map(|n| (n, n > cut, n <= cut)).collect();
+    assert_eq!(kept, want, "the latest keep their logs; older ones are cut and say so");
     assert!(earlier.iter().all(|a| a.error.is_some()), "errors are kept whatever is cut");
 }
