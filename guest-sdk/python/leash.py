@@ -277,7 +277,8 @@ class Response:
 
 
 def _code_name(code: Any) -> Tuple[str, Optional[str]]:
-    """A wasi:http error-code value as its WIT name, and its detail."""
+    """A wasi:http error-code (or header-error) value as its WIT name, and
+    its detail."""
     words = re.findall(r"[A-Z][a-z0-9]*", type(code).__name__.split("_", 1)[-1])
     name = "-".join(w.upper() if w.lower() in _ACRONYMS else w.lower() for w in words)
     detail = getattr(code, "value", None)
@@ -330,8 +331,7 @@ def _request(
             # A header the host will not send (`connection`, `host`, ...)
             # or one that is not valid: named by wasi:http's header-error.
             fields.__exit__(None, None, None)
-            code = "-".join(w.lower() for w in re.findall(r"[A-Z][a-z]*", type(e.value).__name__.split("_", 1)[-1]))
-            raise HttpError(method, url, code, f"header {name}") from None
+            raise HttpError(method, url, _code_name(e.value)[0], f"header {name}") from None
     outgoing = wh.OutgoingRequest(fields)
     known = {"GET": wh.Method_Get(), "HEAD": wh.Method_Head(), "POST": wh.Method_Post(), "PUT": wh.Method_Put(),
              "DELETE": wh.Method_Delete(), "PATCH": wh.Method_Patch(), "OPTIONS": wh.Method_Options()}

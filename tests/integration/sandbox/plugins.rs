@@ -453,3 +453,16 @@ async fn a_guest_that_finishes_after_a_stop_request_keeps_its_output() {
     let outcome = sandbox.run(&plugin, request(br#"{"ms": 20}"#, limits()), &stop, Arc::new(NoObserver)).await;
     assert_eq!(output_json(&outcome)["slept_ms"], 20, "finished work is not thrown away");
 }
+
+/// `leash-sdk` builds against `plugin-http`, yet a component imports only
+/// what its code calls: `hello` never sends a request and imports no
+/// wasi:http; `fetch`, which does, imports the outgoing handler.
+#[test]
+fn a_rust_plugin_imports_wasi_http_only_when_it_sends_requests() {
+    let imports_http = |name: &str| {
+        let bytes = leash_tests::plugin_bytes(name);
+        bytes.windows(26).any(|w| w == b"wasi:http/outgoing-handler")
+    };
+    assert!(!imports_http("hello"), "hello imports wasi:http");
+    assert!(imports_http("fetch"), "fetch does not import wasi:http: the check reads nothing");
+}

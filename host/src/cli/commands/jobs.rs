@@ -8,7 +8,6 @@ use axum::http::Method;
 use base64::Engine as _;
 use clap::Subcommand;
 use comfy_table::Table;
-use serde_json::Value;
 
 use crate::api::requests::{DecisionRequest, RememberRequest};
 use crate::api::types::{AttemptList, CancelAnswer, JobPage, JobView};
@@ -194,18 +193,13 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                 if json_out {
                     // Each attempt without its logs (`leash jobs attempts
                     // --json` has them).
-                    let summaries: Vec<Value> = attempts
-                        .attempts
-                        .iter()
-                        .map(|a| {
-                            let mut summary = serde_json::to_value(Attempt { logs: None, ..a.clone() })?;
-                            summary.as_object_mut().map(|o| o.remove("logs"));
-                            Ok(summary)
-                        })
-                        .collect::<Result<_, serde_json::Error>>()
-                        .map_err(|e| CliError::internal(e.to_string()))?;
+                    let mut summaries =
+                        serde_json::to_value(&attempts.attempts).map_err(|e| CliError::internal(e.to_string()))?;
+                    for summary in summaries.as_array_mut().into_iter().flatten() {
+                        summary.as_object_mut().map(|o| o.remove("logs"));
+                    }
                     if let Some(fields) = job.as_object_mut() {
-                        fields.insert("attempts".to_owned(), Value::Array(summaries));
+                        fields.insert("attempts".to_owned(), summaries);
                     }
                     return print_json(&job).map(|()| ExitStatus::Success);
                 }

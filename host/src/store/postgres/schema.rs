@@ -376,8 +376,10 @@ CREATE INDEX jobs_running_by ON jobs (submitted_by) WHERE status = 'running' AND
 -- it forget: a running job queued again (retried, released, its lease
 -- lost) and a finished one queued again, how it ended read off the
 -- counters the write raised. A claim clears `logs_json`, so the logs a
--- requeue leaves are the attempt's own. The logs of all but the five
--- latest are dropped and marked; a deleted job's attempts go with it.
+-- requeue leaves are the attempt's own. It watches `run_after`, which
+-- every requeue sets and the claim and the finish never do, as SQLite's
+-- does. The logs of all but the five latest are dropped and marked; a
+-- deleted job's attempts go with it.
 CREATE TABLE job_attempts (
     id                BIGSERIAL PRIMARY KEY,
     job_id            TEXT COLLATE "C" NOT NULL,
@@ -430,7 +432,7 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER jobs_attempt_requeued AFTER UPDATE OF status ON jobs FOR EACH ROW
+CREATE TRIGGER jobs_attempt_requeued AFTER UPDATE OF run_after ON jobs FOR EACH ROW
     WHEN (NEW.status = 'queued' AND OLD.status IN ('running', 'succeeded', 'failed', 'cancelled'))
     EXECUTE FUNCTION leash_job_attempt();
 CREATE TRIGGER jobs_attempts_delete AFTER DELETE ON jobs FOR EACH ROW EXECUTE FUNCTION leash_job_attempt();

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leash::job::{Attempt, EARLIER_ATTEMPTS_WITH_LOGS, JobLogs, JobStatus, LogLine, NewJob, timeline};
+use leash::job::{Attempt, EARLIER_ATTEMPTS_WITH_LOGS, JobLogs, LogLine, NewJob, timeline};
 use leash::store::{JobFinishParams, JobRetryParams, JobStore, JobsDeleteParams};
 
 use super::{
@@ -26,8 +26,7 @@ fn logs(n: u32) -> JobLogs {
 
 async fn attempts_of(store: &dyn JobStore, id: leash::job::JobId) -> Vec<Attempt> {
     let job = get(store, id).await;
-    let logs = store.job_logs(id).await.unwrap();
-    timeline(&job, logs.filter(|_| job.status != JobStatus::Queued), store.job_earlier_attempts(id).await.unwrap())
+    timeline(&job, store.job_logs(id).await.unwrap(), store.job_earlier_attempts(id).await.unwrap())
 }
 
 pub(crate) async fn each_attempt_keeps_its_worker_times_ending_error_and_logs(store: Arc<dyn JobStore>) {
