@@ -12,6 +12,8 @@
 //! pool in a child process exports its own API part and the part its
 //! child reports.
 
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -24,6 +26,14 @@ use prometheus_client::registry::Registry;
 
 use crate::job::{Counts, ErrorKind, JobStatus};
 
+/// Most plugins one process labels metrics with; jobs of any plugin seen
+/// after them share the label [`OTHER_PLUGINS`], so a registry that keeps
+/// growing cannot grow the scrape without bound.
+pub const MAX_PLUGIN_LABELS: usize = 64;
+
+/// The `plugin` label of jobs past [`MAX_PLUGIN_LABELS`].
+pub const OTHER_PLUGINS: &str = "(other)";
+
 /// Labels of a finished job.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -31,6 +41,51 @@ pub struct OutcomeLabels {
     pub status: String,
     /// Error kind, empty for success.
     pub error_kind: String,
+    /// The job's plugin (see [`Metrics::plugin_label`]); empty for jobs a
+    /// sweep quarantined, whose plugin it does not read.
+    pub plugin: String,
+}
+
+/// Label of a per-plugin histogram.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    /// The job's plugin (see [`Metrics::plugin_label`]).
+    pub plugin: String,
+}
+
+/// Labels of an ended attempt.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    /// The job's plugin (see [`Metrics::plugin_label`]).
+    pub plugin: String,
+    /// How the attempt ended: [`AttemptEnd::as_str`].
+    pub outcome: &'static str,
+}
+
+/// How an attempt a pool ran ended, as `leash_attempts_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptEnd {
+    /// The job finished with this status.
+    Finished(JobStatus),
+    /// Failed retryably and queued again after its backoff.
+    Retried,
+    /// Given back (shutdown, a host fault) to run again.
+    Released,
+    /// The lease was lost: the attempt's result was dropped.
+    LeaseLost,
+}
+
+impl AttemptEnd {
+    /// The `outcome` label: a finished job's status, or `retried`,
+    /// `released`, `lease_lost` (the words of `GET /v1/jobs/{id}/attempts`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptEnd::Finished(status) => status.as_str(),
+            AttemptEnd::Retried => "retried",
+            AttemptEnd::Released => "released",
+            AttemptEnd::LeaseLost => "lease_lost",
+        }
+    }
 }
 
 /// Label of an outbound HTTP request count: `sent` or `denied`.
@@ -56,6 +111,17 @@ pub struct Metrics {
     pub jobs_finished: Family<OutcomeLabels, Counter>,
     /// Jobs in the store, by state (refreshed at scrape).
     pub queue_depth: Family<StateLabels, Gauge>,
+    /// How long the longest-waiting claimable job has waited (refreshed at
+    /// scrape).
+    pub oldest_queued_seconds: Gauge<f64, AtomicU64>,
+    /// Attempts this process ran, by plugin and how they ended.
+    pub attempts: Family<AttemptLabels, Counter>,
+    /// Wall time of one attempt, from its claim to its recorded end.
+    pub job_duration_seconds: Family<PluginLabels, Histogram>,
+    /// Time from when a job could run (`run_after`) to its claim.
+    pub queue_wait_seconds: Family<PluginLabels, Histogram>,
+    /// The plugin labels given out so far.
+    plugin_labels: Mutex<HashSet<String>>,
     /// Jobs running in this process.
     pub running: Gauge,
     /// Job slots in this process.
@@ -85,6 +151,12 @@ pub struct Metrics {
     pub event_clients: Gauge,
     /// Times a supervised pool process died and was started again.
     pub pool_restarts: Counter,
+}
+
+/// Buckets for guests' run times and waits behind a backlog: 1 ms to
+/// about 70 min, each bound four times the last.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 4.0, 12))
 }
 
 /// The OpenMetrics text of `registry` without its closing `# EOF`.
@@ -117,6 +189,31 @@ impl Metrics {
         );
         let queue_depth = Family::<StateLabels, Gauge>::default();
         api.register("queue_depth", "Jobs in the store by state", queue_depth.clone());
+        let oldest_queued_seconds = Gauge::<f64, AtomicU64>::default();
+        api.register(
+            "oldest_queued_seconds",
+            "How long the longest-waiting queued job has been claimable (0 when none is)",
+            oldest_queued_seconds.clone(),
+        );
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register(
+            "attempts",
+            "Attempts this process ran, by plugin and how they ended (a finished job's status, retried, released, lease_lost)",
+            attempts.clone(),
+        );
+        let durations = || Family::<PluginLabels, Histogram>::new_with_constructor(duration_histogram as fn() -> _);
+        let job_duration_seconds: Family<PluginLabels, Histogram> = durations();
+        registry.register(
+            "job_duration_seconds",
+            "Wall time of one attempt, from its claim to its recorded end, by plugin",
+            job_duration_seconds.clone(),
+        );
+        let queue_wait_seconds: Family<PluginLabels, Histogram> = durations();
+        registry.register(
+            "queue_wait_seconds",
+            "Time from when a job could run (its run_after: submit, approval or retry backoff) to its claim, by plugin",
+            queue_wait_seconds.clone(),
+        );
         let running = Gauge::default();
         registry.register("running_jobs", "Jobs running in this process", running.clone());
         let pool_size = Gauge::default();
@@ -173,6 +270,11 @@ impl Metrics {
             event_clients,
             jobs_finished,
             queue_depth,
+            oldest_queued_seconds,
+            attempts,
+            job_duration_seconds,
+            queue_wait_seconds,
+            plugin_labels: Mutex::new(HashSet::new()),
             running,
             pool_size,
             free_slots,
@@ -197,11 +299,41 @@ impl Metrics {
         }
     }
 
+    /// The `plugin` label of a job whose plugin is `name`: the name
+    /// itself for the first [`MAX_PLUGIN_LABELS`] names this process
+    /// sees, [`OTHER_PLUGINS`] after them.
+    pub fn plugin_label(&self, name: &str) -> String {
+        let mut seen = self.plugin_labels.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(name) {
+            return name.to_owned();
+        }
+        if seen.len() < MAX_PLUGIN_LABELS {
+            seen.insert(name.to_owned());
+            return name.to_owned();
+        }
+        OTHER_PLUGINS.to_owned()
+    }
+
+    /// Count an attempt's end and time it.
+    pub fn attempt_ended(&self, plugin: &str, end: AttemptEnd, took: Duration) {
+        let plugin = plugin.to_owned();
+        self.attempts.get_or_create(&AttemptLabels { plugin: plugin.clone(), outcome: end.as_str() }).inc();
+        self.job_duration_seconds.get_or_create(&PluginLabels { plugin }).observe(took.as_secs_f64());
+    }
+
+    /// Time a claimed job's wait in the queue.
+    pub fn queue_waited(&self, plugin: &str, waited: Duration) {
+        self.queue_wait_seconds
+            .get_or_create(&PluginLabels { plugin: plugin.to_owned() })
+            .observe(waited.as_secs_f64());
+    }
+
     /// Count a finished job.
-    pub fn job_finished(&self, status: JobStatus, error_kind: Option<ErrorKind>, fuel: u64) {
+    pub fn job_finished(&self, plugin: &str, status: JobStatus, error_kind: Option<ErrorKind>, fuel: u64) {
         let labels = OutcomeLabels {
             status: status.as_str().to_owned(),
             error_kind: error_kind.map(|k| k.as_str().to_owned()).unwrap_or_default(),
+            plugin: plugin.to_owned(),
         };
         self.jobs_finished.get_or_create(&labels).inc();
         self.fuel_used.inc_by(fuel);
@@ -211,10 +343,19 @@ impl Metrics {
     /// as `failed` with that kind without a pool finishing them.
     pub fn jobs_quarantined(&self, n: u64) {
         if n > 0 {
-            let labels =
-                OutcomeLabels { status: "failed".to_owned(), error_kind: ErrorKind::HostCrash.as_str().to_owned() };
+            let labels = OutcomeLabels {
+                status: "failed".to_owned(),
+                error_kind: ErrorKind::HostCrash.as_str().to_owned(),
+                plugin: String::new(),
+            };
             self.jobs_finished.get_or_create(&labels).inc_by(n);
         }
+    }
+
+    /// Set the oldest-queued gauge: `waited` is how long the job waiting
+    /// longest has been claimable, `None` when no job is.
+    pub fn set_oldest_queued(&self, waited: Option<Duration>) {
+        self.oldest_queued_seconds.set(waited.unwrap_or_default().as_secs_f64());
     }
 
     /// Set the queue-depth gauges from a snapshot.
@@ -251,5 +392,20 @@ impl Metrics {
             let late = asked.elapsed().saturating_sub(PERIOD);
             self.event_loop_lag_seconds.set(late.as_secs_f64());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_labels_stop_growing_at_the_bound() {
+        let metrics = Metrics::new();
+        for i in 0..MAX_PLUGIN_LABELS {
+            assert_eq!(metrics.plugin_label(&format!("p{i}")), format!("p{i}"));
+        }
+        assert_eq!(metrics.plugin_label("one-too-many"), OTHER_PLUGINS);
+        assert_eq!(metrics.plugin_label("p0"), "p0", "a name seen before keeps its label");
     }
 }

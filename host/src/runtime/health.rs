@@ -193,8 +193,13 @@ impl Runtime {
     /// read now (from the pool's process, when it runs in another).
     pub async fn metrics_text(&self) -> Result<String, RuntimeError> {
         let counts = self.inner.store.counts_snapshot().await?;
+        let oldest = self.inner.store.oldest_queued_due().await?;
         let metrics = &self.inner.metrics;
         metrics.set_counts(&counts);
+        let now = self.now().unix_ms();
+        metrics.set_oldest_queued(
+            oldest.map(|due| Duration::from_millis(u64::try_from(now - due.unix_ms()).unwrap_or(0))),
+        );
         let pool = match &self.inner.remote {
             Some(remote) => remote.report().await.map(|r| r.metrics).unwrap_or_default(),
             None => {

@@ -200,6 +200,10 @@ impl Jobs for FaultyStore {
         self.inner.queued_count().await
     }
 
+    async fn oldest_queued_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.inner.oldest_queued_due().await
+    }
+
     async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {
         self.inner.job_list(params).await
     }

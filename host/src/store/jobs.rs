@@ -167,4 +167,10 @@ pub trait Jobs: Send + Sync + std::fmt::Debug {
     async fn queued_count(&self) -> Result<u64, StoreError> {
         Ok(self.counts_snapshot().await?.queued)
     }
+
+    /// The earliest `run_after` of the queued jobs: when the job waiting
+    /// longest became claimable (in the future when every queued job is
+    /// delayed). `None` when nothing is queued. Read from the claim's
+    /// partial index, so it costs the same however many jobs are kept.
+    async fn oldest_queued_due(&self) -> Result<Option<Timestamp>, StoreError>;
 }

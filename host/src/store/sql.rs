@@ -162,3 +162,7 @@ pub(crate) fn filter_sql(condition: &str, placeholder: &str) -> String {
 /// order.
 pub(crate) const EARLIER_ATTEMPTS: &str = "SELECT run, worker_id, started_at, ended_at, outcome, error_kind, error, \
      fuel_used, peak_memory_bytes, logs_json, logs_cut FROM job_attempts WHERE job_id = {} ORDER BY id";
+
+/// When the longest-waiting queued job became claimable: a walk of one
+/// entry of the claim's `(run_after, job_id)` index on queued rows.
+pub(crate) const OLDEST_QUEUED_DUE: &str = "SELECT MIN(run_after) FROM jobs WHERE status = 'queued'";

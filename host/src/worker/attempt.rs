@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use super::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine, millis};
+use crate::metrics::AttemptEnd;
 use crate::sandbox::{LogLevel, LogRecord, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, StopHandle};
 use crate::store::{Finish, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease};
 use crate::worker::{Completion, JobStarted, PROGRESS_WRITE_INTERVAL, Pool, RunningJob};
@@ -59,6 +60,15 @@ impl Pool {
     pub(super) async fn run_job(self: Arc<Self>, lease: Lease, running: RunningJob) -> Option<(Lease, RunningJob)> {
         let Lease { job, token } = lease;
         let id = job.id;
+        let claimed = Instant::now();
+        // By name, every version alike; a job submitted by digest alone
+        // by its digest.
+        let plugin_label = self.metrics.plugin_label(&match &job.plugin_name {
+            Some(name) => name.name.clone(),
+            None => job.plugin.to_string(),
+        });
+        let waited = self.clock.now().unix_ms().saturating_sub(job.run_after.unix_ms());
+        self.metrics.queue_waited(&plugin_label, Duration::from_millis(u64::try_from(waited).unwrap_or(0)));
         let plan_id = job.plan_id.clone();
         // A job a process died under runs alone, and its slot claims
         // nothing with its finish: the pool is empty again after it.
@@ -155,6 +165,7 @@ impl Pool {
 
         let user_cancel = cancelled.load(Ordering::SeqCst) || watch.cancel_requested.load(Ordering::SeqCst);
         let mut next = None;
+        let end;
         if let Ok(o) = &mut outcome {
             self.forward_guest_logs(o);
             self.metrics.http(o.usage.http_requests, o.usage.http_denied);
@@ -189,8 +200,10 @@ impl Pool {
         if watch.lost.load(Ordering::SeqCst) {
             self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
             self.metrics.leases_lost.inc();
+            end = AttemptEnd::LeaseLost;
             tracing::warn!("lease lost: the attempt's result is dropped");
         } else if let Some(pause) = release_pause {
+            end = AttemptEnd::Released;
             let now = self.clock.now();
             let run_after = now.plus(pause);
             let params = JobReleaseParams { id, token, queue_ttl: self.config.queue_ttl, run_after, now };
@@ -230,11 +243,13 @@ impl Pool {
             let run_after = params.run_after;
             if self.store.job_retry(params).await.unwrap_or(false) {
                 self.metrics.retries.inc();
+                end = AttemptEnd::Retried;
                 tracing::info!(%run_after, "failed retryably; queued again after its backoff");
             } else {
                 // The lease was lost: the sweeper has the job.
                 self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
                 self.metrics.leases_lost.inc();
+                end = AttemptEnd::LeaseLost;
             }
         } else {
             // A retryable error that runs no more says why.
@@ -264,7 +279,8 @@ impl Pool {
                     None => tracing::info!(status = %status, fuel_used, "finished"),
                     Some(kind) => tracing::info!(status = %status, error_kind = %kind, fuel_used, "finished"),
                 }
-                self.metrics.job_finished(status, error_kind, fuel_used);
+                self.metrics.job_finished(&plugin_label, status, error_kind, fuel_used);
+                end = AttemptEnd::Finished(status);
                 let counter = match status {
                     JobStatus::Succeeded => &self.stats.processed,
                     JobStatus::Cancelled => &self.stats.cancelled,
@@ -275,9 +291,11 @@ impl Pool {
             } else {
                 self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
                 self.metrics.leases_lost.inc();
+                end = AttemptEnd::LeaseLost;
                 tracing::warn!("lease lost before the outcome was recorded: the result is dropped");
             }
         }
+        self.metrics.attempt_ended(&plugin_label, end, claimed.elapsed());
 
         // The next job is registered before this one leaves, so shutdown
         // never sees an idle pool in between.

@@ -489,7 +489,11 @@ async fn health_and_metrics_report_the_pool_and_the_queue() {
     assert_eq!(response.status().as_u16(), 200);
     let text = response.text().await.unwrap();
     for needle in [
-        "leash_jobs_finished_total{status=\"succeeded\",error_kind=\"\"} 1",
+        "leash_jobs_finished_total{status=\"succeeded\",error_kind=\"\",plugin=\"hello\"} 1",
+        "leash_attempts_total{plugin=\"hello\",outcome=\"succeeded\"} 1",
+        "leash_job_duration_seconds_count{plugin=\"hello\"} 1",
+        "leash_queue_wait_seconds_count{plugin=\"hello\"} 1",
+        "leash_oldest_queued_seconds 0.0",
         "leash_queue_depth{state=\"succeeded\"} 1",
         "leash_queue_depth{state=\"queued\"} 0",
         "leash_running_jobs 0",

@@ -2,4 +2,5 @@
 
 mod embedding;
 mod faults;
+mod metrics;
 mod postgres;

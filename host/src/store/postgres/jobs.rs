@@ -18,7 +18,7 @@ use crate::store::rules::audit::{cancel_note, submit_note};
 use crate::store::rules::codec::{
     AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
 };
-use crate::store::sql::{EARLIER_ATTEMPTS, decision_update_sql, filter_sql, list_filters};
+use crate::store::sql::{EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, decision_update_sql, filter_sql, list_filters};
 use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
 
 #[async_trait::async_trait]
@@ -219,6 +219,11 @@ impl Jobs for PostgresStore {
     async fn queued_count(&self) -> Result<u64, StoreError> {
         let rows = self.read("counting queued jobs", "SELECT COUNT(*) FROM jobs WHERE status = 'queued'", &[]).await?;
         Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))
+    }
+
+    async fn oldest_queued_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        let rows = self.read("reading the oldest queued job", OLDEST_QUEUED_DUE, &[]).await?;
+        Ok(rows.first().and_then(|r| r.get::<_, Option<i64>>(0)).map(Timestamp::from_unix_ms))
     }
 
     async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {

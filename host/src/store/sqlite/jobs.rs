@@ -19,7 +19,7 @@ use crate::store::rules::codec::{
     AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns,
     to_json,
 };
-use crate::store::sql::{EARLIER_ATTEMPTS, decision_update_sql, filter_sql, list_filters};
+use crate::store::sql::{EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, decision_update_sql, filter_sql, list_filters};
 use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
 
 #[async_trait::async_trait]
@@ -257,6 +257,16 @@ impl Jobs for SqliteStore {
 
     async fn counts_snapshot(&self) -> Result<Counts, StoreError> {
         self.read(count_jobs).await
+    }
+
+    async fn oldest_queued_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached(OLDEST_QUEUED_DUE)
+                .and_then(|mut s| s.query_row([], |r| r.get::<_, Option<i64>>(0)))
+                .map(|at| at.map(Timestamp::from_unix_ms))
+                .map_err(db_err("reading the oldest queued job"))
+        })
+        .await
     }
 }
 

@@ -233,12 +233,16 @@ pub(crate) async fn list_filters_pages_newest_first_without_payloads(store: Arc<
 
 pub(crate) async fn queued_count_matches_the_snapshot(store: Arc<dyn JobStore>) {
     assert_eq!(store.queued_count().await.unwrap(), 0);
+    assert_eq!(store.oldest_queued_due().await.unwrap(), None, "nothing queued");
     insert(&*store, vec![new_job("a"), new_job("b"), new_job("c")], T0).await;
     let lease = claim_one(&*store, at(1)).await;
     store.job_finish(succeed(&lease, at(2))).await.unwrap();
     claim_one(&*store, at(3)).await;
     assert_eq!(store.queued_count().await.unwrap(), 1);
     assert_eq!(store.counts_snapshot().await.unwrap().queued, 1);
+    assert_eq!(store.oldest_queued_due().await.unwrap(), Some(T0), "the one left could run from its submit");
+    claim_one(&*store, at(4)).await;
+    assert_eq!(store.oldest_queued_due().await.unwrap(), None, "running jobs are not queued");
 }
 
 pub(crate) async fn a_gated_job_waits_unclaimed_and_uncounted_as_queued(store: Arc<dyn JobStore>) {
