@@ -33,7 +33,7 @@ use exit::EXIT_CODES_HELP;
 pub use exit::{CliError, ExitStatus};
 pub(crate) use parse::read_input;
 pub use parse::{parse_duration, parse_size};
-pub(crate) use terminal::{terminal_lines, terminal_text, write_output};
+pub(crate) use terminal::{terminal_lines, terminal_text, terminal_width, write_output};
 
 /// Durable, leased jobs inside WebAssembly sandboxes.
 #[derive(Debug, Parser)]

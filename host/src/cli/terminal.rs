@@ -40,3 +40,12 @@ pub(crate) fn write_output(output: &[u8]) -> std::io::Result<()> {
     }
     stdout.flush()
 }
+
+/// Columns to lay text out in: the terminal's width when stdout is one,
+/// else `COLUMNS` when set, else 100.
+pub(crate) fn terminal_width() -> usize {
+    if let Some((terminal_size::Width(w), _)) = terminal_size::terminal_size() {
+        return usize::from(w);
+    }
+    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|&w| w > 0).unwrap_or(100)
+}

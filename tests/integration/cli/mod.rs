@@ -6,3 +6,4 @@ pub(crate) mod ops;
 mod rules;
 mod run;
 mod scaffold;
+mod show;

@@ -47,7 +47,7 @@ pub(in crate::cli) enum JobsCommand {
         #[arg(long, value_name = "JOB_ID")]
         before: Option<String>,
     },
-    /// Show one job.
+    /// Show one job: its status and error first, then its plugin, timings, limits, grants and attempts (`--json`: every field).
     Show {
         #[command(flatten)]
         conn: ConnArgs,
@@ -203,16 +203,10 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                     }
                     return print_json(&job).map(|()| ExitStatus::Success);
                 }
-                let mut table = new_table(&["FIELD", "VALUE"]);
-                if let Some(fields) = job.as_object() {
-                    for (key, value) in fields {
-                        table.add_row(vec![key.clone(), text(value)]);
-                    }
-                }
-                print_table(table);
-                if !attempts.attempts.is_empty() {
-                    print_table(attempts_table(&attempts.attempts));
-                }
+                let view: JobView = typed(job)?;
+                let now = crate::clock::Timestamp::now();
+                let page = super::show::job_text(&view, &attempts.attempts, now, crate::cli::terminal_width());
+                let _ = write!(std::io::stdout(), "{page}");
                 Ok(ExitStatus::Success)
             })
             .await
@@ -225,7 +219,7 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                     return print_json(&list).map(|()| ExitStatus::Success);
                 }
                 let attempts: AttemptList = typed(list)?;
-                print_table(attempts_table(&attempts.attempts));
+                print_table(attempts_table(&attempts.attempts, crate::cli::terminal_width()));
                 Ok(ExitStatus::Success)
             })
             .await
@@ -377,7 +371,7 @@ async fn decide(conn: ConnArgs, path: String, body: Option<DecisionRequest>) -> 
 
 /// Attempts spent of the job's most, and its runs when some spent none (a
 /// release, a free re-run): `1/1 (2 runs)`, never `2/1`.
-fn attempts_text(job: &crate::job::Job) -> String {
+pub(super) fn attempts_text(job: &crate::job::Job) -> String {
     // The last run spent its attempt if it is running or ended the job; a
     // queued job's earlier runs spent only what the counters say.
     let last = job.status == JobStatus::Running || (job.status.is_terminal() && job.attempt > 0);
@@ -393,24 +387,49 @@ fn attempts_shown(runs: u32, spent: u32, max_attempts: u32) -> String {
     }
 }
 
-/// A job's attempts as a table: one row each, its error's first line.
-fn attempts_table(attempts: &[Attempt]) -> Table {
-    let mut table = new_table(&["RUN", "WORKER", "STARTED", "TOOK", "ENDED AS", "ERROR"]);
-    for a in attempts {
-        let took = a.duration().map_or_else(|| "-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()));
+/// A job's attempts as a table at most `width` columns wide: one row
+/// each, its error's first line cut to fit (`leash jobs attempts --json`
+/// has it whole).
+pub(super) fn attempts_table(attempts: &[Attempt], width: usize) -> Table {
+    let header = ["RUN", "WORKER", "STARTED", "TOOK", "ENDED AS", "ERROR"];
+    let rows: Vec<[String; 5]> = attempts
+        .iter()
+        .map(|a| {
+            let mut ended = a.outcome.clone();
+            if a.logs_cut {
+                ended.push_str(" (logs cut)");
+            }
+            [
+                a.run.to_string(),
+                a.worker_id.as_deref().map(terminal_text).unwrap_or_default(),
+                // To the second, a space for the T: the job's page has the
+                // exact times.
+                a.started_at
+                    .map(|t| t.to_string().get(..19).unwrap_or_default().replacen('T', " ", 1))
+                    .unwrap_or_default(),
+                a.duration().map_or_else(|| "-".to_owned(), super::show::human_duration),
+                ended,
+            ]
+        })
+        .collect();
+    // Each column is its widest cell and a space either side; on a narrow
+    // terminal the worker goes first, so the error keeps 20 columns.
+    let widest = |c: usize| rows.iter().map(|r| r[c].chars().count()).chain([header[c].len()]).max().unwrap_or(0) + 2;
+    let all: usize = (0..5).map(widest).sum();
+    let keep_worker = width >= all + 2 + 20;
+    let used = if keep_worker { all } else { all - widest(1) };
+    let room = width.saturating_sub(used + 2).max(20);
+    let columns: Vec<usize> = (0..6).filter(|&c| c != 1 || keep_worker).collect();
+    let mut table = new_table(&columns.iter().map(|&c| header[c]).collect::<Vec<_>>());
+    for (a, row) in attempts.iter().zip(rows) {
         let error = a.error.as_deref().and_then(|e| e.lines().next()).map(terminal_text).unwrap_or_default();
-        let mut ended = a.outcome.clone();
-        if a.logs_cut {
-            ended.push_str(" (logs cut)");
-        }
-        table.add_row(vec![
-            a.run.to_string(),
-            a.worker_id.as_deref().map(terminal_text).unwrap_or_default(),
-            a.started_at.map(|t| t.to_string()).unwrap_or_default(),
-            took,
-            ended,
-            error,
-        ]);
+        let error = match error.chars().count() > room {
+            true => format!("{}…", error.chars().take(room - 1).collect::<String>()),
+            false => error,
+        };
+        let mut cells = row.to_vec();
+        cells.push(error);
+        table.add_row(columns.iter().map(|&c| cells[c].clone()).collect::<Vec<_>>());
     }
     table
 }

@@ -16,6 +16,7 @@ mod plugins;
 mod rules;
 mod run;
 mod serve;
+mod show;
 mod submit;
 mod supervise;
 mod watch;

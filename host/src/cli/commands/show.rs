@@ -1,0 +1,337 @@
+//! `leash jobs show` for a person: where the job is and why first (its
+//! status, its error), then what it ran, when, and with what; values
+//! wrapped to the terminal, in human units (`1 h · 64 MiB`). `--json` has
+//! every field.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::api::types::JobView;
+use crate::cli::{terminal_lines, terminal_text};
+use crate::clock::Timestamp;
+use crate::job::{Attempt, GateSource, Job, JobStatus, Verdict};
+
+/// Width of the labels column.
+const LABEL: usize = 10;
+
+/// Backtrace frames shown before the rest are left to `--json`.
+const FRAMES: usize = 12;
+
+/// A duration as a person says it: `14 ms`, `1.3 s`, `41 s`, `2 min 5 s`,
+/// `1 h`, `3 h 20 min`, `2 d 4 h`.
+pub(crate) fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    let s = d.as_secs();
+    let two = |big: u64, big_unit: &str, small: u64, small_unit: &str| match small {
+        0 => format!("{big} {big_unit}"),
+        _ => format!("{big} {big_unit} {small} {small_unit}"),
+    };
+    match s {
+        _ if ms < 1000 => format!("{ms} ms"),
+        0..10 => format!("{:.1} s", d.as_secs_f64()),
+        10..60 => format!("{s} s"),
+        60..3600 => two(s / 60, "min", s % 60, "s"),
+        3600..86_400 => two(s / 3600, "h", s % 3600 / 60, "min"),
+        _ => two(s / 86_400, "d", s % 86_400 / 3600, "h"),
+    }
+}
+
+/// A size as a person reads it: `512 B`, `1.1 MiB`, `64 MiB`, `2 GiB`.
+pub(crate) fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let shown = format!("{value:.1}");
+    format!("{} {}", shown.strip_suffix(".0").unwrap_or(&shown), UNITS[unit])
+}
+
+/// A count with thousands separated: `6,025`.
+fn human_count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The time from `from` to `to`, none when `to` is earlier.
+fn between(from: Timestamp, to: Timestamp) -> Duration {
+    Duration::from_millis(u64::try_from(to.unix_ms() - from.unix_ms()).unwrap_or(0))
+}
+
+/// Lines of `label  value`, the value wrapped to the width under its
+/// first line.
+struct Page {
+    text: String,
+    width: usize,
+}
+
+impl Page {
+    fn field(&mut self, label: &str, value: &str) {
+        let indent = " ".repeat(LABEL);
+        let first = format!("{label:<LABEL$}");
+        let options = textwrap::Options::new(self.width.max(LABEL + 20))
+            .initial_indent(&first)
+            .subsequent_indent(&indent)
+            .break_words(true);
+        for line in textwrap::wrap(value, options) {
+            let _ = writeln!(self.text, "{}", line.trim_end());
+        }
+    }
+
+    /// A value of many lines (guest text): each made safe and wrapped,
+    /// the label on the first.
+    fn lines(&mut self, label: &str, value: &str) {
+        for (i, line) in terminal_lines(value).enumerate() {
+            self.field(if i == 0 { label } else { "" }, &line);
+        }
+    }
+}
+
+/// Where the job is, in one line: its status and what it waits for or
+/// how it ended.
+fn status_line(job: &Job, now: Timestamp) -> String {
+    let attempts = super::jobs::attempts_text(job);
+    match job.status {
+        JobStatus::Queued if job.run_after > now => format!(
+            "queued, not before {} (in {}) · attempts {attempts}",
+            job.run_after,
+            human_duration(between(now, job.run_after))
+        ),
+        JobStatus::Queued => {
+            format!("queued for {} · attempts {attempts}", human_duration(between(job.run_after, now)))
+        }
+        JobStatus::PendingApproval => {
+            format!("waiting for approval for {}", human_duration(between(job.created_at, now)))
+        }
+        JobStatus::Approved => "approved, waiting for its run trigger (`leash jobs run`)".to_owned(),
+        JobStatus::Running => {
+            let ran = job.started_at.map(|at| human_duration(between(at, now))).unwrap_or_default();
+            let beat =
+                job.last_heartbeat.map(|at| format!(", last heartbeat {} ago", human_duration(between(at, now))));
+            format!(
+                "running for {ran} on {} · attempts {attempts}{}",
+                job.worker_id.as_deref().map(terminal_text).unwrap_or_default(),
+                beat.unwrap_or_default()
+            )
+        }
+        status => {
+            let kind = job.error_kind.map(|k| format!(" ({k})")).unwrap_or_default();
+            format!("{status}{kind} · attempts {attempts}")
+        }
+    }
+}
+
+/// The whole page.
+pub(super) fn job_text(view: &JobView, attempts: &[Attempt], now: Timestamp, width: usize) -> String {
+    let job = &view.job;
+    let mut page = Page { text: String::new(), width };
+    page.field("job", &job.id.to_string());
+    page.field("status", &status_line(job, now));
+    if let Some(error) = &job.error_message {
+        page.lines("error", error);
+    } else if let Some(error) = &job.last_error {
+        page.lines("last try", error);
+    }
+    if let Some(p) = &job.progress {
+        let done = match p.total {
+            0 => human_count(p.done),
+            total => format!("{} of {}", human_count(p.done), human_count(total)),
+        };
+        let note = if p.note.is_empty() { String::new() } else { format!(" · {}", terminal_text(&p.note)) };
+        page.field("progress", &format!("{done}{note}"));
+    }
+    let digest = super::connect::short_digest(&job.plugin.to_string());
+    let plugin = match &job.plugin_name {
+        Some(name) => format!("{} ({digest})", terminal_text(&name.to_string())),
+        None => digest,
+    };
+    page.field("plugin", &format!("{plugin} · {}", terminal_text(&job.target.to_string())));
+    if let Some(plan) = &job.plan_id {
+        page.field("plan", &terminal_text(plan));
+    }
+    if let Some(key) = &job.concurrency_key {
+        page.field("key", &terminal_text(key));
+    }
+    let by = job.submitted_by.as_deref().map(|p| format!(" by {}", terminal_text(p))).unwrap_or_default();
+    page.field("submitted", &format!("{}{by}", job.created_at));
+    let mut timings = Vec::new();
+    if let Some(started) = job.started_at {
+        // The wait before the last run: from when it could run.
+        let ready = job.run_after.min(started).max(job.created_at);
+        timings.push(format!("waited {}", human_duration(between(ready, started))));
+        if let Some(finished) = job.finished_at {
+            timings.push(format!("ran {}", human_duration(between(started, finished))));
+        }
+    }
+    if let Some(finished) = job.finished_at {
+        timings.push(format!("ended {finished}"));
+    } else if !job.status.is_terminal() {
+        timings.push(format!("expires {} unless claimed", job.expires_at));
+    }
+    if let Some(deadline) = job.deadline_at {
+        timings.push(format!("deadline {deadline}"));
+    }
+    if !timings.is_empty() {
+        page.field("timings", &timings.join(" · "));
+    }
+    let limits = &job.limits;
+    page.field(
+        "limits",
+        &format!(
+            "timeout {} · memory {} · output {} · fuel {}",
+            human_duration(limits.timeout),
+            human_bytes(limits.memory_bytes),
+            human_bytes(limits.output_bytes),
+            limits.fuel.map_or_else(|| "unlimited".to_owned(), human_count)
+        ),
+    );
+    let mut used = Vec::new();
+    if let Some(fuel) = job.fuel_used {
+        used.push(format!("fuel {}", human_count(fuel)));
+    }
+    if let Some(peak) = job.peak_memory_bytes {
+        used.push(format!("peak memory {}", human_bytes(peak)));
+    }
+    if let Some(n) = view.output_bytes {
+        used.push(format!("output {}", human_bytes(n as u64)));
+    }
+    if !used.is_empty() {
+        page.field("used", &used.join(" · "));
+    }
+    if let (Some(worker), false) = (&job.worker_id, job.status == JobStatus::Running) {
+        page.field("worker", &terminal_text(worker));
+    }
+    let grants = &job.grants.http;
+    for (i, rule) in grants.hosts.iter().enumerate() {
+        page.field(if i == 0 { "grants" } else { "" }, &terminal_text(&rule.to_string()));
+    }
+    let mut more = Vec::new();
+    more.extend(grants.private_ranges.iter().map(|range| format!("private {range}")));
+    more.extend(grants.secrets.iter().map(|binding| format!("secret {}", binding.name)));
+    if !job.grants.config.is_empty() {
+        let keys: Vec<&str> = job.grants.config.keys().map(String::as_str).collect();
+        more.push(format!("config {}", keys.join(", ")));
+    }
+    for (i, line) in more.iter().enumerate() {
+        let label = if i == 0 && grants.hosts.is_empty() { "grants" } else { "" };
+        page.field(label, &terminal_text(line));
+    }
+    if let Some(approval) = &job.approval {
+        let asked = match approval.required_by {
+            GateSource::Request => "asked for at submit",
+            GateSource::Policy => "required by the plugin's policy",
+            GateSource::Plan => "required by its plan",
+        };
+        let said = match &approval.decision {
+            Some(d) => {
+                let verdict = match d.verdict {
+                    Verdict::Approved => "approved",
+                    Verdict::Rejected => "rejected",
+                };
+                format!("{asked}; {verdict} by {} at {}", terminal_text(&d.by), d.at)
+            }
+            None => format!("{asked}; not decided"),
+        };
+        page.field("approval", &said);
+    }
+    if let Some(backtrace) = &job.backtrace {
+        // A frame per line, cut rather than wrapped: a frame's name is one
+        // word, and `--json` has it whole.
+        let frames: Vec<String> = terminal_lines(backtrace).collect();
+        let room = width.saturating_sub(LABEL + 1).max(20);
+        for (i, frame) in frames.iter().take(FRAMES).enumerate() {
+            let frame = match frame.chars().count() > room {
+                true => format!("{}…", frame.chars().take(room - 1).collect::<String>()),
+                false => frame.clone(),
+            };
+            let _ = writeln!(page.text, "{:<LABEL$}{frame}", if i == 0 { "backtrace" } else { "" });
+        }
+        if frames.len() > FRAMES {
+            page.field("", &format!("… {} more frames (--json shows them all)", frames.len() - FRAMES));
+        }
+    }
+    if !attempts.is_empty() {
+        let _ = writeln!(page.text);
+        let _ = write!(page.text, "{}", super::jobs::attempts_table(attempts, width));
+    }
+    page.text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job as `GET /v1/jobs/{id}` gives it, changed by `edit`.
+    fn job(edit: serde_json::Value) -> Job {
+        let mut job = serde_json::json!({
+            "attempt": 1, "backoff": {"base_ms": 1000, "cap_ms": 300000}, "cancel_requested": false,
+            "created_at": "2026-12-05T04:20:00.000Z", "expires_at": "2026-12-06T04:20:00.000Z",
+            "free_rerun_limit": 3, "free_reruns": 0, "id": "01M926XFVQHZM05AGHKSGVVEM1", "lost_leases": 0,
+            "limits": {"fuel": null, "memory_bytes": 67108864, "output_bytes": 1048576, "timeout_ms": 3600000},
+            "max_attempts": 3, "plugin": format!("sha256:{}", "ab".repeat(32)), "process_deaths": 0,
+            "releases": 0, "retries": 0, "run_after": "2026-12-05T04:20:00.000Z", "schema_version": 1,
+            "status": "queued", "target": "execute",
+        });
+        for (key, value) in edit.as_object().unwrap() {
+            job[key] = value.clone();
+        }
+        serde_json::from_value(job).unwrap()
+    }
+
+    #[test]
+    fn the_status_line_says_what_the_job_waits_for() {
+        let now: Timestamp = serde_json::from_value(serde_json::json!("2026-12-05T04:22:00.000Z")).unwrap();
+        let cases = [
+            (serde_json::json!({"attempt": 0}), "queued for 2 min · attempts 0/3"),
+            (
+                serde_json::json!({"run_after": "2026-12-05T04:22:30.000Z", "retries": 1}),
+                "queued, not before 2026-12-05T04:22:30.000Z (in 30 s) · attempts 1/3",
+            ),
+            (
+                serde_json::json!({"status": "running", "started_at": "2026-12-05T04:21:19.000Z",
+                    "last_heartbeat": "2026-12-05T04:21:59.200Z", "worker_id": "w-3"}),
+                "running for 41 s on w-3 · attempts 1/3, last heartbeat 800 ms ago",
+            ),
+            (serde_json::json!({"status": "pending_approval", "attempt": 0}), "waiting for approval for 2 min"),
+            (serde_json::json!({"status": "failed", "error_kind": "trap"}), "failed (trap) · attempts 1/3"),
+        ];
+        for (edit, said) in cases {
+            assert_eq!(status_line(&job(edit), now), said);
+        }
+    }
+
+    #[test]
+    fn durations_and_sizes_read_as_a_person_says_them() {
+        let cases = [
+            (Duration::from_millis(14), "14 ms"),
+            (Duration::from_millis(1300), "1.3 s"),
+            (Duration::from_secs(41), "41 s"),
+            (Duration::from_secs(125), "2 min 5 s"),
+            (Duration::from_secs(120), "2 min"),
+            (Duration::from_secs(3600), "1 h"),
+            (Duration::from_secs(12_000), "3 h 20 min"),
+            (Duration::from_secs(187_200), "2 d 4 h"),
+        ];
+        for (d, said) in cases {
+            assert_eq!(human_duration(d), said);
+        }
+        for (n, said) in [(512, "512 B"), (64 << 20, "64 MiB"), (1_114_112, "1.1 MiB"), (3 << 30, "3 GiB")] {
+            assert_eq!(human_bytes(n), said);
+        }
+        assert_eq!(human_count(6025), "6,025");
+        assert_eq!(human_count(1_000_000), "1,000,000");
+        assert_eq!(human_count(999), "999");
+    }
+}
