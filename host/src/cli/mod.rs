@@ -90,6 +90,17 @@ enum Command {
     /// at once.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(commands::RunArgs),
+    /// Build a plugin project, run it, and again on every edit: one line
+    /// per round with its outcome and times.
+    ///
+    /// Each round runs the project's build command, compiles the component
+    /// (or reuses the compiled one when the build changed nothing), and
+    /// runs it on the input file (read again every round, and watched)
+    /// with the grants given here. Edits to build output, dependencies and
+    /// version control (`target/`, `node_modules/`, `.git/`, `*.wasm`) are
+    /// not edits. Ctrl-C stops.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Dev(commands::DevArgs),
     /// Run a worker pool and the sweeps on a job database until SIGINT or
     /// SIGTERM, then shut down within the shutdown budget.
     Worker(commands::WorkerCommandArgs),
@@ -392,6 +403,7 @@ impl GrantArgs {
 pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {
         Command::Run(args) => commands::run_once(args).await,
+        Command::Dev(args) => commands::dev(args).await,
         Command::Worker(args) => match args.supervised_by {
             Some(supervisor) => commands::run_pool_process(supervisor).await,
             None => commands::run_worker(args.worker).await,

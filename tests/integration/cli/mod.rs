@@ -2,6 +2,7 @@
 
 mod audit;
 mod config;
+mod dev;
 pub(crate) mod ops;
 mod rules;
 mod run;

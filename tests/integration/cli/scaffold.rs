@@ -114,6 +114,14 @@ fn scaffold_builds_runs_and_passes_its_test(lang: &str) {
     };
     its_test_refuses_a_stale_build(&dir, &created, source);
 
+    // `leash dev` finds the language's build on its own (for Rust, the
+    // target folder through cargo metadata), rebuilds and runs.
+    let dev = leash().args(["dev", "--once"]).arg(&dir).output().unwrap();
+    check(&dev, "leash dev --once");
+    let said = String::from_utf8_lossy(&dev.stdout);
+    assert!(said.starts_with("#1 built in ") && said.contains(" · succeeded in "), "{said}");
+    assert!(said.contains(r#""greeting":"Hello, world!""#), "{said}");
+
     // A second `leash new` into the same folder refuses and writes nothing.
     let before = std::fs::read(dir.join("README.md")).unwrap();
     let again = leash().args(["new", &name, "--lang", lang, "--dir"]).arg(parent.path()).output().unwrap();

@@ -8,6 +8,7 @@
 mod access;
 mod audit;
 mod connect;
+mod dev;
 mod diagnostics;
 mod jobs;
 mod new;
@@ -24,6 +25,7 @@ mod worker;
 
 pub(super) use access::{PrincipalsCommand, TokensCommand, principals, tokens, whoami};
 pub(super) use audit::{AuditCommand, audit};
+pub(super) use dev::{DevArgs, dev};
 pub(super) use diagnostics::{DiagnosticsArgs, diagnostics};
 pub(super) use jobs::{JobsCommand, jobs};
 pub(super) use new::{NewArgs, new_plugin};

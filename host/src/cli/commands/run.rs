@@ -2,7 +2,7 @@
 //! loop — and the report it prints.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use crate::cli::{
     terminal_text, write_output,
 };
 use crate::job::ErrorKind;
+use crate::job::grant::Grants;
 use crate::sandbox;
 use crate::sandbox::{
     Allocator, Loaded, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
@@ -28,6 +29,19 @@ pub(in crate::cli) struct RunArgs {
     component: PathBuf,
     #[command(flatten)]
     job: JobArgs,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+    /// Print the outcome as one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    grants: GrantArgs,
+}
+
+/// How a run outside the store is limited, and the sandbox it runs in:
+/// `leash run`'s and `leash dev`'s.
+#[derive(Debug, Args)]
+pub(super) struct SandboxArgs {
     /// Wall-clock limit, e.g. `30s`, `500ms`, `2m`, `1h`.
     #[arg(long, value_parser = parse_duration, default_value = "1h")]
     timeout: Duration,
@@ -43,9 +57,6 @@ pub(in crate::cli) struct RunArgs {
     /// Time the plugin has to stop after Ctrl-C before it is stopped by force.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     cancel_grace: Duration,
-    /// Print the outcome as one JSON object on stdout.
-    #[arg(long)]
-    json: bool,
     /// Compiled-component cache. Default: $LEASH_CACHE_DIR, else ~/.cache/leash.
     #[arg(long, env = "LEASH_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -57,8 +68,50 @@ pub(in crate::cli) struct RunArgs {
     /// `--cache-dir` and LEASH_CACHE_DIR).
     #[arg(long)]
     no_cache: bool,
-    #[command(flatten)]
-    grants: GrantArgs,
+}
+
+impl SandboxArgs {
+    /// A one-slot sandbox with the compile cache and secrets asked for;
+    /// refuses a memory limit over the ceiling.
+    pub(super) fn sandbox(&self) -> Result<Arc<Sandbox>, CliError> {
+        if self.memory > sandbox::DEFAULT_MEMORY_CEILING_BYTES {
+            return Err(CliError::usage(format!(
+                "--memory {} is over the ceiling of {} bytes (1GiB)",
+                self.memory,
+                sandbox::DEFAULT_MEMORY_CEILING_BYTES
+            )));
+        }
+        let cache_dir = if self.no_cache { None } else { self.cache_dir.clone().or_else(default_cache_dir) };
+        let config = SandboxConfig {
+            allocator: Allocator::Pooling { slots: 1 },
+            cache_dir,
+            secrets: load_secrets(self.secrets_file.as_deref())?,
+            ..SandboxConfig::default()
+        };
+        Ok(Arc::new(Sandbox::new(config).map_err(|e| CliError::internal(e.to_string()))?))
+    }
+
+    /// The limits of one run.
+    pub(super) fn limits(&self) -> RunLimits {
+        RunLimits {
+            timeout: self.timeout,
+            fuel: self.fuel,
+            memory_bytes: self.memory,
+            output_bytes: self.output_limit,
+            cancel_grace: self.cancel_grace,
+            ..RunLimits::default()
+        }
+    }
+}
+
+/// What a component gets: as a durable job would, only what it both
+/// declares (when it declares anything) and is granted.
+pub(super) fn granted_to(bytes: &[u8], grants: Grants, component: &Path) -> Result<Grants, CliError> {
+    match sandbox::declared_requests(bytes) {
+        Ok(Some(requests)) => Ok(grants.within(&requests)),
+        Ok(None) => Ok(grants),
+        Err(e) => Err(CliError::usage(format!("{}: {e}", component.display()))),
+    }
 }
 
 /// Prints guest logs to stderr as they arrive.
@@ -76,27 +129,13 @@ impl RunObserver for StderrLogs {
 
 pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliError> {
     let target = args.job.target()?;
-    if args.memory > sandbox::DEFAULT_MEMORY_CEILING_BYTES {
-        return Err(CliError::usage(format!(
-            "--memory {} is over the ceiling of {} bytes (1GiB)",
-            args.memory,
-            sandbox::DEFAULT_MEMORY_CEILING_BYTES
-        )));
-    }
+    let sandbox = args.sandbox.sandbox()?;
     let grants = args.grants.grants();
     grants.check().map_err(CliError::usage)?;
     let bytes = std::fs::read(&args.component)
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.component.display())))?;
     let input = read_input(args.job.input.as_deref())?;
 
-    let cache_dir = if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) };
-    let config = SandboxConfig {
-        allocator: Allocator::Pooling { slots: 1 },
-        cache_dir,
-        secrets: load_secrets(args.secrets_file.as_deref())?,
-        ..SandboxConfig::default()
-    };
-    let sandbox = Arc::new(Sandbox::new(config).map_err(|e| CliError::internal(e.to_string()))?);
     let bytes = Arc::new(bytes);
     let plugin = match sandbox.compile(bytes.clone()).await {
         Ok(plugin) => plugin,
@@ -110,13 +149,7 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
             return Err(CliError::usage(message));
         }
     };
-    // A component that declares what it asks for gets, as a durable job
-    // would, only what is both declared and granted.
-    let grants = match sandbox::declared_requests(&bytes) {
-        Ok(Some(requests)) => grants.within(&requests),
-        Ok(None) => grants,
-        Err(e) => return Err(CliError::usage(format!("{}: {e}", args.component.display()))),
-    };
+    let grants = granted_to(&bytes, grants, &args.component)?;
     drop(bytes);
 
     let stop = StopHandle::new();
@@ -127,14 +160,7 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
         say!("leash: {how} {} in {:.1} ms", args.component.display(), loaded.duration.as_secs_f64() * 1000.0);
     }
     say!("leash: running {} ({})", args.component.display(), plugin.digest());
-    let limits = RunLimits {
-        timeout: args.timeout,
-        fuel: args.fuel,
-        memory_bytes: args.memory,
-        output_bytes: args.output_limit,
-        cancel_grace: args.cancel_grace,
-        ..RunLimits::default()
-    };
+    let limits = args.sandbox.limits();
     // No lease, so no effect ledger: a one-shot run is neither fenced nor
     // recorded.
     let request = RunRequest { grants: Arc::new(grants), ..RunRequest::new(target, input, limits) };
@@ -195,7 +221,7 @@ struct RunReport<'a> {
     stderr_dropped: u64,
 }
 
-fn status_name(outcome: &Outcome) -> &'static str {
+pub(super) fn status_name(outcome: &Outcome) -> &'static str {
     match outcome.error_kind() {
         None => "succeeded",
         Some(ErrorKind::Cancelled) => "cancelled",

@@ -6,6 +6,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use comfy_table::Table;
+
+use super::connect::new_table;
 use crate::api::types::JobView;
 use crate::cli::{terminal_lines, terminal_text};
 use crate::clock::Timestamp;
@@ -102,7 +105,7 @@ impl Page {
 /// Where the job is, in one line: its status and what it waits for or
 /// how it ended.
 fn status_line(job: &Job, now: Timestamp) -> String {
-    let attempts = super::jobs::attempts_text(job);
+    let attempts = attempts_text(job);
     match job.status {
         JobStatus::Queued if job.run_after > now => format!(
             "queued, not before {} (in {}) · attempts {attempts}",
@@ -264,9 +267,74 @@ pub(super) fn job_text(view: &JobView, attempts: &[Attempt], now: Timestamp, wid
     }
     if !attempts.is_empty() {
         let _ = writeln!(page.text);
-        let _ = write!(page.text, "{}", super::jobs::attempts_table(attempts, width));
+        let _ = write!(page.text, "{}", attempts_table(attempts, width));
     }
     page.text
+}
+
+/// Attempts spent of the job's most, and its runs when some spent none (a
+/// release, a free re-run): `1/1 (2 runs)`, never `2/1`.
+pub(super) fn attempts_text(job: &crate::job::Job) -> String {
+    // The last run spent its attempt if it is running or ended the job; a
+    // queued job's earlier runs spent only what the counters say.
+    let last = job.status == JobStatus::Running || (job.status.is_terminal() && job.attempt > 0);
+    attempts_shown(job.attempt, job.lost_leases + job.retries + u32::from(last), job.max_attempts)
+}
+
+fn attempts_shown(runs: u32, spent: u32, max_attempts: u32) -> String {
+    let spent = spent.min(runs);
+    match runs - spent {
+        0 => format!("{spent}/{max_attempts}"),
+        _ if runs == 1 => format!("{spent}/{max_attempts} (1 run)"),
+        _ => format!("{spent}/{max_attempts} ({runs} runs)"),
+    }
+}
+
+/// A job's attempts as a table at most `width` columns wide: one row
+/// each, its error's first line cut to fit (`leash jobs attempts --json`
+/// has it whole).
+pub(super) fn attempts_table(attempts: &[Attempt], width: usize) -> Table {
+    let header = ["RUN", "WORKER", "STARTED", "TOOK", "ENDED AS", "ERROR"];
+    let rows: Vec<[String; 5]> = attempts
+        .iter()
+        .map(|a| {
+            let mut ended = a.outcome.clone();
+            if a.logs_cut {
+                ended.push_str(" (logs cut)");
+            }
+            [
+                a.run.to_string(),
+                a.worker_id.as_deref().map(terminal_text).unwrap_or_default(),
+                // To the second, a space for the T: the job's page has the
+                // exact times.
+                a.started_at
+                    .map(|t| t.to_string().get(..19).unwrap_or_default().replacen('T', " ", 1))
+                    .unwrap_or_default(),
+                a.duration().map_or_else(|| "-".to_owned(), human_duration),
+                ended,
+            ]
+        })
+        .collect();
+    // Each column is its widest cell and a space either side; on a narrow
+    // terminal the worker goes first, so the error keeps 20 columns.
+    let widest = |c: usize| rows.iter().map(|r| r[c].chars().count()).chain([header[c].len()]).max().unwrap_or(0) + 2;
+    let all: usize = (0..5).map(widest).sum();
+    let keep_worker = width >= all + 2 + 20;
+    let used = if keep_worker { all } else { all - widest(1) };
+    let room = width.saturating_sub(used + 2).max(20);
+    let columns: Vec<usize> = (0..6).filter(|&c| c != 1 || keep_worker).collect();
+    let mut table = new_table(&columns.iter().map(|&c| header[c]).collect::<Vec<_>>());
+    for (a, row) in attempts.iter().zip(rows) {
+        let error = a.error.as_deref().and_then(|e| e.lines().next()).map(terminal_text).unwrap_or_default();
+        let error = match error.chars().count() > room {
+            true => format!("{}…", error.chars().take(room - 1).collect::<String>()),
+            false => error,
+        };
+        let mut cells = row.to_vec();
+        cells.push(error);
+        table.add_row(columns.iter().map(|&c| cells[c].clone()).collect::<Vec<_>>());
+    }
+    table
 }
 
 #[cfg(test)]
@@ -333,5 +401,14 @@ mod tests {
         assert_eq!(human_count(6025), "6,025");
         assert_eq!(human_count(1_000_000), "1,000,000");
         assert_eq!(human_count(999), "999");
+    }
+
+    #[test]
+    fn attempts_count_what_was_spent_and_runs_that_spent_nothing_apart() {
+        assert_eq!(attempts_shown(0, 0, 1), "0/1", "never run");
+        assert_eq!(attempts_shown(1, 1, 1), "1/1");
+        assert_eq!(attempts_shown(2, 1, 1), "1/1 (2 runs)", "released once, then ran to its end: not 2/1");
+        assert_eq!(attempts_shown(1, 0, 3), "0/3 (1 run)", "released and queued again");
+        assert_eq!(attempts_shown(3, 3, 3), "3/3");
     }
 }
