@@ -20,6 +20,7 @@ use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error
 use crate::api::requests::{BatchRequest, DecisionRequest, Execution, SubmitRequest, decision_by};
 use crate::api::types::{Accepted, AttemptList, CancelAnswer, EffectList, Finished, JobPage, JobView};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
+use crate::clock::Timestamp;
 use crate::job::{Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, MAX_IDEMPOTENCY_KEY_BYTES};
 use crate::runtime::{Called, Cancelled, Ceilings, Runtime, RuntimeError};
 use crate::store::JobListParams;
@@ -270,9 +271,27 @@ pub(super) struct ListQuery {
     /// Only jobs older than this one (the previous page's `next_before`).
     #[param(value_type = Option<JobId>)]
     before: Option<String>,
+    /// Only jobs whose error, or last retried attempt's error, holds this
+    /// text (any case). It reads each job's error from the newest on until
+    /// a page is full: a search matching few jobs in a large store is slow.
+    #[param(max_length = 200)]
+    error: Option<String>,
+    /// Only jobs created at or after this time (RFC 3339).
+    #[param(example = "2026-12-05T04:00:00Z")]
+    created_after: Option<String>,
+    /// Only jobs created before this time (RFC 3339).
+    #[param(example = "2026-12-05T05:00:00Z")]
+    created_before: Option<String>,
     /// Jobs per page (default 50).
     #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
+}
+
+/// An RFC 3339 time in a query, by its parameter's name.
+fn time_param(name: &str, value: Option<&str>) -> Result<Option<Timestamp>, ApiError> {
+    value
+        .map(|text| Timestamp::parse_rfc3339(text).map_err(|e| ApiError::bad_request(format!("`{name}`: {e}"))))
+        .transpose()
 }
 
 /// A `status` query's states: comma-separated job states (none: any).
@@ -313,6 +332,14 @@ pub(super) async fn job_list(
         concurrency_key: query.concurrency_key,
         submitted_by: list_scope(&principal, query.submitted_by),
         before: query.before.as_deref().map(parse_id).transpose()?,
+        error_contains: match query.error {
+            Some(text) if text.chars().count() > 200 => {
+                return Err(ApiError::bad_request("`error` is longer than 200 characters"));
+            }
+            text => text.filter(|t| !t.is_empty()),
+        },
+        created_after: time_param("created_after", query.created_after.as_deref())?,
+        created_before: time_param("created_before", query.created_before.as_deref())?,
         limit,
     };
     let jobs = state.runtime.list(params).await?;

@@ -16,6 +16,14 @@ impl JobId {
     }
 }
 
+impl JobId {
+    /// The least id a job created at `at` can have: ids from it on are of
+    /// jobs created then or later.
+    pub fn first_at(at: Timestamp) -> Self {
+        JobId(ulid::Ulid::from_parts(at.unix_ms().max(0) as u64, 0))
+    }
+}
+
 fn rand_u128() -> u128 {
     ulid::Ulid::generate().random()
 }

@@ -91,6 +91,13 @@ pub struct JobListParams {
     pub submitted_by: Option<String>,
     /// Only jobs older than this one (the previous page's last id).
     pub before: Option<JobId>,
+    /// Only jobs whose error (or last retried attempt's error) holds this
+    /// text, in any case.
+    pub error_contains: Option<String>,
+    /// Only jobs created at or after this time.
+    pub created_after: Option<Timestamp>,
+    /// Only jobs created before this time.
+    pub created_before: Option<Timestamp>,
     /// Most jobs to return (at least 1).
     pub limit: u32,
 }

@@ -3,7 +3,7 @@
 //! differs between them lives in its backend; the decisions around them
 //! live in [`rules`](super::rules), which has no SQL.
 
-use crate::job::{JobStatus, PluginRef};
+use crate::job::{JobId, JobStatus, PluginRef};
 use crate::store::JobListParams;
 use crate::store::rules::approval::expiry_message;
 
@@ -123,6 +123,22 @@ pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)
     }
     if let Some(before) = params.before {
         filters.push(("job_id < {}", before.to_string()));
+    }
+    // Ids are ULIDs: a creation-time range is a range of the primary key.
+    if let Some(after) = params.created_after {
+        filters.push(("job_id >= {}", JobId::first_at(after).to_string()));
+    }
+    if let Some(before) = params.created_before {
+        filters.push(("job_id < {}", JobId::first_at(before).to_string()));
+    }
+    if let Some(text) = &params.error_contains {
+        // LOWER on both sides: SQLite's LIKE ignores ASCII case and
+        // PostgreSQL's does not, so neither is left to decide.
+        let escaped = text.to_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+        filters.push((
+            "LOWER(COALESCE(error_message, '') || ' ' || COALESCE(last_error, '')) LIKE {} ESCAPE '\\'",
+            format!("%{escaped}%"),
+        ));
     }
     filters
 }

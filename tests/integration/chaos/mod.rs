@@ -841,18 +841,8 @@ pub(crate) async fn all_jobs(store: &dyn JobStore) -> HashMap<JobId, Job> {
     let mut jobs = HashMap::new();
     let mut before = None;
     loop {
-        let page = store
-            .job_list(JobListParams {
-                status: Vec::new(),
-                plugin: None,
-                plan_id: None,
-                concurrency_key: None,
-                submitted_by: None,
-                before,
-                limit: 1_000,
-            })
-            .await
-            .expect("list");
+        let page =
+            store.job_list(JobListParams { before, limit: 1_000, ..JobListParams::default() }).await.expect("list");
         let Some(last) = page.last() else { return jobs };
         before = Some(last.id);
         jobs.extend(page.into_iter().map(|j| (j.id, j)));

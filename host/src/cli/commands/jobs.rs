@@ -46,6 +46,16 @@ pub(in crate::cli) enum JobsCommand {
         /// Jobs older than this id (the previous page's last).
         #[arg(long, value_name = "JOB_ID")]
         before: Option<String>,
+        /// Only jobs whose error (or last retried attempt's error) holds
+        /// this text, in any case.
+        #[arg(long, value_name = "TEXT")]
+        error: Option<String>,
+        /// Only jobs created at or after this RFC 3339 time.
+        #[arg(long, value_name = "TIME")]
+        created_after: Option<String>,
+        /// Only jobs created before this RFC 3339 time.
+        #[arg(long, value_name = "TIME")]
+        created_before: Option<String>,
     },
     /// Show one job: its status and error first, then its plugin, timings, limits, grants and attempts (`--json`: every field).
     Show {
@@ -139,7 +149,18 @@ pub(in crate::cli) enum JobsCommand {
 
 pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, CliError> {
     match command {
-        JobsCommand::List { conn, status, plugin, plan, concurrency_key, limit, before } => {
+        JobsCommand::List {
+            conn,
+            status,
+            plugin,
+            plan,
+            concurrency_key,
+            limit,
+            before,
+            error,
+            created_after,
+            created_before,
+        } => {
             let mut query = vec![format!("limit={limit}")];
             for (key, value) in [
                 ("status", status),
@@ -147,6 +168,9 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                 ("plan", plan),
                 ("concurrency_key", concurrency_key),
                 ("before", before),
+                ("error", error),
+                ("created_after", created_after),
+                ("created_before", created_before),
             ] {
                 if let Some(value) = value {
                     query.push(format!("{key}={}", url_encode(&value)));

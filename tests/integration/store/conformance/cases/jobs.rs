@@ -231,6 +231,45 @@ pub(crate) async fn list_filters_pages_newest_first_without_payloads(store: Arc<
     assert_eq!(list(key).await, vec![ids[3]]);
 }
 
+/// The dashboard's search: error text (in any case, `%` and `_` taken as
+/// themselves), and a creation-time window.
+pub(crate) async fn list_filters_by_error_text_and_creation_time(store: Arc<dyn JobStore>) {
+    let ids: Vec<JobId> = [
+        insert_one(&*store, new_job("a"), at(0)).await,
+        insert_one(&*store, NewJob { max_attempts: 2, ..new_job("b") }, at(1)).await,
+    ]
+    .into_iter()
+    .chain([insert_one(&*store, new_job("c"), at(2)).await])
+    .map(|j| j.id)
+    .collect();
+    let failed = claim_one(&*store, at(3)).await;
+    let finish = Finish::Failed { kind: ErrorKind::Trap, message: "Trap: Boom at 100%_done".into(), backtrace: None };
+    assert!(store.job_finish(finish_params(&failed, finish, at(4))).await.unwrap());
+    let retried = claim_one(&*store, at(5)).await;
+    assert!(store.job_retry(super::retry_params(&retried, at(60), at(6))).await.unwrap());
+    assert_eq!((failed.job.id, retried.job.id), (ids[0], ids[1]));
+    let list = |error: Option<&str>, after: Option<u64>, before: Option<u64>| {
+        let store = store.clone();
+        let params = JobListParams {
+            error_contains: error.map(str::to_owned),
+            created_after: after.map(at),
+            created_before: before.map(at),
+            limit: 100,
+            ..Default::default()
+        };
+        async move { store.job_list(params).await.unwrap().into_iter().map(|j| j.id).collect::<Vec<_>>() }
+    };
+    assert_eq!(list(Some("boom"), None, None).await, [ids[0]], "any case");
+    assert_eq!(list(Some("UPSTREAM IS DOWN"), None, None).await, [ids[1]], "a retried attempt's error");
+    assert_eq!(list(Some("100%_d"), None, None).await, [ids[0]]);
+    assert_eq!(list(Some("1_0"), None, None).await, Vec::<JobId>::new(), "`_` is no wildcard");
+    assert_eq!(list(Some("m%d"), None, None).await, Vec::<JobId>::new(), "`%` is no wildcard");
+    assert_eq!(list(None, Some(1), None).await, [ids[2], ids[1]], "created at or after");
+    assert_eq!(list(None, None, Some(1)).await, [ids[0]], "created before");
+    assert_eq!(list(None, Some(1), Some(2)).await, [ids[1]]);
+    assert_eq!(list(Some("trap"), Some(1), None).await, Vec::<JobId>::new(), "filters combine");
+}
+
 pub(crate) async fn queued_count_matches_the_snapshot(store: Arc<dyn JobStore>) {
     assert_eq!(store.queued_count().await.unwrap(), 0);
     assert_eq!(store.oldest_queued_due().await.unwrap(), None, "nothing queued");
