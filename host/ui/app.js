@@ -24,6 +24,23 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// When the server stops answering, a banner says since when: what the page
+// shows is what it last heard. The next answer (a request, or the event
+// stream reconnecting) takes it away.
+const stale = document.getElementById('stale');
+let unreachableSince = null;
+function reachable(ok) {
+  if (ok) {
+    unreachableSince = null;
+    stale.hidden = true;
+    return;
+  }
+  if (!unreachableSince) unreachableSince = new Date();
+  stale.textContent = `The server has not answered since ${unreachableSince.toLocaleTimeString()}: `
+    + 'what you see may be out of date. Retrying…';
+  stale.hidden = false;
+}
+
 // A request to the API; a lost session goes back to the sign-in page.
 async function api(method, path, body) {
   const init = { method, credentials: 'same-origin', headers: {} };
@@ -31,7 +48,15 @@ async function api(method, path, body) {
     init.headers['content-type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
-  const response = await fetch(path, init);
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (e) {
+    reachable(false);
+    throw e;
+  }
+  // A proxy's answer for a server that is down is no answer.
+  reachable(![502, 504].includes(response.status));
   if (response.status === 401) {
     location.assign('/ui');
     throw new Error('signed out');
@@ -59,6 +84,21 @@ function duration(from, to) {
   const ms = (to ? Date.parse(to) : Date.now()) - Date.parse(from);
   return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
 }
+// Sizes and limits as a person reads them: 64 MiB, 1 h.
+function bytes(n) {
+  if (n == null) return null;
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = n, unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+  return `${unit ? Number(value.toFixed(1)) : value} ${units[unit]}`;
+}
+function span(ms) {
+  const s = Math.round(ms / 1000);
+  if (ms < 1000) return `${ms} ms`;
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min${s % 60 ? ` ${s % 60} s` : ''}`;
+  return `${Math.floor(s / 3600)} h${s % 3600 >= 60 ? ` ${Math.floor(s % 3600 / 60)} min` : ''}`;
+}
 const pluginName = (job) => job.plugin_name ? `${job.plugin_name.name}@${job.plugin_name.version}` : job.plugin.slice(0, 19) + '…';
 const badge = (status) => h('span', { class: `badge ${status}` }, status.replace('_', ' '));
 const jobLink = (id) => h('a', { href: `#/jobs/${encodeURIComponent(id)}` }, id);
@@ -69,11 +109,18 @@ const jobLink = (id) => h('a', { href: `#/jobs/${encodeURIComponent(id)}` }, id)
 // then was never sent, so a view redraws from the API.
 function subscribe(query, onEvent, onOpen) {
   const source = new EventSource('/v1/events' + query);
+  let closed = false;
   source.onopen = () => {
     live.classList.add('on');
+    reachable(true);
     if (onOpen) onOpen();
   };
-  source.onerror = () => live.classList.remove('on');
+  source.onerror = () => {
+    live.classList.remove('on');
+    // The browser retries at once; a stream still shut two seconds later
+    // is a server away.
+    setTimeout(() => { if (!closed && source.readyState !== EventSource.OPEN) reachable(false); }, 2000);
+  };
   const handle = (message) => {
     try { onEvent(JSON.parse(message.data), message.type); } catch (e) { console.error(e); }
   };
@@ -82,23 +129,54 @@ function subscribe(query, onEvent, onOpen) {
     'worker.left', 'missed']) {
     source.addEventListener(type, handle);
   }
-  return () => { source.close(); live.classList.remove('on'); };
+  return () => { closed = true; source.close(); live.classList.remove('on'); };
 }
 
 // ---------------------------------------------------------------- jobs
 
+// The first line of what went wrong: the error, or while the job is still
+// being retried, the last attempt's.
+const firstLine = (text) => (text || '').split('\n')[0];
+const errorLine = (job) => firstLine(job.error_message || job.last_error);
+
+// Rows the operator ticked, by id: kept across the redraws live events make.
+const selected = new Set();
+
+// A row: the whole of it opens the job (the id stays a real link, for the
+// keyboard and a new tab); a job that can still be cancelled can be ticked.
 function jobRow(job) {
-  return h('tr', { 'data-job': job.id },
-    h('td', {}, jobLink(job.id)),
+  const open = (event) => {
+    if (event.target.closest('a, input, button, label')) return;
+    location.hash = `#/jobs/${encodeURIComponent(job.id)}`;
+  };
+  const error = errorLine(job);
+  const tick = TERMINAL.has(job.status) ? '' : h('input', {
+    type: 'checkbox', 'data-focus': 'select', 'aria-label': `select job ${job.id}`, checked: selected.has(job.id),
+    onchange: (event) => { if (event.target.checked) selected.add(job.id); else selected.delete(job.id); selectionChanged(); },
+  });
+  const link = h('a', { href: `#/jobs/${encodeURIComponent(job.id)}`, 'data-focus': 'link' }, job.id);
+  return h('tr', { 'data-job': job.id, class: `row ${job.status}`, onclick: open },
+    h('td', { class: 'tick' }, tick),
+    h('td', { class: 'id' }, link),
     h('td', {}, badge(job.status)),
-    h('td', {}, pluginName(job)),
-    h('td', {}, job.target),
-    h('td', { class: 'num' }, `${job.attempt}/${job.max_attempts}`),
-    h('td', {}, job.worker_id || ''),
+    h('td', { class: 'plugin' }, pluginName(job)),
+    h('td', { class: 'error', title: error || null }, job.error_kind ? h('b', {}, job.error_kind, ' ') : null,
+      error.length > 140 ? `${error.slice(0, 140)}…` : error),
+    h('td', { class: 'num attempt' }, `${job.attempt}/${job.max_attempts}`),
+    h('td', { class: 'worker' }, job.worker_id || ''),
     h('td', { class: 'num', 'data-age': job.created_at }, ago(job.created_at)),
-    h('td', { class: 'num' }, duration(job.started_at, job.finished_at)),
-    h('td', {}, job.error_kind || ''));
+    h('td', { class: 'num duration' }, duration(job.started_at, job.finished_at)));
 }
+
+// Put `next` in `row`'s place, keeping the keyboard where it was: a live
+// update must not take the focus from a row the operator is on.
+function replaceRow(row, next) {
+  const focused = row.contains(document.activeElement) ? document.activeElement.dataset.focus : null;
+  row.replaceWith(next);
+  if (focused) next.querySelector(`[data-focus="${focused}"]`)?.focus();
+}
+
+let selectionChanged = () => {};
 
 // What an event says of a job, in the list's own shape.
 function applyEvent(job, event) {
@@ -130,9 +208,17 @@ function chart(samples) {
 const samples = [];
 let finishedSinceSample = 0;
 
+// A job id typed into the search box opens the job; other text searches
+// the errors.
+const JOB_ID = /^[0-7][0-9A-HJKMNP-TV-Z]{25}$/;
+const SINCE = [['', 'any time'], ['15', 'last 15 min'], ['60', 'last hour'], ['1440', 'last 24 h'], ['10080', 'last 7 days']];
+
 async function jobsView(params) {
   const query = new URLSearchParams();
-  for (const key of ['status', 'plugin', 'plan']) if (params.get(key)) query.set(key, params.get(key));
+  for (const key of ['status', 'plugin', 'plan', 'error']) if (params.get(key)) query.set(key, params.get(key));
+  if (params.get('since')) {
+    query.set('created_after', new Date(Date.now() - Number(params.get('since')) * 60_000).toISOString());
+  }
   if (params.get('before')) query.set('before', params.get('before'));
   query.set('limit', '50');
   const page = await getJson(`/v1/jobs?${query}`);
@@ -140,25 +226,62 @@ async function jobsView(params) {
   const body = h('tbody', {}, page.jobs.map(jobRow));
   const counts = h('div', { class: 'counts', 'aria-live': 'polite' });
   const graph = h('div', { class: 'graph' });
-  const filter = h('form', { class: 'filters', onsubmit: (event) => {
+  const filter = h('form', { class: 'filters', role: 'search', onsubmit: (event) => {
     event.preventDefault();
     const form = new FormData(filter);
+    const typed = String(form.get('q') || '').trim();
+    if (JOB_ID.test(typed)) {
+      location.hash = `#/jobs/${typed}`;
+      return;
+    }
     const next = new URLSearchParams();
-    for (const [key, value] of form) if (value) next.set(key, value);
+    for (const [key, value] of form) if (value && key !== 'q') next.set(key, value);
+    if (typed) next.set('error', typed);
     location.hash = `#/jobs?${next}`;
   } },
+  h('label', {}, 'Search ', h('input', { name: 'q', type: 'search', value: params.get('error') || '', size: 22,
+    placeholder: 'job id or error text' })),
   h('label', {}, 'Status ', h('select', { name: 'status' }, h('option', { value: '' }, 'any'),
     STATES.map((s) => h('option', { value: s, selected: params.get('status') === s }, s)))),
-  h('label', {}, 'Plugin ', h('input', { name: 'plugin', value: params.get('plugin') || '', size: 14 })),
-  h('label', {}, 'Plan ', h('input', { name: 'plan', value: params.get('plan') || '', size: 14 })),
+  h('label', {}, 'Created ', h('select', { name: 'since' },
+    SINCE.map(([value, label]) => h('option', { value, selected: (params.get('since') || '') === value }, label)))),
+  h('label', {}, 'Plugin ', h('input', { name: 'plugin', value: params.get('plugin') || '', size: 12 })),
+  h('label', {}, 'Plan ', h('input', { name: 'plan', value: params.get('plan') || '', size: 12 })),
   h('button', { type: 'submit' }, 'Filter'));
+  // Bulk actions on the ticked rows.
+  const bulkAnswer = h('p', { class: 'answer', role: 'status', 'aria-live': 'polite' });
+  const cancelSelected = h('button', { type: 'button', class: 'bulk', disabled: true, onclick: async () => {
+    const ids = [...selected];
+    if (!ids.length || !confirm(`Cancel ${ids.length} job${ids.length === 1 ? '' : 's'}?\n${ids.join('\n')}`)) return;
+    const results = await Promise.all(ids.map((id) => api('POST', `/v1/jobs/${id}/cancel`).then((r) => [id, r])));
+    const refused = results.filter(([, r]) => !r.ok);
+    for (const [id, r] of results) if (r.ok) selected.delete(id);
+    selectionChanged();
+    bulkAnswer.textContent = `${results.length - refused.length} of ${results.length} cancelled or asked to stop`
+      + refused.map(([id, r]) => `; ${id}: ${r.status} ${r.json?.error?.message ?? r.text}`).join('');
+    bulkAnswer.className = `answer ${refused.length ? 'refused' : 'ok'}`;
+  } });
+  selectionChanged = () => {
+    // Ticks of rows no longer listed, or finished since, do not count.
+    for (const id of selected) if (!jobs.has(id) || TERMINAL.has(jobs.get(id).status)) selected.delete(id);
+    cancelSelected.disabled = selected.size === 0;
+    cancelSelected.textContent = `Cancel selected (${selected.size})`;
+  };
+  selectionChanged();
+  const filtered = ['status', 'plugin', 'plan', 'error', 'since'].some((k) => params.get(k));
   const pager = h('p', { class: 'pager' },
     params.get('before') ? h('a', { href: '#/jobs' }, '← newest') : null, ' ',
-    page.next_before ? h('a', { href: `#/jobs?${new URLSearchParams({ ...Object.fromEntries(query), before: page.next_before })}` }, 'older →') : null);
+    page.next_before ? h('a', { href: `#/jobs?${new URLSearchParams({ ...Object.fromEntries(params), before: page.next_before })}` }, 'older →') : null);
+  // Said while the list is empty; live rows take it away.
+  const empty = h('p', { class: 'hint' }, filtered ? 'No job matches these filters.' : 'No jobs yet.');
+  const emptied = () => { empty.hidden = body.children.length > 0; };
+  emptied();
   view.replaceChildren(
     h('h1', {}, 'Jobs'), counts, graph, filter,
+    h('div', { class: 'bulkbar' }, cancelSelected, bulkAnswer),
+    empty,
     h('div', { class: 'scroll' }, h('table', { class: 'jobs' },
-      h('thead', {}, h('tr', {}, ['ID', 'Status', 'Plugin', 'Target', 'Attempt', 'Worker', 'Age', 'Duration', 'Error'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('thead', {}, h('tr', {}, ['', 'ID', 'Status', 'Plugin', 'Error', 'Attempt', 'Worker', 'Age', 'Duration'].map((c, i) => h('th', { scope: 'col', class: ['tick', 'id', '', 'plugin', 'error', 'attempt', 'worker', '', 'duration'][i] || null }, c)))),
       body)),
     pager);
 
@@ -178,7 +301,22 @@ async function jobsView(params) {
     refreshCounts().catch(() => {});
     for (const cell of body.querySelectorAll('[data-age]')) cell.textContent = ago(cell.dataset.age);
   }, 2000);
-  const firstPage = !params.get('before');
+  // New jobs join the first page live only when no search or time window
+  // could leave them out.
+  const firstPage = !params.get('before') && !params.get('error');
+  // When the stream (re)opens, the page is read again: a job submitted or
+  // changed between the first read and the stream's start was never sent.
+  const reconcile = async () => {
+    const fresh = await getJson(`/v1/jobs?${query}`);
+    for (const stored of fresh.jobs.slice().reverse()) {
+      const row = body.querySelector(`tr[data-job="${CSS.escape(stored.id)}"]`);
+      jobs.set(stored.id, stored);
+      if (row) replaceRow(row, jobRow(stored));
+      else if (firstPage) body.prepend(jobRow(stored));
+    }
+    selectionChanged();
+    emptied();
+  };
   const unsubscribe = subscribe('', (event) => {
     if (!event.job) return;
     if (event.type === 'job.finished') finishedSinceSample += 1;
@@ -194,6 +332,7 @@ async function jobsView(params) {
         max_attempts: '', attempt: 0 };
       jobs.set(id, job);
       body.prepend(jobRow(applyEvent(job, event)));
+      emptied();
       // The rest of the row (limits, attempts allowed) from the job itself.
       getJson(`/v1/jobs/${encodeURIComponent(id)}`).then((stored) => {
         if (jobs.get(id) !== job) return;
@@ -201,14 +340,26 @@ async function jobsView(params) {
           error_kind: job.error_kind, started_at: job.started_at ?? stored.started_at, finished_at: job.finished_at ?? stored.finished_at });
         jobs.set(id, merged);
         const row = body.querySelector(`tr[data-job="${CSS.escape(id)}"]`);
-        if (row) row.replaceWith(jobRow(merged));
+        if (row) replaceRow(row, jobRow(merged));
       }).catch(() => {});
       return;
     }
     const row = body.querySelector(`tr[data-job="${CSS.escape(id)}"]`);
-    if (row) row.replaceWith(jobRow(applyEvent(job, event)));
-  });
-  return () => { clearInterval(timer); unsubscribe(); };
+    if (!row) return;
+    replaceRow(row, jobRow(applyEvent(job, event)));
+    if (TERMINAL.has(job.status)) selectionChanged();
+    // An event carries no error text: a job that just failed, or was queued
+    // again after a failure, reads its error from the job.
+    if (['job.finished', 'job.requeued'].includes(event.type) && event.job.status !== 'succeeded') {
+      getJson(`/v1/jobs/${encodeURIComponent(id)}`).then((stored) => {
+        if (jobs.get(id) !== job) return;
+        Object.assign(job, { error_message: stored.error_message, last_error: stored.last_error, error_kind: stored.error_kind });
+        const current = body.querySelector(`tr[data-job="${CSS.escape(id)}"]`);
+        if (current) replaceRow(current, jobRow(job));
+      }).catch(() => {});
+    }
+  }, () => { reconcile().catch(() => {}); });
+  return () => { clearInterval(timer); unsubscribe(); selectionChanged = () => {}; };
 }
 
 // ---------------------------------------------------------------- one job
@@ -238,6 +389,66 @@ function approvals(approval) {
     .join(', ');
   const rule = approval.separate_approver ? 'not by its submitter' : 'its submitter may approve';
   return `${(approval.approvals || []).length} of ${approval.quorum}${given ? `: ${given}` : ''} (${rule})`;
+}
+
+// Where a job that is not running stands and what it waits for, in one
+// sentence, from the job and the pool's figures.
+async function whyWaiting(job) {
+  const now = Date.now();
+  if (job.status === 'queued' && Date.parse(job.run_after) > now) {
+    const why = job.last_error ? `backing off after attempt ${job.attempt} failed: ${firstLine(job.last_error)}` : 'delayed when submitted';
+    return `Not before ${job.run_after} (in ${duration(new Date(now).toISOString(), job.run_after)}): ${why}.`;
+  }
+  if (job.status === 'queued') {
+    let pool = '';
+    try {
+      const w = await getJson('/v1/workers');
+      const live = w.workers.filter((x) => !x.stale && x.state === 'running');
+      const slots = live.reduce((n, x) => n + x.slots, 0);
+      const busy = live.reduce((n, x) => n + x.running, 0);
+      pool = live.length
+        ? ` ${w.counts.queued} jobs are queued; ${busy} of ${slots} slots are busy on ${live.length} worker${live.length === 1 ? '' : 's'}.`
+        : ' No worker is running: start one (leash worker, or leash serve with its pool).';
+    } catch (_) { /* the pool's figures need the operate role */ }
+    return `Queued, ready to run for ${ago(job.run_after)}, waiting for a free slot.${pool}`;
+  }
+  if (job.status === 'pending_approval') {
+    return `Waiting for approval for ${ago(job.created_at)}: ${approvals(job.approval)}.`;
+  }
+  if (job.status === 'approved') return 'Approved; waiting for its run trigger (Run, below).';
+  if (job.status === 'running') {
+    return `Running on ${job.worker_id} for ${duration(job.started_at)}; last heartbeat ${ago(job.last_heartbeat)} ago.`;
+  }
+  return null;
+}
+
+// A Python or JavaScript guest's own traceback in its stderr: what its
+// author reads first. Python's from `Traceback (most recent call last):`,
+// JavaScript's from `uncaught …`, each to the first blank line.
+function guestTraceback(stderr) {
+  const lines = (stderr || '').split('\n');
+  const start = lines.findIndex((l) => l.startsWith('Traceback (most recent call last):') || l.startsWith('uncaught '));
+  if (start < 0) return null;
+  const end = lines.findIndex((l, i) => i > start && l.trim() === '');
+  return lines.slice(start, end < 0 ? undefined : end).join('\n');
+}
+
+// What went wrong, first: the error, the guest's traceback when its
+// language printed one, and the wasm frames (folded when they are the
+// interpreter's rather than the author's code).
+function problem(job, logs) {
+  const message = job.error_message || (job.status === 'queued' ? job.last_error : null);
+  if (!message) return null;
+  const traceback = guestTraceback(logs?.stderr);
+  const frames = job.backtrace ? h('pre', { class: 'data' }, job.backtrace) : null;
+  const count = (job.backtrace || '').split('\n').filter(Boolean).length;
+  return h('section', { class: 'problem' },
+    h('h2', {}, job.error_message ? `Error${job.error_kind ? ` (${job.error_kind})` : ''}` : 'Last attempt failed'),
+    h('pre', { class: 'data error-message' }, message),
+    traceback ? h('pre', { class: 'data traceback' }, traceback) : null,
+    frames && traceback
+      ? h('details', { class: 'frames' }, h('summary', {}, `Interpreter frames (${count}): the language runtime's, not the plugin's code`), frames)
+      : frames ? [h('h3', {}, 'Guest backtrace'), frames] : null);
 }
 
 function field(name, value) {
@@ -273,8 +484,11 @@ async function jobView(id) {
       ? h('div', { class: 'progress' }, h('progress', { max: job.progress.total || 1, value: job.progress.done }),
         ` ${job.progress.done}/${job.progress.total} `, h('span', { class: 'note' }, job.progress.note))
       : null;
+    const why = await whyWaiting(job);
+    const lastLogs = job.status === 'failed' || job.last_error ? (await api('GET', `/v1/jobs/${id}/logs`)).json : null;
     top.replaceChildren(h('div', {},
-      h('h1', {}, 'Job ', h('code', {}, job.id), ' ', badge(job.status)), progress, actions, answer,
+      h('h1', {}, 'Job ', h('code', {}, job.id), ' ', badge(job.status)),
+      why ? h('p', { class: 'why' }, why) : null, problem(job, lastLogs), progress, actions, answer,
       h('dl', { class: 'fields' },
         field('Plugin', pluginName(job)), field('Digest', job.plugin), field('Target', job.target), field('Plan', job.plan_id),
         field('Submitted by', job.submitted_by), field('Approvals', approvals(job.approval)),
@@ -283,10 +497,9 @@ async function jobView(id) {
         field('Duration', duration(job.started_at, job.finished_at)),
         field('Lost leases', job.lost_leases), field('Retries', job.retries), field('Releases', job.releases),
         field('Free re-runs', job.free_reruns),
-        field('Limits', `timeout ${job.limits.timeout_ms} ms · fuel ${job.limits.fuel ?? 'unlimited'} · memory ${job.limits.memory_bytes} B · output ${job.limits.output_bytes} B`),
-        field('Fuel used', job.fuel_used), field('Peak memory', job.peak_memory_bytes != null ? `${job.peak_memory_bytes} B` : null),
-        field('Error kind', job.error_kind), field('Error', job.error_message), field('Last error', job.last_error)),
-      job.backtrace ? h('section', {}, h('h2', {}, 'Guest backtrace'), h('pre', { class: 'data' }, job.backtrace)) : null));
+        field('Limits', `timeout ${span(job.limits.timeout_ms)} · memory ${bytes(job.limits.memory_bytes)} · output ${bytes(job.limits.output_bytes)} · fuel ${job.limits.fuel?.toLocaleString('en') ?? 'unlimited'}`),
+        field('Fuel used', job.fuel_used?.toLocaleString('en')), field('Peak memory', bytes(job.peak_memory_bytes)),
+        field('Last error', job.error_message ? job.last_error : null))));
     if (drawnSections === job.status) return;
     drawnSections = job.status;
     const parts = [await bytesPanel('Input', `/v1/jobs/${id}/input`)];
@@ -316,10 +529,11 @@ async function jobView(id) {
         return h('details', {}, h('summary', {}, `${l.records.length} records`), h('pre', { class: 'data' }, lines.join('\n')));
       };
       const row = (a) => h('tr', { class: `attempt ${a.outcome}` },
-        h('td', { class: 'num' }, a.run), h('td', {}, a.worker_id), h('td', {}, a.started_at),
+        h('td', { class: 'num' }, a.run), h('td', { class: 'wide' }, a.worker_id), h('td', { class: 'wide' }, a.started_at),
         h('td', {}, duration(a.started_at, a.ended_at)), h('td', {}, a.outcome),
         h('td', { class: 'message' }, (a.error || '').split('\n')[0]), h('td', {}, attemptLogs(a)));
-      const head = ['run', 'worker', 'started', 'took', 'ended as', 'error', 'logs'].map((c) => h('th', { scope: 'col' }, c));
+      const head = ['run', 'worker', 'started', 'took', 'ended as', 'error', 'logs']
+        .map((c, i) => h('th', { scope: 'col', class: [1, 2].includes(i) ? 'wide' : null }, c));
       parts.push(h('section', { class: 'attempts' }, h('h2', {}, 'Attempts'), h('div', { class: 'scroll' },
         h('table', {}, h('thead', {}, h('tr', {}, head)), h('tbody', {}, attempts.json.attempts.map(row))))));
     }

@@ -7,4 +7,5 @@ mod events;
 mod http;
 mod plans;
 mod rules;
+mod triage;
 mod ui;

@@ -154,16 +154,6 @@ async fn submit(server: &Server, body: Value) -> String {
     answer["job_id"].as_str().unwrap().to_owned()
 }
 
-/// Where the screenshots go: `docs/ui/` with `LEASH_UI_SCREENSHOTS=1`,
-/// else a temporary folder.
-fn screenshot_dir(scratch: &std::path::Path) -> std::path::PathBuf {
-    if std::env::var_os("LEASH_UI_SCREENSHOTS").is_some() {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ui")
-    } else {
-        scratch.to_owned()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_signs_in_watches_jobs_live_reads_one_cancels_and_approves() {
     let Some(browser) = Browser::start().await else { return };
@@ -197,15 +187,11 @@ async fn an_operator_signs_in_watches_jobs_live_reads_one_cancels_and_approves()
     let hello = submit(&server, json!({ "plugin": "hello", "input": { "name": "Ada" }, "execution": "async" })).await;
     browser.wait_for_text(&format!("tr[data-job='{hello}'] .badge"), |t| t == "succeeded").await;
     assert_eq!(browser.run("arguments[arguments.length - 1](window.stillTheSamePage === true)").await, true);
-    let shots = screenshot_dir(dir.path());
-    std::fs::create_dir_all(&shots).unwrap();
-    std::fs::write(shots.join("jobs.png"), browser.screenshot().await).unwrap();
 
     // Its page: the output and the log.
     browser.click(&format!("tr[data-job='{hello}'] a")).await;
     browser.wait_for_text("section.output pre.data", |t| t.contains("Hello, Ada!")).await;
     browser.wait_for_text("table.logs", |t| t.contains("greeting Ada")).await;
-    std::fs::write(shots.join("job.png"), browser.screenshot().await).unwrap();
 
     // A running coop job, cancelled from its page.
     let coop =

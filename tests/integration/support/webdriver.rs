@@ -203,6 +203,28 @@ impl Browser {
         }
     }
 
+    /// Wait until the JavaScript expression `condition` is true in the page.
+    pub(crate) async fn wait_until(&self, what: &str, condition: &str) {
+        let start = Instant::now();
+        let script = format!("arguments[arguments.length - 1](Boolean({condition}))");
+        while self.run(&script).await != Value::Bool(true) {
+            assert!(start.elapsed() < GENEROUS, "{what}: never true: {condition}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Lay the page out as a phone does (390 × 844 CSS pixels, a 3×
+    /// screen), through Chromium's device emulation, or undo that.
+    pub(crate) async fn emulate_phone(&self, on: bool) {
+        let (cmd, params) = if on {
+            let metrics = json!({ "width": 390, "height": 844, "deviceScaleFactor": 3, "mobile": true });
+            ("Emulation.setDeviceMetricsOverride", metrics)
+        } else {
+            ("Emulation.clearDeviceMetricsOverride", json!({}))
+        };
+        self.post("/goog/cdp/execute", json!({ "cmd": cmd, "params": params })).await;
+    }
+
     /// A PNG of the window.
     pub(crate) async fn screenshot(&self) -> Vec<u8> {
         let shot = self.command(reqwest::Method::GET, "/screenshot", None).await.expect("a screenshot");

@@ -1,0 +1,177 @@
+//! The dashboard as an operator triaging failures uses it, in a real
+//! headless Chromium: the error in the list, rows that open, search by id
+//! and error text, a time window, bulk cancel, focus kept through live
+//! updates, why a job waits, a guest language's traceback first, a banner
+//! when the server goes away, and a phone's width.
+
+use leash_tests::polyglot::{self, Lang};
+use serde_json::{Value, json};
+
+use crate::support::server::Server;
+use crate::support::webdriver::Browser;
+
+async fn submit(server: &Server, body: Value) -> String {
+    let (status, answer) = server.call(reqwest::Method::POST, "/v1/jobs", Some(body)).await;
+    assert!(status == 202, "{status}: {answer}");
+    answer["job_id"].as_str().unwrap().to_owned()
+}
+
+/// Sign `browser` in to `server`'s dashboard as a principal that may
+/// operate and approve.
+async fn sign_in(browser: &Browser, server: &Server) {
+    browser.goto(&format!("{}/ui", server.url)).await;
+    let token = server.principal("olive", &["operate", "approve", "submit"]).await;
+    browser.type_into("input[name=token]", &token).await;
+    browser.click("button[type=submit]").await;
+    browser.wait_for("table.jobs").await;
+}
+
+fn shots(scratch: &std::path::Path) -> std::path::PathBuf {
+    let dir = if std::env::var_os("LEASH_UI_SCREENSHOTS").is_some() {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ui")
+    } else {
+        scratch.to_owned()
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_triages_failures_from_the_jobs_list() {
+    let Some(browser) = Browser::start().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&dir.path().join("jobs.db"), &["--max-workers", "4"]);
+    for plugin in ["hello", "coop", "fail"] {
+        server.add_plugin(plugin).await;
+    }
+    let ui = format!("{}/ui", server.url);
+    sign_in(&browser, &server).await;
+
+    // A failure's error is in its row: kind and first line.
+    let input = json!({ "kind": "failed", "message": "database timeout on shard 7\nsecond line" });
+    let failed = submit(&server, json!({ "plugin": "fail", "input": input, "execution": "async" })).await;
+    let hello = submit(&server, json!({ "plugin": "hello", "input": { "name": "Ada" }, "execution": "async" })).await;
+    let error_cell = format!("tr[data-job='{failed}'] td.error");
+    browser.wait_for_text(&error_cell, |t| t == "guest_error Failed: database timeout on shard 7").await;
+    browser.wait_for_text(&format!("tr[data-job='{hello}'] .badge"), |t| t == "succeeded").await;
+    browser.wait_until("the empty list's hint is gone", "document.querySelector('main p.hint').hidden").await;
+    std::fs::write(shots(dir.path()).join("jobs.png"), browser.screenshot().await).unwrap();
+
+    // The whole row opens the job, not only its id.
+    browser.click(&format!("tr[data-job='{failed}'] td.error")).await;
+    browser.wait_for_text("h1", |t| t.contains(&failed)).await;
+    browser.wait_for_text("section.problem", |t| t.contains("database timeout on shard 7")).await;
+
+    // Search: error text (any case) keeps only what matches; an id opens it.
+    browser.goto(&format!("{ui}#/jobs")).await;
+    browser.type_into("input[name=q]", "SHARD 7").await;
+    browser.click(".filters button[type=submit]").await;
+    browser.wait_until("the search applied", "location.hash.includes('error=SHARD')").await;
+    browser.wait_for(&format!("tr[data-job='{failed}']")).await;
+    browser.wait_until("only the match listed", "document.querySelectorAll('table.jobs tbody tr').length === 1").await;
+    browser.goto(&format!("{ui}#/jobs")).await;
+    browser.type_into("input[name=q]", &hello).await;
+    browser.click(".filters button[type=submit]").await;
+    browser.wait_for_text("section.output pre.data", |t| t.contains("Hello, Ada!")).await;
+    // A time window: the last 15 minutes hold both.
+    browser.goto(&format!("{ui}#/jobs?since=15")).await;
+    browser.wait_for(&format!("tr[data-job='{failed}']")).await;
+    browser.wait_for(&format!("tr[data-job='{hello}']")).await;
+
+    // Two running jobs ticked and cancelled together; the keyboard stays on
+    // a row while live updates redraw it. They are submitted as the list
+    // loads: those the first read misses, the stream's opening catches.
+    browser.goto(&format!("{ui}#/jobs")).await;
+    let steps = json!({ "plugin": "coop", "input": { "steps": 1_000_000_000u64 }, "execution": "async" });
+    let (a, b) = (submit(&server, steps.clone()).await, submit(&server, steps).await);
+    for id in [&a, &b] {
+        browser.wait_for_text(&format!("tr[data-job='{id}'] .badge"), |t| t == "running").await;
+    }
+    browser.run(&format!("document.querySelector(\"tr[data-job='{a}'] a\").focus(); arguments[0](true)")).await;
+    browser.click(&format!("tr[data-job='{a}'] input[type=checkbox]")).await;
+    browser.click(&format!("tr[data-job='{b}'] input[type=checkbox]")).await;
+    browser.wait_for_text(".bulkbar button", |t| t == "Cancel selected (2)").await;
+    browser.run(&format!("document.querySelector(\"tr[data-job='{a}'] a\").focus(); arguments[0](true)")).await;
+    browser.click(".bulkbar button").await;
+    let asked = browser.accept_dialog().await;
+    assert!(asked.starts_with("Cancel 2 jobs?") && asked.contains(&a) && asked.contains(&b), "{asked}");
+    browser.wait_for_text(".bulkbar .answer", |t| t.starts_with("2 of 2 cancelled")).await;
+    for id in [&a, &b] {
+        browser.wait_for_text(&format!("tr[data-job='{id}'] .badge"), |t| t == "cancelled").await;
+    }
+    // The click on the bulk button moved the focus there; put it back on a
+    // row and let a live update redraw that row.
+    let c = submit(&server, json!({ "plugin": "coop", "input": { "steps": 1_000_000_000u64 }, "execution": "async" }))
+        .await;
+    browser.wait_for_text(&format!("tr[data-job='{c}'] .badge"), |t| t == "running").await;
+    browser.run(&format!("document.querySelector(\"tr[data-job='{c}'] a\").focus(); arguments[0](true)")).await;
+    let (status, _) = server.call(reqwest::Method::POST, &format!("/v1/jobs/{c}/cancel"), None).await;
+    assert_eq!(status, 202);
+    browser.wait_for_text(&format!("tr[data-job='{c}'] .badge"), |t| t == "cancelled").await;
+    browser
+        .wait_until(
+            "the focus stays on the redrawn row",
+            &format!("document.activeElement && document.activeElement.closest(\"tr[data-job='{c}']\")"),
+        )
+        .await;
+
+    // Why a job is not running: delayed, or waiting for approval.
+    let later = submit(&server, json!({ "plugin": "hello", "delay_ms": 3_600_000, "execution": "async" })).await;
+    browser.goto(&format!("{ui}#/jobs/{later}")).await;
+    browser.wait_for_text("p.why", |t| t.starts_with("Not before ") && t.ends_with("delayed when submitted.")).await;
+    let gated = submit(&server, json!({ "plugin": "hello", "gate": "approval", "execution": "async" })).await;
+    browser.goto(&format!("{ui}#/jobs/{gated}")).await;
+    browser.wait_for_text("p.why", |t| t.starts_with("Waiting for approval for ") && t.contains("0 of 1")).await;
+
+    // A Python guest's traceback comes first; the interpreter's frames fold.
+    match tokio::task::spawn_blocking(|| polyglot::guest_bytes(Lang::Python, "loop")).await.unwrap() {
+        Some(bytes) => {
+            let answer = server.request(reqwest::Method::POST, "/v1/plugins?name=pyloop").body(bytes).send().await;
+            assert_eq!(answer.unwrap().status().as_u16(), 201);
+            let crash = json!({ "plugin": "pyloop", "input": { "crash": true }, "execution": "async" });
+            let crashed = submit(&server, crash).await;
+            browser.goto(&format!("{ui}#/jobs/{crashed}")).await;
+            let traceback = browser.wait_for_text("section.problem pre.traceback", |t| !t.is_empty()).await;
+            assert!(traceback.starts_with("Traceback (most recent call last):"), "{traceback}");
+            assert!(traceback.ends_with("ValueError: a crash the input asked for"), "{traceback}");
+            browser
+                .wait_for_text("section.problem details.frames summary", |t| t.starts_with("Interpreter frames"))
+                .await;
+            let open = browser.run("arguments[0](document.querySelector('details.frames').open)").await;
+            assert_eq!(open, false, "folded");
+            std::fs::write(shots(dir.path()).join("job.png"), browser.screenshot().await).unwrap();
+        }
+        None => {
+            assert!(!polyglot::required(), "the Python traceback case must not be skipped");
+            polyglot::say_skipped("the Python traceback case: componentize-py is not installed");
+        }
+    }
+
+    // A phone: nothing is wider than its 390 px, the list and a job alike.
+    browser.emulate_phone(true).await;
+    for page in ["#/jobs".to_owned(), format!("#/jobs/{failed}")] {
+        browser.goto(&format!("{ui}{page}")).await;
+        browser.wait_for("main h1").await;
+        browser
+            .wait_until(
+                &format!("{page} fits 390 px"),
+                "window.innerWidth === 390 && document.documentElement.scrollWidth <= 390 \
+                 && [...document.querySelectorAll('.scroll')].every((s) => s.scrollWidth <= s.clientWidth)",
+            )
+            .await;
+    }
+    browser.goto(&format!("{ui}#/jobs")).await;
+    browser.wait_for(&format!("tr[data-job='{failed}']")).await;
+    std::fs::write(shots(dir.path()).join("jobs-phone.png"), browser.screenshot().await).unwrap();
+    browser.goto(&format!("{ui}#/jobs/{failed}")).await;
+    browser.wait_for("section.problem").await;
+    std::fs::write(shots(dir.path()).join("job-phone.png"), browser.screenshot().await).unwrap();
+    browser.emulate_phone(false).await;
+
+    // The server goes away: a banner says the page is out of date.
+    browser.goto(&format!("{ui}#/jobs")).await;
+    browser.wait_for("table.jobs").await;
+    server.kill();
+    browser.wait_for_text("#stale", |t| t.starts_with("The server has not answered since ")).await;
+    browser.quit().await;
+}
