@@ -175,3 +175,65 @@ async fn an_operator_triages_failures_from_the_jobs_list() {
     browser.wait_for_text("#stale", |t| t.starts_with("The server has not answered since ")).await;
     browser.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_decides_plans_and_jobs_from_the_inbox() {
+    let Some(browser) = Browser::start().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("jobs.db"), &[]);
+    server.add_plugin("hello").await;
+    sign_in(&browser, &server).await;
+    browser.goto(&format!("{}/ui#/approvals", server.url)).await;
+    browser.wait_for_text("main", |t| t.contains("Nothing waits for approval.")).await;
+
+    // A plan whose apply waits: its card shows what execute computed, as a
+    // table; a gated job's card shows its input.
+    let (status, plan) = server
+        .call(reqwest::Method::POST, "/v1/plans", Some(json!({ "plugin": "hello", "input": { "name": "Ada" } })))
+        .await;
+    assert_eq!(status, 201, "{plan}");
+    let plan_id = plan["plan_id"].as_str().unwrap().to_owned();
+    let gated = submit(&server, json!({ "plugin": "hello", "input": { "name": "Bob" }, "gate": "approval" })).await;
+    let plan_card = format!("article.card:not([data-job='{gated}'])");
+    browser.wait_for_text(&format!("{plan_card} h2"), |t| t == format!("Plan {plan_id} · apply")).await;
+    let output = |t: &str| t.contains("greeting") && t.contains("Hello, Ada!");
+    browser.wait_for_text(&format!("{plan_card} table.json"), output).await;
+    browser.wait_for_text(&format!("article.card[data-job='{gated}'] table.json"), |t| t.contains("Bob")).await;
+    std::fs::write(shots(dir.path()).join("approvals.png"), browser.screenshot().await).unwrap();
+
+    // A comment typed for the job, then one click on the plan and a
+    // confirmation that says what it does.
+    let comment = format!("article.card[data-job='{gated}'] input[name=comment]");
+    // Set as one input event: typed key by key, a redraw between two keys
+    // would hand the rest to a replaced element.
+    let typing = format!(
+        "const e = document.querySelector(\"{comment}\"); e.value = 'not today'; \
+         e.dispatchEvent(new Event('input')); arguments[0](true)"
+    );
+    browser.run(&typing).await;
+    browser.click(&format!("{plan_card} button.approve")).await;
+    let asked = browser.accept_dialog().await;
+    assert_eq!(
+        asked,
+        format!("Approve the apply phase of plan {plan_id} (hello@0.0.0)?\nIt makes the change shown above.")
+    );
+    // The decided card leaves the inbox; what was typed in another stays.
+    browser.wait_until("the plan's card leaves", &format!("!document.querySelector(\"{plan_card}\")")).await;
+    let typed = browser.run(&format!("arguments[0](document.querySelector(\"{comment}\").value)")).await;
+    assert_eq!(typed, "not today", "a redraw kept the comment");
+    // Approved as the session's principal; its apply phase is under way
+    // (hello is no plan plugin: how apply ends is not this test's).
+    let (_, approved) = server.call(reqwest::Method::GET, &format!("/v1/plans/{plan_id}"), None).await;
+    assert_eq!(approved["approved_by"], "olive", "{approved}");
+    assert_ne!(approved["apply"]["job"]["status"], "pending_approval", "{approved}");
+    browser.click(&format!("article.card[data-job='{gated}'] button.reject")).await;
+    let asked = browser.accept_dialog().await;
+    assert_eq!(asked, format!("Reject job {gated} (hello@0.0.0, execute)?\nIt will never run."));
+    let rejected = server.poll_job(&gated, |j| j["status"] == "cancelled").await;
+    assert_eq!(
+        (&rejected["error_kind"], &rejected["approval"]["decision"]["by"]),
+        (&json!("rejected"), &json!("olive"))
+    );
+    browser.wait_for_text("main", |t| t.contains("Nothing waits for approval.")).await;
+    browser.quit().await;
+}
