@@ -42,7 +42,14 @@ pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
 const LOGIN_HTML: &str = include_str!("../../ui/login.html");
 const INDEX_HTML: &str = include_str!("../../ui/index.html");
-const APP_JS: &str = include_str!("../../ui/app.js");
+/// The dashboard's script modules, by name: `app.js` imports the rest.
+const SCRIPTS: [(&str, &str); 5] = [
+    ("app.js", include_str!("../../ui/app.js")),
+    ("common.js", include_str!("../../ui/common.js")),
+    ("jobs.js", include_str!("../../ui/jobs.js")),
+    ("job.js", include_str!("../../ui/job.js")),
+    ("approvals.js", include_str!("../../ui/approvals.js")),
+];
 const APP_CSS: &str = include_str!("../../ui/app.css");
 
 /// Only this server's own files and connections; no inline script or
@@ -52,13 +59,15 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
 
 /// The `/ui` routes (no auth layer: they check the session themselves).
 pub(super) fn routes() -> Router<Arc<AppState>> {
-    Router::new()
+    let router = Router::new()
         .route("/ui", get(page))
         .route("/ui/", get(page))
         .route("/ui/login", post(login))
         .route("/ui/logout", post(logout))
-        .route("/ui/app.js", get(script))
-        .route("/ui/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
+        .route("/ui/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }));
+    SCRIPTS.iter().fold(router, |router, &(name, text)| {
+        router.route(&format!("/ui/{name}"), get(move |state, headers| script(state, headers, text)))
+    })
 }
 
 /// A session cookie value, signed with the server's `token`, that
@@ -250,10 +259,10 @@ async fn page(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respons
     }
 }
 
-/// The script, to a signed-in browser only.
-async fn script(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+/// A script module, to a signed-in browser only.
+async fn script(State(state): State<Arc<AppState>>, headers: HeaderMap, text: &'static str) -> Response {
     match caller(&state, &headers).await {
-        Ok(_) => asset("text/javascript; charset=utf-8", APP_JS),
+        Ok(_) => asset("text/javascript; charset=utf-8", text),
         Err(e) => protected(e.into_response()),
     }
 }

@@ -39,7 +39,7 @@ async fn a_session_comes_only_from_the_token_and_changes_need_this_servers_origi
     assert!(!csp.contains("unsafe-inline") && !csp.contains("http"), "no inline script, no other origin: {csp}");
     let text = page.text().await.unwrap();
     assert!(text.contains(r#"name="token""#) && !text.contains("<script"), "{text}");
-    for path in ["/ui/app.js", "/v1/jobs", "/v1/events", "/v1/workers"] {
+    for path in ["/ui/app.js", "/ui/common.js", "/ui/jobs.js", "/v1/jobs", "/v1/events", "/v1/workers"] {
         let status = http.get(format!("{}{path}", server.url)).send().await.unwrap().status().as_u16();
         assert_eq!(status, 401, "{path} without a session");
     }
