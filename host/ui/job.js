@@ -112,7 +112,12 @@ export async function jobView(id) {
       gated ? act('Approve', `/v1/jobs/${id}/approve`, `Approve job ${id}? It will run.`, decision) : null,
       gated ? act('Reject', `/v1/jobs/${id}/reject`, `Reject job ${id}? It will never run.`, decision) : null,
       gated ? h('label', {}, 'comment ', comment) : null,
-      job.status === 'approved' ? act('Run', `/v1/jobs/${id}/run`, `Start job ${id} now?`) : null);
+      job.status === 'approved' ? act('Run', `/v1/jobs/${id}/run`, `Start job ${id} now?`) : null,
+      // A failed or cancelled job runs again in place (not a plan's phase,
+      // nor a job that waited for approval: the server refuses those).
+      ['failed', 'cancelled'].includes(job.status) && !job.plan_id && !job.approval
+        ? act('Retry', `/v1/jobs/${id}/retry`, `Run job ${id} again? It is queued with a fresh set of attempts; its earlier attempts stay in its history.`)
+        : null);
     const progress = job.progress
       ? h('div', { class: 'progress' }, h('progress', { max: job.progress.total || 1, value: job.progress.done }),
         ` ${job.progress.done}/${job.progress.total} `, h('span', { class: 'note' }, job.progress.note))
@@ -133,8 +138,10 @@ export async function jobView(id) {
         field('Limits', `timeout ${span(job.limits.timeout_ms)} · memory ${bytes(job.limits.memory_bytes)} · output ${bytes(job.limits.output_bytes)} · fuel ${job.limits.fuel?.toLocaleString('en') ?? 'unlimited'}`),
         field('Fuel used', job.fuel_used?.toLocaleString('en')), field('Peak memory', bytes(job.peak_memory_bytes)),
         field('Last error', job.error_message ? job.last_error : null))));
-    if (drawnSections === job.status) return;
-    drawnSections = job.status;
+    // The sections change with the status, and with each run (a retried job
+    // may end as it did before).
+    if (drawnSections === `${job.status}:${job.attempt}`) return;
+    drawnSections = `${job.status}:${job.attempt}`;
     const parts = [await bytesPanel('Input', `/v1/jobs/${id}/input`)];
     if (job.status === 'succeeded') parts.push(await bytesPanel('Output', `/v1/jobs/${id}/output`));
     const logs = await api('GET', `/v1/jobs/${id}/logs`);

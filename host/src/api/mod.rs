@@ -15,6 +15,7 @@ pub mod listen;
 pub mod openapi;
 mod plans;
 mod plugins;
+mod redrive;
 pub mod requests;
 pub mod rules;
 pub mod types;
@@ -86,6 +87,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/jobs/{id}/input", get(job_input))
         .route("/v1/jobs/{id}/output", get(job_output))
         .route("/v1/jobs/{id}/cancel", post(job_cancel))
+        .route("/v1/jobs/{id}/retry", post(redrive::job_retry))
         .route("/v1/jobs/{id}/approve", post(job_approve))
         .route("/v1/jobs/{id}/reject", post(job_reject))
         .route("/v1/jobs/{id}/run", post(job_run))

@@ -50,6 +50,9 @@ pub enum RuntimeError {
         /// Its terminal status.
         status: JobStatus,
     },
+    /// The job may not be run again (see [`crate::store::Jobs::job_redrive`]).
+    #[error("{0}")]
+    NotRetryable(String),
     /// The idempotency key already belongs to a job created by a different
     /// request.
     #[error("idempotency key {key:?} was used for another request (job {job})")]

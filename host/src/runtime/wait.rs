@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::job::{Job, JobId, JobStatus};
-use crate::store::{CancelResult, JobsExpireParams};
+use crate::store::{CancelResult, JobRedriveParams, JobsExpireParams, RedriveResult};
 
 use super::{DEADLINE_SETTLE, Runtime, RuntimeError, Submit, Submitted};
 
@@ -147,6 +147,29 @@ impl Runtime {
             }
             CancelResult::AlreadyTerminal(status) => Err(RuntimeError::AlreadyTerminal { id, status }),
             CancelResult::NotFound => Err(RuntimeError::NotFound(id)),
+        }
+    }
+
+    /// Retry (redrive) an ended job: a failed or cancelled one is queued
+    /// again with a fresh set of attempts, for the queue TTL this runtime
+    /// gives a job; its earlier attempts stay in its history.
+    pub async fn retry(&self, id: JobId) -> Result<(), RuntimeError> {
+        let settings = &self.inner.settings;
+        let params = JobRedriveParams {
+            id,
+            now: settings.clock.now(),
+            queue_ttl: settings.worker.queue_ttl,
+            actor: self.actor(),
+        };
+        match self.inner.store.job_redrive(params).await? {
+            RedriveResult::Queued => {
+                // Counted for admission and the pool woken, as a submit is.
+                self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).queued += 1;
+                self.nudge();
+                Ok(())
+            }
+            RedriveResult::Refused(why) => Err(RuntimeError::NotRetryable(why)),
+            RedriveResult::NotFound => Err(RuntimeError::NotFound(id)),
         }
     }
 }

@@ -16,10 +16,10 @@ use std::time::Duration;
 use super::{
     CancelResult, DecideRefusal, EffectBeginParams, EffectEndParams, Effects, EventPage, Events, EventsAfterParams,
     FoundToken, JobClaimParams, JobDecideParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
-    JobReleaseParams, JobRetryParams, JobStore, Jobs, JobsDeleteParams, JobsExpireParams, Lease, LeaseExtendParams,
-    LeaseReclaimParams, LeaseState, Leases, PlanInsertParams, PlanListParams, Plans, PlansAdvanceParams,
-    PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, Principals, ReclaimReport,
-    Sessions, StoreError, Sweeps, WorkerDiedParams, Workers, WorkersSnapshot,
+    JobRedriveParams, JobReleaseParams, JobRetryParams, JobStore, Jobs, JobsDeleteParams, JobsExpireParams, Lease,
+    LeaseExtendParams, LeaseReclaimParams, LeaseState, Leases, PlanInsertParams, PlanListParams, Plans,
+    PlansAdvanceParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, Principals,
+    ReclaimReport, RedriveResult, Sessions, StoreError, Sweeps, WorkerDiedParams, Workers, WorkersSnapshot,
 };
 use crate::access::{Principal, TokenRecord};
 use crate::clock::Timestamp;
@@ -190,6 +190,10 @@ impl Jobs for FaultyStore {
 
     async fn job_cancel(&self, id: JobId, now: Timestamp, actor: Option<String>) -> Result<CancelResult, StoreError> {
         self.around(Op::Cancel, self.inner.job_cancel(id, now, actor)).await
+    }
+
+    async fn job_redrive(&self, params: JobRedriveParams) -> Result<RedriveResult, StoreError> {
+        self.inner.job_redrive(params).await
     }
 
     async fn counts_snapshot(&self) -> Result<Counts, StoreError> {

@@ -124,8 +124,33 @@ pub enum CancelResult {
     NotFound,
 }
 
+/// What a retry (redrive) of an ended job did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedriveResult {
+    /// It is queued again, with a fresh set of attempts; the attempt that
+    /// ended it stays in its attempt history.
+    Queued,
+    /// It may not be run again; why.
+    Refused(String),
+    /// No such job.
+    NotFound,
+}
+
+/// Parameters of [`Jobs::job_redrive`].
+#[derive(Debug, Clone)]
+pub struct JobRedriveParams {
+    /// The job.
+    pub id: JobId,
+    /// The time of the retry.
+    pub now: Timestamp,
+    /// How long it may wait in the queue again.
+    pub queue_ttl: Duration,
+    /// Who asked, for the audit trail.
+    pub actor: Option<String>,
+}
+
 /// Jobs as submitters and operators see them: insert, read, list,
-/// cancel, decide on a gate, count.
+/// cancel, decide on a gate, retry, count.
 #[async_trait::async_trait]
 pub trait Jobs: Send + Sync + std::fmt::Debug {
     /// Insert jobs as `queued`. All or nothing. A job whose idempotency key
@@ -161,6 +186,13 @@ pub trait Jobs: Send + Sync + std::fmt::Debug {
     /// once, running jobs by request. Audited as `actor`'s when one is
     /// named.
     async fn job_cancel(&self, id: JobId, now: Timestamp, actor: Option<String>) -> Result<CancelResult, StoreError>;
+
+    /// Queue an ended job again (a failed or cancelled one, never a gated
+    /// job or a plan's phase): its error and output are cleared, its
+    /// attempt counters start again (its run numbers go on), and the
+    /// attempt that ended it is kept in its attempt history. Audited as
+    /// `actor`'s `job.retry`.
+    async fn job_redrive(&self, params: JobRedriveParams) -> Result<RedriveResult, StoreError>;
 
     /// Decide on a gated job, atomically: of two decisions racing, one
     /// wins and the other is refused. Returns the job as changed.

@@ -44,7 +44,10 @@ pub use database::{Database, Durability, open};
 pub use effects::{EffectBeginParams, EffectEndParams, Effects};
 pub use error::StoreError;
 pub use events::{EventFilter, EventPage, Events, EventsAfterParams};
-pub use jobs::{CancelResult, DecideRefusal, JobDecideParams, JobDecision, JobInsertParams, JobListParams, Jobs};
+pub use jobs::{
+    CancelResult, DecideRefusal, JobDecideParams, JobDecision, JobInsertParams, JobListParams, JobRedriveParams, Jobs,
+    RedriveResult,
+};
 pub use leases::{
     Finish, JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, LEASE_LOST_MESSAGE,
     Lease, LeaseExtendParams, LeaseState, Leases,

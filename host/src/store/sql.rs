@@ -182,3 +182,33 @@ pub(crate) const EARLIER_ATTEMPTS: &str = "SELECT run, worker_id, started_at, en
 /// When the longest-waiting queued job became claimable: a walk of one
 /// entry of the claim's `(run_after, job_id)` index on queued rows.
 pub(crate) const OLDEST_QUEUED_DUE: &str = "SELECT MIN(run_after) FROM jobs WHERE status = 'queued'";
+
+/// A retry (redrive) of an ended job, with `{now}`, `{expires}` and `{id}`
+/// where the backend puts their placeholders and `{false}` its false. The
+/// row's attempt trigger keeps the ended attempt before this clears it.
+pub(crate) const REDRIVE: &str = "UPDATE jobs SET status = 'queued', run_after = {now}, expires_at = {expires}, \
+     finished_at = NULL, deadline_at = NULL, error_kind = NULL, error_message = NULL, backtrace = NULL, output = NULL, \
+     last_error = NULL, progress_json = NULL, logs_json = NULL, fuel_used = NULL, peak_memory_bytes = NULL, \
+     cancel_requested = {false}, retries = 0, lost_leases = 0, free_reruns = 0, process_deaths = 0 \
+     WHERE job_id = {id}";
+
+/// Why job `id`, in `status`, may not be run again, if it may not: only a
+/// failed or cancelled job may, and never a plan's phase (plans are run
+/// again whole) or a job that waited for approval (a retry would run it
+/// without one).
+pub(crate) fn redrive_refusal(id: &str, status: JobStatus, plan_id: Option<&str>, gated: bool) -> Option<String> {
+    if !matches!(status, JobStatus::Failed | JobStatus::Cancelled) {
+        return Some(format!("job {id} is {status}: only a failed or cancelled job can be retried"));
+    }
+    if let Some(plan) = plan_id {
+        return Some(format!(
+            "job {id} is a phase of plan {plan}: a plan is not retried phase by phase; create it again"
+        ));
+    }
+    if gated {
+        return Some(format!(
+            "job {id} waited for approval: a retry would run it without one; submit it again to ask for approval"
+        ));
+    }
+    None
+}

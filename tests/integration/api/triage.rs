@@ -61,6 +61,13 @@ async fn an_operator_triages_failures_from_the_jobs_list() {
     browser.click(&format!("tr[data-job='{failed}'] td.error")).await;
     browser.wait_for_text("h1", |t| t.contains(&failed)).await;
     browser.wait_for_text("section.problem", |t| t.contains("database timeout on shard 7")).await;
+    // Retry (redrive) from its page: it runs again, fails again, and both
+    // attempts are listed.
+    browser.click(".actions button").await;
+    assert!(browser.accept_dialog().await.starts_with(&format!("Run job {failed} again?")));
+    browser.wait_for_text("pre.answer", |t| t.starts_with("200")).await;
+    browser.wait_until("two attempts listed", "document.querySelectorAll('tr.attempt.failed').length === 2").await;
+    browser.wait_for_text("h1 .badge", |t| t == "failed").await;
 
     // Search: error text (any case) keeps only what matches; an id opens it.
     browser.goto(&format!("{ui}#/jobs")).await;

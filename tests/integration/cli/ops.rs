@@ -189,6 +189,20 @@ fn submit_wait_narrates_retries_and_jobs_show_lists_the_attempts() {
     let outcomes: Vec<&str> =
         attempts["attempts"].as_array().unwrap().iter().map(|a| a["outcome"].as_str().unwrap()).collect();
     assert_eq!(outcomes, ["retried", "failed"], "{attempts}");
+
+    // Run again (redrive): queued in place with a fresh set of attempts;
+    // a second retry of the queued job is refused, saying why.
+    let again = local(&["jobs", "retry", id]);
+    assert_eq!(stdout(&again), format!("{id} queued again\n"), "{}", String::from_utf8_lossy(&again.stderr));
+    let job = json(&local(&["jobs", "show", id, "--json"]));
+    assert_eq!(
+        (job["status"].as_str(), job["retries"].as_u64(), &job["error_message"]),
+        (Some("queued"), Some(0), &Value::Null)
+    );
+    let refused = local(&["jobs", "retry", id]);
+    assert_eq!(refused.status.code(), Some(7), "refused by the server");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("is queued: only a failed or cancelled job can be retried"), "{said}");
 }
 
 /// `plugins add` on a local database compiles what it registers into the

@@ -71,6 +71,16 @@ pub(in crate::cli) enum JobsCommand {
         /// The job id.
         id: String,
     },
+    /// Run an ended job again (redrive): a failed or cancelled job is
+    /// queued again with a fresh set of attempts; its earlier attempts stay
+    /// in its history. Not a job that waited for approval, nor a plan's
+    /// phase (operate).
+    Retry {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
     /// Print a job's effect ledger: every effectful request (by default any
     /// method but GET and HEAD) its attempts made, and how each ended.
     Effects {
@@ -260,6 +270,19 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                         Cancelled::Requested => "cancel requested",
                     };
                     let _ = writeln!(std::io::stdout(), "{id} {said}");
+                }
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        JobsCommand::Retry { conn, id } => {
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let answer = client.json(Method::POST, &format!("/v1/jobs/{id}/retry"), None).await?;
+                if json_out {
+                    print_json(&answer)?;
+                } else {
+                    let _ = writeln!(std::io::stdout(), "{id} queued again");
                 }
                 Ok(ExitStatus::Success)
             })

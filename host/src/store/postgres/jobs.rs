@@ -14,12 +14,17 @@ use crate::job::{
     Approval, ApprovalRule, Attempt, Counts, Job, JobId, JobLogs, JobStatus, NewJob, SCHEMA_VERSION, millis,
 };
 use crate::store::rules::approval::{self as gate, GatedRow};
-use crate::store::rules::audit::{cancel_note, submit_note};
+use crate::store::rules::audit::{cancel_note, redrive_note, submit_note};
 use crate::store::rules::codec::{
     AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
 };
-use crate::store::sql::{EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, decision_update_sql, filter_sql, list_filters};
-use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
+use crate::store::sql::{
+    EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, REDRIVE, decision_update_sql, filter_sql, list_filters, redrive_refusal,
+};
+use crate::store::{
+    CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, JobRedriveParams, Jobs,
+    RedriveResult, StoreError,
+};
 
 #[async_trait::async_trait]
 impl Jobs for PostgresStore {
@@ -132,6 +137,36 @@ impl Jobs for PostgresStore {
         }
         tx.commit().await.map_err(&err)?;
         Ok(result)
+    }
+
+    async fn job_redrive(&self, params: JobRedriveParams) -> Result<RedriveResult, StoreError> {
+        let err = db_err("retrying a job");
+        let mut client = self.client("retrying a job").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        let id = params.id.to_string();
+        let row = tx
+            .query_opt(
+                "SELECT status, plan_id, approval_json IS NOT NULL FROM jobs WHERE job_id = $1 FOR UPDATE",
+                &[&id],
+            )
+            .await
+            .map_err(&err)?;
+        let Some(row) = row else { return Ok(RedriveResult::NotFound) };
+        let status: String = row.get(0);
+        let was: JobStatus = status.parse().map_err(|e: String| corrupt(&id, e))?;
+        let plan_id: Option<String> = row.get(1);
+        if let Some(why) = redrive_refusal(&id, was, plan_id.as_deref(), row.get(2)) {
+            return Ok(RedriveResult::Refused(why));
+        }
+        let sql =
+            REDRIVE.replace("{now}", "$1").replace("{expires}", "$2").replace("{id}", "$3").replace("{false}", "FALSE");
+        let expires = params.now.plus(params.queue_ttl);
+        tx.execute(&sql, &[&params.now.unix_ms(), &expires.unix_ms(), &id]).await.map_err(&err)?;
+        if let Some(note) = redrive_note(params.actor, &id, was) {
+            super::audit::append(&tx, &note, params.now).await?;
+        }
+        tx.commit().await.map_err(&err)?;
+        Ok(RedriveResult::Queued)
     }
 
     async fn job_decide(&self, params: JobDecideParams) -> Result<Result<Job, DecideRefusal>, StoreError> {

@@ -95,6 +95,13 @@ pub(crate) fn cancel_note(actor: Option<String>, id: &str, was: JobStatus, resul
     Some(AuditNote { principal: Some(actor?), action: "job.cancel", target: id.to_owned(), detail })
 }
 
+/// The trail's row for a retry `actor` made of job `id`, which was in
+/// `was`.
+pub(crate) fn redrive_note(actor: Option<String>, id: &str, was: JobStatus) -> Option<AuditNote> {
+    let detail = serde_json::json!({ "was": was });
+    Some(AuditNote { principal: Some(actor?), action: "job.retry", target: id.to_owned(), detail })
+}
+
 /// A stored JSON column as a value for a `before`/`after` detail (`null`
 /// when empty or unreadable).
 pub(crate) fn column_value(text: Option<&str>) -> serde_json::Value {

@@ -14,13 +14,18 @@ use crate::job::{
     millis,
 };
 use crate::store::rules::approval::{self as gate, GatedRow};
-use crate::store::rules::audit::{cancel_note, submit_note};
+use crate::store::rules::audit::{cancel_note, redrive_note, submit_note};
 use crate::store::rules::codec::{
     AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns,
     to_json,
 };
-use crate::store::sql::{EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, decision_update_sql, filter_sql, list_filters};
-use crate::store::{CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, Jobs, StoreError};
+use crate::store::sql::{
+    EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, REDRIVE, decision_update_sql, filter_sql, list_filters, redrive_refusal,
+};
+use crate::store::{
+    CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, JobRedriveParams, Jobs,
+    RedriveResult, StoreError,
+};
 
 #[async_trait::async_trait]
 impl Jobs for SqliteStore {
@@ -117,6 +122,31 @@ impl Jobs for SqliteStore {
                 super::audit::append(conn, &note, now)?;
             }
             Ok(result)
+        })
+        .await
+    }
+
+    async fn job_redrive(&self, params: JobRedriveParams) -> Result<RedriveResult, StoreError> {
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("retrying a job");
+            let id = params.id.to_string();
+            let row: Option<(String, Option<String>, bool)> = conn
+                .prepare_cached("SELECT status, plan_id, approval_json IS NOT NULL FROM jobs WHERE job_id = ?1")
+                .and_then(|mut s| s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+                .map_err(&err)?;
+            let Some((status, plan_id, gated)) = row else { return Ok(RedriveResult::NotFound) };
+            let was: JobStatus = status.parse().map_err(|e: String| corrupt(&id, e))?;
+            if let Some(why) = redrive_refusal(&id, was, plan_id.as_deref(), gated) {
+                return Ok(RedriveResult::Refused(why));
+            }
+            let sql =
+                REDRIVE.replace("{now}", "?1").replace("{expires}", "?2").replace("{id}", "?3").replace("{false}", "0");
+            let expires = params.now.plus(params.queue_ttl);
+            conn.execute(&sql, params![params.now.unix_ms(), expires.unix_ms(), id]).map_err(&err)?;
+            if let Some(note) = redrive_note(params.actor, &id, was) {
+                super::audit::append(conn, &note, params.now)?;
+            }
+            Ok(RedriveResult::Queued)
         })
         .await
     }

@@ -67,6 +67,7 @@ macro_rules! with_cases {
             attempts {
                 each_attempt_keeps_its_worker_times_ending_error_and_logs,
                 only_the_latest_earlier_attempts_keep_their_logs,
+                a_retried_job_runs_again_with_fresh_attempts_and_keeps_its_history,
             }
             effects {
                 a_lost_lease_without_effects_reruns_free_until_its_limit,

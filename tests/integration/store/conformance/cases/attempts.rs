@@ -107,3 +107,49 @@ pub(crate) async fn only_the_latest_earlier_attempts_keep_their_logs(store: Arc<
     assert_eq!(kept, want, "the latest keep their logs; older ones are cut and say so");
     assert!(earlier.iter().all(|a| a.error.is_some()), "errors are kept whatever is cut");
 }
+
+/// A retry (redrive) queues an ended job again in place, with a fresh set
+/// of attempts; the attempt that ended it stays in its history.
+pub(crate) async fn a_retried_job_runs_again_with_fresh_attempts_and_keeps_its_history(store: Arc<dyn JobStore>) {
+    use leash::job::{ErrorKind, JobStatus};
+    use leash::store::{Finish, JobRedriveParams, RedriveResult};
+    let redrive =
+        |id, now| JobRedriveParams { id, now, queue_ttl: Duration::from_secs(60), actor: Some("olive".into()) };
+    let id = insert_one(&*store, NewJob { max_attempts: 2, ..new_job("x") }, T0).await.id;
+    let lease = claim(&*store, "w1", 1, at(1)).await.remove(0);
+    assert!(store.job_retry(retry_params(&lease, at(2), at(2))).await.unwrap());
+    let lease = claim(&*store, "w1", 1, at(3)).await.remove(0);
+    let failure = Finish::Failed { kind: ErrorKind::GuestError, message: "Failed: still down".into(), backtrace: None };
+    assert!(store.job_finish(super::finish_params(&lease, failure, at(4))).await.unwrap());
+
+    assert_eq!(store.job_redrive(redrive(id, at(10))).await.unwrap(), RedriveResult::Queued);
+    let job = get(&*store, id).await;
+    assert_eq!((job.status, job.run_after, job.expires_at), (JobStatus::Queued, at(10), at(70)));
+    assert_eq!((job.error_kind, job.error_message, job.last_error, job.finished_at), (None, None, None, None));
+    assert_eq!((job.attempt, job.retries, job.lost_leases, job.max_attempts), (2, 0, 0, 2), "counters start again");
+    let earlier: Vec<String> = attempts_of(&*store, id).await.into_iter().map(|a| a.outcome).collect();
+    assert_eq!(earlier, ["retried", "failed"], "the attempt that ended it is kept");
+
+    // It runs again as run 3, its own attempt 1 of 2.
+    let lease = claim(&*store, "w2", 1, at(11)).await.remove(0);
+    assert_eq!((lease.job.id, lease.job.attempt), (id, 3));
+    assert!(store.job_finish(succeed(&lease, at(12))).await.unwrap());
+    let runs: Vec<(u32, String)> = attempts_of(&*store, id).await.into_iter().map(|a| (a.run, a.outcome)).collect();
+    assert_eq!(runs, [(1, "retried".into()), (2, "failed".into()), (3, "succeeded".into())]);
+
+    // What may not run again says why; nothing changes.
+    let refused = |r: RedriveResult, why: &str| match r {
+        RedriveResult::Refused(said) => assert!(said.contains(why), "{said}"),
+        other => panic!("{other:?}"),
+    };
+    refused(store.job_redrive(redrive(id, at(13))).await.unwrap(), "is succeeded: only a failed or cancelled job");
+    let running = insert_one(&*store, new_job("r"), at(14)).await.id;
+    claim(&*store, "w1", 1, at(15)).await;
+    refused(store.job_redrive(redrive(running, at(16))).await.unwrap(), "is running");
+    let gated = insert_one(&*store, super::gated_job("g", true), at(17)).await.id;
+    store.job_cancel(gated, at(18), None).await.unwrap();
+    refused(store.job_redrive(redrive(gated, at(19))).await.unwrap(), "waited for approval");
+    assert_eq!(get(&*store, gated).await.status, JobStatus::Cancelled);
+    let unknown = leash::job::JobId::new(at(20));
+    assert_eq!(store.job_redrive(redrive(unknown, at(20))).await.unwrap(), RedriveResult::NotFound);
+}
