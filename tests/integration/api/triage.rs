@@ -80,10 +80,13 @@ async fn an_operator_triages_failures_from_the_jobs_list() {
     browser.type_into("input[name=q]", &hello).await;
     browser.click(".filters button[type=submit]").await;
     browser.wait_for_text("section.output pre.data", |t| t.contains("Hello, Ada!")).await;
-    // A time window: the last 15 minutes hold both.
+    // A time window: the list asks for jobs created since then (the store's
+    // filter is a conformance case), and the last 15 minutes hold both.
     browser.goto(&format!("{ui}#/jobs?since=15")).await;
     browser.wait_for(&format!("tr[data-job='{failed}']")).await;
     browser.wait_for(&format!("tr[data-job='{hello}']")).await;
+    let asked = "performance.getEntriesByType('resource').some((e) => e.name.includes('/v1/jobs?created_after='))";
+    browser.wait_until("the list asked for a creation window", asked).await;
 
     // Two running jobs ticked and cancelled together; the keyboard stays on
     // a row while live updates redraw it. They are submitted as the list
