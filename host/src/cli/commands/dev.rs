@@ -48,6 +48,14 @@ pub(in crate::cli) struct DevArgs {
     verbose: bool,
 }
 
+/// A line on stdout; a reader that went away (`| head`) ends nothing.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// How a project builds and where its component lands.
 #[derive(Debug)]
 struct Project {
@@ -228,16 +236,16 @@ async fn run_built(
     let built = match built {
         Ok(output) if output.status.success() => output,
         Ok(output) => {
-            println!("#{n} build failed in {took} ({}); its output:", output.status);
+            out!("#{n} build failed in {took} ({}); its output:", output.status);
             let text = [String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)].concat();
             let lines: Vec<String> = terminal_lines(&text).collect();
             for line in &lines[lines.len().saturating_sub(40)..] {
-                println!("  {line}");
+                out!("  {line}");
             }
             return ExitStatus::Usage;
         }
         Err(e) => {
-            println!("#{n} cannot run the build `{}`: {e}", project.build);
+            out!("#{n} cannot run the build `{}`: {e}", project.build);
             return ExitStatus::Usage;
         }
     };
@@ -250,10 +258,7 @@ async fn run_built(
     let bytes = match std::fs::read(&project.wasm) {
         Ok(bytes) => bytes,
         Err(e) => {
-            println!(
-                "{line} · cannot read {}: {e} (say where the build writes it with --wasm)",
-                project.wasm.display()
-            );
+            out!("{line} · cannot read {}: {e} (say where the build writes it with --wasm)", project.wasm.display());
             return ExitStatus::Usage;
         }
     };
@@ -277,7 +282,7 @@ async fn run_built(
                 Some(plugin)
             }
             Err(e) => {
-                println!("{line} · refused: {}", terminal_text(&e.to_string()));
+                out!("{line} · refused: {}", terminal_text(&e.to_string()));
                 return ExitStatus::Usage;
             }
         },
@@ -291,7 +296,7 @@ async fn run_built(
     let (input, target, grants) = match prepared {
         Ok(prepared) => prepared,
         Err(e) => {
-            println!("{line} · {e}");
+            out!("{line} · {e}");
             return ExitStatus::Usage;
         }
     };
@@ -322,7 +327,7 @@ async fn run_built(
             }
         }
     }
-    println!("{said}");
+    out!("{said}");
     outcome.error_kind().map_or(ExitStatus::Success, ExitStatus::for_kind)
 }
 
