@@ -77,6 +77,9 @@ async fn an_operator_triages_failures_from_the_jobs_list() {
     browser.wait_for(&format!("tr[data-job='{failed}']")).await;
     browser.wait_until("only the match listed", "document.querySelectorAll('table.jobs tbody tr').length === 1").await;
     browser.goto(&format!("{ui}#/jobs")).await;
+    // The unfiltered list's own search box (the searched list's holds the
+    // text it searched for).
+    browser.wait_until("the list redrawn", "document.querySelector('input[name=q]')?.value === ''").await;
     browser.type_into("input[name=q]", &hello).await;
     browser.click(".filters button[type=submit]").await;
     browser.wait_for_text("section.output pre.data", |t| t.contains("Hello, Ada!")).await;

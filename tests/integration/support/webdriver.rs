@@ -173,9 +173,19 @@ impl Browser {
         }
     }
 
+    /// Type `text` into the element `css` selects. Like [`Browser::click`],
+    /// an element redrawn between finding and typing is found again.
     pub(crate) async fn type_into(&self, css: &str, text: &str) {
-        let element = self.wait_for(css).await;
-        self.post(&format!("/element/{element}/value"), json!({ "text": text })).await;
+        let start = Instant::now();
+        loop {
+            let element = self.wait_for(css).await;
+            let path = format!("/element/{element}/value");
+            match self.command(reqwest::Method::POST, &path, Some(json!({ "text": text }))).await {
+                Ok(_) => return,
+                Err(e) if e["error"] == "stale element reference" && start.elapsed() < GENEROUS => {}
+                Err(e) => panic!("type into {css}: {e}"),
+            }
+        }
     }
 
     /// Run `script` in the page as an async script: it hands its result
