@@ -53,6 +53,9 @@ let selectionChanged = () => {};
 function applyEvent(job, event) {
   const e = event.job;
   Object.assign(job, { status: e.status, attempt: e.attempt, worker_id: e.worker_id || job.worker_id, error_kind: e.error_kind || null });
+  // Only an ended job has an error of its own (a retried one keeps its
+  // last attempt's, read from the job).
+  if (!TERMINAL.has(e.status)) job.error_message = null;
   if (event.type === 'job.started') { job.started_at = event.at; job.finished_at = null; }
   if (event.type === 'job.finished') job.finished_at = event.at;
   return job;

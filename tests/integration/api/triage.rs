@@ -136,27 +136,33 @@ async fn an_operator_triages_failures_from_the_jobs_list() {
     browser.goto(&format!("{ui}#/jobs/{gated}")).await;
     browser.wait_for_text("p.why", |t| t.starts_with("Waiting for approval for ") && t.contains("0 of 1")).await;
 
-    // A Python guest's traceback comes first; the interpreter's frames fold.
-    match tokio::task::spawn_blocking(|| polyglot::guest_bytes(Lang::Python, "loop")).await.unwrap() {
-        Some(bytes) => {
-            let answer = server.request(reqwest::Method::POST, "/v1/plugins?name=pyloop").body(bytes).send().await;
-            assert_eq!(answer.unwrap().status().as_u16(), 201);
-            let crash = json!({ "plugin": "pyloop", "input": { "crash": true }, "execution": "async" });
-            let crashed = submit(&server, crash).await;
-            browser.goto(&format!("{ui}#/jobs/{crashed}")).await;
-            let traceback = browser.wait_for_text("section.problem pre.traceback", |t| !t.is_empty()).await;
-            assert!(traceback.starts_with("Traceback (most recent call last):"), "{traceback}");
-            assert!(traceback.ends_with("ValueError: a crash the input asked for"), "{traceback}");
-            browser
-                .wait_for_text("section.problem details.frames summary", |t| t.starts_with("Interpreter frames"))
-                .await;
-            let open = browser.run("arguments[0](document.querySelector('details.frames').open)").await;
-            assert_eq!(open, false, "folded");
+    // A Python or JavaScript guest's own traceback comes first; the
+    // interpreter's frames fold.
+    for (lang, first, last) in [
+        (Lang::Python, "Traceback (most recent call last):", "ValueError: a crash the input asked for"),
+        (Lang::Js, "uncaught TypeError: a crash the input asked for", "run@leash.js"),
+    ] {
+        let Some(bytes) = tokio::task::spawn_blocking(move || polyglot::guest_bytes(lang, "loop")).await.unwrap()
+        else {
+            assert!(!polyglot::required(), "the {lang:?} traceback case must not be skipped");
+            polyglot::say_skipped(&format!("the {lang:?} traceback case: its guest toolchain is not installed"));
+            continue;
+        };
+        let name = format!("{}loop", lang.name());
+        let answer =
+            server.request(reqwest::Method::POST, &format!("/v1/plugins?name={name}")).body(bytes).send().await;
+        assert_eq!(answer.unwrap().status().as_u16(), 201);
+        let crashed =
+            submit(&server, json!({ "plugin": name, "input": { "crash": true }, "execution": "async" })).await;
+        browser.goto(&format!("{ui}#/jobs/{crashed}")).await;
+        let traceback = browser.wait_for_text("section.problem pre.traceback", |t| !t.is_empty()).await;
+        assert!(traceback.starts_with(first), "{lang:?}: {traceback}");
+        assert!(traceback.lines().any(|l| l.starts_with(last) || l.ends_with(last)), "{lang:?}: {traceback}");
+        browser.wait_for_text("section.problem details.frames summary", |t| t.starts_with("Interpreter frames")).await;
+        let open = browser.run("arguments[0](document.querySelector('details.frames').open)").await;
+        assert_eq!(open, false, "folded");
+        if lang == Lang::Python {
             std::fs::write(shots(dir.path()).join("job.png"), browser.screenshot().await).unwrap();
-        }
-        None => {
-            assert!(!polyglot::required(), "the Python traceback case must not be skipped");
-            polyglot::say_skipped("the Python traceback case: componentize-py is not installed");
         }
     }
 

@@ -52,6 +52,15 @@ fn leash_dev_once_builds_runs_and_says_so_in_one_line() {
     assert!(String::from_utf8_lossy(&failed.stdout).contains(" · failed (guest_error) in "));
 }
 
+/// Replace `name` in `dir` as an editor that saves atomically does: the
+/// file is never seen half written (a plain write truncates it first, and
+/// a loaded machine can pause between the two).
+fn save(dir: &Path, name: &str, text: &str) {
+    let draft = dir.join(format!(".{name}.draft"));
+    std::fs::write(&draft, text).unwrap();
+    std::fs::rename(&draft, dir.join(name)).unwrap();
+}
+
 /// Lines `child` prints, as they come.
 fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
@@ -76,21 +85,21 @@ fn leash_dev_runs_again_on_each_edit_and_keeps_the_compiled_component() {
     assert!(first.starts_with("#1 built in ") && first.contains("Hello, Ada!"), "{first}");
 
     // The saved input, edited: run again on the same compiled component.
-    std::fs::write(dir.path().join("in.json"), r#"{"name":"Barbara"}"#).unwrap();
+    save(dir.path(), "in.json", r#"{"name":"Barbara"}"#);
     let second = next("the edited input");
     assert!(second.starts_with("#2 built in ") && second.contains(" · unchanged component · "), "{second}");
     assert!(second.contains("Hello, Barbara!"), "{second}");
 
     // The source, edited: a new component, made ready (compiled, or read
     // from the compile cache the tests share), run on the same input.
-    std::fs::write(dir.path().join("which.txt"), "fail").unwrap();
+    save(dir.path(), "which.txt", "fail");
     let third = next("the edited source");
     let ready = third.contains(" · compiled in ") || third.contains(" · loaded from the compile cache in ");
     assert!(third.starts_with("#3 built in ") && ready, "{third}");
     assert!(third.contains(" · failed (invalid_input) in "), "the fail plugin refuses a name: {third}");
 
     // Back to the first: still compiled, in this process.
-    std::fs::write(dir.path().join("which.txt"), "hello").unwrap();
+    save(dir.path(), "which.txt", "hello");
     let fourth = next("the source put back");
     assert!(fourth.contains(" · unchanged component · ") && fourth.contains("Hello, Barbara!"), "{fourth}");
 

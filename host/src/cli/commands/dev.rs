@@ -190,6 +190,9 @@ fn snapshot(project: &Project, input: Option<&Path>) -> Snapshot {
     seen
 }
 
+/// How long the watched files must be still before a round starts.
+const QUIET: Duration = Duration::from_millis(150);
+
 /// Compiled components kept warm, most recent last: going back to an
 /// earlier build runs without compiling.
 const KEPT: usize = 4;
@@ -392,9 +395,9 @@ pub(in crate::cli) async fn dev(args: DevArgs) -> Result<ExitStatus, CliError> {
                 _ = changes.recv() => {}
                 _ = interrupts.recv() => return Ok(ExitStatus::Success),
             }
-            // An editor's save is several events: let them settle.
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            while changes.try_recv().is_ok() {}
+            // An editor's save is several events (a truncate, then the
+            // write): wait until the files have been quiet for a moment.
+            while tokio::time::timeout(QUIET, changes.recv()).await.is_ok_and(|event| event.is_some()) {}
         }
     }
 }
