@@ -184,7 +184,13 @@ impl Pool {
         // decides: see store/rules/unfinished.rs).
         let release_pause = match &outcome {
             _ if user_cancel => None,
-            Ok(o) if self.shutting_down.load(Ordering::SeqCst) && o.error_kind() == Some(ErrorKind::Cancelled) => {
+            // Stopped for shutdown: cancelled, or failed after the stop
+            // (a guest refused an effect because its attempt was stopping
+            // may turn that into its own failure before it is stopped).
+            Ok(o)
+                if self.shutting_down.load(Ordering::SeqCst)
+                    && (o.error_kind() == Some(ErrorKind::Cancelled) || (o.result.is_err() && stop.is_requested())) =>
+            {
                 Some(Duration::ZERO)
             }
             Ok(o) if o.result.is_err() && watch.host_refused.load(Ordering::SeqCst) => {
