@@ -68,6 +68,14 @@ fn human_count(n: u64) -> String {
     out
 }
 
+/// `text` cut to `room` characters, the cut marked with `…`.
+fn cut(text: &str, room: usize) -> String {
+    match text.chars().count() > room {
+        true => format!("{}…", text.chars().take(room.saturating_sub(1)).collect::<String>()),
+        false => text.to_owned(),
+    }
+}
+
 /// The time from `from` to `to`, none when `to` is earlier.
 fn between(from: Timestamp, to: Timestamp) -> Duration {
     Duration::from_millis(u64::try_from(to.unix_ms() - from.unix_ms()).unwrap_or(0))
@@ -255,10 +263,7 @@ pub(super) fn job_text(view: &JobView, attempts: &[Attempt], now: Timestamp, wid
         let frames: Vec<String> = terminal_lines(backtrace).collect();
         let room = width.saturating_sub(LABEL + 1).max(20);
         for (i, frame) in frames.iter().take(FRAMES).enumerate() {
-            let frame = match frame.chars().count() > room {
-                true => format!("{}…", frame.chars().take(room - 1).collect::<String>()),
-                false => frame.clone(),
-            };
+            let frame = cut(frame, room);
             let _ = writeln!(page.text, "{:<LABEL$}{frame}", if i == 0 { "backtrace" } else { "" });
         }
         if frames.len() > FRAMES {
@@ -326,10 +331,7 @@ pub(super) fn attempts_table(attempts: &[Attempt], width: usize) -> Table {
     let mut table = new_table(&columns.iter().map(|&c| header[c]).collect::<Vec<_>>());
     for (a, row) in attempts.iter().zip(rows) {
         let error = a.error.as_deref().and_then(|e| e.lines().next()).map(terminal_text).unwrap_or_default();
-        let error = match error.chars().count() > room {
-            true => format!("{}…", error.chars().take(room - 1).collect::<String>()),
-            false => error,
-        };
+        let error = cut(&error, room);
         let mut cells = row.to_vec();
         cells.push(error);
         table.add_row(columns.iter().map(|&c| cells[c].clone()).collect::<Vec<_>>());
