@@ -375,6 +375,7 @@ async fn store_only_by(n: usize, events: bool, submitter: Submitter) -> f64 {
                             peak_memory_bytes: 1,
                             progress: None,
                             logs: None,
+                            proposals: Vec::new(),
                             now,
                         };
                         assert!(store.job_finish(finish).await.unwrap());

@@ -214,6 +214,7 @@ async fn main() {
                 token: fenced.keeper.token.clone(),
                 method: "POST".into(),
                 url: format!("{base}/hook"),
+                proposal: None,
                 now: SystemClock.now(),
             };
             let effect = store.effect_begin(params).await.unwrap().unwrap();

@@ -202,6 +202,26 @@ impl Request {
         self
     }
 
+    /// Its method.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Its headers, in order.
+    pub fn headers(&self) -> &[(String, String)] {
+        &self.headers
+    }
+
+    /// Its body.
+    pub fn body_bytes(&self) -> &[u8] {
+        &self.body
+    }
+
     /// Send it and read the whole response.
     pub fn send(self) -> Result<Response, HttpError> {
         let fail = |code: String, detail: Option<String>| HttpError {

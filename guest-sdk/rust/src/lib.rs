@@ -1,7 +1,7 @@
 //! Write leash plugins in Rust.
 //!
 //! A plugin is a WebAssembly component that implements the
-//! `leash:plugin@0.1.0` world (see `wit/plugin.wit` and
+//! `leash:plugin@0.1.1` world (see `wit/plugin.wit` and
 //! `docs/plugin-contract.md`). This crate hides the generated bindings:
 //! implement [`Plugin`], call [`export!`] once, and build with
 //! `cargo build --release --target wasm32-wasip2`.
@@ -160,93 +160,7 @@ pub fn json_output<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, E
     serde_json::to_vec(value).map_err(|e| Error::failed(format!("cannot encode output as JSON: {e}")))
 }
 
-/// Plans: what an `apply` phase gets from its `execute` phase.
-pub mod plan {
-    use base64::Engine as _;
-
-    use super::Error;
-
-    /// An apply phase's input: the plan's own input and what its execute
-    /// phase output (the change a person approved), as the host hands it
-    /// over (a JSON document, `leash_apply: 1`).
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct ApplyInput {
-        /// The plan.
-        pub plan_id: String,
-        /// The execute job whose output this is.
-        pub execute_job_id: String,
-        /// The plan's input bytes.
-        pub input: Vec<u8>,
-        /// The execute phase's output bytes.
-        pub execute_output: Vec<u8>,
-    }
-
-    #[derive(serde::Deserialize)]
-    struct Wire {
-        leash_apply: u32,
-        plan_id: String,
-        execute_job_id: String,
-        input_base64: String,
-        execute_output_base64: String,
-    }
-
-    impl ApplyInput {
-        /// Read an apply phase's input; anything else is
-        /// [`Error::InvalidInput`] (an apply job submitted by hand rather
-        /// than by a plan, say).
-        pub fn parse(input: &[u8]) -> Result<ApplyInput, Error> {
-            let wire: Wire = serde_json::from_slice(input)
-                .map_err(|e| Error::invalid_input(format!("not an apply input (is this job part of a plan?): {e}")))?;
-            if wire.leash_apply != 1 {
-                return Err(Error::invalid_input(format!("apply input version {} is not 1", wire.leash_apply)));
-            }
-            let decode = |field: &str, text: &str| {
-                base64::engine::general_purpose::STANDARD
-                    .decode(text)
-                    .map_err(|e| Error::invalid_input(format!("apply input `{field}` is not base64: {e}")))
-            };
-            Ok(ApplyInput {
-                input: decode("input_base64", &wire.input_base64)?,
-                execute_output: decode("execute_output_base64", &wire.execute_output_base64)?,
-                plan_id: wire.plan_id,
-                execute_job_id: wire.execute_job_id,
-            })
-        }
-
-        /// The plan's input, as JSON.
-        pub fn input_json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
-            super::json_input(&self.input)
-        }
-
-        /// What the execute phase output, as JSON.
-        pub fn execute_output_json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
-            serde_json::from_slice(&self.execute_output)
-                .map_err(|e| Error::invalid_input(format!("the execute output is not the JSON expected: {e}")))
-        }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn an_apply_input_reads_back_both_parts() {
-            // As the host writes it (leash::job::ApplyInput).
-            let wire = br#"{"leash_apply":1,"plan_id":"01P","execute_job_id":"01E","input":{"want":1},
-                "input_base64":"eyJ3YW50IjoxfQ==","execute_output":null,"execute_output_base64":"/wA="}"#;
-            let input = ApplyInput::parse(wire).unwrap();
-            assert_eq!((input.plan_id.as_str(), input.execute_job_id.as_str()), ("01P", "01E"));
-            assert_eq!(input.input, br#"{"want":1}"#);
-            assert_eq!(input.execute_output, [0xff, 0x00]);
-            assert_eq!(input.input_json::<serde_json::Value>().unwrap()["want"], 1);
-            assert!(input.execute_output_json::<serde_json::Value>().is_err(), "binary output is not JSON");
-            assert!(matches!(ApplyInput::parse(b"{\"name\":\"x\"}"), Err(Error::InvalidInput(_))));
-            let newer =
-                br#"{"leash_apply":2,"plan_id":"","execute_job_id":"","input_base64":"","execute_output_base64":""}"#;
-            assert!(matches!(ApplyInput::parse(newer), Err(Error::InvalidInput(m)) if m.contains("version 2")));
-        }
-    }
-}
+pub mod plan;
 
 /// Report progress: `done` of `total` units, with a short note. Returns
 /// true when the plugin should stop (the job was cancelled or its worker is

@@ -83,6 +83,7 @@ impl From<RuntimeError> for ApiError {
             }
             RuntimeError::AlreadyTerminal { .. } => ApiError::new(StatusCode::CONFLICT, "already_terminal", message),
             RuntimeError::NotRetryable(_) => ApiError::new(StatusCode::CONFLICT, "not_retryable", message),
+            RuntimeError::PlanChanged { .. } => ApiError::new(StatusCode::CONFLICT, "plan_changed", message),
             RuntimeError::Undecidable { code, .. } => ApiError::new(StatusCode::CONFLICT, code, message),
             RuntimeError::DecisionForbidden { code, .. } => ApiError::new(StatusCode::FORBIDDEN, code, message),
             RuntimeError::ApprovalRequired { .. } => ApiError::new(StatusCode::FORBIDDEN, "approval_required", message),

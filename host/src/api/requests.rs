@@ -258,6 +258,11 @@ pub struct PlanDecisionRequest {
     #[schema(max_length = 4096)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
+    /// Approving the apply phase: the plan's `binding_digest` as it was
+    /// shown. The approval is refused (`409 plan_changed`) if the plan's
+    /// differs; left out, the digest the plan has now is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 /// The body of `POST /v1/plans`.
@@ -346,7 +351,7 @@ pub(super) fn decision_by(
         ttl: std::time::Duration::from_millis(r.ttl_ms),
         any_submitter: r.any_submitter,
     });
-    Ok(DecisionBy { by: principal.name.clone(), comment: body.comment, key, remember })
+    Ok(DecisionBy { by: principal.name.clone(), comment: body.comment, key, remember, digest: None })
 }
 
 /// A decision's `by`, if sent, must name the principal making it: no token
@@ -385,5 +390,7 @@ pub(super) fn plan_decision(
             ));
         }
     };
-    Ok((phase, DecisionBy { by: principal.name.clone(), comment: body.comment, key, remember: None }))
+    let who =
+        DecisionBy { by: principal.name.clone(), comment: body.comment, key, remember: None, digest: body.digest };
+    Ok((phase, who))
 }

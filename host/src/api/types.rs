@@ -121,6 +121,14 @@ pub struct PlanAnswer {
     pub execute: Finished<JobView>,
     /// The apply phase and its output, once created.
     pub apply: Option<Finished<JobView>>,
+    /// The binding digest the apply phase's approval holds, once someone
+    /// approved it (compare `effects.binding_digest`).
+    pub approved_digest: Option<String>,
+    /// The effects execute proposed, with where each stands and the
+    /// binding digest to approve them by: shown by `GET /v1/plans/{id}`
+    /// once execute has succeeded (absent in lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects: Option<crate::job::proposal::PlanEffects>,
 }
 
 impl From<PlanView> for PlanAnswer {
@@ -129,13 +137,14 @@ impl From<PlanView> for PlanAnswer {
             let output = job.output.take();
             Finished::new(JobView::from(job), output.as_deref())
         };
-        let approved_by = view
+        let approved = view
             .apply
             .as_ref()
             .and_then(|a| a.approval.as_ref())
             .and_then(|a| a.decision.as_ref())
-            .filter(|d| d.verdict == crate::job::Verdict::Approved)
-            .map(|d| d.by.clone());
+            .filter(|d| d.verdict == crate::job::Verdict::Approved);
+        let approved_by = approved.map(|d| d.by.clone());
+        let approved_digest = approved.and_then(|d| d.binding.clone());
         PlanAnswer {
             plan_id: view.plan.plan_id,
             status: view.status,
@@ -145,6 +154,8 @@ impl From<PlanView> for PlanAnswer {
             approved_by,
             execute: phase(view.execute),
             apply: view.apply.map(phase),
+            approved_digest,
+            effects: view.effects,
         }
     }
 }

@@ -20,7 +20,8 @@ pub enum ExitStatus {
     ResourceLimit = 5,
     /// The plugin trapped.
     Trap = 6,
-    /// The server refused the request (token, conflict, backpressure).
+    /// The server refused the request (token, conflict, backpressure), or
+    /// the host refused the job's effects (`denied`).
     Refused = 7,
     /// The server could not be reached.
     Unreachable = 8,
@@ -45,6 +46,7 @@ impl ExitStatus {
             }
             ErrorKind::Trap => ExitStatus::Trap,
             ErrorKind::HostCrash => ExitStatus::HostCrash,
+            ErrorKind::Denied => ExitStatus::Refused,
             ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::Interrupted | ErrorKind::HostError => {
                 ExitStatus::Internal
             }
@@ -82,7 +84,8 @@ Exit codes:
   5   a resource limit stopped the job (fuel, memory, output or a counted resource)
   6   the plugin trapped (panic, stack overflow, bad memory access)
   7   the server refused: bad token (401), approval policy (403), job already ended
-      or decided (409), queue full (429)
+      or decided (409), queue full (429); or the host refused a plan's apply phase
+      (denied: its approved effects no longer granted, or its plan changed)
   8   the server could not be reached
   9   the job was quarantined: two processes died while running it (host_crash)
   10  leash audit verify: the audit chain is broken (a row edited, removed or added by hand)

@@ -246,6 +246,11 @@ pub struct Decision {
     /// The standing rule this approval made ("Allow & Remember").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remembered: Option<String>,
+    /// For the approval of a plan's apply phase: the binding digest of
+    /// what it approved (plugin, grants, execute output, proposed
+    /// effects); the apply phase runs only while the plan still has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<String>,
 }
 
 impl Decision {

@@ -20,8 +20,13 @@ pub struct Effect {
     /// never recorded.
     pub url: String,
     /// The `Idempotency-Key` the request carried: `<job id>/<seq>`, the
-    /// same for the same place in every attempt.
+    /// same for the same place in every attempt; for an apply phase's
+    /// approved proposal, `<job id>/proposal/<n>`, the same in every
+    /// attempt that sends it.
     pub idempotency_key: String,
+    /// The approved proposal it sent (an apply phase's effects only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<u32>,
     /// When the intent was recorded (before the first byte was sent).
     pub started_at: Timestamp,
     /// When the outcome was recorded; absent while in flight, or if the
@@ -37,6 +42,12 @@ impl Effect {
     /// The key of the `seq`th effect of any attempt of `job`.
     pub fn idempotency_key(job: JobId, seq: u32) -> String {
         format!("{job}/{seq}")
+    }
+
+    /// The key of every request of `job` that sends its approved
+    /// proposal `n`.
+    pub fn proposal_key(job: JobId, n: u32) -> String {
+        format!("{job}/proposal/{n}")
     }
 }
 

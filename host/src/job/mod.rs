@@ -20,6 +20,7 @@ mod id;
 pub mod millis;
 pub mod plan;
 mod plugin;
+pub mod proposal;
 mod record;
 pub mod rule;
 mod worker;
@@ -32,6 +33,7 @@ pub use grant::Grants;
 pub use id::JobId;
 pub use plan::{ApplyInput, ApplyMode, PlanPhase, PlanRecord, PlanStatus};
 pub use plugin::{DEFAULT_PLUGIN_VERSION, PluginInfo, PluginName, PluginRef};
+pub use proposal::{Proposal, ProposalState, ProposalView};
 pub use record::{
     Backoff, Counts, DEFAULT_APPROVAL_TTL, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, IdempotencyKey, Job, JobLimits,
     JobLogs, JobProgress, JobStatus, KEY_SEPARATOR, LogLine, MAX_ATTEMPTS_CEILING, MAX_IDEMPOTENCY_KEY_BYTES,
@@ -158,6 +160,10 @@ pub enum ErrorKind {
     Interrupted,
     /// leash itself failed to run the job.
     HostError,
+    /// The host refused what the job was to do before any of it was done:
+    /// a plan's apply phase whose approved effects its plugin's grant no
+    /// longer allows, or whose plan changed since it was approved.
+    Denied,
     /// Quarantined: the job was running in two processes that died under
     /// it (a crash of the host's own code, or kills), so it is never
     /// claimed again.
@@ -166,7 +172,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 15] = [
+    pub const ALL: [ErrorKind; 16] = [
         ErrorKind::GuestError,
         ErrorKind::InvalidInput,
         ErrorKind::Trap,
@@ -182,6 +188,7 @@ impl ErrorKind {
         ErrorKind::Interrupted,
         ErrorKind::HostError,
         ErrorKind::HostCrash,
+        ErrorKind::Denied,
     ];
 
     /// The stored name, e.g. `out_of_fuel`.
@@ -202,6 +209,7 @@ impl ErrorKind {
             ErrorKind::Interrupted => "interrupted",
             ErrorKind::HostError => "host_error",
             ErrorKind::HostCrash => "host_crash",
+            ErrorKind::Denied => "denied",
         }
     }
 

@@ -23,6 +23,10 @@ pub struct DecisionBy {
     /// An approval that also stands for jobs exactly like this one ("Allow
     /// & Remember", see [`crate::job::rule`]).
     pub remember: Option<RememberFor>,
+    /// For a plan's apply phase: the binding digest the approver was shown
+    /// (`PlanView::binding`); the approval is refused
+    /// ([`RuntimeError::PlanChanged`]) if the plan's differs.
+    pub digest: Option<String>,
 }
 
 /// How long an approval that remembers stands, and for whose submits.
@@ -37,7 +41,7 @@ pub struct RememberFor {
 impl DecisionBy {
     /// `by` deciding without a comment.
     pub fn new(by: impl Into<String>) -> Self {
-        DecisionBy { by: by.into(), comment: None, key: None, remember: None }
+        DecisionBy { by: by.into(), comment: None, key: None, remember: None, digest: None }
     }
 
     /// An approval that stands for `ttl` for jobs exactly like this one.
@@ -52,6 +56,12 @@ impl DecisionBy {
     /// With a comment.
     pub fn comment(mut self, comment: impl Into<String>) -> Self {
         self.comment = Some(comment.into());
+        self
+    }
+
+    /// Approving what the binding digest `digest` covers, as shown.
+    pub fn digest(mut self, digest: impl Into<String>) -> Self {
+        self.digest = Some(digest.into());
         self
     }
 
@@ -116,6 +126,23 @@ impl Runtime {
             }
         };
         let remembered = remember.as_ref().map(|r| r.rule.clone());
+        // An apply phase's approval binds what it approves.
+        let binding = match decision {
+            JobDecision::Approve => self.apply_binding(id).await?,
+            _ => None,
+        };
+        match (&who.digest, &binding) {
+            (Some(_), _) if decision == JobDecision::Run => {}
+            (Some(shown), Some((plan, now))) if shown != now => {
+                return Err(RuntimeError::PlanChanged { plan: plan.clone(), shown: shown.clone(), now: now.clone() });
+            }
+            (Some(_), None) if decision == JobDecision::Approve => {
+                return Err(RuntimeError::InvalidJob(
+                    "a binding digest is sent only with the approval of a plan's apply phase".into(),
+                ));
+            }
+            _ => {}
+        }
         let params = JobDecideParams {
             id,
             decision,
@@ -126,6 +153,7 @@ impl Runtime {
             approval_ttl: settings.approval_ttl,
             remember,
             rule: None,
+            binding: binding.map(|(_, digest)| digest),
             now,
         };
         let job = match self.inner.store.job_decide(params).await? {

@@ -53,6 +53,20 @@ pub enum RuntimeError {
     /// The job may not be run again (see [`crate::store::Jobs::job_redrive`]).
     #[error("{0}")]
     NotRetryable(String),
+    /// An approval of a plan's apply phase named a binding digest the plan
+    /// no longer has: the approver saw something other than what would run.
+    #[error(
+        "plan {plan} changed since it was shown: the approval was for {shown}, the plan is now {now}; \
+         look at it again before approving"
+    )]
+    PlanChanged {
+        /// The plan.
+        plan: String,
+        /// The digest the approver sent.
+        shown: String,
+        /// The plan's digest now.
+        now: String,
+    },
     /// The idempotency key already belongs to a job created by a different
     /// request.
     #[error("idempotency key {key:?} was used for another request (job {job})")]

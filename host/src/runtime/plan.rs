@@ -10,6 +10,7 @@ use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::clock::Clock;
+use crate::job::proposal::{PlanEffects, binding_digest};
 use crate::job::{
     ApplyMode, IdempotencyKey, Job, JobId, JobStatus, PlanPhase, PlanRecord, PlanStatus, PluginRef, Target,
 };
@@ -53,6 +54,10 @@ pub struct PlanView {
     pub execute: Job,
     /// The apply job, once created (with its output).
     pub apply: Option<Job>,
+    /// The effects its execute phase proposed, with the binding digest an
+    /// approval holds: shown for one plan, once execute has succeeded
+    /// (`None` in lists).
+    pub effects: Option<PlanEffects>,
 }
 
 /// The phase a plan decision is about: by name, or by its job's id.
@@ -118,15 +123,38 @@ impl Runtime {
             Err(e) => return Err(e.into()),
         };
         self.count_queued(std::slice::from_ref(&execute));
-        let view = PlanView { status: PlanStatus::of(&execute, None, false), plan, execute, apply: None };
+        let view =
+            PlanView { status: PlanStatus::of(&execute, None, false), plan, execute, apply: None, effects: None };
         Ok(PlanCreated { view, replayed: false })
     }
 
-    /// One plan with its phases.
+    /// One plan with its phases and, once execute has succeeded, the
+    /// effects it proposed.
     pub async fn plan(&self, plan_id: &str) -> Result<PlanView, RuntimeError> {
         let plan = self.inner.store.plan_get(plan_id.to_owned()).await?;
         let plan = plan.ok_or_else(|| RuntimeError::UnknownPlan(plan_id.to_owned()))?;
-        self.plan_view(plan).await
+        let mut view = self.plan_view(plan).await?;
+        if view.execute.status == JobStatus::Succeeded {
+            view.effects = Some(self.plan_effects(&view).await?);
+        }
+        Ok(view)
+    }
+
+    /// `view`'s proposed effects, where each stands, and the binding
+    /// digest (over the apply job's plugin and grants: the execute job's).
+    async fn plan_effects(&self, view: &PlanView) -> Result<PlanEffects, RuntimeError> {
+        let store = &self.inner.store;
+        let proposals = store.plan_proposals(view.execute.id).await?;
+        let output = view.execute.output.as_deref().unwrap_or_default();
+        let binding = binding_digest(&view.execute.plugin, &view.execute.grants, output, &proposals);
+        let (apply, effects, refused) = match &view.apply {
+            None => (None, Vec::new(), 0),
+            Some(apply) => {
+                let logs = store.job_logs(apply.id).await?;
+                (Some(apply.id), store.effects(apply.id).await?, last_refused_count(logs.as_ref()))
+            }
+        };
+        Ok(PlanEffects::new(binding, &proposals, apply, &effects, refused))
     }
 
     /// Plans, newest first, with their phases.
@@ -145,7 +173,21 @@ impl Runtime {
             None => None,
         };
         let status = PlanStatus::of(&execute, apply.as_ref(), plan.cancelled_at.is_some());
-        Ok(PlanView { plan, status, execute, apply })
+        Ok(PlanView { plan, status, execute, apply, effects: None })
+    }
+
+    /// The binding digest of apply job `id` (with its plan's id): over its
+    /// plugin, its grants, its execute phase's output and the proposed
+    /// effects. `None` for any job that is not a plan's apply phase.
+    pub(crate) async fn apply_binding(&self, id: JobId) -> Result<Option<(String, String)>, RuntimeError> {
+        let job = self.get(id).await?;
+        let (Target::Apply, Some(plan_id)) = (&job.target, &job.plan_id) else { return Ok(None) };
+        let plan = self.inner.store.plan_get(plan_id.clone()).await?;
+        let plan = plan.ok_or_else(|| RuntimeError::UnknownPlan(plan_id.clone()))?;
+        let execute = self.get(plan.execute_job).await?;
+        let proposals = self.inner.store.plan_proposals(plan.execute_job).await?;
+        let output = execute.output.as_deref().unwrap_or_default();
+        Ok(Some((plan_id.clone(), binding_digest(&job.plugin, &job.grants, output, &proposals))))
     }
 
     /// Approve `phase` of a plan, where it waits for approval (apply; or
@@ -219,6 +261,18 @@ impl Runtime {
         }
         self.plan(plan_id).await
     }
+}
+
+/// The requests an apply job's last run refused as not proposed, from
+/// the report it logged.
+fn last_refused_count(logs: Option<&crate::job::JobLogs>) -> u32 {
+    let records = logs.map(|l| l.records.as_slice()).unwrap_or_default();
+    records
+        .iter()
+        .rev()
+        .find_map(|r| r.fields.iter().find(|(k, _)| k == crate::worker::REPORT_FIELDS[2]).map(|(_, v)| v))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Create the apply job of each plan whose execute job this process just

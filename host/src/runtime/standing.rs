@@ -135,6 +135,7 @@ impl Runtime {
             approval_ttl: settings.approval_ttl,
             remember: None,
             rule: Some(rule.id.clone()),
+            binding: None,
             now: settings.clock.now(),
         };
         let decided = self.inner.store.job_decide(params).await?;

@@ -48,7 +48,8 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub(super) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+    /// A failure of `kind` with `message`, not retryable.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Failure { kind, message: message.into(), backtrace: None, retryable: false, stopped: None }
     }
 
@@ -111,6 +112,9 @@ pub struct Outcome {
     pub stdout: Captured,
     /// Guest stderr.
     pub stderr: Captured,
+    /// The effects a plan's execute phase proposed (none in any other
+    /// run, or when the phase failed).
+    pub proposals: Vec<crate::job::Proposal>,
 }
 
 impl Outcome {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::job::{Grants, Target};
-use crate::sandbox::http::EffectLedger;
+use crate::sandbox::http::{EffectFence, EffectLedger};
 use crate::sandbox::{
     DEFAULT_CANCEL_GRACE, DEFAULT_CAPTURE_BYTES, DEFAULT_LOG_BYTES, DEFAULT_LOG_RECORDS, DEFAULT_MEMORY_BYTES,
     DEFAULT_OUTPUT_BYTES, DEFAULT_TIMEOUT, HOSTCALL_SLACK_BYTES,
@@ -66,13 +66,28 @@ pub struct RunRequest {
     pub grants: Arc<Grants>,
     /// Fences and records each effectful request; `None`: neither.
     pub effects: Option<Arc<dyn EffectLedger>>,
+    /// What the phase may do with effects: a plan's execute phase
+    /// proposes them, its apply phase sends only approved ones.
+    pub fence: EffectFence,
 }
 
 impl RunRequest {
     /// A one-shot run of `target` on `input`: no job id, attempt 1,
-    /// nothing granted, no effect ledger.
+    /// nothing granted, no effect ledger. An `execute` run proposes its
+    /// effects as a plan's does; an `apply` run has no approved proposals
+    /// and is not fenced to them.
     pub fn new(target: Target, input: Vec<u8>, limits: RunLimits) -> Self {
-        RunRequest { job_id: String::new(), target, attempt: 1, input, limits, grants: Arc::default(), effects: None }
+        let fence = if target == Target::Execute { EffectFence::Propose } else { EffectFence::Open };
+        RunRequest {
+            job_id: String::new(),
+            target,
+            attempt: 1,
+            input,
+            limits,
+            grants: Arc::default(),
+            effects: None,
+            fence,
+        }
     }
 }
 

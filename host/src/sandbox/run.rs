@@ -9,12 +9,12 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
 
-use crate::job::Target;
+use crate::job::{ErrorKind, Target};
 use crate::sandbox::capture::CapturedOutput;
 use crate::sandbox::http::HttpGate;
 use crate::sandbox::journal::{Journal, LogBook, RunObserver, cut_text};
 use crate::sandbox::limiter::JobLimiter;
-use crate::sandbox::outcome::{Captured, Ended, Interrupted, Outcome, Usage, classify};
+use crate::sandbox::outcome::{Captured, Ended, Failure, Interrupted, Outcome, Usage, classify};
 use crate::sandbox::request::{RunRequest, hostcall_fuel};
 use crate::sandbox::state::HostState;
 use crate::sandbox::stop::StopHandle;
@@ -59,6 +59,7 @@ impl Sandbox {
             request.grants.clone(),
             self.config.secrets.clone(),
             request.effects.clone(),
+            request.fence.clone(),
             journal.clone(),
             deadline,
         );
@@ -135,8 +136,18 @@ impl Sandbox {
         };
 
         let fuel_used = if self.config.fuel { fuel_budget - store.get_fuel().unwrap_or(0) } else { 0 };
-        let state = store.into_data();
+        let mut state = store.into_data();
         let mut result = classify(ended, &state, limits, stop.is_requested(), &stderr);
+        // A proposal the grant refused fails the execute phase, whatever
+        // the guest made of the refusal.
+        let book = std::mem::take(&mut state.http.book);
+        if let (Ok(_), Some(why)) = (&result, book.refused) {
+            result = Err(Failure::new(
+                ErrorKind::GuestError,
+                format!("GuestError: the execute phase proposed an effect its grant refuses: {why}"),
+            ));
+        }
+        let proposals = if result.is_ok() { book.proposals } else { Vec::new() };
         // Nothing the host keeps of the run holds a secret's value in
         // clear, whatever the guest got back and passed on; texts are
         // cleaned first and cut after.
@@ -169,6 +180,7 @@ impl Sandbox {
             last_progress: state.last_progress,
             stdout: Captured { bytes: stdout_bytes, dropped: stdout_dropped },
             stderr: Captured { bytes: stderr_bytes, dropped: stderr_dropped },
+            proposals,
         }
     }
 }

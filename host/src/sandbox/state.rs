@@ -4,7 +4,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::bindings::leash::plugin::{host, types};
+use super::bindings::leash::plugin::{host, plan, types};
 use super::http::HttpGate;
 use super::journal::{Journal, LogLevel, Progress};
 use super::limiter::JobLimiter;
@@ -58,5 +58,19 @@ impl host::Host for HostState {
 
     async fn cancelled(&mut self) -> bool {
         self.stop.is_requested()
+    }
+}
+
+impl plan::Host for HostState {
+    async fn propose(&mut self, effect: plan::Effect) -> Result<u32, String> {
+        self.http.propose(effect.method, effect.url, effect.headers, effect.body).await
+    }
+
+    async fn approved(&mut self) -> Vec<(u32, plan::Effect)> {
+        self.http
+            .approved()
+            .into_iter()
+            .map(|p| (p.n, plan::Effect { method: p.method, url: p.url, headers: p.headers, body: p.body }))
+            .collect()
     }
 }

@@ -16,6 +16,8 @@ pub struct EffectBeginParams {
     pub method: String,
     /// `scheme://host[:port]/path`, without query or credentials.
     pub url: String,
+    /// The approved proposal it sends (an apply phase's effects only).
+    pub proposal: Option<u32>,
     /// Now.
     pub now: Timestamp,
 }
@@ -41,9 +43,11 @@ pub struct EffectEndParams {
 pub trait Effects: Send + Sync + std::fmt::Debug {
     /// Record the intent of an effect, fenced by the lease: only while the
     /// job is running under `token`, in the attempt that token belongs to,
-    /// numbered after that attempt's earlier effects. Committed before it
-    /// returns. `None`: the lease is not held; nothing was recorded, and the
-    /// effect must not be made.
+    /// numbered after that attempt's earlier effects; and, for an approved
+    /// proposal, only while no effect of the job has sent it and been
+    /// answered. Committed before it returns. `None`: the lease is not held
+    /// (or the proposal was sent); nothing was recorded, and the effect
+    /// must not be made.
     async fn effect_begin(&self, params: EffectBeginParams) -> Result<Option<Effect>, StoreError>;
 
     /// Record how an effect ended (not fenced: it happened either way).

@@ -339,6 +339,10 @@ impl Plans for FaultyStore {
         self.inner.plan_get(plan_id).await
     }
 
+    async fn plan_proposals(&self, execute_job: JobId) -> Result<Vec<crate::job::Proposal>, StoreError> {
+        self.inner.plan_proposals(execute_job).await
+    }
+
     async fn plan_list(&self, params: PlanListParams) -> Result<Vec<PlanRecord>, StoreError> {
         self.inner.plan_list(params).await
     }

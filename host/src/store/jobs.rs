@@ -46,6 +46,9 @@ pub struct JobDecideParams {
     /// write, the rule is neither revoked nor expired and its author still
     /// holds `approve`. Approvals only.
     pub rule: Option<String>,
+    /// For a plan's apply phase: the binding digest of what is approved,
+    /// recorded with the approval (see [`crate::job::proposal`]).
+    pub binding: Option<String>,
     /// Now.
     pub now: Timestamp,
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::job::{ErrorKind, Job, JobId, JobLogs, JobProgress, JobStatus};
+use crate::job::{ErrorKind, Job, JobId, JobLogs, JobProgress, JobStatus, Proposal};
 use crate::store::StoreError;
 
 /// Message recorded when a job's lease expired with no attempts left.
@@ -131,6 +131,9 @@ pub struct JobFinishParams {
     pub progress: Option<JobProgress>,
     /// What the attempt logged.
     pub logs: Option<JobLogs>,
+    /// The effects a plan's execute phase proposed, recorded with its
+    /// success in the same transaction (dropped with any other ending).
+    pub proposals: Vec<Proposal>,
     /// Now.
     pub now: Timestamp,
 }

@@ -1,7 +1,7 @@
 //! Plans: a plan's record, its listing and the sweep that advances it.
 
 use crate::clock::Timestamp;
-use crate::job::{ApplyMode, Job, NewJob, PlanRecord};
+use crate::job::{ApplyMode, Job, JobId, NewJob, PlanRecord, Proposal};
 use crate::store::StoreError;
 
 /// Parameters of [`Plans::plan_insert`].
@@ -38,6 +38,10 @@ pub struct PlanListParams {
 pub trait Plans: Send + Sync + std::fmt::Debug {
     /// Create a plan and its execute job, in one transaction.
     async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError>;
+
+    /// The effects a plan's execute job proposed, by number (none until
+    /// it has succeeded).
+    async fn plan_proposals(&self, execute_job: JobId) -> Result<Vec<Proposal>, StoreError>;
 
     /// One plan by id.
     async fn plan_get(&self, plan_id: String) -> Result<Option<PlanRecord>, StoreError>;

@@ -88,7 +88,7 @@ pub(crate) const DELETE_EMPTY_PLANS: &str = "DELETE FROM plans WHERE NOT EXISTS 
      AND (apply_job_id IS NULL OR NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.job_id = plans.apply_job_id))";
 
 /// The columns of an effect row, in [`EffectRow`](super::rules::codec::EffectRow)'s order.
-pub(crate) const EFFECT_COLUMNS: &str = "attempt, seq, method, url, started_at, finished_at, status, error";
+pub(crate) const EFFECT_COLUMNS: &str = "attempt, seq, method, url, started_at, finished_at, status, error, proposal";
 
 /// A list's filters as `(condition, value)` pairs, each condition with
 /// `{}` where its backend puts the value's placeholder ([`filter_sql`]).

@@ -10,8 +10,9 @@ use tokio::sync::Notify;
 
 use super::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 use crate::clock::Timestamp;
-use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine, millis};
+use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine, Proposal, millis};
 use crate::metrics::AttemptEnd;
+use crate::sandbox::http::EffectFence;
 use crate::sandbox::{LogLevel, LogRecord, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, StopHandle};
 use crate::store::{Finish, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease};
 use crate::worker::{Completion, JobStarted, PROGRESS_WRITE_INTERVAL, Pool, RunningJob};
@@ -97,70 +98,84 @@ impl Pool {
         let (may_retry, backoff, deadline) = (spent < job.max_attempts, job.backoff, job.deadline_at);
         let max_attempts = job.max_attempts;
         let mut compile_wait = None;
-        let mut outcome = match self.plugin(job.plugin).await {
+        // A plan's phases are fenced: execute proposes, apply sends only
+        // what was approved (checked here, before anything runs).
+        let fence = super::plan::fence_for(&*self.store, &self.sandbox.config().secrets, &job).await;
+        let approved = match &fence {
+            Ok(EffectFence::Approved(effects)) => Some(effects.clone()),
+            _ => None,
+        };
+        let mut outcome = match fence {
             Err(failure) => Err(failure),
-            Ok((plugin, waited)) => {
-                compile_wait = waited;
-                let mut request = RunRequest {
-                    job_id: id.to_string(),
-                    target: job.target.clone(),
-                    attempt: job.attempt,
-                    input: job.input,
-                    // Clamped again: the ceilings in force now, not at submit.
-                    limits: RunLimits {
-                        timeout: job
-                            .limits
-                            .timeout
-                            .min(self.config.max_timeout)
-                            .min(submitter_max.unwrap_or(Duration::MAX)),
-                        fuel: job.limits.fuel,
-                        memory_bytes: job.limits.memory_bytes,
-                        output_bytes: job.limits.output_bytes.min(self.config.max_output_bytes),
-                        cancel_grace: self.config.cancel_grace,
-                        ..RunLimits::default()
-                    },
-                    // What the job was granted at submit, pinned.
-                    grants: Arc::new(job.grants),
-                    effects: Some(Arc::new(LeaseLedger {
-                        keeper: keeper.clone(),
-                        effects: self.store.clone(),
-                        stop: stop.clone(),
-                        watch: watch.clone(),
-                    })),
-                };
-                if keeper.confirm_before_start(job.lease_expires_at, &stop, &watch).await {
-                    // A sync job's run ends by its deadline; the time spent
-                    // queued and loading the plugin counts.
-                    let left = deadline.map(|at| {
-                        Duration::from_millis(u64::try_from(at.unix_ms() - self.clock.now().unix_ms()).unwrap_or(0))
-                    });
-                    match left {
-                        Some(left) if left.is_zero() => Err(HostFailure::new(
-                            ErrorKind::Expired,
-                            "Expired: the job's deadline passed before it could start",
-                        )),
-                        _ => {
-                            if let Some(left) = left {
-                                request.limits.timeout = request.limits.timeout.min(left);
-                            }
-                            tracing::debug!(timeout_ms = millis::of(request.limits.timeout), "started");
-                            self.notify_start(&JobStarted { id, attempt: job.attempt });
-                            let progress = Arc::new(ProgressWatch::default());
-                            let run = self.run_guest(plugin, request, stop.clone(), progress.clone());
-                            tokio::select! {
-                                outcome = run => Ok(outcome),
-                                _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
-                                _ = self.write_progress(&progress, id, &token) => unreachable!("never returns"),
+            Ok(fence) => match self.plugin(job.plugin).await {
+                Err(failure) => Err(failure),
+                Ok((plugin, waited)) => {
+                    compile_wait = waited;
+                    let mut request = RunRequest {
+                        job_id: id.to_string(),
+                        target: job.target.clone(),
+                        attempt: job.attempt,
+                        input: job.input,
+                        // Clamped again: the ceilings in force now, not at submit.
+                        limits: RunLimits {
+                            timeout: job
+                                .limits
+                                .timeout
+                                .min(self.config.max_timeout)
+                                .min(submitter_max.unwrap_or(Duration::MAX)),
+                            fuel: job.limits.fuel,
+                            memory_bytes: job.limits.memory_bytes,
+                            output_bytes: job.limits.output_bytes.min(self.config.max_output_bytes),
+                            cancel_grace: self.config.cancel_grace,
+                            ..RunLimits::default()
+                        },
+                        // What the job was granted at submit, pinned.
+                        grants: Arc::new(job.grants),
+                        effects: Some(Arc::new(LeaseLedger {
+                            keeper: keeper.clone(),
+                            effects: self.store.clone(),
+                            stop: stop.clone(),
+                            watch: watch.clone(),
+                        })),
+                        fence,
+                    };
+                    if keeper.confirm_before_start(job.lease_expires_at, &stop, &watch).await {
+                        // A sync job's run ends by its deadline; the time spent
+                        // queued and loading the plugin counts.
+                        let left = deadline.map(|at| {
+                            Duration::from_millis(u64::try_from(at.unix_ms() - self.clock.now().unix_ms()).unwrap_or(0))
+                        });
+                        match left {
+                            Some(left) if left.is_zero() => Err(HostFailure::new(
+                                ErrorKind::Expired,
+                                "Expired: the job's deadline passed before it could start",
+                            )),
+                            _ => {
+                                if let Some(left) = left {
+                                    request.limits.timeout = request.limits.timeout.min(left);
+                                }
+                                tracing::debug!(timeout_ms = millis::of(request.limits.timeout), "started");
+                                self.notify_start(&JobStarted { id, attempt: job.attempt });
+                                let progress = Arc::new(ProgressWatch::default());
+                                let run = self.run_guest(plugin, request, stop.clone(), progress.clone());
+                                tokio::select! {
+                                    outcome = run => Ok(outcome),
+                                    _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
+                                    _ = self.write_progress(&progress, id, &token) => unreachable!("never returns"),
+                                }
                             }
                         }
+                    } else {
+                        // Never started: the sweeper ends or re-queues the job.
+                        watch.lost.store(true, Ordering::SeqCst);
+                        Err(HostFailure::new(ErrorKind::HostError, "the lease ran out before the guest started"))
                     }
-                } else {
-                    // Never started: the sweeper ends or re-queues the job.
-                    watch.lost.store(true, Ordering::SeqCst);
-                    Err(HostFailure::new(ErrorKind::HostError, "the lease ran out before the guest started"))
                 }
-            }
+            },
         };
+        if let (Ok(o), Some(effects)) = (&mut outcome, &approved) {
+            super::plan::settle_apply(o, effects);
+        }
         self.stats.last_heartbeat_ms.store(self.clock.now().unix_ms() as u64, Ordering::Relaxed);
 
         let user_cancel = cancelled.load(Ordering::SeqCst) || watch.cancel_requested.load(Ordering::SeqCst);
@@ -260,7 +275,7 @@ impl Pool {
         } else {
             // A retryable error that runs no more says why.
             let spent_all = !user_cancel && retry_for(&outcome).is_some();
-            let (mut finish, fuel_used, peak, progress, logs) = finish_for(outcome);
+            let (mut finish, fuel_used, peak, progress, logs, proposals) = finish_for(outcome);
             if let (true, Finish::Failed { message, .. }) = (spent_all, &mut finish) {
                 message.push_str(&attempts_spent(max_attempts));
             }
@@ -273,6 +288,7 @@ impl Pool {
                 peak_memory_bytes: peak,
                 progress,
                 logs,
+                proposals,
                 now: self.clock.now(),
             };
             let finish_started = std::time::Instant::now();
@@ -464,16 +480,16 @@ fn stored_progress(p: Progress) -> JobProgress {
 /// A job that ended before its guest could run, or whose plugin could not
 /// be loaded.
 #[derive(Debug)]
-struct HostFailure {
-    kind: ErrorKind,
-    message: String,
+pub(super) struct HostFailure {
+    pub(super) kind: ErrorKind,
+    pub(super) message: String,
     /// Trying again later may work (a transient store error): the job is
     /// released after a pause, spending no attempt, since nothing ran.
-    retryable: bool,
+    pub(super) retryable: bool,
 }
 
 impl HostFailure {
-    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+    pub(super) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         HostFailure { kind, message: message.into(), retryable: false }
     }
 }
@@ -546,11 +562,11 @@ fn logs_for(outcome: &mut Outcome) -> Option<JobLogs> {
 
 /// The store's record of a sandbox outcome: the ending, fuel, peak memory,
 /// last progress and logs.
-fn finish_for(outcome: Result<Outcome, HostFailure>) -> (Finish, u64, u64, Option<JobProgress>, Option<JobLogs>) {
+fn finish_for(outcome: Result<Outcome, HostFailure>) -> FinishRecord {
     let mut outcome = match outcome {
         Ok(outcome) => outcome,
         Err(HostFailure { kind, message, .. }) => {
-            return (Finish::Failed { kind, message, backtrace: None }, 0, 0, None, None);
+            return (Finish::Failed { kind, message, backtrace: None }, 0, 0, None, None, Vec::new());
         }
     };
     let (fuel, peak) = (outcome.usage.fuel_used, outcome.usage.peak_memory_bytes);
@@ -561,8 +577,12 @@ fn finish_for(outcome: Result<Outcome, HostFailure>) -> (Finish, u64, u64, Optio
         Err(failure) if failure.kind == ErrorKind::Cancelled => Finish::Cancelled { message: failure.message },
         Err(failure) => Finish::Failed { kind: failure.kind, message: failure.message, backtrace: failure.backtrace },
     };
-    (finish, fuel, peak, progress, logs)
+    (finish, fuel, peak, progress, logs, std::mem::take(&mut outcome.proposals))
 }
+
+/// What [`finish_for`] makes of an outcome: the ending, fuel, peak memory,
+/// last progress, logs and proposed effects.
+type FinishRecord = (Finish, u64, u64, Option<JobProgress>, Option<JobLogs>, Vec<Proposal>);
 
 /// The span every event of one attempt carries.
 pub(super) fn job_span(worker_id: &str, job: &crate::job::Job) -> tracing::Span {

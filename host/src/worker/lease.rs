@@ -214,13 +214,14 @@ impl crate::sandbox::http::EffectLedger for LeaseLedger {
         self.known_refusal()
     }
 
-    async fn begin(&self, method: &str, url: &str) -> Result<EffectTicket, String> {
+    async fn begin(&self, method: &str, url: &str, proposal: Option<u32>) -> Result<EffectTicket, String> {
         self.may_act().await?;
         let params = || EffectBeginParams {
             id: self.keeper.id,
             token: self.keeper.token.clone(),
             method: method.to_owned(),
             url: url.to_owned(),
+            proposal,
             now: self.keeper.clock.now(),
         };
         // The intent is recorded under the lease token: a lease lost since

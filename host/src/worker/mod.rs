@@ -18,6 +18,8 @@ mod attempt;
 pub(crate) mod ceilings;
 mod guests;
 pub mod lease;
+mod plan;
+pub use plan::REPORT_FIELDS;
 
 use attempt::job_span;
 use guests::GuestRuntime;

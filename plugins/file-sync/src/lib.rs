@@ -1,7 +1,8 @@
 //! Syncs a set of records to a store upstream, as a plan: its `execute`
-//! phase reads what the store holds and outputs the diff (the change to
-//! approve); its `apply` phase makes exactly that diff, one request per
-//! record, each an effect in the job's ledger.
+//! phase reads what the store holds, outputs the diff and proposes one
+//! write per changed record (the effects a person approves); its `apply`
+//! phase sends exactly the approved writes, each once, each an effect in
+//! the job's ledger.
 //!
 //! Plan input (JSON): `{"store": "http://host/records", "desired":
 //! {"key": "value", ...}}`. The store answers `GET {store}` with a JSON
@@ -9,9 +10,11 @@
 //! body) and `DELETE {store}/{key}`.
 //!
 //! Execute output: `{"store": …, "changes": [{"op": "put", "key": …,
-//! "value": …} | {"op": "delete", "key": …}], "unchanged": n}`. Apply
-//! output: `{"applied": n}`. Apply never reads the store again: it applies
-//! the diff that was approved, not a newer one.
+//! "value": …} | {"op": "delete", "key": …}], "unchanged": n}`, and one
+//! proposal per change: `PUT {store}/{key}` with the value as its body, or
+//! `DELETE {store}/{key}`. Apply output: `{"applied": n}`. Apply never
+//! reads the store again, and cannot send anything but the approved
+//! writes: the host holds it to them.
 
 #[allow(dead_code)]
 #[path = "../../http-get/src/fetch.rs"]
@@ -19,8 +22,8 @@ mod fetch;
 
 use std::collections::BTreeMap;
 
-use leash_sdk::plan::ApplyInput;
-use leash_sdk::{Context, Error, Plugin, Target};
+use leash_sdk::http::Request;
+use leash_sdk::{Context, Error, Plugin, Target, plan};
 use serde::{Deserialize, Serialize};
 
 /// Largest store listing read, bytes.
@@ -53,7 +56,7 @@ fn failure(what: &str, e: String) -> Error {
 }
 
 /// `execute`: what would change.
-fn plan(want: Want) -> Result<Diff, Error> {
+fn diff(want: Want) -> Result<Diff, Error> {
     let (fetched, body) = fetch::fetch_keeping("GET", &want.store, &[], None, MAX_LISTING)
         .map_err(|e| failure("reading the store", e))?;
     if fetched.status != 200 {
@@ -79,25 +82,19 @@ fn plan(want: Want) -> Result<Diff, Error> {
     Ok(Diff { store: want.store, changes, unchanged })
 }
 
-/// `apply`: exactly the approved diff.
-fn apply(diff: Diff) -> Result<usize, Error> {
-    let total = diff.changes.len() as u64;
-    for (n, change) in diff.changes.iter().enumerate() {
-        if leash_sdk::cancelled() {
-            return Err(Error::failed(format!("cancelled after {n} of {total} changes")));
-        }
-        let (method, key, body) = match change {
-            Change::Put { key, value } => ("PUT", key, Some(value.as_bytes())),
-            Change::Delete { key } => ("DELETE", key, None),
+/// Propose the writes that make `diff`.
+fn propose(diff: &Diff) -> Result<(), Error> {
+    let store = diff.store.trim_end_matches('/');
+    for change in &diff.changes {
+        let request = match change {
+            Change::Put { key, value } => Request::new("PUT", &format!("{store}/{key}"))
+                .header("content-type", "text/plain")
+                .body(value.as_bytes()),
+            Change::Delete { key } => Request::new("DELETE", &format!("{store}/{key}")),
         };
-        let url = format!("{}/{key}", diff.store.trim_end_matches('/'));
-        let fetched = fetch::fetch(method, &url, &[], body).map_err(|e| failure(&format!("{method} {key}"), e))?;
-        if !(200..300).contains(&fetched.status) {
-            return Err(Error::failed(format!("{method} {key}: status {}", fetched.status)));
-        }
-        leash_sdk::progress(n as u64 + 1, total, key);
+        plan::propose(&request)?;
     }
-    Ok(diff.changes.len())
+    Ok(())
 }
 
 struct FileSync;
@@ -105,11 +102,16 @@ struct FileSync;
 impl Plugin for FileSync {
     fn run(ctx: &Context, input: Vec<u8>) -> Result<Vec<u8>, Error> {
         match &ctx.target {
-            Target::Execute => leash_sdk::json_output(&plan(leash_sdk::json_input(&input)?)?),
+            Target::Execute => {
+                let diff = diff(leash_sdk::json_input(&input)?)?;
+                propose(&diff)?;
+                leash_sdk::json_output(&diff)
+            }
+            // Exactly what was approved, each once: the host refuses
+            // anything else.
             Target::Apply => {
-                let input = ApplyInput::parse(&input)?;
-                let applied = apply(input.execute_output_json()?)?;
-                leash_sdk::json_output(&serde_json::json!({ "applied": applied }))
+                let sent = plan::send_approved()?;
+                leash_sdk::json_output(&serde_json::json!({ "applied": sent.len() }))
             }
             Target::Action(name) => Err(Error::invalid_input(format!("file-sync has no action {name:?}"))),
         }

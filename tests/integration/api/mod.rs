@@ -6,6 +6,7 @@ pub(crate) mod duties;
 mod events;
 mod http;
 mod plans;
+mod proposals;
 mod rules;
 mod triage;
 mod ui;

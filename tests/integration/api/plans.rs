@@ -12,13 +12,18 @@ use crate::cli::ops::{leash, leash_as};
 use crate::support::eventually;
 use crate::support::server::Server;
 
-/// A record store on loopback: `GET /records` lists, `PUT` and `DELETE
-/// /records/{key}` change one record; every change is logged. A `PUT` of
-/// the key `slow` never answers.
-struct Records {
-    addr: std::net::SocketAddr,
-    records: Arc<Mutex<BTreeMap<String, String>>>,
-    changes: Arc<Mutex<Vec<String>>>,
+/// Each change request with its `Idempotency-Key`, as received.
+type ChangeLog = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
+/// A record store on loopback: `GET /records` lists, `PUT` (or `POST`)
+/// and `DELETE /records/{key}` change one record; every change is logged
+/// with the `Idempotency-Key` it came with. The first `PUT` of the key
+/// `slow` never answers (the store never applies it); a request whose key
+/// the store has answered before is answered again and applied once.
+pub(crate) struct Records {
+    pub(crate) addr: std::net::SocketAddr,
+    pub(crate) records: Arc<Mutex<BTreeMap<String, String>>>,
+    changes: ChangeLog,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -29,37 +34,48 @@ impl Drop for Records {
 }
 
 impl Records {
-    async fn start(initial: &[(&str, &str)]) -> Records {
+    pub(crate) async fn start(initial: &[(&str, &str)]) -> Records {
         use axum::extract::{Path, State};
-        use axum::routing::get;
-        type Shared = (Arc<Mutex<BTreeMap<String, String>>>, Arc<Mutex<Vec<String>>>);
+        use axum::http::{HeaderMap, Method as Verb};
+        use axum::routing::{any, get};
+        type Shared = (Arc<Mutex<BTreeMap<String, String>>>, ChangeLog, Arc<Mutex<std::collections::HashSet<String>>>);
         let records: Arc<Mutex<BTreeMap<String, String>>> =
             Arc::new(Mutex::new(initial.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()));
-        let changes = Arc::new(Mutex::new(Vec::new()));
+        let changes: ChangeLog = Arc::new(Mutex::new(Vec::new()));
+        let change = |State((records, changes, applied)): State<Shared>,
+                      verb: Verb,
+                      Path(key): Path<String>,
+                      headers: HeaderMap,
+                      body: String| async move {
+            let idempotency = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let shown = if verb == Verb::DELETE { format!("DELETE {key}") } else { format!("{verb} {key}={body}") };
+            let first_slow = {
+                let mut log = changes.lock().unwrap();
+                let first = key == "slow" && !log.iter().any(|(c, _)| c.starts_with(&format!("{verb} slow")));
+                log.push((shown, idempotency.clone()));
+                first
+            };
+            if first_slow {
+                std::future::pending::<()>().await;
+            }
+            // A key applied before is answered, not applied again.
+            let repeated = idempotency.is_some_and(|k| !applied.lock().unwrap().insert(k));
+            if !repeated {
+                let mut records = records.lock().unwrap();
+                if verb == Verb::DELETE {
+                    records.remove(&key);
+                } else {
+                    records.insert(key, body);
+                }
+            }
+        };
         let app = axum::Router::new()
             .route(
                 "/records",
-                get(|State((records, _)): State<Shared>| async move { axum::Json(records.lock().unwrap().clone()) }),
+                get(|State((records, _, _)): State<Shared>| async move { axum::Json(records.lock().unwrap().clone()) }),
             )
-            .route(
-                "/records/{key}",
-                axum::routing::put(
-                    |State((records, changes)): State<Shared>, Path(key): Path<String>, body: String| async move {
-                        changes.lock().unwrap().push(format!("PUT {key}={body}"));
-                        if key == "slow" {
-                            std::future::pending::<()>().await;
-                        }
-                        records.lock().unwrap().insert(key, body);
-                    },
-                )
-                .delete(
-                    |State((records, changes)): State<Shared>, Path(key): Path<String>| async move {
-                        changes.lock().unwrap().push(format!("DELETE {key}"));
-                        records.lock().unwrap().remove(&key);
-                    },
-                ),
-            )
-            .with_state((records.clone(), changes.clone()));
+            .route("/records/{key}", any(change))
+            .with_state((records.clone(), changes.clone(), Arc::default()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
@@ -68,15 +84,21 @@ impl Records {
         Records { addr, records, changes, task }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/records", self.addr)
     }
 
-    fn now(&self) -> BTreeMap<String, String> {
+    pub(crate) fn now(&self) -> BTreeMap<String, String> {
         self.records.lock().unwrap().clone()
     }
 
-    fn changes(&self) -> Vec<String> {
+    /// Every change request received, in order.
+    pub(crate) fn changes(&self) -> Vec<String> {
+        self.changes.lock().unwrap().iter().map(|(c, _)| c.clone()).collect()
+    }
+
+    /// Every change request received with its `Idempotency-Key`.
+    pub(crate) fn keyed(&self) -> Vec<(String, Option<String>)> {
         self.changes.lock().unwrap().clone()
     }
 }
@@ -90,11 +112,11 @@ async fn add_file_sync(server: &Server, records: &Records) {
     assert_eq!(status, 200, "{answer}");
 }
 
-fn error_kind(answer: &Value) -> &str {
+pub(crate) fn error_kind(answer: &Value) -> &str {
     answer["error"]["kind"].as_str().unwrap_or_else(|| panic!("not an error body: {answer}"))
 }
 
-async fn poll_plan(server: &Server, id: &str, done: impl Fn(&str) -> bool) -> Value {
+pub(crate) async fn poll_plan(server: &Server, id: &str, done: impl Fn(&str) -> bool) -> Value {
     eventually(format!("plan {id} gets there"), async || {
         let (status, plan) = server.call(Method::GET, &format!("/v1/plans/{id}"), None).await;
         assert_eq!(status, 200, "{plan}");

@@ -481,6 +481,7 @@ async fn a_running_cap_holds_across_replicas_claiming_at_once() {
                     peak_memory_bytes: 0,
                     progress: None,
                     logs: None,
+                    proposals: Vec::new(),
                     now: Timestamp::now(),
                 };
                 // Half the claimers finish and claim in one call.

@@ -287,7 +287,7 @@ impl EffectLedger for Ledger {
         self.stopping.clone()
     }
 
-    async fn begin(&self, method: &str, url: &str) -> Result<EffectTicket, String> {
+    async fn begin(&self, method: &str, url: &str, _proposal: Option<u32>) -> Result<EffectTicket, String> {
         if let Some(why) = &self.refuse {
             return Err(why.clone());
         }
@@ -403,7 +403,7 @@ async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_t
     let ledger = LeaseLedger { keeper, effects: store.clone(), stop: stop.clone(), watch: watch.clone() };
 
     let url = "https://api.example.com/charge";
-    let first = ledger.begin("POST", url).await.unwrap();
+    let first = ledger.begin("POST", url, None).await.unwrap();
     assert_eq!((first.attempt, first.seq, first.idempotency_key.clone()), (1, 1, format!("{}/1", lease.job.id)));
     assert_eq!(metrics.lease_renewals.get(), 0, "a lease confirmed within a period is trusted as it is");
     let lease_left = first.lease_until.unwrap().saturating_duration_since(std::time::Instant::now());
@@ -413,7 +413,7 @@ async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_t
     );
     ledger.end(&first, EffectOutcome::Status(201)).await;
     clock.advance(ttl / 3);
-    let second = ledger.begin("PUT", url).await.unwrap();
+    let second = ledger.begin("PUT", url, None).await.unwrap();
     assert_eq!((second.seq, metrics.lease_renewals.get()), (2, 1), "an older lease is renewed first");
     let recorded = store.effects(lease.job.id).await.unwrap();
     assert_eq!(recorded.len(), 2);
@@ -423,7 +423,7 @@ async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_t
     clock.advance(ttl * 2);
     let reclaimed = store.lease_reclaim_expired(LeaseReclaimParams { now: clock.now(), queue_ttl: ttl }).await.unwrap();
     assert_eq!(reclaimed.requeued + reclaimed.failed, 1);
-    assert_eq!(ledger.begin("POST", url).await, Err("the attempt's lease is lost".to_owned()));
+    assert_eq!(ledger.begin("POST", url, None).await, Err("the attempt's lease is lost".to_owned()));
     assert!(watch.lost.load(Ordering::SeqCst) && stop.is_forced(), "the keeper saw it lost and stopped the guest");
     assert_eq!(store.effects(lease.job.id).await.unwrap().len(), 2, "nothing more was recorded");
 
@@ -434,7 +434,7 @@ async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_t
         watch: Arc::new(LeaseWatch::default()),
     };
     stopping.stop.request();
-    assert!(stopping.begin("POST", url).await.unwrap_err().contains("stopping"));
+    assert!(stopping.begin("POST", url, None).await.unwrap_err().contains("stopping"));
 }
 
 #[tokio::test]

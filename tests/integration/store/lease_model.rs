@@ -459,6 +459,7 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
         approval_ttl: APPROVAL_TTL,
         remember: None,
         rule: None,
+        binding: None,
         now,
     };
     let mut tokens: [Option<String>; WORKERS] = [None, None];
@@ -484,6 +485,7 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
                     token,
                     method: "POST".into(),
                     url: "https://upstream.test/hook".into(),
+                    proposal: None,
                     now,
                 };
                 if store.effect_begin(params).await.unwrap().is_none() {
@@ -501,6 +503,7 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
                     peak_memory_bytes: 1,
                     progress: None,
                     logs: None,
+                    proposals: Vec::new(),
                     now,
                 };
                 store.job_finish(params).await.unwrap();

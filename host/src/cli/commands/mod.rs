@@ -84,7 +84,7 @@ impl DecisionArgs {
 
     /// The body of a plan's approve or reject request, for `phase`.
     pub(super) fn plan_body(&self, phase: PlanPhase) -> PlanDecisionRequest {
-        PlanDecisionRequest { phase: Some(phase), job_id: None, by: None, comment: self.comment.clone() }
+        PlanDecisionRequest { phase: Some(phase), job_id: None, by: None, comment: self.comment.clone(), digest: None }
     }
 }
 

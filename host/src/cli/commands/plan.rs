@@ -67,6 +67,10 @@ pub(in crate::cli) enum PlanCommand {
         /// The phase approved: `execute` or `apply`.
         #[arg(long, value_name = "PHASE")]
         phase: PlanPhase,
+        /// Approving apply: the binding digest `leash plan show` printed.
+        /// Refused (`plan_changed`) if the plan is no longer what it covers.
+        #[arg(long, value_name = "SHA256")]
+        digest: Option<String>,
         #[command(flatten)]
         decision: DecisionArgs,
     },
@@ -160,8 +164,9 @@ pub(in crate::cli) async fn plan(command: PlanCommand) -> Result<ExitStatus, Cli
             })
             .await
         }
-        PlanCommand::Approve { conn, id, phase, decision } => {
-            decide(conn, format!("/v1/plans/{id}/approve"), Some(decision.plan_body(phase))).await
+        PlanCommand::Approve { conn, id, phase, digest, decision } => {
+            let body = PlanDecisionRequest { digest, ..decision.plan_body(phase) };
+            decide(conn, format!("/v1/plans/{id}/approve"), Some(body)).await
         }
         PlanCommand::Reject { conn, id, phase, decision } => {
             decide(conn, format!("/v1/plans/{id}/reject"), Some(decision.plan_body(phase))).await

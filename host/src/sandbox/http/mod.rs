@@ -16,6 +16,7 @@
 //! the run ends (timeout, forced stop, lost lease) the store is dropped
 //! and requests in flight are aborted with it.
 
+mod fence;
 mod secrets;
 mod send;
 
@@ -23,6 +24,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+pub use fence::{ApplyReport, ApprovedEffects, EffectFence};
+pub(crate) use fence::{ProposalBook, checked as check_proposal};
 pub use secrets::{SECRET_ENV_PREFIX, SecretStore};
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
@@ -47,7 +50,8 @@ pub trait EffectLedger: Send + Sync + std::fmt::Debug {
     /// `Ok` once the attempt, still holding its lease and not stopping,
     /// has durably recorded the intent to send `method` to `url` (no
     /// query); `Err` says why the effect may not be made.
-    async fn begin(&self, method: &str, url: &str) -> Result<EffectTicket, String>;
+    /// `proposal`: the approved proposal it sends (an apply phase's).
+    async fn begin(&self, method: &str, url: &str, proposal: Option<u32>) -> Result<EffectTicket, String>;
 
     /// Why the attempt may make no new effect, as far as it is known
     /// without asking the store (its lease is known lost, or it is
@@ -88,6 +92,8 @@ enum Denial {
     /// The attempt may make no new effect (the fence, asked before
     /// connecting).
     Fenced(String),
+    /// An effect in a plan's execute phase.
+    ReadOnly,
 }
 
 impl std::fmt::Display for Denial {
@@ -100,6 +106,7 @@ impl std::fmt::Display for Denial {
             Denial::NoHost => write!(f, "the URL names no host"),
             Denial::Secret(why) => f.write_str(why),
             Denial::Fenced(why) => write!(f, "no new effects: {why}"),
+            Denial::ReadOnly => f.write_str("effects are not allowed in the execute phase; propose them"),
         }
     }
 }
@@ -138,6 +145,17 @@ pub(super) struct Target {
     /// Record the effect here before sending (the method is not a safe
     /// one).
     ledger: Option<Arc<dyn EffectLedger>>,
+    /// An apply phase's effect: sent only as an approved proposal.
+    approved: Option<ApprovedRequest>,
+}
+
+/// What an apply phase's effectful request is matched on: the approved
+/// proposals, and the request's URL and headers as the guest wrote them
+/// (before the host put in any secret).
+pub(super) struct ApprovedRequest {
+    effects: Arc<ApprovedEffects>,
+    url: String,
+    headers: Vec<(String, String)>,
 }
 
 impl Target {
@@ -157,6 +175,10 @@ pub(crate) struct HttpGate {
     deadline: Instant,
     /// Whether the request limit's first denial has been logged.
     limit_logged: bool,
+    /// What the phase may do with effects.
+    fence: EffectFence,
+    /// An execute phase's proposals.
+    pub(crate) book: ProposalBook,
 }
 
 impl HttpGate {
@@ -164,10 +186,57 @@ impl HttpGate {
         grants: Arc<Grants>,
         secrets: Arc<SecretStore>,
         ledger: Option<Arc<dyn EffectLedger>>,
+        fence: EffectFence,
         journal: Journal,
         deadline: Instant,
     ) -> Self {
-        HttpGate { grants, secrets, ledger, journal, meter: Arc::default(), deadline, limit_logged: false }
+        HttpGate {
+            grants,
+            secrets,
+            ledger,
+            journal,
+            meter: Arc::default(),
+            deadline,
+            limit_logged: false,
+            fence,
+            book: ProposalBook::default(),
+        }
+    }
+
+    /// Propose an effect (a plan's execute phase only): checked against
+    /// the grant as if it were being sent, and recorded; its number, or
+    /// why it was refused (logged; it fails the phase).
+    pub(crate) async fn propose(
+        &mut self,
+        method: String,
+        url: String,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    ) -> Result<u32, String> {
+        if !matches!(self.fence, EffectFence::Propose) {
+            return Err("effects are proposed only in a plan's execute phase".into());
+        }
+        let shown = format!("{method} {url}");
+        let made = self.book.propose(&self.grants.http, &self.secrets, method, url, headers, body).await;
+        if let Err(why) = &made {
+            let mut why = why.clone();
+            self.journal.clean(&mut why);
+            self.journal.record(
+                LogLevel::Warn,
+                format!("proposal refused: {why}"),
+                vec![(HTTP_LOG_FIELD.to_owned(), "proposal_refused".to_owned())],
+            );
+            self.book.refused.get_or_insert_with(|| if why.contains(&shown) { why } else { format!("{shown}: {why}") });
+        }
+        made
+    }
+
+    /// An apply phase's approved proposals not sent yet.
+    pub(crate) fn approved(&self) -> Vec<crate::job::Proposal> {
+        match &self.fence {
+            EffectFence::Approved(effects) => effects.pending(),
+            _ => Vec::new(),
+        }
     }
 
     pub(crate) fn meter(&self) -> Arc<HttpMeter> {
@@ -196,17 +265,33 @@ impl HttpGate {
             _ => HttpScheme::Https,
         };
         let Some(host) = uri.host().filter(|h| !h.is_empty()) else { return Err((shown, Denial::NoHost)) };
+        let grant = &self.grants.http;
+        let effect = grant.is_effect(method);
+        if effect && matches!(self.fence, EffectFence::Propose) {
+            return Err((shown, Denial::ReadOnly));
+        }
         let port = uri.port_u16().unwrap_or(scheme.default_port());
         // The upstream's `Host` is the checked host and port, never the
         // guest's authority text: a user-info part would put whatever the
         // guest wrote before `@` into it.
         let host_header =
             http::HeaderValue::from_str(&format!("{host}{port_text}")).map_err(|_| (shown.clone(), Denial::NoHost))?;
-        let grant = &self.grants.http;
         if !grant.allows(method, scheme, host, port) {
             let rule = format!("{method} {}://{host}{port_text}", uri.scheme_str().unwrap_or("https"));
             return Err((shown, Denial::NotGranted(rule)));
         }
+        let approved = match (&self.fence, effect) {
+            (EffectFence::Approved(effects), true) => Some(ApprovedRequest {
+                effects: effects.clone(),
+                url: fence::canonical_url(uri).map_err(|_| (shown.clone(), Denial::NoHost))?,
+                headers: request
+                    .headers()
+                    .iter()
+                    .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                    .collect(),
+            }),
+            _ => None,
+        };
         let (method, host) = (method.to_owned(), host.to_owned());
         if let Err(why) =
             secrets::substitute(request.headers_mut(), &self.secrets, grant, (&method, scheme, &host, port))
@@ -219,7 +304,7 @@ impl HttpGate {
             self.meter.admitted.fetch_sub(1, Ordering::Relaxed);
             return Err((shown, Denial::RequestLimit(limits.requests)));
         }
-        let ledger = self.ledger.clone().filter(|_| grant.is_effect(&method));
+        let ledger = self.ledger.clone().filter(|_| effect);
         if let Some(why) = ledger.as_ref().and_then(|l| l.refusing()) {
             // Still counted against the limit; not counted as sent.
             self.meter.withdrawn.fetch_add(1, Ordering::Relaxed);
@@ -227,7 +312,7 @@ impl HttpGate {
         }
         request.headers_mut().insert(http::header::HOST, host_header);
         let until = (Instant::now() + limits.request_timeout).min(self.deadline);
-        Ok(Target { scheme, host, port, until, method, url, ledger })
+        Ok(Target { scheme, host, port, until, method, url, ledger, approved })
     }
 }
 

@@ -42,7 +42,50 @@ pub(super) async fn send(
     meter: Arc<HttpMeter>,
 ) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
     let grant = &grants.http;
-    let addrs = resolve(&target).await?;
+    // An apply phase's effect is matched to an approved proposal, body and
+    // all, before anything is resolved or connected.
+    let (request, proposal) = match &target.approved {
+        None => (request, None),
+        Some(approved) => {
+            let (parts, body) = request.into_parts();
+            let limit = grant.limits.request_bytes;
+            let body =
+                Capped::new(body, limit, Some(target.until), Error::HttpRequestBodySize).collect().await?.to_bytes();
+            let digest = crate::job::Digest::of(&body);
+            match approved.effects.claim(&target.method, &approved.url, &approved.headers, &digest) {
+                Some(n) => {
+                    let body = http_body_util::Full::new(body).map_err(|never| match never {}).boxed_unsync();
+                    (http::Request::from_parts(parts, body), Some((approved.effects.clone(), n)))
+                }
+                None => {
+                    let why = "not an approved proposal: an apply phase sends only what its plan proposed and \
+                               a person approved, exactly (method, URL, headers, body), each once";
+                    withdrawn(&journal, &meter, &target.shown(), &why);
+                    return Err(Error::HttpRequestDenied);
+                }
+            }
+        }
+    };
+    let sent =
+        send_checked(&target, request, proposal.as_ref().map(|(_, n)| *n), options, grant, &journal, &meter).await;
+    if let Some((effects, n)) = proposal {
+        effects.settle(n, sent.is_ok());
+    }
+    sent
+}
+
+/// Send a request the fence let through: resolve, connect, record the
+/// intent, send.
+async fn send_checked(
+    target: &Target,
+    request: http::Request<WasiBody>,
+    proposal: Option<u32>,
+    options: Option<RequestOptions>,
+    grant: &crate::job::grant::HttpGrant,
+    journal: &Journal,
+    meter: &HttpMeter,
+) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
+    let addrs = resolve(target).await?;
     let allowed: Vec<SocketAddr> =
         addrs.iter().copied().filter(|a| grant.address_allowed(&target.host, a.ip())).collect();
     if allowed.is_empty() {
@@ -53,22 +96,22 @@ pub(super) async fn send(
             target.host,
             addrs.first().map(|a| a.ip().to_string()).unwrap_or_default()
         );
-        withdrawn(&journal, &meter, &target.shown(), &why);
+        withdrawn(journal, meter, &target.shown(), &why);
         return Err(Error::DestinationIpProhibited);
     }
     // Connect before the intent is recorded, so that little but the write
     // itself lies between the two.
     let deadline =
         |limit: Option<std::time::Duration>| limit.map_or(target.until, |d| (Instant::now() + d).min(target.until));
-    let (sender, conn) = open(&target, &allowed, deadline(options.and_then(|o| o.connect_timeout))).await?;
+    let (sender, conn) = open(target, &allowed, deadline(options.and_then(|o| o.connect_timeout))).await?;
     // An effect is made only once the ledger has recorded its intent,
     // which it does only while the attempt may still act.
     let ticket = match &target.ledger {
         None => None,
-        Some(ledger) => match ledger.begin(&target.method, &target.url).await {
+        Some(ledger) => match ledger.begin(&target.method, &target.url, proposal).await {
             Ok(ticket) => Some((ledger.clone(), ticket)),
             Err(why) => {
-                withdrawn(&journal, &meter, &target.shown(), &format!("no new effects: {why}"));
+                withdrawn(journal, meter, &target.shown(), &format!("no new effects: {why}"));
                 return Err(Error::HttpRequestDenied);
             }
         },
@@ -82,12 +125,12 @@ pub(super) async fn send(
         if ticket.lease_until.is_some_and(|until| Instant::now() >= until) {
             let why = "the attempt's lease ran out before the request left";
             ledger.end(ticket, EffectOutcome::Error(format!("not sent: {why}"))).await;
-            withdrawn(&journal, &meter, &target.shown(), &format!("no new effects: {why}"));
+            withdrawn(journal, meter, &target.shown(), &format!("no new effects: {why}"));
             return Err(Error::HttpRequestDenied);
         }
     }
     let first_byte_by = deadline(options.and_then(|o| o.first_byte_timeout));
-    let sent = exchange(&target, sender, conn, request, first_byte_by, &grant.limits).await;
+    let sent = exchange(target, sender, conn, request, first_byte_by, &grant.limits).await;
     if let Some((ledger, ticket)) = &ticket {
         let outcome = match &sent {
             Ok((response, _)) => EffectOutcome::Status(response.status().as_u16()),

@@ -21,18 +21,21 @@ impl Effects for PostgresStore {
         let client = self.client(operation).await?;
         let stmt = client
             .prepare_cached(
-                "INSERT INTO effects (job_id, attempt, seq, method, url, started_at) \
+                "INSERT INTO effects (job_id, attempt, seq, method, url, started_at, proposal) \
                  SELECT j.job_id, j.attempt, 1 + COALESCE((SELECT MAX(e.seq) FROM effects e \
-                   WHERE e.job_id = j.job_id AND e.attempt = j.attempt), 0), $3, $4, $5 \
+                   WHERE e.job_id = j.job_id AND e.attempt = j.attempt), 0), $3, $4, $5, $6 \
                  FROM jobs j WHERE j.job_id = $1 AND j.status = 'running' AND j.lease_token = $2 \
+                 AND NOT EXISTS (SELECT 1 FROM effects x WHERE x.job_id = j.job_id \
+                   AND x.proposal = $6 AND x.status IS NOT NULL) \
                  FOR SHARE OF j RETURNING attempt, seq",
             )
             .await
             .map_err(&err)?;
         let mut tries = 0;
         let rows = loop {
-            let args: [&(dyn ToSql + Sync); 5] =
-                [&id, &params.token, &params.method, &params.url, &params.now.unix_ms()];
+            let proposal = params.proposal.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+            let args: [&(dyn ToSql + Sync); 6] =
+                [&id, &params.token, &params.method, &params.url, &params.now.unix_ms(), &proposal];
             match client.query(&stmt, &args).await {
                 // Two effects of one attempt begun at once picked the same
                 // place; the primary key refused this one: number it again.
@@ -83,6 +86,7 @@ impl Effects for PostgresStore {
                     finished_at: r.get(5),
                     status: r.get::<_, Option<i32>>(6).map(i64::from),
                     error: r.get(7),
+                    proposal: r.get::<_, Option<i32>>(8).map(i64::from),
                 }
                 .into_effect(id)
             })

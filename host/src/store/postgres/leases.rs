@@ -10,8 +10,8 @@ use tokio_postgres::error::SqlState;
 use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::rows::{db_err, job_columns, row_to_job};
 use super::{NOTIFY, PostgresStore};
-use crate::job::ErrorKind;
 use crate::job::millis;
+use crate::job::{ErrorKind, JobStatus};
 use crate::store::rules::codec::{corrupt, i64_of, to_json};
 use crate::store::rules::unfinished::{self, Decision};
 use crate::store::sql::{COUNTER_COLUMNS, ClaimPool, UNCAPPED_SUBMITTER, claimable};
@@ -39,8 +39,16 @@ impl Leases for PostgresStore {
     }
 
     async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError> {
-        let client = self.client("finishing a job").await?;
-        finish(&client, &params).await
+        let mut client = self.client("finishing a job").await?;
+        if params.proposals.is_empty() {
+            return finish(&client, &params).await;
+        }
+        // Proposals land with the success or not at all.
+        let err = db_err("finishing a job");
+        let tx = client.transaction().await.map_err(&err)?;
+        let finished = finish(&tx, &params).await?;
+        tx.commit().await.map_err(&err)?;
+        Ok(finished)
     }
 
     async fn job_finish_and_claim(
@@ -365,5 +373,8 @@ pub(super) async fn finish(client: &impl GenericClient, params: &JobFinishParams
         )
         .await
         .map_err(&err)?;
+    if changed == 1 && status == JobStatus::Succeeded && !params.proposals.is_empty() {
+        super::proposals::insert(client, params.id, &params.proposals).await?;
+    }
     Ok(changed == 1)
 }

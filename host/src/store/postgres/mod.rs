@@ -40,6 +40,7 @@ mod leases;
 mod plans;
 mod plugins;
 mod principals;
+mod proposals;
 mod renew;
 mod rows;
 mod schema;

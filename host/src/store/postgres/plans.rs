@@ -8,7 +8,7 @@ use super::rows::{db_err, row_to_plan};
 use super::{NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
 use crate::job::millis;
-use crate::job::{Job, JobId, JobStatus, NewJob, PlanRecord};
+use crate::job::{Job, JobId, JobStatus, NewJob, PlanRecord, Proposal};
 
 use crate::store::rules::audit::{note, submit_note};
 use crate::store::sql::PLAN_COLUMNS;
@@ -16,6 +16,10 @@ use crate::store::{PlanInsertParams, PlanListParams, Plans, StoreError};
 
 #[async_trait::async_trait]
 impl Plans for PostgresStore {
+    async fn plan_proposals(&self, execute_job: JobId) -> Result<Vec<Proposal>, StoreError> {
+        self.proposals_of(execute_job).await
+    }
+
     async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError> {
         params.execute.check().map_err(StoreError::Invalid)?;
         let err = db_err("creating a plan");

@@ -437,6 +437,7 @@ CREATE TRIGGER jobs_attempt_requeued AFTER UPDATE OF run_after ON jobs FOR EACH 
     EXECUTE FUNCTION leash_job_attempt();
 CREATE TRIGGER jobs_attempts_delete AFTER DELETE ON jobs FOR EACH ROW EXECUTE FUNCTION leash_job_attempt();
 "#,
+    super::proposals::MIGRATION,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

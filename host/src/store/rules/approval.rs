@@ -264,6 +264,7 @@ pub(crate) fn decide(row: GatedRow, params: &JobDecideParams) -> Result<Change, 
         key: params.key.clone(),
         rule: params.rule.clone(),
         remembered: params.remember.as_ref().filter(|_| verdict == Verdict::Approved).map(|r| r.rule.clone()),
+        binding: params.binding.clone().filter(|_| verdict == Verdict::Approved),
     };
     match (&params.decision, row.status) {
         (_, status) if status.is_terminal() => Err(DecideRefusal::Terminal(status)),
@@ -382,6 +383,7 @@ mod tests {
             approval_ttl: Duration::from_secs(600),
             remember: None,
             rule: None,
+            binding: None,
             now,
         }
     }
@@ -488,6 +490,7 @@ mod tests {
             key: None,
             rule: None,
             remembered: None,
+            binding: None,
         });
         let early = Timestamp::from_unix_ms(1_000_000);
         let trigger = decide(row(JobStatus::Approved, Some(approval.clone())), &params(JobDecision::Run, early));

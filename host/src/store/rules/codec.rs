@@ -38,6 +38,7 @@ pub(crate) struct EffectRow {
     pub(crate) finished_at: Option<i64>,
     pub(crate) status: Option<i64>,
     pub(crate) error: Option<String>,
+    pub(crate) proposal: Option<i64>,
 }
 
 impl EffectRow {
@@ -52,18 +53,24 @@ impl EffectRow {
             finished_at: None,
             status: None,
             error: None,
+            proposal: params.proposal.map(i64::from),
         };
         row.into_effect(params.id)
     }
 
     pub(crate) fn into_effect(self, job: JobId) -> Effect {
         let seq = u32::try_from(self.seq).unwrap_or(0);
+        let proposal = self.proposal.and_then(|n| u32::try_from(n).ok());
         Effect {
             attempt: u32::try_from(self.attempt).unwrap_or(0),
             seq,
             method: self.method,
             url: self.url,
-            idempotency_key: Effect::idempotency_key(job, seq),
+            idempotency_key: match proposal {
+                Some(n) => Effect::proposal_key(job, n),
+                None => Effect::idempotency_key(job, seq),
+            },
+            proposal,
             started_at: Timestamp::from_unix_ms(self.started_at),
             finished_at: self.finished_at.map(Timestamp::from_unix_ms),
             status: self.status.and_then(|s| u16::try_from(s).ok()),

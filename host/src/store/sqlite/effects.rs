@@ -17,15 +17,24 @@ impl Effects for SqliteStore {
         self.write(move |conn| {
             let row = conn
                 .prepare_cached(
-                    "INSERT INTO effects (job_id, attempt, seq, method, url, started_at) \
+                    "INSERT INTO effects (job_id, attempt, seq, method, url, started_at, proposal) \
                      SELECT j.job_id, j.attempt, 1 + COALESCE((SELECT MAX(e.seq) FROM effects e \
-                       WHERE e.job_id = j.job_id AND e.attempt = j.attempt), 0), ?3, ?4, ?5 \
+                       WHERE e.job_id = j.job_id AND e.attempt = j.attempt), 0), ?3, ?4, ?5, ?6 \
                      FROM jobs j WHERE j.job_id = ?1 AND j.status = 'running' AND j.lease_token = ?2 \
+                     AND NOT EXISTS (SELECT 1 FROM effects x WHERE x.job_id = j.job_id \
+                       AND x.proposal = ?6 AND x.status IS NOT NULL) \
                      RETURNING attempt, seq",
                 )
                 .and_then(|mut s| {
                     s.query_row(
-                        params![id.to_string(), params.token, params.method, params.url, params.now.unix_ms()],
+                        params![
+                            id.to_string(),
+                            params.token,
+                            params.method,
+                            params.url,
+                            params.now.unix_ms(),
+                            params.proposal
+                        ],
                         |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
                     )
                     .optional()
@@ -78,6 +87,7 @@ impl Effects for SqliteStore {
                         finished_at: r.get(5)?,
                         status: r.get(6)?,
                         error: r.get(7)?,
+                        proposal: r.get(8)?,
                     })
                 })
                 .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())

@@ -50,7 +50,11 @@ impl Leases for SqliteStore {
     }
 
     async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError> {
-        self.write(move |conn| finish(conn, &params)).await
+        if params.proposals.is_empty() {
+            self.write(move |conn| finish(conn, &params)).await
+        } else {
+            self.write_all_or_nothing(move |conn| finish(conn, &params)).await
+        }
     }
 
     async fn job_finish_and_claim(
@@ -58,15 +62,17 @@ impl Leases for SqliteStore {
         params: JobFinishParams,
         next: JobClaimParams,
     ) -> Result<(bool, Vec<Lease>), StoreError> {
-        self.write(move |conn| {
+        let proposing = !params.proposals.is_empty();
+        let work = move |conn: &Connection| {
             if !finish(conn, &params)? {
                 return Ok((false, Vec::new()));
             }
             // The finish stands even if the claim fails: the claim loop
             // will claim later.
             Ok((true, claim(conn, next).unwrap_or_default()))
-        })
-        .await
+        };
+        // Proposals are several statements besides the finish's.
+        if proposing { self.write_all_or_nothing(work).await } else { self.write(work).await }
     }
 
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
@@ -287,5 +293,8 @@ pub(super) fn finish(conn: &Connection, params: &JobFinishParams) -> Result<bool
             ])
         })
         .map_err(db_err("finishing a job"))?;
+    if changed == 1 && status == JobStatus::Succeeded && !params.proposals.is_empty() {
+        super::proposals::insert(conn, params.id, &params.proposals)?;
+    }
     Ok(changed == 1)
 }

@@ -28,6 +28,7 @@ mod migrations;
 mod plans;
 mod plugins;
 mod principals;
+mod proposals;
 mod rows;
 mod schema;
 mod sessions;

@@ -8,7 +8,7 @@ use super::jobs::insert_rows;
 use super::rows::{db_err, query_plans};
 use crate::clock::Timestamp;
 use crate::job::millis;
-use crate::job::{Job, PlanRecord};
+use crate::job::{Job, JobId, PlanRecord, Proposal};
 
 use crate::store::rules::audit::{note, submit_note};
 use crate::store::sql::PLAN_COLUMNS;
@@ -16,6 +16,10 @@ use crate::store::{PlanInsertParams, PlanListParams, Plans, StoreError};
 
 #[async_trait::async_trait]
 impl Plans for SqliteStore {
+    async fn plan_proposals(&self, execute_job: JobId) -> Result<Vec<Proposal>, StoreError> {
+        self.read(move |conn| super::proposals::read(conn, execute_job)).await
+    }
+
     async fn plan_insert(&self, params: PlanInsertParams) -> Result<(PlanRecord, Job), StoreError> {
         params.execute.check().map_err(StoreError::Invalid)?;
         self.write_all_or_nothing(move |conn| {

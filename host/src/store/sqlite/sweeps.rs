@@ -102,11 +102,13 @@ impl Sweeps for SqliteStore {
         self.write_all_or_nothing(move |conn| {
             let err = db_err("deleting old jobs");
             let old = format!("finished_at IS NOT NULL AND finished_at < ?1 AND {NOT_HELD_BY_A_PLAN}");
-            conn.execute(
-                &format!("DELETE FROM effects WHERE job_id IN (SELECT job_id FROM jobs WHERE {old})"),
-                params![cutoff],
-            )
-            .map_err(&err)?;
+            for table in ["effects", "proposals"] {
+                conn.execute(
+                    &format!("DELETE FROM {table} WHERE job_id IN (SELECT job_id FROM jobs WHERE {old})"),
+                    params![cutoff],
+                )
+                .map_err(&err)?;
+            }
             let n = conn.execute(&format!("DELETE FROM jobs WHERE {old}"), params![cutoff]).map_err(&err)?;
             conn.execute(DELETE_EMPTY_PLANS, []).map_err(&err)?;
             // Events go as one prefix of the feed, up to the first event at

@@ -130,6 +130,7 @@ pub(crate) async fn effects_are_recorded_only_under_the_lease_and_numbered_per_a
             token: token.to_owned(),
             method: method.to_owned(),
             url: "https://api.example.com/charge".into(),
+            proposal: None,
             now,
         };
         async move { store.effect_begin(params).await.unwrap() }

@@ -116,6 +116,7 @@ pub(crate) fn finish_params(lease: &Lease, finish: Finish, now: Timestamp) -> Jo
         peak_memory_bytes: 65536,
         progress: None,
         logs: None,
+        proposals: Vec::new(),
         now,
     }
 }
@@ -155,6 +156,7 @@ pub(crate) async fn intent(store: &dyn JobStore, lease: &Lease, what: &str, now:
         token: lease.token.clone(),
         method: "POST".into(),
         url: format!("https://api.example.com/{what}"),
+        proposal: None,
         now,
     };
     store.effect_begin(params).await.unwrap().expect("recorded under the lease")
@@ -244,6 +246,7 @@ pub(crate) fn decide_params(id: JobId, decision: JobDecision, by: &str, now: Tim
         approval_ttl: APPROVAL_TTL,
         remember: None,
         rule: None,
+        binding: None,
         now,
     }
 }
