@@ -1,6 +1,6 @@
 // Write leash plugins in JavaScript.
 //
-// A plugin is a WebAssembly component implementing the `leash:plugin@0.1.0`
+// A plugin is a WebAssembly component implementing the `leash:plugin@0.1.1`
 // world (wit/plugin.wit); this module builds against `plugin-http`
 // (wit/http.wit: the same world, plus outbound HTTP). componentize-js 0.23
 // builds one from an ES module that exports `run`; this module hides the
@@ -33,7 +33,8 @@ import {
   log as hostLog,
   progress as hostProgress,
   cancelled as hostCancelled,
-} from 'leash:plugin/host@0.1.0';
+} from 'leash:plugin/host@0.1.1';
+import { propose as hostPropose, approved as hostApproved } from 'leash:plugin/plan@0.1.1';
 import { handle } from 'wasi:http/outgoing-handler@0.2.12';
 import {
   Fields,
@@ -387,3 +388,60 @@ function postJson(url, value, options = {}) {
  * says only "NetworkError" when no response comes.)
  */
 export const http = Object.freeze({ request, get, postJson, HttpError });
+
+/**
+ * In a plan's execute phase: propose this write for the apply phase to
+ * send once a person approves the plan. The host checks it against the
+ * job's grant as if it were being sent and records it with the plan.
+ * Returns its number (from 1); a proposal the grant refuses throws
+ * `Failed` with the host's reason (and fails the phase even if caught).
+ */
+function propose(method, url, { headers = {}, body } = {}) {
+  const bytes = typeof body === 'string' ? encoder.encode(body) : new Uint8Array(body ?? []);
+  const effect = {
+    method: String(method).toUpperCase(),
+    url: String(url),
+    headers: Object.entries(headers).map(([k, v]) => [String(k), String(v)]),
+    body: bytes,
+  };
+  try {
+    return hostPropose(effect);
+  } catch (e) {
+    throw new Failed(`proposal refused: ${e.payload ?? e.message}`);
+  }
+}
+
+/**
+ * In a plan's apply phase: the approved proposals not sent yet, in order,
+ * as `[number, { method, url, headers, body }]`. Each may be sent once,
+ * exactly as proposed.
+ */
+function approved() {
+  return hostApproved().map(([n, e]) => [n, { ...e, headers: Object.fromEntries(e.headers) }]);
+}
+
+/**
+ * Send every approved proposal not sent yet, in order; the responses by
+ * number. An error status throws `Failed` (the proposal counts as sent);
+ * no response throws `HttpError` (retryable where sending again may work:
+ * a later attempt sends it under the same Idempotency-Key).
+ */
+function sendApproved() {
+  const list = approved();
+  const sent = [];
+  list.forEach(([n, e], i) => {
+    const shown = `proposal #${n} (${e.method} ${e.url})`;
+    const response = request(e.method, e.url, { headers: e.headers, body: e.body });
+    if (!response.ok) throw new Failed(`${shown}: the upstream answered ${response.status}: ${response.text().slice(0, 200)}`);
+    sent.push([n, response]);
+    if (progress(i + 1, list.length, shown)) throw new Failed(`stopped after ${i + 1} of ${list.length} approved proposals`);
+  });
+  return sent;
+}
+
+/**
+ * Plans: in the execute phase, `leash.plan.propose(method, url, { headers,
+ * body })` each write (the host refuses writes there); in the apply phase,
+ * `leash.plan.sendApproved()` sends exactly the approved ones.
+ */
+export const plan = Object.freeze({ propose, approved, sendApproved });

@@ -1,6 +1,6 @@
 """Write leash plugins in Python.
 
-A plugin is a WebAssembly component implementing the `leash:plugin@0.1.0`
+A plugin is a WebAssembly component implementing the `leash:plugin@0.1.1`
 world (`wit/plugin.wit`). componentize-py 0.25 builds one from a module
 that defines a class named `WitWorld`; this module hides the generated
 bindings behind a base class::
@@ -60,6 +60,7 @@ __all__ = [
     "json_input",
     "json_output",
     "log",
+    "plan",
     "progress",
     "trace",
     "warn",
@@ -416,3 +417,71 @@ http = ModuleType(
 )
 http.request, http.get, http.post_json = _request, _get, _post_json
 http.Response, http.HttpError = Response, HttpError
+
+
+# Plans ---------------------------------------------------------------------
+
+try:
+    from wit_world.imports import plan as _plan
+except ImportError:  # built against a contract before 0.1.1
+    _plan = None
+
+
+def _plan_bindings() -> Any:
+    if _plan is None:
+        raise Failed("leash.plan needs leash:plugin@0.1.1: rebuild with the WIT leash new gives")
+    return _plan
+
+
+def _propose(
+    method: str, url: str, headers: Optional[Dict[str, str]] = None, body: Optional[bytes] = None
+) -> int:
+    """In a plan's execute phase: propose this write for the apply phase to
+    send once a person approves the plan. The host checks it against the
+    job's grant as if it were being sent and records it with the plan.
+    Returns its number (from 1); a proposal the grant refuses raises
+    `Failed` with the host's reason (and fails the phase even if caught)."""
+    p = _plan_bindings()
+    if isinstance(body, str):
+        body = body.encode()
+    effect = p.Effect(method.upper(), url, [(str(k), str(v)) for k, v in (headers or {}).items()], bytes(body or b""))
+    try:
+        return p.propose(effect)
+    except Err as e:
+        raise Failed(f"proposal refused: {e.value}") from None
+
+
+def _approved() -> List[Tuple[int, Dict[str, Any]]]:
+    """In a plan's apply phase: the approved proposals not sent yet, in
+    order, as ``(number, {"method", "url", "headers", "body"})``. Each may
+    be sent once, exactly as proposed."""
+    return [
+        (n, {"method": e.method, "url": e.url, "headers": dict(e.headers), "body": bytes(e.body)})
+        for n, e in _plan_bindings().approved()
+    ]
+
+
+def _send_approved() -> List[Tuple[int, Response]]:
+    """Send every approved proposal not sent yet, in order; the responses
+    by number. An error status raises `Failed` (the proposal counts as
+    sent); no response raises `HttpError` (retryable where sending again
+    may work: a later attempt sends it under the same Idempotency-Key)."""
+    approved = _approved()
+    sent = []
+    for i, (n, e) in enumerate(approved):
+        shown = f"proposal #{n} ({e['method']} {e['url']})"
+        response = _request(e["method"], e["url"], e["headers"], e["body"])
+        if not response.ok:
+            raise Failed(f"{shown}: the upstream answered {response.status}: {response.text()[:200]}")
+        sent.append((n, response))
+        if progress(i + 1, len(approved), shown):
+            raise Failed(f"stopped after {i + 1} of {len(approved)} approved proposals")
+    return sent
+
+
+plan = ModuleType(
+    "leash.plan",
+    "Plans: in the execute phase, ``leash.plan.propose(method, url, headers, body)`` each write (the host "
+    "refuses writes there); in the apply phase, ``leash.plan.send_approved()`` sends exactly the approved ones.",
+)
+plan.propose, plan.approved, plan.send_approved = _propose, _approved, _send_approved

@@ -10,6 +10,7 @@ import {
 import { jobsView } from './jobs.js';
 import { jobView } from './job.js';
 import { approvalsView } from './approvals.js';
+import { planView } from './plan.js';
 
 // ---------------------------------------------------------------- the rest
 
@@ -20,7 +21,8 @@ function table(columns, rows) {
 async function plansView() {
   const page = await getJson('/v1/plans?limit=100');
   view.replaceChildren(h('h1', {}, 'Plans'), table(['Plan', 'Status', 'Apply mode', 'Execute', 'Apply', 'Approved by', 'Created'],
-    (page.plans || []).map((p) => h('tr', {}, h('td', {}, h('code', {}, p.plan_id)), h('td', {}, badge(p.status)), h('td', {}, p.apply_mode),
+    (page.plans || []).map((p) => h('tr', {}, h('td', {}, h('a', { href: `#/plans/${encodeURIComponent(p.plan_id)}` }, h('code', {}, p.plan_id))),
+      h('td', {}, badge(p.status)), h('td', {}, p.apply_mode),
       h('td', {}, jobLink(p.execute.job.id), ' ', badge(p.execute.job.status)),
       h('td', {}, p.apply ? [jobLink(p.apply.job.id), ' ', badge(p.apply.job.status)] : '—'),
       h('td', {}, p.approved_by || ''), h('td', {}, p.created_at)))));
@@ -77,6 +79,7 @@ async function route() {
   for (const link of document.querySelectorAll('[data-nav]')) link.classList.toggle('here', link.dataset.nav === parts[0]);
   try {
     if (parts[0] === 'jobs' && parts[1]) cleanup = await jobView(decodeURIComponent(parts[1]));
+    else if (parts[0] === 'plans' && parts[1]) cleanup = await planView(decodeURIComponent(parts[1]));
     else if (parts[0] === 'plans') cleanup = await plansView();
     else if (parts[0] === 'approvals') cleanup = await approvalsView();
     else if (parts[0] === 'plugins') cleanup = await pluginsView();

@@ -2,27 +2,11 @@
 
 import {
   view, h, api, getJson, ago, pluginName, jobLink, subscribe, approvals,
-  debounced,
+  debounced, jsonTable,
 } from './common.js';
+import { effectsList } from './plan.js';
 
 // ---------------------------------------------------------------- approvals
-
-// JSON as a table a person can read: a list of records as rows under their
-// keys, a record as key and value, anything nested the same way inside.
-function jsonTable(value) {
-  const cell = (v) => (v !== null && typeof v === 'object' ? jsonTable(v) : v === null ? 'null' : String(v));
-  if (Array.isArray(value) && value.length && value.every((v) => v && typeof v === 'object' && !Array.isArray(v))) {
-    const keys = [...new Set(value.flatMap((v) => Object.keys(v)))];
-    return h('table', { class: 'json' }, h('thead', {}, h('tr', {}, keys.map((k) => h('th', { scope: 'col' }, k)))),
-      h('tbody', {}, value.map((v) => h('tr', {}, keys.map((k) => h('td', {}, k in v ? cell(v[k]) : ''))))));
-  }
-  if (value && typeof value === 'object') {
-    const entries = Array.isArray(value) ? value.map((v, i) => [i, v]) : Object.entries(value);
-    return h('table', { class: 'json' }, h('tbody', {},
-      entries.map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, String(k)), h('td', {}, cell(v))))));
-  }
-  return h('pre', { class: 'data' }, JSON.stringify(value));
-}
 
 // Bytes the API gave as JSON where they are JSON, else as text.
 async function bodyOf(path) {
@@ -51,7 +35,8 @@ export async function approvalsView() {
         : `job ${job.id} (${pluginName(job)}, ${job.target})`;
       const shown = plan && phase === 'apply'
         ? h('div', {}, h('h3', {}, 'The change its execute phase computed'),
-          plan.execute.output !== null ? jsonTable(plan.execute.output) : h('p', { class: 'hint' }, 'not JSON: see the plan'))
+          plan.execute.output !== null ? jsonTable(plan.execute.output) : h('p', { class: 'hint' }, 'not JSON: see the plan'),
+          plan.effects ? effectsList(plan.effects) : null)
         : h('div', {}, h('h3', {}, 'Input'), await bodyOf(`/v1/jobs/${encodeURIComponent(job.id)}/input`));
       const comment = h('input', { name: 'comment', size: 24, 'aria-label': 'comment', value: comments.get(job.id) || '', 'data-focus': 'comment',
         oninput: (event) => comments.set(job.id, event.target.value) });
@@ -60,7 +45,9 @@ export async function approvalsView() {
         if (!confirm(`${verb === 'approve' ? 'Approve' : 'Reject'} ${what}?\n${consequence}`)) return;
         const body = { comment: comment.value.trim() || null };
         const path = plan ? `/v1/plans/${encodeURIComponent(job.plan_id)}/${verb}` : `/v1/jobs/${encodeURIComponent(job.id)}/${verb}`;
-        const result = await api('POST', path, plan ? { ...body, phase } : body);
+        // Approving apply approves the proposals shown, by their digest.
+        const digest = plan && phase === 'apply' && verb === 'approve' ? plan.effects?.binding_digest : undefined;
+        const result = await api('POST', path, plan ? { ...body, phase, digest } : body);
         answer.textContent = result.ok
           ? `${verb === 'approve' ? 'Approved' : 'Rejected'}.`
           : `${result.status}: ${result.json?.error?.message ?? result.text}`;
@@ -72,7 +59,7 @@ export async function approvalsView() {
           approvals(job.approval), plan ? [' · ', jobLink(job.id)] : null),
         shown,
         h('div', { class: 'actions' },
-          decide('approve', plan && phase === 'apply' ? 'It makes the change shown above.' : 'It will run.'),
+          decide('approve', plan && phase === 'apply' ? 'It makes exactly the writes shown above.' : 'It will run.'),
           decide('reject', plan ? 'The plan ends rejected; apply never runs.' : 'It will never run.'),
           h('label', {}, 'comment ', comment)),
         answer);

@@ -156,3 +156,20 @@ export function debounced(draw, ms) {
     setTimeout(() => { pending = false; draw().catch(() => {}); }, ms);
   };
 }
+
+// JSON as a table a person can read: a list of records as rows under their
+// keys, a record as key and value, anything nested the same way inside.
+export function jsonTable(value) {
+  const cell = (v) => (v !== null && typeof v === 'object' ? jsonTable(v) : v === null ? 'null' : String(v));
+  if (Array.isArray(value) && value.length && value.every((v) => v && typeof v === 'object' && !Array.isArray(v))) {
+    const keys = [...new Set(value.flatMap((v) => Object.keys(v)))];
+    return h('table', { class: 'json' }, h('thead', {}, h('tr', {}, keys.map((k) => h('th', { scope: 'col' }, k)))),
+      h('tbody', {}, value.map((v) => h('tr', {}, keys.map((k) => h('td', {}, k in v ? cell(v[k]) : ''))))));
+  }
+  if (value && typeof value === 'object') {
+    const entries = Array.isArray(value) ? value.map((v, i) => [i, v]) : Object.entries(value);
+    return h('table', { class: 'json' }, h('tbody', {},
+      entries.map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, String(k)), h('td', {}, cell(v))))));
+  }
+  return h('pre', { class: 'data' }, JSON.stringify(value));
+}

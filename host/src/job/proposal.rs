@@ -123,7 +123,9 @@ pub struct ProposalView {
     pub method: String,
     /// The whole URL.
     pub url: String,
-    /// Headers in order (`{secret:NAME}` where a secret goes).
+    /// Headers in order, each a `[name, value]` pair (`{secret:NAME}`
+    /// where a secret goes).
+    #[schema(value_type = Vec<Vec<String>>)]
     pub headers: Vec<(String, String)>,
     /// The body's size in bytes.
     pub body_bytes: u64,
@@ -214,6 +216,26 @@ impl PlanEffects {
             refused,
             proposals,
         }
+    }
+}
+
+impl ProposalView {
+    /// The proposal it shows, its body read back (`None`: neither text
+    /// nor valid base64, or a body that does not match its digest).
+    pub fn proposal(&self) -> Option<Proposal> {
+        let body = match (&self.body_text, &self.body_base64) {
+            (Some(text), _) => text.as_bytes().to_vec(),
+            (None, Some(b64)) => base64::engine::general_purpose::STANDARD.decode(b64).ok()?,
+            (None, None) => Vec::new(),
+        };
+        let proposal = Proposal {
+            n: self.n,
+            method: self.method.clone(),
+            url: self.url.clone(),
+            headers: self.headers.clone(),
+            body,
+        };
+        (self.body_sha256.is_empty() || proposal.body_digest().to_string() == self.body_sha256).then_some(proposal)
     }
 }
 

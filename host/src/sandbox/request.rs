@@ -73,11 +73,8 @@ pub struct RunRequest {
 
 impl RunRequest {
     /// A one-shot run of `target` on `input`: no job id, attempt 1,
-    /// nothing granted, no effect ledger. An `execute` run proposes its
-    /// effects as a plan's does; an `apply` run has no approved proposals
-    /// and is not fenced to them.
+    /// nothing granted, no effect ledger, not fenced as a plan's phase.
     pub fn new(target: Target, input: Vec<u8>, limits: RunLimits) -> Self {
-        let fence = if target == Target::Execute { EffectFence::Propose } else { EffectFence::Open };
         RunRequest {
             job_id: String::new(),
             target,
@@ -86,7 +83,7 @@ impl RunRequest {
             limits,
             grants: Arc::default(),
             effects: None,
-            fence,
+            fence: EffectFence::Open,
         }
     }
 }

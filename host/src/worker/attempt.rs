@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use super::failure::HostFailure;
 use super::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 use crate::clock::Timestamp;
 use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine, Proposal, millis};
@@ -475,23 +476,6 @@ impl RunObserver for ProgressWatch {
 /// A guest's progress report as the store keeps it.
 fn stored_progress(p: Progress) -> JobProgress {
     JobProgress { done: p.done, total: p.total, note: p.note }
-}
-
-/// A job that ended before its guest could run, or whose plugin could not
-/// be loaded.
-#[derive(Debug)]
-pub(super) struct HostFailure {
-    pub(super) kind: ErrorKind,
-    pub(super) message: String,
-    /// Trying again later may work (a transient store error): the job is
-    /// released after a pause, spending no attempt, since nothing ran.
-    pub(super) retryable: bool,
-}
-
-impl HostFailure {
-    pub(super) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        HostFailure { kind, message: message.into(), retryable: false }
-    }
 }
 
 /// The kind and message of a guest failure that may be retried: its own

@@ -16,10 +16,12 @@
 
 mod attempt;
 pub(crate) mod ceilings;
+mod failure;
 mod guests;
 pub mod lease;
 mod plan;
 pub use plan::REPORT_FIELDS;
+pub(crate) use plan::settle_apply;
 
 use attempt::job_span;
 use guests::GuestRuntime;

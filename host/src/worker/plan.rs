@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::attempt::HostFailure;
+use super::failure::HostFailure;
 use crate::job::proposal::binding_digest;
 use crate::job::{ErrorKind, Job, PluginRef, Proposal, Target, Verdict};
 use crate::sandbox::http::{ApprovedEffects, EffectFence, SecretStore, check_proposal};
@@ -120,7 +120,7 @@ pub const REPORT_FIELDS: [&str; 3] = ["leash.plan.proposals", "leash.plan.not_se
 /// After an apply phase's run: its report goes into the job's log, and a
 /// run that succeeded without sending every approved proposal fails (an
 /// applied plan made every effect a person approved).
-pub(super) fn settle_apply(outcome: &mut Outcome, effects: &ApprovedEffects) {
+pub(crate) fn settle_apply(outcome: &mut Outcome, effects: &ApprovedEffects) {
     let report = effects.report();
     outcome.logs.push(LogRecord {
         level: LogLevel::Info,

@@ -7,7 +7,8 @@
 //!
 //! Execute: `propose` proposes each write (a refusal fails the phase);
 //! `propose_quietly` proposes each and ignores refusals (the host fails
-//! the phase anyway); `post` sends the first write itself instead. Output:
+//! the phase anyway); `post` sends the first write itself instead; `send`
+//! sends every write itself (as a plain job does). Output:
 //! `{"proposed": [numbers], "sent": [what each direct request got]}`.
 //!
 //! Apply: `all` sends every approved proposal; `tamper` first sends each
@@ -56,6 +57,7 @@ fn execute(probe: &Probe) -> Result<serde_json::Value, Error> {
     let mut sent = Vec::new();
     match probe.execute.as_str() {
         "post" => sent.extend(probe.writes.first().map(|w| got(request(w)))),
+        "send" => sent.extend(probe.writes.iter().map(|w| got(request(w)))),
         "propose_quietly" => proposed.extend(probe.writes.iter().filter_map(|w| plan::propose(&request(w)).ok())),
         _ => {
             for w in &probe.writes {

@@ -5,7 +5,7 @@ mod approval;
 pub(crate) mod duties;
 mod events;
 mod http;
-mod plans;
+pub(crate) mod plans;
 mod proposals;
 mod rules;
 mod triage;

@@ -234,7 +234,7 @@ async fn an_approver_decides_plans_and_jobs_from_the_inbox() {
     let asked = browser.accept_dialog().await;
     assert_eq!(
         asked,
-        format!("Approve the apply phase of plan {plan_id} (hello@0.0.0)?\nIt makes the change shown above.")
+        format!("Approve the apply phase of plan {plan_id} (hello@0.0.0)?\nIt makes exactly the writes shown above.")
     );
     // The decided card leaves the inbox; what was typed in another stays.
     browser.wait_until("the plan's card leaves", &format!("!document.querySelector(\"{plan_card}\")")).await;
@@ -254,5 +254,55 @@ async fn an_approver_decides_plans_and_jobs_from_the_inbox() {
         (&json!("rejected"), &json!("olive"))
     );
     browser.wait_for_text("main", |t| t.contains("Nothing waits for approval.")).await;
+    browser.quit().await;
+}
+
+/// A plan's page lists the writes its execute phase proposed, each as a
+/// reviewer reads a diff, with the binding digest; approving from the page
+/// approves that digest, and apply makes exactly those writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_reads_a_plans_proposed_writes_on_its_page_and_approves_them() {
+    let Some(browser) = Browser::start().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("jobs.db"), &[]);
+    let records = crate::api::plans::Records::start(&[("c", "old")]).await;
+    server.add_plugin("plan-probe").await;
+    let grants = json!({ "http": { "hosts": [format!("GET,PUT,DELETE http://{}", records.addr)],
+                                   "private_ranges": ["127.0.0.0/8"] } });
+    let (status, answer) = server.call(reqwest::Method::PUT, "/v1/plugins/plan_probe@0.0.0/grants", Some(grants)).await;
+    assert_eq!(status, 200, "{answer}");
+    let write = |method: &str, key: &str, body: &str| json!({ "method": method, "url": format!("{}/{key}", records.url()), "body": body });
+    let writes = [write("PUT", "a", "line one\nline two"), write("PUT", "b", "2"), write("DELETE", "c", "")];
+    let (status, plan) = server
+        .call(
+            reqwest::Method::POST,
+            "/v1/plans",
+            Some(json!({ "plugin": "plan_probe", "input": { "writes": writes } })),
+        )
+        .await;
+    assert_eq!(status, 201, "{plan}");
+    let id = plan["plan_id"].as_str().unwrap().to_owned();
+    crate::api::plans::poll_plan(&server, &id, |s| s == "awaiting_approval").await;
+
+    sign_in(&browser, &server).await;
+    browser.goto(&format!("{}/ui#/plans/{id}", server.url)).await;
+    browser.wait_until("three proposals listed", "document.querySelectorAll('li.proposal').length === 3").await;
+    let first = browser.wait_for_text("li.proposal[data-n='1']", |t| t.contains("PUT")).await;
+    assert!(first.contains(&format!("{}/a", records.url())), "{first}");
+    assert!(first.contains("+ line one") && first.contains("+ line two"), "the body as added lines: {first}");
+    let third = browser.wait_for_text("li.proposal[data-n='3']", |t| t.contains("DELETE")).await;
+    assert!(third.contains("not sent"), "{third}");
+    let digest = browser.wait_for_text("code[data-digest]", |t| t.starts_with("sha256:")).await;
+    std::fs::write(shots(dir.path()).join("plan.png"), browser.screenshot().await).unwrap();
+    assert!(records.changes().is_empty(), "nothing changes before the approval");
+
+    browser.click(".actions button.approve").await;
+    assert_eq!(browser.accept_dialog().await, "Approve exactly the 3 writes shown?");
+    browser.wait_for_text("p.answer", |t| t == "Approved.").await;
+    let applied = crate::api::plans::poll_plan(&server, &id, |s| s == "applied").await;
+    assert_eq!(applied["approved_digest"], digest.as_str(), "the approval bound what the page showed");
+    assert_eq!(applied["approved_by"], "olive");
+    assert_eq!(records.changes(), ["PUT a=line one\nline two", "PUT b=2", "DELETE c"]);
+    browser.wait_until("the page shows them sent", "document.querySelectorAll('span.state.sent').length === 3").await;
     browser.quit().await;
 }

@@ -240,3 +240,94 @@ fn run_gives_a_declaring_component_only_what_it_declares_and_is_granted() {
     let got: serde_json::Value = serde_json::from_str(report["output"].as_str().unwrap()).unwrap();
     assert_eq!(got["all"], serde_json::json!({ "greeting": "hi" }), "password is granted but not declared");
 }
+
+/// An upstream on loopback that answers every request 204 and logs it
+/// (`PUT /records/a 1`); its address.
+fn logging_upstream() -> (std::net::SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = log.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut request_line = String::new();
+            let _ = reader.read_line(&mut request_line);
+            let (mut line, mut length) = (String::new(), 0);
+            while reader.read_line(&mut line).map(|n| n > 2).unwrap_or(false) {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let words: Vec<&str> = request_line.split_whitespace().take(2).collect();
+            seen.lock()
+                .unwrap()
+                .push(format!("{} {}", words.join(" "), String::from_utf8_lossy(&body)).trim().to_owned());
+            let _ = reader
+                .get_mut()
+                .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (addr, log)
+}
+
+#[test]
+fn run_as_a_plan_proposes_in_execute_and_sends_only_the_approved_in_apply() {
+    use base64::Engine as _;
+    let (addr, log) = logging_upstream();
+    let grant = format!("GET,PUT http://{addr}");
+    let dir = tempfile::tempdir().unwrap();
+    let plan_input = serde_json::json!({ "writes": [{ "method": "PUT", "url": format!("http://{addr}/records/a"), "body": "1" }],
+                                         "apply": "tamper" });
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, plan_input.to_string()).unwrap();
+    let input = input.to_str().unwrap();
+    let flags = ["--allow-host", &grant, "--input", input, "--json"];
+
+    // Not run as a plan: there is no plan to propose to.
+    let plain = run(&[&[path("plan-probe").as_str()][..], &flags].concat());
+    let report: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert_eq!(report["status"], "failed", "{report}");
+    assert!(report["message"].as_str().unwrap().contains("proposed only in a plan's execute phase"), "{report}");
+
+    // As a plan's execute phase: proposed, not sent.
+    let executed = run(&[&[path("plan-probe").as_str(), "--plan"][..], &flags].concat());
+    assert_eq!(executed.status.code(), Some(0), "{}", stderr(&executed));
+    let report: serde_json::Value = serde_json::from_slice(&executed.stdout).unwrap();
+    let proposals = report["proposals"].as_array().unwrap();
+    assert_eq!(proposals.len(), 1, "{report}");
+    assert_eq!((proposals[0]["method"].as_str(), proposals[0]["body_text"].as_str()), (Some("PUT"), Some("1")));
+    assert!(log.lock().unwrap().is_empty(), "execute sent nothing");
+    let approved = dir.path().join("approved.json");
+    std::fs::write(&approved, &executed.stdout).unwrap();
+
+    // As its apply phase, fenced to what execute proposed: the altered
+    // request is refused, the approved one sent once.
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let apply_input = serde_json::json!({ "leash_apply": 1, "plan_id": "p", "execute_job_id": "e",
+        "input_base64": b64(plan_input.to_string().as_bytes()), "execute_output_base64": "" });
+    std::fs::write(dir.path().join("apply.json"), apply_input.to_string()).unwrap();
+    let apply_path = dir.path().join("apply.json");
+    let applied = run(&[
+        &path("plan-probe"),
+        "--phase",
+        "apply",
+        "--approved",
+        approved.to_str().unwrap(),
+        "--allow-host",
+        &grant,
+        "--input",
+        apply_path.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(applied.status.code(), Some(0), "{}", stderr(&applied));
+    let report: serde_json::Value = serde_json::from_slice(&applied.stdout).unwrap();
+    let output: serde_json::Value = serde_json::from_str(report["output"].as_str().unwrap()).unwrap();
+    assert_eq!(output, serde_json::json!({ "tampered": ["HTTP-request-denied"], "applied": 1 }));
+    assert_eq!(*log.lock().unwrap(), ["PUT /records/a 1"]);
+    assert!(stderr(&applied).contains("apply sent 1 of 1 approved proposals; 1 request(s) refused as not proposed"));
+}

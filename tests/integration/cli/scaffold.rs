@@ -211,6 +211,83 @@ async fn leash_new_with_http_in_js_fetches_retries_and_passes_its_test() {
     http_scaffold_fetches_retries_and_passes_its_test("js").await;
 }
 
+/// `leash new --template plan`: built with the printed command, it passes
+/// its own test (both phases through `leash run`: execute proposes, apply
+/// sends exactly the proposals), and, added with a grant to a record store
+/// and submitted as a plan, shows its proposed writes with the digest to
+/// approve them by; approved with that digest, it applies exactly them.
+async fn plan_scaffold_proposes_applies_and_passes_its_test(lang: &str) {
+    let records = crate::api::plans::Records::start(&[("a", "1"), ("c", "3")]).await;
+    let (lang, url, addr) = (lang.to_owned(), records.url(), records.addr);
+    let parent = tempfile::tempdir().unwrap();
+    let (server, dir, name) = tokio::task::spawn_blocking({
+        let parent = parent.path().to_owned();
+        move || {
+            let name = format!("planner-{lang}");
+            let (created, dir) = scaffold_and_build(&parent, &name, &lang, Some("plan"));
+            check(&shell(&dir, created["test"].as_str().unwrap()), "the scaffold's own test");
+            let server = Server::start(&parent.join("s.db"), &[]);
+            let line = format!(
+                "leash plugins add {name}.wasm --allow-host 'GET,PUT,DELETE http://{addr}' --allow-private 127.0.0.0/8 \
+                 --server {} --token-file {}",
+                server.url,
+                server.token_file.display()
+            );
+            check(&shell(&dir, &line), "plugins add");
+            (server, dir, name)
+        }
+    })
+    .await
+    .unwrap();
+    std::fs::write(
+        dir.join("in.json"),
+        serde_json::json!({ "store": url, "desired": { "a": "1", "b": "2" } }).to_string(),
+    )
+    .unwrap();
+    let input = dir.join("in.json");
+    let submitted =
+        crate::cli::ops::leash(&server, &["plan", "submit", &name, "--input", input.to_str().unwrap(), "--wait", "1m"]);
+    let shown = String::from_utf8_lossy(&submitted.stdout).into_owned();
+    assert_eq!(submitted.status.code(), Some(0), "{shown}{}", String::from_utf8_lossy(&submitted.stderr));
+    assert!(shown.contains("proposed effects: 2"), "{shown}");
+    assert!(shown.contains(&format!("#1 PUT {url}/b")) && shown.contains("    + 2"), "{shown}");
+    assert!(shown.contains(&format!("#2 DELETE {url}/c")), "{shown}");
+    let id = shown.split_whitespace().nth(1).unwrap().to_owned();
+    let digest = shown.split("--digest ").nth(1).and_then(|rest| rest.split_whitespace().next()).unwrap().to_owned();
+    let alice = server.principal("alice", &["approve"]).await;
+    let approve = ["plan", "approve", &id, "--phase", "apply", "--digest", &digest];
+    let approved = crate::cli::ops::leash_as(&server, &alice, &approve);
+    assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
+    crate::api::plans::poll_plan(&server, &id, |s| s == "applied").await;
+    assert_eq!(records.changes(), ["PUT b=2", "DELETE c"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
+async fn leash_new_plan_in_rust_proposes_applies_and_passes_its_test() {
+    plan_scaffold_proposes_applies_and_passes_its_test("rust").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
+async fn leash_new_plan_in_python_proposes_applies_and_passes_its_test() {
+    if let Err(why) = polyglot::tool(Lang::Python) {
+        assert!(!polyglot::required(), "the Python scaffold test must not be skipped: {why}");
+        return polyglot::say_skipped(&why);
+    }
+    plan_scaffold_proposes_applies_and_passes_its_test("python").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: CI's long step runs it; see tests/README.md"]
+async fn leash_new_plan_in_js_proposes_applies_and_passes_its_test() {
+    if let Err(why) = Command::new("npm").arg("--version").output().map_err(|e| format!("npm is not installed: {e}")) {
+        assert!(!polyglot::required(), "the JavaScript scaffold test must not be skipped: {why}");
+        return polyglot::say_skipped(&why);
+    }
+    plan_scaffold_proposes_applies_and_passes_its_test("js").await;
+}
+
 #[test]
 #[ignore = "long: CI's long step runs it; see tests/README.md"]
 fn leash_new_rust_builds_runs_and_passes_its_test() {

@@ -39,11 +39,13 @@ pub(in crate::cli) enum Lang {
 }
 
 /// A language's template: the files every scaffold has, then the ones the
-/// plain (greeter) and the `--with http` (fetcher) plugins differ in.
+/// plain (greeter), the `--with http` (fetcher) and the `--with plan`
+/// (planner) plugins differ in.
 struct Template {
     common: &'static [TemplateFile],
     greeter: &'static [TemplateFile],
     fetcher: &'static [TemplateFile],
+    planner: &'static [TemplateFile],
 }
 
 /// One file of a template: where it goes and its text, with `{{name}}`,
@@ -66,6 +68,11 @@ const RUST: Template = Template {
         ("tests/plugin.rs", include_str!("../../../templates/rust/http/tests/plugin.rs")),
         ("README.md", include_str!("../../../templates/rust/http/README.md")),
     ],
+    planner: &[
+        ("src/lib.rs", include_str!("../../../templates/rust/plan/src/lib.rs")),
+        ("tests/plugin.rs", include_str!("../../../templates/rust/plan/tests/plugin.rs")),
+        ("README.md", include_str!("../../../templates/rust/plan/README.md")),
+    ],
 };
 
 const PYTHON: Template = Template {
@@ -83,6 +90,11 @@ const PYTHON: Template = Template {
         ("app.py", include_str!("../../../templates/python/http/app.py")),
         ("test_plugin.py", include_str!("../../../templates/python/http/test_plugin.py")),
         ("README.md", include_str!("../../../templates/python/http/README.md")),
+    ],
+    planner: &[
+        ("app.py", include_str!("../../../templates/python/plan/app.py")),
+        ("test_plugin.py", include_str!("../../../templates/python/plan/test_plugin.py")),
+        ("README.md", include_str!("../../../templates/python/plan/README.md")),
     ],
 };
 
@@ -103,6 +115,11 @@ const JS: Template = Template {
         ("test.mjs", include_str!("../../../templates/js/http/test.mjs")),
         ("README.md", include_str!("../../../templates/js/http/README.md")),
     ],
+    planner: &[
+        ("app.js", include_str!("../../../templates/js/plan/app.js")),
+        ("test.mjs", include_str!("../../../templates/js/plan/test.mjs")),
+        ("README.md", include_str!("../../../templates/js/plan/README.md")),
+    ],
 };
 
 impl Lang {
@@ -120,6 +137,7 @@ impl Lang {
         let own = match with {
             None => template.greeter,
             Some(With::Http) => template.fetcher,
+            Some(With::Plan) => template.planner,
         };
         let wit: &[TemplateFile] = if self == Lang::Rust { &[] } else { WIT };
         [template.common, own, wit].concat()
@@ -133,6 +151,10 @@ pub(in crate::cli) enum With {
     /// A plugin that fetches JSON from `{"url": "..."}` with the SDK's
     /// HTTP helper, retrying a 5xx.
     Http,
+    /// A plan: its execute phase reads a record store and proposes the
+    /// writes that bring it to the records wanted; its apply phase sends
+    /// the approved ones.
+    Plan,
 }
 
 /// Where `leash-sdk` was when this binary was built: a Rust scaffold's
@@ -148,8 +170,10 @@ pub(in crate::cli) struct NewArgs {
     #[arg(long, value_enum, default_value = "rust")]
     lang: Lang,
     /// Start from a plugin that does more than greet: `http` fetches JSON
-    /// from a URL (granted with `--allow-host`) and retries a 5xx.
-    #[arg(long, value_enum, value_name = "WHAT")]
+    /// from a URL (granted with `--allow-host`) and retries a 5xx; `plan`
+    /// is a plan whose execute phase proposes writes and whose apply phase
+    /// sends the approved ones (docs/plans.md).
+    #[arg(long, visible_alias = "template", value_enum, value_name = "WHAT")]
     with: Option<With>,
     /// Create the folder here instead of in the current directory.
     #[arg(long, value_name = "DIR")]
@@ -225,6 +249,11 @@ pub(in crate::cli) fn new_plugin(args: NewArgs) -> Result<ExitStatus, CliError> 
         Some(With::Http) => format!(
             "echo '{{\"url\": \"https://httpbin.org/json\"}}' | leash run --allow-host 'GET https://httpbin.org' \
              --input - {}.wasm",
+            args.name
+        ),
+        Some(With::Plan) => format!(
+            "echo '{{\"store\": \"http://127.0.0.1:8080/records\", \"desired\": {{\"a\": \"1\"}}}}' | leash run \
+             --plan --phase execute --json --allow-host 'GET,PUT,DELETE http://127.0.0.1:8080' --input - {}.wasm",
             args.name
         ),
     };
@@ -316,7 +345,7 @@ mod tests {
     fn every_placeholder_in_a_template_is_one_that_is_filled() {
         let every = [Lang::Rust, Lang::Python, Lang::Js]
             .into_iter()
-            .flat_map(|lang| [lang.files(None), lang.files(Some(With::Http))])
+            .flat_map(|lang| [lang.files(None), lang.files(Some(With::Http)), lang.files(Some(With::Plan))])
             .flatten();
         for (path, text) in every {
             let mut rest = text;

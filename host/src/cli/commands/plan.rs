@@ -14,7 +14,9 @@ use crate::cli::commands::connect::{new_table, print_json, print_table, short_di
 use crate::cli::commands::{ConnArgs, DecisionArgs};
 use crate::cli::{CliError, ExitStatus, parse_duration, read_input, terminal_text};
 use crate::client::{Client, typed};
-use crate::job::PlanPhase;
+use crate::job::proposal::PlanEffects;
+use crate::job::{PlanPhase, ProposalState};
+use std::fmt::Write as _;
 
 #[derive(Debug, Subcommand)]
 pub(in crate::cli) enum PlanCommand {
@@ -252,13 +254,78 @@ fn show(plan: Value, json_out: bool) -> Result<ExitStatus, CliError> {
             let _ = writeln!(out);
         }
     }
+    if let Some(effects) = &answer.effects {
+        let _ = out.write_all(effects_text(effects).as_bytes());
+    }
     if answer.status == crate::job::PlanStatus::AwaitingApproval {
         let id = &answer.plan_id;
         let phase = if answer.apply.is_some() { PlanPhase::Apply } else { PlanPhase::Execute }.as_str();
+        let digest = match (&answer.effects, answer.apply.is_some()) {
+            (Some(effects), true) => format!(" --digest {}", effects.binding_digest),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
-            "approve: leash plan approve {id} --phase {phase}    reject: leash plan reject {id} --phase {phase}"
+            "approve: leash plan approve {id} --phase {phase}{digest}    reject: leash plan reject {id} --phase {phase}"
         );
     }
     Ok(exit)
+}
+
+/// Body lines shown per proposal; the rest are counted.
+const BODY_LINES: usize = 20;
+
+/// A plan's proposed effects as a reviewer reads them: each write with its
+/// headers and its body as added lines (`+ `), its size, digest and where
+/// it stands.
+pub(crate) fn effects_text(effects: &PlanEffects) -> String {
+    let mut out = String::new();
+    let n = effects.proposals.len();
+    let _ = writeln!(out, "proposed effects: {n} (binding {})", effects.binding_digest);
+    if n == 0 {
+        let _ = writeln!(out, "  none: apply may send no effectful request");
+    }
+    for p in &effects.proposals {
+        let state = match (p.state, p.status) {
+            (ProposalState::Sent, Some(status)) => format!("sent, {status}"),
+            (ProposalState::Sent, None) => "sent".to_owned(),
+            (ProposalState::InDoubt, _) => "in doubt (sent again under the same key if apply runs again)".to_owned(),
+            (ProposalState::NotSent, _) => "not sent".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "  #{} {} {}  {} bytes  {}  {state}",
+            p.n,
+            terminal_text(&p.method),
+            terminal_text(&p.url),
+            p.body_bytes,
+            p.body_sha256
+        );
+        for (name, value) in &p.headers {
+            let _ = writeln!(out, "      {}: {}", terminal_text(name), terminal_text(value));
+        }
+        match (&p.body_text, &p.body_base64) {
+            (Some(text), _) => {
+                let lines: Vec<&str> = text.lines().collect();
+                for line in lines.iter().take(BODY_LINES) {
+                    let _ = writeln!(out, "    + {}", terminal_text(line));
+                }
+                if lines.len() > BODY_LINES {
+                    let _ = writeln!(out, "    … {} more lines (the whole body: --json)", lines.len() - BODY_LINES);
+                }
+            }
+            (None, Some(_)) => {
+                let _ = writeln!(out, "    (binary body: --json shows it as base64)");
+            }
+            (None, None) => {}
+        }
+    }
+    if effects.sent + effects.in_doubt > 0 || effects.refused > 0 {
+        let _ = writeln!(
+            out,
+            "  apply: {} sent, {} in doubt, {} not sent; {} request(s) refused as not proposed",
+            effects.sent, effects.in_doubt, effects.not_sent, effects.refused
+        );
+    }
+    out
 }

@@ -1,6 +1,7 @@
 //! `leash run`: one component, once, with no store — the plugin author's
 //! loop — and the report it prints.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,9 +16,11 @@ use crate::cli::{
     CliError, ExitStatus, GrantArgs, JobArgs, load_secrets, parse_duration, parse_size, read_input, terminal_lines,
     terminal_text, write_output,
 };
-use crate::job::ErrorKind;
 use crate::job::grant::Grants;
+use crate::job::{ErrorKind, Target};
+use crate::job::{Proposal, ProposalView};
 use crate::sandbox;
+use crate::sandbox::http::{ApprovedEffects, EffectFence};
 use crate::sandbox::{
     Allocator, Loaded, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
     StopHandle,
@@ -25,10 +28,21 @@ use crate::sandbox::{
 
 #[derive(Debug, Args)]
 pub(in crate::cli) struct RunArgs {
-    /// The component (.wasm) implementing leash:plugin@0.1.0.
+    /// The component (.wasm) implementing leash:plugin@0.1.x.
     component: PathBuf,
     #[command(flatten)]
     job: JobArgs,
+    /// Run the phase as a plan's: an execute run sends no effect and
+    /// proposes them instead (listed on stderr, and in the `--json`
+    /// report); an apply run sends only the proposals `--approved` names.
+    #[arg(long)]
+    plan: bool,
+    /// With `--phase apply` (implies `--plan`): the approved proposals, as
+    /// a JSON file (an execute run's `--json` report, or its `proposals`
+    /// array); the run may send those, each once, and nothing else
+    /// effectful.
+    #[arg(long, value_name = "FILE")]
+    approved: Option<PathBuf>,
     #[command(flatten)]
     sandbox: SandboxArgs,
     /// Print the outcome as one JSON object on stdout.
@@ -161,14 +175,51 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
     }
     say!("leash: running {} ({})", args.component.display(), plugin.digest());
     let limits = args.sandbox.limits();
-    // No lease, so no effect ledger: a one-shot run is neither fenced nor
-    // recorded.
-    let request = RunRequest { grants: Arc::new(grants), ..RunRequest::new(target, input, limits) };
+    // No lease, so no effect ledger: a one-shot run is neither fenced by a
+    // lease nor recorded. As a plan's phase, an execute run proposes its
+    // effects and an apply run sends only the approved ones.
+    let mut request = RunRequest { grants: Arc::new(grants), ..RunRequest::new(target.clone(), input, limits) };
+    let approved = match (&args.approved, &target) {
+        (Some(file), Target::Apply) => Some(Arc::new(ApprovedEffects::new(read_approved(file)?, &BTreeSet::new()))),
+        (Some(_), _) => return Err(CliError::usage("--approved goes with --phase apply")),
+        (None, _) => None,
+    };
+    request.fence = match (&approved, &target) {
+        (Some(effects), _) => EffectFence::Approved(effects.clone()),
+        (None, Target::Execute) if args.plan => EffectFence::Propose,
+        (None, Target::Apply) if args.plan => {
+            EffectFence::Approved(Arc::new(ApprovedEffects::new(Vec::new(), &BTreeSet::new())))
+        }
+        _ => EffectFence::Open,
+    };
     let observer: Arc<dyn RunObserver> = if args.json { Arc::new(sandbox::NoObserver) } else { Arc::new(StderrLogs) };
-    let outcome = sandbox.run(&plugin, request, &stop, observer).await;
+    let mut outcome = sandbox.run(&plugin, request, &stop, observer).await;
     interrupts.abort();
+    if let Some(effects) = &approved {
+        say!("leash: {}", effects.report().line());
+        crate::worker::settle_apply(&mut outcome, effects);
+    }
     report(&outcome, loaded, args.json)?;
     Ok(outcome.error_kind().map_or(ExitStatus::Success, ExitStatus::for_kind))
+}
+
+/// The approved proposals in `file`: an execute run's `--json` report, or
+/// its `proposals` array.
+fn read_approved(file: &std::path::Path) -> Result<Vec<Proposal>, CliError> {
+    let shown = file.display();
+    let text = std::fs::read(file).map_err(|e| CliError::usage(format!("cannot read {shown}: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| CliError::usage(format!("{shown} is not JSON: {e}")))?;
+    let list = if value.is_array() { value } else { value["proposals"].clone() };
+    let views: Vec<ProposalView> = serde_json::from_value(list)
+        .map_err(|e| CliError::usage(format!("{shown} holds no proposals (an execute run's --json report): {e}")))?;
+    views
+        .iter()
+        .map(|v| {
+            v.proposal()
+                .ok_or_else(|| CliError::usage(format!("{shown}: proposal {}'s body does not match its digest", v.n)))
+        })
+        .collect()
 }
 
 /// First Ctrl-C: ask the plugin to stop. Second: stop it now.
@@ -219,6 +270,10 @@ struct RunReport<'a> {
     stderr: String,
     /// Stderr bytes dropped past the capture cap.
     stderr_dropped: u64,
+    /// An execute run's proposed effects (pass this report to an apply run
+    /// as `--approved`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    proposals: Vec<ProposalView>,
 }
 
 pub(super) fn status_name(outcome: &Outcome) -> &'static str {
@@ -258,6 +313,7 @@ fn report(outcome: &Outcome, loaded: Loaded, json: bool) -> Result<(), CliError>
             stdout_dropped: outcome.stdout.dropped,
             stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
             stderr_dropped: outcome.stderr.dropped,
+            proposals: outcome.proposals.iter().map(|p| ProposalView::new(p, None, &[])).collect(),
         };
         let mut stdout = std::io::stdout().lock();
         serde_json::to_writer(&mut stdout, &report).map_err(|e| CliError::internal(e.to_string()))?;
@@ -274,6 +330,9 @@ fn report(outcome: &Outcome, loaded: Loaded, json: bool) -> Result<(), CliError>
     }
     if outcome.logs_dropped > 0 {
         say!("leash: {} log records dropped past the cap", outcome.logs_dropped);
+    }
+    for p in &outcome.proposals {
+        say!("leash: proposed {} ({} bytes, {})", terminal_text(&p.shown()), p.body.len(), p.body_digest());
     }
     match &outcome.result {
         Ok(output) => write_output(output).map_err(write_err)?,

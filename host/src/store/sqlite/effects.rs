@@ -21,8 +21,8 @@ impl Effects for SqliteStore {
                      SELECT j.job_id, j.attempt, 1 + COALESCE((SELECT MAX(e.seq) FROM effects e \
                        WHERE e.job_id = j.job_id AND e.attempt = j.attempt), 0), ?3, ?4, ?5, ?6 \
                      FROM jobs j WHERE j.job_id = ?1 AND j.status = 'running' AND j.lease_token = ?2 \
-                     AND NOT EXISTS (SELECT 1 FROM effects x WHERE x.job_id = j.job_id \
-                       AND x.proposal = ?6 AND x.status IS NOT NULL) \
+                     AND (?6 IS NULL OR NOT EXISTS (SELECT 1 FROM effects x WHERE x.job_id = j.job_id \
+                       AND x.proposal = ?6 AND x.proposal IS NOT NULL AND x.status IS NOT NULL)) \
                      RETURNING attempt, seq",
                 )
                 .and_then(|mut s| {

@@ -22,6 +22,7 @@ CREATE TABLE proposals (
     PRIMARY KEY (job_id, n)
 ) WITHOUT ROWID;
 ALTER TABLE effects ADD COLUMN proposal INTEGER CHECK (proposal >= 1);
+CREATE INDEX effects_proposal ON effects (job_id, proposal) WHERE proposal IS NOT NULL;
 "#;
 
 /// Record `proposals` as job `id`'s.
