@@ -292,13 +292,13 @@ pub(crate) fn effects_text(effects: &PlanEffects) -> String {
             (ProposalState::InDoubt, _) => "in doubt (sent again under the same key if apply runs again)".to_owned(),
             (ProposalState::NotSent, _) => "not sent".to_owned(),
         };
+        let size = if p.body_bytes == 1 { "1 byte".to_owned() } else { format!("{} bytes", p.body_bytes) };
         let _ = writeln!(
             out,
-            "  #{} {} {}  {} bytes  {}  {state}",
+            "  #{} {} {}  {size}  {}  {state}",
             p.n,
             terminal_text(&p.method),
             terminal_text(&p.url),
-            p.body_bytes,
             p.body_sha256
         );
         for (name, value) in &p.headers {
