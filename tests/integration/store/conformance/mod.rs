@@ -74,6 +74,7 @@ macro_rules! with_cases {
                 a_lost_lease_after_an_effect_spends_the_attempt_and_names_the_effect,
                 a_release_after_an_effect_spends_an_attempt,
                 effects_are_recorded_only_under_the_lease_and_numbered_per_attempt,
+                proposals_land_with_a_success_and_an_answered_proposal_is_recorded_once,
             }
             sweeps {
                 reclaim_requeues_while_attempts_remain,

@@ -5,12 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::clock::Timestamp;
-use leash::job::{EffectOutcome, ErrorKind, JobStatus, NewJob};
-use leash::store::{EffectBeginParams, EffectEndParams, JobStore, JobsDeleteParams, ReclaimReport};
+use leash::job::{EffectOutcome, ErrorKind, JobStatus, NewJob, Proposal};
+use leash::store::{
+    EffectBeginParams, EffectEndParams, Finish, JobClaimParams, JobFinishParams, JobStore, JobsDeleteParams,
+    ReclaimReport,
+};
 
 use super::{
-    KEEP_EVENTS, T0, TTL, answered, at, claim, claim_one, get, insert_one, intent, new_job, reclaim, release_params,
-    retry_params, succeed,
+    KEEP_EVENTS, T0, TTL, answered, at, claim, claim_one, finish_params, get, insert_one, intent, new_job, reclaim,
+    release_params, retry_params, succeed,
 };
 
 pub(crate) async fn a_lost_lease_without_effects_reruns_free_until_its_limit(store: Arc<dyn JobStore>) {
@@ -188,4 +191,76 @@ pub(crate) async fn effects_are_recorded_only_under_the_lease_and_numbered_per_a
         .unwrap();
     assert_eq!(deleted, 1);
     assert_eq!(store.effects(job.id).await.unwrap(), vec![]);
+}
+
+pub(crate) async fn proposals_land_with_a_success_and_an_answered_proposal_is_recorded_once(store: Arc<dyn JobStore>) {
+    let proposal = |n: u32, body: &[u8]| Proposal {
+        n,
+        method: "PUT".into(),
+        url: format!("https://api.example.com/records/{n}?v=1"),
+        headers: vec![("content-type".into(), "text/plain".into()), ("authorization".into(), "{secret:T}".into())],
+        body: body.to_vec(),
+    };
+    // A failure's proposals are dropped with it.
+    let failed = insert_one(&*store, new_job("proposes-then-fails"), T0).await;
+    let lease = claim_one(&*store, at(1)).await;
+    let finish = Finish::Failed { kind: ErrorKind::GuestError, message: "GuestError: no".into(), backtrace: None };
+    let params = JobFinishParams { proposals: vec![proposal(1, b"x")], ..finish_params(&lease, finish, at(2)) };
+    assert!(store.job_finish(params).await.unwrap());
+    assert_eq!(store.plan_proposals(failed.id).await.unwrap(), vec![], "a failure keeps none");
+
+    // A success's, all of them, bytes as they were, by number.
+    let execute = insert_one(&*store, new_job("proposes"), at(3)).await;
+    let lease = claim_one(&*store, at(4)).await;
+    let mut proposed: Vec<Proposal> = (1..=300).map(|n| proposal(n, format!("value {n}").as_bytes())).collect();
+    proposed.push(proposal(301, &[0xff, 0x00, 0xfe]));
+    let params = JobFinishParams { proposals: proposed.clone(), ..succeed(&lease, at(5)) };
+    assert!(
+        store
+            .job_finish_and_claim(
+                params,
+                JobClaimParams {
+                    worker_id: "worker-aaaaaaaa".into(),
+                    limit: 1,
+                    alone: true,
+                    lease_ttl: TTL,
+                    now: at(5)
+                }
+            )
+            .await
+            .unwrap()
+            .0
+    );
+    assert_eq!(store.plan_proposals(execute.id).await.unwrap(), proposed);
+
+    // An apply's effect names the proposal it sends; once answered, no
+    // attempt records it again; unanswered (in doubt), it may be.
+    let apply = insert_one(&*store, NewJob { max_attempts: 2, ..new_job("applies") }, at(6)).await;
+    let first = claim_one(&*store, at(7)).await;
+    let begin = |token: &str, proposal: Option<u32>, now: Timestamp| {
+        let store = store.clone();
+        let params = EffectBeginParams {
+            id: apply.id,
+            token: token.to_owned(),
+            method: "PUT".into(),
+            url: "https://api.example.com/records/1".into(),
+            proposal,
+            now,
+        };
+        async move { store.effect_begin(params).await.unwrap() }
+    };
+    let one = begin(&first.token, Some(1), at(8)).await.expect("recorded");
+    assert_eq!((one.proposal, one.idempotency_key.clone()), (Some(1), format!("{}/proposal/1", apply.id)));
+    let again = begin(&first.token, Some(1), at(9)).await.expect("in doubt: recorded again");
+    assert_eq!((again.seq, &again.idempotency_key), (2, &one.idempotency_key), "the same key");
+    let end = EffectEndParams { id: apply.id, attempt: 1, seq: 2, outcome: EffectOutcome::Status(204), now: at(10) };
+    store.effect_end(end).await.unwrap();
+    assert_eq!(begin(&first.token, Some(1), at(11)).await, None, "answered: never recorded again");
+    store.job_retry(retry_params(&first, at(11), at(11))).await.unwrap();
+    let second = claim_one(&*store, at(12)).await;
+    assert_eq!(begin(&second.token, Some(1), at(13)).await, None, "nor in a later attempt");
+    assert!(begin(&second.token, Some(2), at(13)).await.is_some(), "another proposal is");
+    assert!(begin(&second.token, None, at(14)).await.is_some(), "an effect that sends none is");
+    let numbered: Vec<Option<u32>> = store.effects(apply.id).await.unwrap().iter().map(|e| e.proposal).collect();
+    assert_eq!(numbered, [Some(1), Some(1), Some(2), None]);
 }
