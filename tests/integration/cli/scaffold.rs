@@ -219,6 +219,7 @@ async fn leash_new_with_http_in_js_fetches_retries_and_passes_its_test() {
 async fn plan_scaffold_proposes_applies_and_passes_its_test(lang: &str) {
     let records = crate::api::plans::Records::start(&[("a", "1"), ("c", "3")]).await;
     let (lang, url, addr) = (lang.to_owned(), records.url(), records.addr);
+    let store = url.clone();
     let parent = tempfile::tempdir().unwrap();
     let (server, dir, name) = tokio::task::spawn_blocking({
         let parent = parent.path().to_owned();
@@ -226,6 +227,19 @@ async fn plan_scaffold_proposes_applies_and_passes_its_test(lang: &str) {
             let name = format!("planner-{lang}");
             let (created, dir) = scaffold_and_build(&parent, &name, &lang, Some("plan"));
             check(&shell(&dir, created["test"].as_str().unwrap()), "the scaffold's own test");
+            // `leash dev --plan` runs execute as a plan's: it proposes.
+            let want = serde_json::json!({ "store": url, "desired": { "a": "1", "b": "2" } });
+            std::fs::write(dir.join("in.json"), want.to_string()).unwrap();
+            let dev = shell(
+                &dir,
+                &format!(
+                    "leash dev --once --plan --input in.json --allow-host 'GET,PUT,DELETE http://{addr}' \
+                     --allow-private 127.0.0.0/8"
+                ),
+            );
+            check(&dev, "leash dev --once --plan");
+            let said = String::from_utf8_lossy(&dev.stdout);
+            assert!(said.contains(" · succeeded in ") && said.contains(" · 2 proposed · "), "{said}");
             let server = Server::start(&parent.join("s.db"), &[]);
             let line = format!(
                 "leash plugins add {name}.wasm --allow-host 'GET,PUT,DELETE http://{addr}' --allow-private 127.0.0.0/8 \
@@ -239,19 +253,14 @@ async fn plan_scaffold_proposes_applies_and_passes_its_test(lang: &str) {
     })
     .await
     .unwrap();
-    std::fs::write(
-        dir.join("in.json"),
-        serde_json::json!({ "store": url, "desired": { "a": "1", "b": "2" } }).to_string(),
-    )
-    .unwrap();
     let input = dir.join("in.json");
     let submitted =
         crate::cli::ops::leash(&server, &["plan", "submit", &name, "--input", input.to_str().unwrap(), "--wait", "1m"]);
     let shown = String::from_utf8_lossy(&submitted.stdout).into_owned();
     assert_eq!(submitted.status.code(), Some(0), "{shown}{}", String::from_utf8_lossy(&submitted.stderr));
     assert!(shown.contains("proposed effects: 2"), "{shown}");
-    assert!(shown.contains(&format!("#1 PUT {url}/b")) && shown.contains("    + 2"), "{shown}");
-    assert!(shown.contains(&format!("#2 DELETE {url}/c")), "{shown}");
+    assert!(shown.contains(&format!("#1 PUT {store}/b")) && shown.contains("    + 2"), "{shown}");
+    assert!(shown.contains(&format!("#2 DELETE {store}/c")), "{shown}");
     let id = shown.split_whitespace().nth(1).unwrap().to_owned();
     let digest = shown.split("--digest ").nth(1).and_then(|rest| rest.split_whitespace().next()).unwrap().to_owned();
     let alice = server.principal("alice", &["approve"]).await;

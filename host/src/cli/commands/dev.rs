@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use clap::Args;
 use notify::Watcher as _;
 
-use super::run::{SandboxArgs, granted_to, status_name};
+use super::run::{SandboxArgs, granted_to, plan_fence, status_name};
 use super::show::human_duration;
 use crate::cli::process::interrupt_signal;
 use crate::cli::{CliError, ExitStatus, GrantArgs, JobArgs, read_input, terminal_lines, terminal_text};
@@ -40,6 +40,11 @@ pub(in crate::cli) struct DevArgs {
     sandbox: SandboxArgs,
     #[command(flatten)]
     grants: GrantArgs,
+    /// Run the phase as a plan's: an execute run sends no effect and
+    /// proposes them (each round's line counts them; `--verbose` lists
+    /// them), as `leash run --plan` does.
+    #[arg(long)]
+    plan: bool,
     /// Build and run once, then exit with the run's exit code.
     #[arg(long)]
     once: bool,
@@ -303,13 +308,19 @@ async fn run_built(
             return ExitStatus::Usage;
         }
     };
-    let request = RunRequest { grants: Arc::new(grants), ..RunRequest::new(target, input, args.sandbox.limits()) };
+    let fence = plan_fence(args.plan, &target, None);
+    let request =
+        RunRequest { grants: Arc::new(grants), fence, ..RunRequest::new(target, input, args.sandbox.limits()) };
     let outcome = sandbox.run(&plugin, request, &StopHandle::new(), Arc::new(NoObserver)).await;
     let ran = human_duration(outcome.usage.duration);
     let said = match &outcome.result {
         Ok(output) => {
             let text = terminal_text(&String::from_utf8_lossy(output));
-            format!("{line} · {} in {ran} · {}", status_name(&outcome), one_line(&text, args.verbose))
+            let proposed = match outcome.proposals.len() {
+                0 if !args.plan => String::new(),
+                n => format!(" · {n} proposed"),
+            };
+            format!("{line} · {} in {ran}{proposed} · {}", status_name(&outcome), one_line(&text, args.verbose))
         }
         Err(failure) => format!(
             "{line} · {} ({}) in {ran} · {}",
@@ -319,6 +330,9 @@ async fn run_built(
         ),
     };
     if args.verbose {
+        for p in &outcome.proposals {
+            say!("[proposed] {} ({} bytes)", terminal_text(&p.shown()), p.body.len());
+        }
         for record in &outcome.logs {
             let fields: String =
                 record.fields.iter().map(|(k, v)| format!(" {}={}", terminal_text(k), terminal_text(v))).collect();

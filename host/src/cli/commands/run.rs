@@ -184,14 +184,7 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
         (Some(_), _) => return Err(CliError::usage("--approved goes with --phase apply")),
         (None, _) => None,
     };
-    request.fence = match (&approved, &target) {
-        (Some(effects), _) => EffectFence::Approved(effects.clone()),
-        (None, Target::Execute) if args.plan => EffectFence::Propose,
-        (None, Target::Apply) if args.plan => {
-            EffectFence::Approved(Arc::new(ApprovedEffects::new(Vec::new(), &BTreeSet::new())))
-        }
-        _ => EffectFence::Open,
-    };
+    request.fence = plan_fence(args.plan, &target, approved.clone());
     let observer: Arc<dyn RunObserver> = if args.json { Arc::new(sandbox::NoObserver) } else { Arc::new(StderrLogs) };
     let mut outcome = sandbox.run(&plugin, request, &stop, observer).await;
     interrupts.abort();
@@ -201,6 +194,21 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
     }
     report(&outcome, loaded, args.json)?;
     Ok(outcome.error_kind().map_or(ExitStatus::Success, ExitStatus::for_kind))
+}
+
+/// What a one-shot run may do with effects: as a plan's phase (`plan`, or
+/// `approved` given), an execute run proposes them and an apply run sends
+/// only the approved ones (none when none are given); else every granted
+/// request may be sent.
+pub(super) fn plan_fence(plan: bool, target: &Target, approved: Option<Arc<ApprovedEffects>>) -> EffectFence {
+    match (approved, target) {
+        (Some(effects), _) => EffectFence::Approved(effects),
+        (None, Target::Execute) if plan => EffectFence::Propose,
+        (None, Target::Apply) if plan => {
+            EffectFence::Approved(Arc::new(ApprovedEffects::new(Vec::new(), &BTreeSet::new())))
+        }
+        _ => EffectFence::Open,
+    }
 }
 
 /// The approved proposals in `file`: an execute run's `--json` report, or
