@@ -155,26 +155,41 @@ async fn an_apply_that_skips_approved_proposals_fails_with_its_report() {
     assert_eq!((plan["effects"]["sent"].as_u64(), plan["effects"]["not_sent"].as_u64()), (Some(1), Some(1)));
 }
 
+/// A grant taken back between the approval and the apply's run: the one
+/// worker slot is held by a sleeping job while the plan is approved and
+/// the grant narrowed; once the slot frees, the apply phase is refused
+/// before its guest starts, and nothing is sent.
 #[tokio::test]
-async fn a_grant_narrowed_after_the_plan_was_made_refuses_its_apply_before_anything_is_sent() {
+async fn a_grant_revoked_between_approval_and_apply_refuses_the_apply_before_anything_is_sent() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let server = Server::start(&dir.path().join("s.db"), &["--max-workers", "1"]);
     let records = Records::start(&[]).await;
     add_probe(&server, &records, "GET,PUT,DELETE").await;
+    server.add_plugin("sleep").await;
     let writes = [write("PUT", &records, "a", "1"), write("DELETE", &records, "b", "")];
     let id = submit(&server, json!({ "writes": writes }), json!({})).await;
     poll_plan(&server, &id, |s| s == "awaiting_approval").await;
-    // The operator takes DELETE back; the plan was made (and its grants
-    // pinned) before.
-    let grants = json!({ "http": { "hosts": [format!("GET,PUT http://{}", records.addr)],
-                                   "private_ranges": ["127.0.0.0/8"] } });
-    let (status, answer) = server.call(Method::PUT, "/v1/plugins/plan_probe@0.0.0/grants", Some(grants)).await;
-    assert_eq!(status, 200, "{answer}");
+    let (status, blocker) = server
+        .call(Method::POST, "/v1/jobs", Some(json!({ "plugin": "sleep", "input": {}, "execution": "async" })))
+        .await;
+    assert_eq!(status, 202, "{blocker}");
+    let blocker = blocker["job_id"].as_str().unwrap().to_owned();
+    server.poll_job(&blocker, |j| j["status"] == "running").await;
+
     let alice = server.principal("alice", &["approve"]).await;
     let (status, answer) = server
         .call_as(&alice, Method::POST, &format!("/v1/plans/{id}/approve"), Some(json!({ "phase": "apply" })))
         .await;
     assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["apply"]["job"]["status"], "queued", "approved, waiting for the slot: {answer}");
+    // The operator takes DELETE back before the apply phase runs.
+    let grants = json!({ "http": { "hosts": [format!("GET,PUT http://{}", records.addr)],
+                                   "private_ranges": ["127.0.0.0/8"] } });
+    let (status, answer) = server.call(Method::PUT, "/v1/plugins/plan_probe@0.0.0/grants", Some(grants)).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = server.call(Method::POST, &format!("/v1/jobs/{blocker}/cancel"), None).await;
+    assert_eq!(status, 202, "{answer}");
+
     let plan = poll_plan(&server, &id, |s| s != "applying" && s != "awaiting_approval").await;
     assert_eq!(plan["status"], "failed", "{plan}");
     assert_eq!(plan["apply"]["job"]["error_kind"], "denied", "{plan}");
