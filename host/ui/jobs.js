@@ -142,6 +142,34 @@ export async function jobsView(params) {
     cancelSelected.textContent = `Cancel selected (${selected.size})`;
   };
   selectionChanged();
+  // Redrive: every failed or cancelled job the filters match, after a dry
+  // run says how many (and which it would leave alone).
+  const ended = ['failed', 'cancelled'].includes(params.get('status'));
+  const retryMatching = ended ? h('button', { type: 'button', class: 'bulk retry', onclick: async () => {
+    const filter = { status: [params.get('status')] };
+    if (params.get('plugin')) filter.plugin = params.get('plugin');
+    if (params.get('error')) filter.error = params.get('error');
+    if (params.get('since')) filter.created_after = new Date(Date.now() - Number(params.get('since')) * 60_000).toISOString();
+    const dry = await api('POST', '/v1/jobs:retry', { ...filter, dry_run: true, limit: 1000 });
+    if (!dry.ok) {
+      bulkAnswer.textContent = `${dry.status}: ${dry.json?.error?.message ?? dry.text}`;
+      bulkAnswer.className = 'answer refused';
+      return;
+    }
+    const would = dry.json.retried.length;
+    const left = dry.json.refused.length ? `\n${dry.json.refused.length} matching left alone (a plan's phase, or one that waited for approval).` : '';
+    if (!would) {
+      bulkAnswer.textContent = `Nothing to retry: ${dry.json.matched} matching${dry.json.refused.length ? ', none may run again' : ''}.`;
+      bulkAnswer.className = 'answer refused';
+      return;
+    }
+    if (!confirm(`Retry ${would} ${params.get('status')} job${would === 1 ? '' : 's'} matching these filters?${left}`)) return;
+    const done = await api('POST', '/v1/jobs:retry', { ...filter, limit: 1000 });
+    bulkAnswer.textContent = done.ok
+      ? `${done.json.retried.length} queued again${done.json.refused.length ? `; ${done.json.refused.length} left alone` : ''}.`
+      : `${done.status}: ${done.json?.error?.message ?? done.text}`;
+    bulkAnswer.className = `answer ${done.ok ? 'ok' : 'refused'}`;
+  } }, 'Retry matching…') : null;
   const filtered = ['status', 'plugin', 'plan', 'error', 'since'].some((k) => params.get(k));
   const pager = h('p', { class: 'pager' },
     params.get('before') ? h('a', { href: '#/jobs' }, '← newest') : null, ' ',
@@ -152,7 +180,7 @@ export async function jobsView(params) {
   emptied();
   view.replaceChildren(
     h('h1', {}, 'Jobs'), counts, graph, filter,
-    h('div', { class: 'bulkbar' }, cancelSelected, bulkAnswer),
+    h('div', { class: 'bulkbar' }, cancelSelected, retryMatching, bulkAnswer),
     empty,
     h('div', { class: 'scroll' }, h('table', { class: 'jobs' },
       h('thead', {}, h('tr', {}, ['', 'ID', 'Status', 'Plugin', 'Error', 'Attempt', 'Worker', 'Age', 'Duration'].map((c, i) => h('th', { scope: 'col', class: ['tick', 'id', '', 'plugin', 'error', 'attempt', 'worker', '', 'duration'][i] || null }, c)))),

@@ -33,9 +33,12 @@ pub(super) fn required_role(method: &Method, route: &str) -> Option<Role> {
         | "/v1/jobs/{id}/run"
         | "/v1/plans/{id}/approve"
         | "/v1/plans/{id}/reject" => Some(Role::Approve),
-        "/v1/jobs/{id}/cancel" | "/v1/jobs/{id}/retry" | "/v1/plans/{id}/cancel" | "/v1/workers" | "/metrics" => {
-            Some(Role::Operate)
-        }
+        "/v1/jobs/{id}/cancel"
+        | "/v1/jobs/{id}/retry"
+        | "/v1/jobs:retry"
+        | "/v1/plans/{id}/cancel"
+        | "/v1/workers"
+        | "/metrics" => Some(Role::Operate),
         r if r.starts_with("/v1/audit") => Some(Role::Operate),
         r if r.starts_with("/v1/rules") => Some(Role::Approve),
         _ => None,

@@ -276,6 +276,9 @@ pub(super) struct ListQuery {
     /// a page is full: a search matching few jobs in a large store is slow.
     #[param(max_length = 200)]
     error: Option<String>,
+    /// Only jobs that ended with this error kind (`timeout`, `guest_error`, …).
+    #[param(value_type = Option<crate::job::ErrorKind>)]
+    error_kind: Option<String>,
     /// Only jobs created at or after this time (RFC 3339).
     #[param(example = "2026-12-05T04:00:00Z")]
     created_after: Option<String>,
@@ -338,6 +341,7 @@ pub(super) async fn job_list(
             }
             text => text.filter(|t| !t.is_empty()),
         },
+        error_kind: query.error_kind.as_deref().map(str::parse).transpose().map_err(ApiError::bad_request)?,
         created_after: time_param("created_after", query.created_after.as_deref())?,
         created_before: time_param("created_before", query.created_before.as_deref())?,
         limit,

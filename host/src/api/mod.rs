@@ -15,7 +15,7 @@ pub mod listen;
 pub mod openapi;
 mod plans;
 mod plugins;
-mod redrive;
+pub(crate) mod redrive;
 pub mod requests;
 pub mod rules;
 pub mod types;
@@ -80,6 +80,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/plugins/{reference}/approval", put(plugin_approval))
         .route("/v1/jobs", post(job_submit).get(job_list))
         .route("/v1/jobs:batch", post(job_batch))
+        .route("/v1/jobs:retry", post(redrive::jobs_retry))
         .route("/v1/jobs/{id}", get(job_show))
         .route("/v1/jobs/{id}/logs", get(job_logs))
         .route("/v1/jobs/{id}/attempts", get(job_attempts))

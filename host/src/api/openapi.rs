@@ -130,6 +130,7 @@ impl Modify for BearerToken {
         super::jobs::job_output,
         super::jobs::job_cancel,
         super::redrive::job_retry,
+        super::redrive::jobs_retry,
         super::jobs::job_approve,
         super::jobs::job_reject,
         super::jobs::job_run,

@@ -276,6 +276,27 @@ impl FromStr for Digest {
     }
 }
 
+/// Why job `id`, in `status`, may not be run again, if it may not: only a
+/// failed or cancelled job may, and never a plan's phase (plans are run
+/// again whole) or a job that waited for approval (a retry would run it
+/// without one).
+pub fn redrive_refusal(id: &str, status: JobStatus, plan_id: Option<&str>, gated: bool) -> Option<String> {
+    if !matches!(status, JobStatus::Failed | JobStatus::Cancelled) {
+        return Some(format!("job {id} is {status}: only a failed or cancelled job can be retried"));
+    }
+    if let Some(plan) = plan_id {
+        return Some(format!(
+            "job {id} is a phase of plan {plan}: a plan is not retried phase by phase; create it again"
+        ));
+    }
+    if gated {
+        return Some(format!(
+            "job {id} waited for approval: a retry would run it without one; submit it again to ask for approval"
+        ));
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::job::{Attempt, Counts, Job, JobId, JobLogs, JobStatus, NewJob, PluginRef, Remember};
+use crate::job::{Attempt, Counts, ErrorKind, Job, JobId, JobLogs, JobStatus, NewJob, PluginRef, Remember};
 use std::collections::HashMap;
 
 use crate::store::StoreError;
@@ -97,6 +97,8 @@ pub struct JobListParams {
     /// Only jobs whose error (or last retried attempt's error) holds this
     /// text, in any case.
     pub error_contains: Option<String>,
+    /// Only jobs that ended with this error kind.
+    pub error_kind: Option<ErrorKind>,
     /// Only jobs created at or after this time.
     pub created_after: Option<Timestamp>,
     /// Only jobs created before this time.

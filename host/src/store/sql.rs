@@ -131,6 +131,9 @@ pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)
     if let Some(before) = params.created_before {
         filters.push(("job_id < {}", JobId::first_at(before).to_string()));
     }
+    if let Some(kind) = params.error_kind {
+        filters.push(("error_kind = {}", kind.as_str().to_owned()));
+    }
     if let Some(text) = &params.error_contains {
         // LOWER on both sides: SQLite's LIKE ignores ASCII case and
         // PostgreSQL's does not, so neither is left to decide.
@@ -191,24 +194,3 @@ pub(crate) const REDRIVE: &str = "UPDATE jobs SET status = 'queued', run_after =
      last_error = NULL, progress_json = NULL, logs_json = NULL, fuel_used = NULL, peak_memory_bytes = NULL, \
      cancel_requested = {false}, retries = 0, lost_leases = 0, free_reruns = 0, process_deaths = 0 \
      WHERE job_id = {id}";
-
-/// Why job `id`, in `status`, may not be run again, if it may not: only a
-/// failed or cancelled job may, and never a plan's phase (plans are run
-/// again whole) or a job that waited for approval (a retry would run it
-/// without one).
-pub(crate) fn redrive_refusal(id: &str, status: JobStatus, plan_id: Option<&str>, gated: bool) -> Option<String> {
-    if !matches!(status, JobStatus::Failed | JobStatus::Cancelled) {
-        return Some(format!("job {id} is {status}: only a failed or cancelled job can be retried"));
-    }
-    if let Some(plan) = plan_id {
-        return Some(format!(
-            "job {id} is a phase of plan {plan}: a plan is not retried phase by phase; create it again"
-        ));
-    }
-    if gated {
-        return Some(format!(
-            "job {id} waited for approval: a retry would run it without one; submit it again to ask for approval"
-        ));
-    }
-    None
-}

@@ -50,6 +50,7 @@ async fn each_route_is_refused_to_a_principal_without_its_role_and_allowed_with_
         (Method::POST, format!("/v1/plans/{FAKE_JOB}/reject"), Some(json!({ "phase": "apply" })), Some("approve")),
         (Method::POST, format!("/v1/jobs/{FAKE_JOB}/cancel"), None, Some("operate")),
         (Method::POST, format!("/v1/jobs/{FAKE_JOB}/retry"), None, Some("operate")),
+        (Method::POST, "/v1/jobs:retry".into(), Some(json!({ "dry_run": true })), Some("operate")),
         (Method::POST, format!("/v1/plans/{FAKE_JOB}/cancel"), None, Some("operate")),
         (Method::GET, "/v1/workers".into(), None, Some("operate")),
         (Method::GET, "/metrics".into(), None, Some("operate")),

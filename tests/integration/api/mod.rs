@@ -7,6 +7,7 @@ mod events;
 mod http;
 pub(crate) mod plans;
 mod proposals;
+mod redrive;
 mod rules;
 mod triage;
 mod ui;

@@ -306,3 +306,37 @@ async fn an_approver_reads_a_plans_proposed_writes_on_its_page_and_approves_them
     browser.wait_until("the page shows them sent", "document.querySelectorAll('span.state.sent').length === 3").await;
     browser.quit().await;
 }
+
+/// The failed-jobs view retries what its filters match, after saying how
+/// many a dry run found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_retries_the_failed_jobs_a_filter_matches() {
+    let Some(browser) = Browser::start().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("jobs.db"), &["--max-workers", "4"]);
+    for plugin in ["fail", "hello"] {
+        server.add_plugin(plugin).await;
+    }
+    let mut failed = Vec::new();
+    for n in 0..2 {
+        let input = json!({ "message": format!("quota exceeded ({n})") });
+        failed.push(submit(&server, json!({ "plugin": "fail", "input": input, "execution": "async" })).await);
+    }
+    let hello = submit(&server, json!({ "plugin": "hello", "input": {}, "execution": "async" })).await;
+    for id in failed.iter().chain([&hello]) {
+        server.poll_job(id, crate::support::server::is_terminal).await;
+    }
+    sign_in(&browser, &server).await;
+    browser.goto(&format!("{}/ui#/jobs?status=failed&plugin=fail", server.url)).await;
+    browser.wait_until("both failures listed", "document.querySelectorAll('table.jobs tbody tr').length === 2").await;
+    browser.click("button.retry").await;
+    assert_eq!(browser.accept_dialog().await, "Retry 2 failed jobs matching these filters?");
+    browser.wait_for_text("p.answer", |t| t == "2 queued again.").await;
+    for id in &failed {
+        let job = server.poll_job(id, |j| crate::support::server::is_terminal(j) && j["attempt"] == 2).await;
+        assert_eq!(job["status"], "failed", "it ran again: {job}");
+    }
+    let (_, job) = server.call(reqwest::Method::GET, &format!("/v1/jobs/{hello}"), None).await;
+    assert_eq!(job["attempt"], 1, "a job the filter did not match is left alone");
+    browser.quit().await;
+}

@@ -50,6 +50,9 @@ pub(in crate::cli) enum JobsCommand {
         /// this text, in any case.
         #[arg(long, value_name = "TEXT")]
         error: Option<String>,
+        /// Only jobs that ended with this error kind (timeout, guest_error, …).
+        #[arg(long, value_name = "KIND")]
+        error_kind: Option<String>,
         /// Only jobs created at or after this RFC 3339 time.
         #[arg(long, value_name = "TIME")]
         created_after: Option<String>,
@@ -71,15 +74,19 @@ pub(in crate::cli) enum JobsCommand {
         /// The job id.
         id: String,
     },
-    /// Run an ended job again (redrive): a failed or cancelled job is
+    /// Run ended jobs again (redrive): each failed or cancelled job is
     /// queued again with a fresh set of attempts; its earlier attempts stay
     /// in its history. Not a job that waited for approval, nor a plan's
-    /// phase (operate).
+    /// phase (operate). Name the jobs by id, or by a filter (`--status
+    /// failed --plugin X --error-kind timeout --since 1h`), trying it with
+    /// `--dry-run` first.
     Retry {
         #[command(flatten)]
         conn: ConnArgs,
-        /// The job id.
-        id: String,
+        /// The job ids.
+        ids: Vec<String>,
+        #[command(flatten)]
+        filter: super::redrive::RedriveFilter,
     },
     /// Print a job's effect ledger: every effectful request (by default any
     /// method but GET and HEAD) its attempts made, and how each ended.
@@ -168,6 +175,7 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
             limit,
             before,
             error,
+            error_kind,
             created_after,
             created_before,
         } => {
@@ -179,6 +187,7 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                 ("concurrency_key", concurrency_key),
                 ("before", before),
                 ("error", error),
+                ("error_kind", error_kind),
                 ("created_after", created_after),
                 ("created_before", created_before),
             ] {
@@ -275,19 +284,7 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
             })
             .await
         }
-        JobsCommand::Retry { conn, id } => {
-            let json_out = conn.json;
-            with_client(&conn, false, async move |client| {
-                let answer = client.json(Method::POST, &format!("/v1/jobs/{id}/retry"), None).await?;
-                if json_out {
-                    print_json(&answer)?;
-                } else {
-                    let _ = writeln!(std::io::stdout(), "{id} queued again");
-                }
-                Ok(ExitStatus::Success)
-            })
-            .await
-        }
+        JobsCommand::Retry { conn, ids, filter } => super::redrive::retry(conn, ids, filter).await,
         JobsCommand::Effects { conn, id } => {
             let json_out = conn.json;
             with_client(&conn, false, async move |client| {

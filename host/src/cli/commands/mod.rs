@@ -14,6 +14,7 @@ mod jobs;
 mod new;
 mod plan;
 mod plugins;
+mod redrive;
 mod rules;
 mod run;
 mod serve;

@@ -18,9 +18,7 @@ use crate::store::rules::audit::{cancel_note, redrive_note, submit_note};
 use crate::store::rules::codec::{
     AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
 };
-use crate::store::sql::{
-    EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, REDRIVE, decision_update_sql, filter_sql, list_filters, redrive_refusal,
-};
+use crate::store::sql::{EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, REDRIVE, decision_update_sql, filter_sql, list_filters};
 use crate::store::{
     CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, JobRedriveParams, Jobs,
     RedriveResult, StoreError,
@@ -155,7 +153,7 @@ impl Jobs for PostgresStore {
         let status: String = row.get(0);
         let was: JobStatus = status.parse().map_err(|e: String| corrupt(&id, e))?;
         let plan_id: Option<String> = row.get(1);
-        if let Some(why) = redrive_refusal(&id, was, plan_id.as_deref(), row.get(2)) {
+        if let Some(why) = crate::job::redrive_refusal(&id, was, plan_id.as_deref(), row.get(2)) {
             return Ok(RedriveResult::Refused(why));
         }
         let sql =

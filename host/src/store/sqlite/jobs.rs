@@ -19,9 +19,7 @@ use crate::store::rules::codec::{
     AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns,
     to_json,
 };
-use crate::store::sql::{
-    EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, REDRIVE, decision_update_sql, filter_sql, list_filters, redrive_refusal,
-};
+use crate::store::sql::{EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, REDRIVE, decision_update_sql, filter_sql, list_filters};
 use crate::store::{
     CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, JobRedriveParams, Jobs,
     RedriveResult, StoreError,
@@ -136,7 +134,7 @@ impl Jobs for SqliteStore {
                 .map_err(&err)?;
             let Some((status, plan_id, gated)) = row else { return Ok(RedriveResult::NotFound) };
             let was: JobStatus = status.parse().map_err(|e: String| corrupt(&id, e))?;
-            if let Some(why) = redrive_refusal(&id, was, plan_id.as_deref(), gated) {
+            if let Some(why) = crate::job::redrive_refusal(&id, was, plan_id.as_deref(), gated) {
                 return Ok(RedriveResult::Refused(why));
             }
             let sql =

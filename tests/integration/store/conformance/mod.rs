@@ -26,7 +26,7 @@ macro_rules! with_cases {
                 cancel_of_an_unknown_job_is_not_found,
                 counts_snapshot_matches_the_states,
                 list_filters_pages_newest_first_without_payloads,
-                list_filters_by_error_text_and_creation_time,
+                list_filters_by_error_text_kind_and_creation_time,
                 queued_count_matches_the_snapshot,
                 a_gated_job_waits_unclaimed_and_uncounted_as_queued,
                 approval_queues_the_job_and_records_the_decision,

@@ -233,7 +233,7 @@ pub(crate) async fn list_filters_pages_newest_first_without_payloads(store: Arc<
 
 /// The dashboard's search: error text (in any case, `%` and `_` taken as
 /// themselves), and a creation-time window.
-pub(crate) async fn list_filters_by_error_text_and_creation_time(store: Arc<dyn JobStore>) {
+pub(crate) async fn list_filters_by_error_text_kind_and_creation_time(store: Arc<dyn JobStore>) {
     let ids: Vec<JobId> = [
         insert_one(&*store, new_job("a"), at(0)).await,
         insert_one(&*store, NewJob { max_attempts: 2, ..new_job("b") }, at(1)).await,
@@ -268,6 +268,13 @@ pub(crate) async fn list_filters_by_error_text_and_creation_time(store: Arc<dyn 
     assert_eq!(list(None, None, Some(1)).await, [ids[0]], "created before");
     assert_eq!(list(None, Some(1), Some(2)).await, [ids[1]]);
     assert_eq!(list(Some("trap"), Some(1), None).await, Vec::<JobId>::new(), "filters combine");
+    let kind = |kind: ErrorKind| {
+        let store = store.clone();
+        let params = JobListParams { error_kind: Some(kind), limit: 100, ..Default::default() };
+        async move { store.job_list(params).await.unwrap().into_iter().map(|j| j.id).collect::<Vec<_>>() }
+    };
+    assert_eq!(kind(ErrorKind::Trap).await, [ids[0]], "by error kind");
+    assert_eq!(kind(ErrorKind::Timeout).await, Vec::<JobId>::new());
 }
 
 pub(crate) async fn queued_count_matches_the_snapshot(store: Arc<dyn JobStore>) {
