@@ -4,13 +4,13 @@
 //! it was approved. Checked before the guest starts, so a refusal sends
 //! nothing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::failure::HostFailure;
 use crate::job::proposal::binding_digest;
 use crate::job::{ErrorKind, Job, PluginRef, Proposal, Target, Verdict};
-use crate::sandbox::http::{ApprovedEffects, EffectFence, SecretStore, check_proposal};
+use crate::sandbox::http::{ApprovedEffects, EffectFence, SecretStore, address_allowed, check_proposal};
 use crate::sandbox::{LogLevel, LogRecord, Outcome};
 use crate::store::JobStore;
 
@@ -80,8 +80,9 @@ fn approved_binding(job: &Job) -> Option<String> {
 }
 
 /// Every proposal not sent yet is still granted by the job's plugin's
-/// registration as it is now (a grant narrowed since the approval
-/// refuses the whole apply before anything is sent).
+/// registration as it is now — its host rule, the secrets it names, and
+/// the addresses its host resolves to — so a grant narrowed since the
+/// approval refuses the whole apply before anything is sent.
 async fn still_granted(
     store: &dyn JobStore,
     secrets: &SecretStore,
@@ -95,13 +96,19 @@ async fn still_granted(
         .await
         .map_err(|e| store_failure("the plugin's registration", e))?
         .ok_or_else(|| denied(format!("plugin {name} is no longer registered")))?;
+    // Each host's addresses are looked up once.
+    let mut addresses: HashMap<(String, u16), Result<(), String>> = HashMap::new();
     for proposal in proposals.iter().filter(|p| !sent.contains(&p.n)) {
         let mut copy = proposal.clone();
         let refused = match check_proposal(&info.grants.http, secrets, &mut copy) {
             Err(why) => Some(why),
-            Ok((host, _)) => crate::job::grant::parse_ip_host(&host)
-                .filter(|ip| !info.grants.http.address_allowed(&host, *ip))
-                .map(|ip| format!("{ip} is a private address its grant no longer allows")),
+            Ok(key) => {
+                if !addresses.contains_key(&key) {
+                    let verdict = address_allowed(&info.grants.http, &key.0, key.1).await;
+                    addresses.insert(key.clone(), verdict);
+                }
+                addresses[&key].clone().err()
+            }
         };
         if let Some(why) = refused {
             return Err(denied(format!(

@@ -241,3 +241,35 @@ async fn a_proposal_is_sent_at_most_once_across_a_kill_and_a_rerun() {
     assert_eq!((of(1), of(2), of(3)), (1, 2, 1), "{ledger}");
     assert!(effects.iter().filter(|e| e["proposal"] == 2).any(|e| e["status"].is_null()), "the first is in doubt");
 }
+
+/// The grant's private range taken back: a proposal to a name that
+/// resolves into it is refused at the apply's start, though its host rule
+/// still stands.
+#[tokio::test]
+async fn a_private_range_taken_back_refuses_an_apply_to_a_name_inside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let records = Records::start(&[]).await;
+    server.add_plugin("plan-probe").await;
+    let port = records.addr.port();
+    let grant = |ranges: Value| json!({ "http": { "hosts": [format!("GET,PUT http://localhost:{port}")], "private_ranges": ranges } });
+    let path = "/v1/plugins/plan_probe@0.0.0/grants";
+    let (status, answer) = server.call(Method::PUT, path, Some(grant(json!(["127.0.0.0/8", "::1/128"])))).await;
+    assert_eq!(status, 200, "{answer}");
+    let writes = [json!({ "method": "PUT", "url": format!("http://localhost:{port}/records/a"), "body": "1" })];
+    let id = submit(&server, json!({ "writes": writes }), json!({})).await;
+    let plan = poll_plan(&server, &id, |s| s != "planning").await;
+    assert_eq!(plan["status"], "awaiting_approval", "the name resolves into a granted range: {plan}");
+    let (status, answer) = server.call(Method::PUT, path, Some(grant(json!([])))).await;
+    assert_eq!(status, 200, "{answer}");
+    let alice = server.principal("alice", &["approve"]).await;
+    let (status, answer) = server
+        .call_as(&alice, Method::POST, &format!("/v1/plans/{id}/approve"), Some(json!({ "phase": "apply" })))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let plan = poll_plan(&server, &id, |s| s != "applying" && s != "awaiting_approval").await;
+    assert_eq!(plan["apply"]["job"]["error_kind"], "denied", "{plan}");
+    let message = plan["apply"]["job"]["error_message"].as_str().unwrap();
+    assert!(message.contains("private address") && message.contains("nothing was sent"), "{message}");
+    assert!(records.changes().is_empty());
+}

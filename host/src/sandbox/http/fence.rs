@@ -271,7 +271,7 @@ fn port_text(uri: &http::Uri) -> String {
 
 /// Whether `host` is an address, or resolves to one, the grant lets a
 /// request reach.
-async fn address_allowed(grant: &HttpGrant, host: &str, port: u16) -> Result<(), String> {
+pub(crate) async fn address_allowed(grant: &HttpGrant, host: &str, port: u16) -> Result<(), String> {
     let addresses: Vec<IpAddr> = match parse_ip_host(host) {
         Some(ip) => vec![ip],
         None => match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 pub use fence::{ApplyReport, ApprovedEffects, EffectFence};
-pub(crate) use fence::{ProposalBook, checked as check_proposal};
+pub(crate) use fence::{ProposalBook, address_allowed, checked as check_proposal};
 pub use secrets::{SECRET_ENV_PREFIX, SecretStore};
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
