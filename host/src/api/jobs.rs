@@ -297,6 +297,14 @@ fn time_param(name: &str, value: Option<&str>) -> Result<Option<Timestamp>, ApiE
         .transpose()
 }
 
+/// An `error` filter's text: at most 200 characters; empty is none.
+pub(super) fn error_text(text: Option<String>) -> Result<Option<String>, ApiError> {
+    match text {
+        Some(text) if text.chars().count() > 200 => Err(ApiError::bad_request("`error` is longer than 200 characters")),
+        text => Ok(text.filter(|t| !t.is_empty())),
+    }
+}
+
 /// A `status` query's states: comma-separated job states (none: any).
 pub(super) fn states(list: Option<&str>) -> Result<Vec<JobStatus>, ApiError> {
     let Some(list) = list else { return Ok(Vec::new()) };
@@ -335,12 +343,7 @@ pub(super) async fn job_list(
         concurrency_key: query.concurrency_key,
         submitted_by: list_scope(&principal, query.submitted_by),
         before: query.before.as_deref().map(parse_id).transpose()?,
-        error_contains: match query.error {
-            Some(text) if text.chars().count() > 200 => {
-                return Err(ApiError::bad_request("`error` is longer than 200 characters"));
-            }
-            text => text.filter(|t| !t.is_empty()),
-        },
+        error_contains: error_text(query.error)?,
         error_kind: query.error_kind.as_deref().map(str::parse).transpose().map_err(ApiError::bad_request)?,
         created_after: time_param("created_after", query.created_after.as_deref())?,
         created_before: time_param("created_before", query.created_before.as_deref())?,

@@ -16,11 +16,12 @@ use serde::{Deserialize, Serialize};
 use crate::access::Principal;
 use crate::api::access::list_scope;
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body};
+use crate::api::jobs::error_text;
 use crate::api::types::JobView;
 use crate::api::{AppState, ParsedPath, parse_id};
 use crate::clock::Timestamp;
 use crate::job::{ErrorKind, JobId, JobStatus, PluginRef};
-use crate::runtime::{MAX_REDRIVE_PAGE, RedriveReport};
+use crate::runtime::RedriveReport;
 use crate::store::JobListParams;
 
 /// Retry an ended job: queued again with a fresh set of attempts.
@@ -102,23 +103,17 @@ pub(super) async fn jobs_retry(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body: RedriveRequest = parse_body(&body.map_err(body_error)?, "retry request")?;
-    if body.error.as_ref().is_some_and(|t| t.chars().count() > 200) {
-        return Err(ApiError::bad_request("`error` is longer than 200 characters"));
-    }
-    let limit = body.limit.unwrap_or(100);
-    if !(1..=MAX_REDRIVE_PAGE).contains(&limit) {
-        return Err(ApiError::bad_request(format!("`limit` must be between 1 and {MAX_REDRIVE_PAGE}")));
-    }
     let params = JobListParams {
         status: body.status,
         plugin: body.plugin.as_deref().map(str::parse::<PluginRef>).transpose().map_err(ApiError::bad_request)?,
         submitted_by: list_scope(&principal, None),
         before: body.before.as_deref().map(parse_id).transpose()?,
-        error_contains: body.error.filter(|t| !t.is_empty()),
+        error_contains: error_text(body.error)?,
         error_kind: body.error_kind,
         created_after: body.created_after,
         created_before: body.created_before,
-        limit,
+        // Checked by the runtime (1 to MAX_REDRIVE_PAGE).
+        limit: body.limit.unwrap_or(100),
         ..JobListParams::default()
     };
     let report = state.runtime.acting_as(&principal.name).retry_matching(params, body.dry_run).await?;

@@ -48,12 +48,6 @@ impl Proposal {
         self.url.len() + self.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>() + self.body.len()
     }
 
-    /// Whether a request sends exactly this: the same method, URL, body
-    /// digest and headers (in any order; names compared without case).
-    pub fn matches(&self, method: &str, url: &str, headers: &[(String, String)], body: &Digest) -> bool {
-        self.method == method && self.url == url && self.body_digest() == *body && same_headers(&self.headers, headers)
-    }
-
     /// `METHOD url`, as logs and reports show it.
     pub fn shown(&self) -> String {
         format!("#{} {} {}", self.n, self.method, self.url)
@@ -251,17 +245,6 @@ mod tests {
             headers: vec![("Content-Type".into(), "text/plain".into())],
             body: body.as_bytes().to_vec(),
         }
-    }
-
-    #[test]
-    fn a_request_matches_only_what_was_proposed() {
-        let p = put(1, "one");
-        let headers = vec![("content-type".to_owned(), "text/plain".to_owned())];
-        assert!(p.matches("PUT", "http://store/records/a", &headers, &Digest::of(b"one")));
-        assert!(!p.matches("PUT", "http://store/records/a", &headers, &Digest::of(b"two")), "another body");
-        assert!(!p.matches("POST", "http://store/records/a", &headers, &Digest::of(b"one")), "another method");
-        assert!(!p.matches("PUT", "http://store/records/a?x=1", &headers, &Digest::of(b"one")), "another URL");
-        assert!(!p.matches("PUT", "http://store/records/a", &[], &Digest::of(b"one")), "a header left out");
     }
 
     #[test]

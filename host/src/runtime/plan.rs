@@ -176,18 +176,14 @@ impl Runtime {
         Ok(PlanView { plan, status, execute, apply, effects: None })
     }
 
-    /// The binding digest of apply job `id` (with its plan's id): over its
-    /// plugin, its grants, its execute phase's output and the proposed
-    /// effects. `None` for any job that is not a plan's apply phase.
+    /// The binding digest of apply job `id` (with its plan's id), as its
+    /// plan shows it (`PlanView::effects`). `None` for any job that is not
+    /// a plan's apply phase.
     pub(crate) async fn apply_binding(&self, id: JobId) -> Result<Option<(String, String)>, RuntimeError> {
         let job = self.get(id).await?;
-        let (Target::Apply, Some(plan_id)) = (&job.target, &job.plan_id) else { return Ok(None) };
-        let plan = self.inner.store.plan_get(plan_id.clone()).await?;
-        let plan = plan.ok_or_else(|| RuntimeError::UnknownPlan(plan_id.clone()))?;
-        let execute = self.get(plan.execute_job).await?;
-        let proposals = self.inner.store.plan_proposals(plan.execute_job).await?;
-        let output = execute.output.as_deref().unwrap_or_default();
-        Ok(Some((plan_id.clone(), binding_digest(&job.plugin, &job.grants, output, &proposals))))
+        let (Target::Apply, Some(plan_id)) = (&job.target, job.plan_id) else { return Ok(None) };
+        let effects = self.plan(&plan_id).await?.effects;
+        Ok(effects.map(|e| (plan_id, e.binding_digest)))
     }
 
     /// Approve `phase` of a plan, where it waits for approval (apply; or

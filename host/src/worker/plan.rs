@@ -4,26 +4,36 @@
 //! it was approved. Checked before the guest starts, so a refusal sends
 //! nothing.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::failure::HostFailure;
 use crate::job::proposal::binding_digest;
 use crate::job::{ErrorKind, Job, PluginRef, Proposal, Target, Verdict};
-use crate::sandbox::http::{ApprovedEffects, EffectFence, SecretStore, address_allowed, check_proposal};
+use crate::sandbox::http::{AddressVerdicts, ApprovedEffects, EffectFence, SecretStore, check_proposal};
 use crate::sandbox::{LogLevel, LogRecord, Outcome};
 use crate::store::JobStore;
 
-/// What `job`'s run may do with effects.
+/// What `job`'s run may do with effects. An apply phase's checks (store
+/// reads, host lookups) take at most `within`; past it the job is released
+/// to try again, spending no attempt.
 pub(super) async fn fence_for(
     store: &dyn JobStore,
     secrets: &SecretStore,
     job: &Job,
+    within: Duration,
 ) -> Result<EffectFence, HostFailure> {
     let Some(plan_id) = &job.plan_id else { return Ok(EffectFence::Open) };
     match job.target {
         Target::Execute => Ok(EffectFence::Propose),
-        Target::Apply => approved(store, secrets, job, plan_id).await.map(|e| EffectFence::Approved(Arc::new(e))),
+        Target::Apply => match tokio::time::timeout(within, approved(store, secrets, job, plan_id)).await {
+            Ok(checked) => checked.map(|e| EffectFence::Approved(Arc::new(e))),
+            Err(_) => Err(HostFailure {
+                retryable: true,
+                ..HostFailure::new(ErrorKind::HostError, "HostError: the approved writes' checks took too long")
+            }),
+        },
         Target::Action(_) => Ok(EffectFence::Open),
     }
 }
@@ -96,19 +106,12 @@ async fn still_granted(
         .await
         .map_err(|e| store_failure("the plugin's registration", e))?
         .ok_or_else(|| denied(format!("plugin {name} is no longer registered")))?;
-    // Each host's addresses are looked up once.
-    let mut addresses: HashMap<(String, u16), Result<(), String>> = HashMap::new();
+    let mut addresses = AddressVerdicts::default();
     for proposal in proposals.iter().filter(|p| !sent.contains(&p.n)) {
         let mut copy = proposal.clone();
         let refused = match check_proposal(&info.grants.http, secrets, &mut copy) {
             Err(why) => Some(why),
-            Ok(key) => {
-                if !addresses.contains_key(&key) {
-                    let verdict = address_allowed(&info.grants.http, &key.0, key.1).await;
-                    addresses.insert(key.clone(), verdict);
-                }
-                addresses[&key].clone().err()
-            }
+            Ok((host, port)) => addresses.check(&info.grants.http, &host, port).await.err(),
         };
         if let Some(why) = refused {
             return Err(denied(format!(

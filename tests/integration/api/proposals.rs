@@ -14,6 +14,12 @@ use crate::support::server::Server;
 /// Register `plan-probe`, granted `methods` on `records`.
 async fn add_probe(server: &Server, records: &Records, methods: &str) {
     server.add_plugin("plan-probe").await;
+    grant(server, records, methods).await;
+}
+
+/// Grant the registered `plan-probe` `methods` on `records`, and nothing
+/// else.
+async fn grant(server: &Server, records: &Records, methods: &str) {
     let grants = json!({ "http": { "hosts": [format!("{methods} http://{}", records.addr)],
                                    "private_ranges": ["127.0.0.0/8"] } });
     let (status, answer) = server.call(Method::PUT, "/v1/plugins/plan_probe@0.0.0/grants", Some(grants)).await;
@@ -183,10 +189,7 @@ async fn a_grant_revoked_between_approval_and_apply_refuses_the_apply_before_any
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["apply"]["job"]["status"], "queued", "approved, waiting for the slot: {answer}");
     // The operator takes DELETE back before the apply phase runs.
-    let grants = json!({ "http": { "hosts": [format!("GET,PUT http://{}", records.addr)],
-                                   "private_ranges": ["127.0.0.0/8"] } });
-    let (status, answer) = server.call(Method::PUT, "/v1/plugins/plan_probe@0.0.0/grants", Some(grants)).await;
-    assert_eq!(status, 200, "{answer}");
+    grant(&server, &records, "GET,PUT").await;
     let (status, answer) = server.call(Method::POST, &format!("/v1/jobs/{blocker}/cancel"), None).await;
     assert_eq!(status, 202, "{answer}");
 
@@ -252,15 +255,15 @@ async fn a_private_range_taken_back_refuses_an_apply_to_a_name_inside_it() {
     let records = Records::start(&[]).await;
     server.add_plugin("plan-probe").await;
     let port = records.addr.port();
-    let grant = |ranges: Value| json!({ "http": { "hosts": [format!("GET,PUT http://localhost:{port}")], "private_ranges": ranges } });
+    let to_localhost = |ranges: Value| json!({ "http": { "hosts": [format!("GET,PUT http://localhost:{port}")], "private_ranges": ranges } });
     let path = "/v1/plugins/plan_probe@0.0.0/grants";
-    let (status, answer) = server.call(Method::PUT, path, Some(grant(json!(["127.0.0.0/8", "::1/128"])))).await;
+    let (status, answer) = server.call(Method::PUT, path, Some(to_localhost(json!(["127.0.0.0/8", "::1/128"])))).await;
     assert_eq!(status, 200, "{answer}");
     let writes = [json!({ "method": "PUT", "url": format!("http://localhost:{port}/records/a"), "body": "1" })];
     let id = submit(&server, json!({ "writes": writes }), json!({})).await;
     let plan = poll_plan(&server, &id, |s| s != "planning").await;
     assert_eq!(plan["status"], "awaiting_approval", "the name resolves into a granted range: {plan}");
-    let (status, answer) = server.call(Method::PUT, path, Some(grant(json!([])))).await;
+    let (status, answer) = server.call(Method::PUT, path, Some(to_localhost(json!([])))).await;
     assert_eq!(status, 200, "{answer}");
     let alice = server.principal("alice", &["approve"]).await;
     let (status, answer) = server

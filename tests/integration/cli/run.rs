@@ -241,47 +241,16 @@ fn run_gives_a_declaring_component_only_what_it_declares_and_is_granted() {
     assert_eq!(got["all"], serde_json::json!({ "greeting": "hi" }), "password is granted but not declared");
 }
 
-/// An upstream on loopback that answers every request 204 and logs it
-/// (`PUT /records/a 1`); its address.
-fn logging_upstream() -> (std::net::SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = log.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(stream);
-            let mut request_line = String::new();
-            let _ = reader.read_line(&mut request_line);
-            let (mut line, mut length) = (String::new(), 0);
-            while reader.read_line(&mut line).map(|n| n > 2).unwrap_or(false) {
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                line.clear();
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
-            let words: Vec<&str> = request_line.split_whitespace().take(2).collect();
-            seen.lock()
-                .unwrap()
-                .push(format!("{} {}", words.join(" "), String::from_utf8_lossy(&body)).trim().to_owned());
-            let _ = reader
-                .get_mut()
-                .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-        }
-    });
-    (addr, log)
-}
-
-#[test]
-fn run_as_a_plan_proposes_in_execute_and_sends_only_the_approved_in_apply() {
+// Multi-threaded: `leash run` blocks this thread while the upstream, on
+// this runtime, answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_as_a_plan_proposes_in_execute_and_sends_only_the_approved_in_apply() {
     use base64::Engine as _;
-    let (addr, log) = logging_upstream();
+    let upstream = crate::support::Upstream::start().await;
+    let addr = upstream.addr;
     let grant = format!("GET,PUT http://{addr}");
     let dir = tempfile::tempdir().unwrap();
-    let plan_input = serde_json::json!({ "writes": [{ "method": "PUT", "url": format!("http://{addr}/records/a"), "body": "1" }],
+    let plan_input = serde_json::json!({ "writes": [{ "method": "PUT", "url": format!("http://{addr}/hello"), "body": "1" }],
                                          "apply": "tamper" });
     let input = dir.path().join("in.json");
     std::fs::write(&input, plan_input.to_string()).unwrap();
@@ -301,7 +270,7 @@ fn run_as_a_plan_proposes_in_execute_and_sends_only_the_approved_in_apply() {
     let proposals = report["proposals"].as_array().unwrap();
     assert_eq!(proposals.len(), 1, "{report}");
     assert_eq!((proposals[0]["method"].as_str(), proposals[0]["body_text"].as_str()), (Some("PUT"), Some("1")));
-    assert!(log.lock().unwrap().is_empty(), "execute sent nothing");
+    assert!(upstream.received().is_empty(), "execute sent nothing");
     let approved = dir.path().join("approved.json");
     std::fs::write(&approved, &executed.stdout).unwrap();
 
@@ -328,6 +297,6 @@ fn run_as_a_plan_proposes_in_execute_and_sends_only_the_approved_in_apply() {
     let report: serde_json::Value = serde_json::from_slice(&applied.stdout).unwrap();
     let output: serde_json::Value = serde_json::from_str(report["output"].as_str().unwrap()).unwrap();
     assert_eq!(output, serde_json::json!({ "tampered": ["HTTP-request-denied"], "applied": 1 }));
-    assert_eq!(*log.lock().unwrap(), ["PUT /records/a 1"]);
+    assert_eq!(upstream.received(), ["PUT /hello"], "the approved write, once");
     assert!(stderr(&applied).contains("apply sent 1 of 1 approved proposals; 1 request(s) refused as not proposed"));
 }

@@ -13,6 +13,7 @@ use super::secrets::{self, SecretStore};
 use crate::job::grant::{HttpGrant, HttpScheme, parse_ip_host};
 use crate::job::proposal::{
     MAX_PROPOSAL_BODY_BYTES, MAX_PROPOSAL_HEADERS, MAX_PROPOSAL_URL_BYTES, MAX_PROPOSALS, MAX_PROPOSED_BYTES,
+    same_headers,
 };
 use crate::job::{Digest, Proposal};
 
@@ -51,6 +52,8 @@ enum Slot {
 #[derive(Debug)]
 pub struct ApprovedEffects {
     proposals: Vec<Proposal>,
+    /// Each proposal's body digest, by place.
+    digests: Vec<Digest>,
     slots: Mutex<Vec<Slot>>,
     /// Effectful requests refused because no unused proposal matched.
     refused: AtomicU32,
@@ -61,7 +64,8 @@ impl ApprovedEffects {
     /// answered by an earlier attempt.
     pub fn new(proposals: Vec<Proposal>, sent: &BTreeSet<u32>) -> Self {
         let slots = proposals.iter().map(|p| if sent.contains(&p.n) { Slot::Sent } else { Slot::Pending }).collect();
-        ApprovedEffects { proposals, slots: Mutex::new(slots), refused: AtomicU32::new(0) }
+        let digests = proposals.iter().map(Proposal::body_digest).collect();
+        ApprovedEffects { proposals, digests, slots: Mutex::new(slots), refused: AtomicU32::new(0) }
     }
 
     fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
@@ -71,12 +75,16 @@ impl ApprovedEffects {
     /// The first unused proposal a request sends exactly, now claimed by
     /// it; `None` (counted as refused) if there is none.
     pub(crate) fn claim(&self, method: &str, url: &str, headers: &[(String, String)], body: &Digest) -> Option<u32> {
+        let headers = compared(headers);
         let mut slots = self.slots();
-        let found = self
-            .proposals
-            .iter()
-            .zip(slots.iter())
-            .position(|(p, slot)| *slot == Slot::Pending && p.matches(method, url, &compared(headers), body));
+        let found = (0..self.proposals.len()).position(|i| {
+            let p = &self.proposals[i];
+            slots[i] == Slot::Pending
+                && p.method == method
+                && p.url == url
+                && self.digests[i] == *body
+                && same_headers(&p.headers, &headers)
+        });
         match found {
             Some(i) => {
                 slots[i] = Slot::Claimed;
@@ -173,8 +181,7 @@ pub(crate) struct ProposalBook {
     bytes: usize,
     /// The first proposal refused: it fails the phase.
     pub(crate) refused: Option<String>,
-    /// Host names already resolved, with the verdict on their addresses.
-    resolved: HashMap<(String, u16), Result<(), String>>,
+    addresses: AddressVerdicts,
 }
 
 impl ProposalBook {
@@ -198,12 +205,7 @@ impl ProposalBook {
             return Err(format!("an execute phase may propose at most {MAX_PROPOSED_BYTES} bytes"));
         }
         let (host, port) = checked(grant, secrets, &mut proposal)?;
-        let key = (host.clone(), port);
-        if !self.resolved.contains_key(&key) {
-            let verdict = address_allowed(grant, &host, port).await;
-            self.resolved.insert(key.clone(), verdict);
-        }
-        self.resolved[&key].clone()?;
+        self.addresses.check(grant, &host, port).await?;
         self.bytes += size;
         let n = proposal.n;
         self.proposals.push(proposal);
@@ -269,9 +271,28 @@ fn port_text(uri: &http::Uri) -> String {
     uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default()
 }
 
+/// Hosts already looked up, with the verdict on their addresses: each
+/// host of a set of proposals is resolved once.
+#[derive(Debug, Default)]
+pub(crate) struct AddressVerdicts(HashMap<(String, u16), Result<(), String>>);
+
+impl AddressVerdicts {
+    /// Whether `host` is an address, or resolves to at least one, that
+    /// `grant` lets a request reach.
+    pub(crate) async fn check(&mut self, grant: &HttpGrant, host: &str, port: u16) -> Result<(), String> {
+        let key = (host.to_owned(), port);
+        if let Some(verdict) = self.0.get(&key) {
+            return verdict.clone();
+        }
+        let verdict = address_allowed(grant, host, port).await;
+        self.0.insert(key, verdict.clone());
+        verdict
+    }
+}
+
 /// Whether `host` is an address, or resolves to one, the grant lets a
 /// request reach.
-pub(crate) async fn address_allowed(grant: &HttpGrant, host: &str, port: u16) -> Result<(), String> {
+async fn address_allowed(grant: &HttpGrant, host: &str, port: u16) -> Result<(), String> {
     let addresses: Vec<IpAddr> = match parse_ip_host(host) {
         Some(ip) => vec![ip],
         None => match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {
@@ -373,5 +394,11 @@ mod tests {
             report.line(),
             "apply sent 2 of 3 approved proposals; not sent: #2 PUT http://h/a; 3 request(s) refused as not proposed"
         );
+        // Nor by another method, URL or body.
+        let one = ApprovedEffects::new(vec![p(1, "x")], &BTreeSet::new());
+        assert_eq!(one.claim("POST", "http://h/a", &headers, &x), None, "another method");
+        assert_eq!(one.claim("PUT", "http://h/a?b=1", &headers, &x), None, "another URL");
+        assert_eq!(one.claim("PUT", "http://h/a", &headers, &Digest::of(b"z")), None, "another body");
+        assert_eq!(one.claim("PUT", "http://h/a", &headers, &x), Some(1));
     }
 }

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+pub(crate) use fence::{AddressVerdicts, ProposalBook, checked as check_proposal};
 pub use fence::{ApplyReport, ApprovedEffects, EffectFence};
-pub(crate) use fence::{ProposalBook, address_allowed, checked as check_proposal};
 pub use secrets::{SECRET_ENV_PREFIX, SecretStore};
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
