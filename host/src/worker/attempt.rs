@@ -184,6 +184,7 @@ impl Pool {
 
         let user_cancel = cancelled.load(Ordering::SeqCst) || watch.cancel_requested.load(Ordering::SeqCst);
         let mut next = None;
+        let mut completion = None;
         let end;
         if let Ok(o) = &mut outcome {
             self.forward_guest_logs(o);
@@ -313,7 +314,7 @@ impl Pool {
                     _ => &self.stats.failed,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
-                self.notify(Completion { id, status, error_kind, fuel_used, plan_id });
+                completion = Some(Completion { id, status, error_kind, fuel_used, plan_id });
             } else {
                 self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
                 self.metrics.leases_lost.inc();
@@ -337,6 +338,11 @@ impl Pool {
         };
         if now_empty {
             self.idle.notify_waiters();
+        }
+        // Last: a waiter woken by the completion reads metrics that count
+        // the attempt and a pool that no longer runs the job.
+        if let Some(completion) = completion {
+            self.notify(completion);
         }
         next
     }

@@ -477,6 +477,17 @@ async fn health_and_metrics_report_the_pool_and_the_queue() {
     server.add_plugin("hello").await;
     let (status, _) = submit(&server, json!({ "plugin": "hello" })).await;
     assert_eq!(status, 200);
+    // The pool counts an attempt once its end is in the store, so the
+    // answer, read from the store, can come a moment before the count.
+    let text = eventually("the attempt is counted and its slot free", async || {
+        let response = server.request(Method::GET, "/metrics").send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let text = response.text().await.unwrap();
+        (text.contains("leash_job_duration_seconds_count{plugin=\"hello\"} 1")
+            && text.contains("leash_pool_free_slots 3"))
+        .then_some(text)
+    })
+    .await;
     let (status, report) = server.call(Method::GET, "/v1/health", None).await;
     assert_eq!(status, 200);
     let health = &report["health"];
@@ -485,9 +496,6 @@ async fn health_and_metrics_report_the_pool_and_the_queue() {
     assert!(health["last_heartbeat"].as_str().unwrap().ends_with('Z'), "UTC: {health}");
     assert_eq!(report["ceilings"]["max_memory_bytes"], 1u64 << 30);
 
-    let response = server.request(Method::GET, "/metrics").send().await.unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    let text = response.text().await.unwrap();
     for needle in [
         "leash_jobs_finished_total{status=\"succeeded\",error_kind=\"\",plugin=\"hello\"} 1",
         "leash_attempts_total{plugin=\"hello\",outcome=\"succeeded\"} 1",

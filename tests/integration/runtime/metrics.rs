@@ -69,7 +69,13 @@ async fn metrics_label_plugins_and_time_queue_waits_attempts_and_the_oldest_queu
     let done = pool.wait(failing, GENEROUS).await.unwrap();
     assert_eq!(done.status, JobStatus::Failed);
 
-    let text = pool.metrics_text().await.unwrap();
+    // The pool counts an attempt once its end is in the store, so a wait
+    // that polled the store can answer a moment before the count.
+    let text = eventually("the last attempt is counted", async || {
+        let text = pool.metrics_text().await.unwrap();
+        sample(&text, "leash_attempts_total{plugin=\"fail\",outcome=\"failed\"}").map(|_| text)
+    })
+    .await;
     for (series, value) in [
         ("leash_attempts_total{plugin=\"hello\",outcome=\"succeeded\"}", 1.0),
         ("leash_attempts_total{plugin=\"fail\",outcome=\"retried\"}", 1.0),
