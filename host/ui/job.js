@@ -26,8 +26,13 @@ async function bytesPanel(title, path) {
 
 // Where a job that is not running stands and what it waits for, in one
 // sentence, from the job and the pool's figures.
-async function whyWaiting(job) {
+async function whyWaiting(job, pause) {
   const now = Date.now();
+  if (job.status === 'queued' && pause) {
+    const by = pause.paused_by ? ` by ${pause.paused_by}` : '';
+    const why = pause.reason ? `: ${pause.reason}` : '';
+    return `Held: its plugin ${pause.name} is paused (since ${pause.paused_at}${by}${why}). It runs once the plugin is resumed.`;
+  }
   if (job.status === 'queued' && Date.parse(job.run_after) > now) {
     const why = job.last_error ? `backing off after attempt ${job.attempt} failed: ${firstLine(job.last_error)}` : 'delayed when submitted';
     return `Not before ${job.run_after} (in ${duration(new Date(now).toISOString(), job.run_after)}): ${why}.`;
@@ -96,6 +101,8 @@ export async function jobView(id) {
     const result = await api('POST', path, sent);
     answer.textContent = `${result.status}: ${result.text}`;
     answer.className = `answer ${result.ok ? 'ok' : 'refused'}`;
+    // A pause changes no job, so no event redraws the page: draw it now.
+    if (result.ok) await draw();
   } }, label);
   // A decision is recorded as the signed-in principal (and why, if they
   // say); the comment outlives the redraws that live events cause.
@@ -105,7 +112,13 @@ export async function jobView(id) {
   let drawnSections = null;
   const draw = async () => {
     const job = await getJson(`/v1/jobs/${encodeURIComponent(id)}`);
+    const name = job.plugin_name?.name;
+    const pause = name ? (await getJson('/v1/pauses')).pauses.find((p) => p.name === name) : undefined;
     const decision = () => ({ comment: comment.value.trim() || null });
+    const reason = () => {
+      const said = prompt(`Pause plugin ${name}? No worker takes its queued jobs until it is resumed; running ones finish.\nReason (optional):`);
+      return said === null ? null : { reason: said.trim() || null };
+    };
     const gated = job.status === 'pending_approval';
     const actions = h('div', { class: 'actions' },
       !TERMINAL.has(job.status) ? act('Cancel', `/v1/jobs/${id}/cancel`, `Cancel job ${id}?`) : null,
@@ -117,12 +130,15 @@ export async function jobView(id) {
       // nor a job that waited for approval: the server refuses those).
       ['failed', 'cancelled'].includes(job.status) && !job.plan_id && !job.approval
         ? act('Retry', `/v1/jobs/${id}/retry`, `Run job ${id} again? It is queued with a fresh set of attempts; its earlier attempts stay in its history.`)
-        : null);
+        : null,
+      // Pausing holds every job of the plugin's name, not this one alone.
+      name && !pause ? Object.assign(act(`Pause ${name}`, `/v1/plugins/${encodeURIComponent(name)}/pause`, `Pause plugin ${name} now?`, reason), { className: 'pause' }) : null,
+      pause ? Object.assign(act(`Resume ${name}`, `/v1/plugins/${encodeURIComponent(name)}/resume`, `Resume plugin ${name}? Its queued jobs run again.`), { className: 'resume' }) : null);
     const progress = job.progress
       ? h('div', { class: 'progress' }, h('progress', { max: job.progress.total || 1, value: job.progress.done }),
         ` ${job.progress.done}/${job.progress.total} `, h('span', { class: 'note' }, job.progress.note))
       : null;
-    const why = await whyWaiting(job);
+    const why = await whyWaiting(job, pause);
     const lastLogs = job.status === 'failed' || job.last_error ? (await api('GET', `/v1/jobs/${id}/logs`)).json : null;
     top.replaceChildren(h('div', {},
       h('h1', {}, 'Job ', h('code', {}, job.id), ' ', badge(job.status)),
@@ -130,6 +146,7 @@ export async function jobView(id) {
       h('dl', { class: 'fields' },
         field('Plugin', pluginName(job)), field('Digest', job.plugin), field('Target', job.target), field('Plan', job.plan_id),
         field('Submitted by', job.submitted_by), field('Approvals', approvals(job.approval)),
+        field('Priority', job.priority ? `${job.priority} (0 is claimed first)` : null),
         field('Attempt', `${job.attempt} of ${job.max_attempts}`), field('Worker', job.worker_id),
         field('Created', job.created_at), field('Started', job.started_at), field('Finished', job.finished_at),
         field('Duration', duration(job.started_at, job.finished_at)),

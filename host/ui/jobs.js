@@ -178,8 +178,22 @@ export async function jobsView(params) {
   const empty = h('p', { class: 'hint' }, filtered ? 'No job matches these filters.' : 'No jobs yet.');
   const emptied = () => { empty.hidden = body.children.length > 0; };
   emptied();
+  // Paused plugins: their queued jobs wait until resumed here or elsewhere.
+  const pausedBar = h('div', { class: 'paused' });
+  const refreshPauses = async () => {
+    const { pauses } = await getJson('/v1/pauses');
+    pausedBar.replaceChildren(...pauses.map((p) => h('p', { class: 'pause' },
+      h('b', {}, p.name), ` is paused since ${p.paused_at}${p.paused_by ? ` by ${p.paused_by}` : ''}${p.reason ? `: ${p.reason}` : ''}; its queued jobs wait. `,
+      h('button', { type: 'button', onclick: async () => {
+        if (!confirm(`Resume plugin ${p.name}? Its queued jobs run again.`)) return;
+        const done = await api('POST', `/v1/plugins/${encodeURIComponent(p.name)}/resume`);
+        bulkAnswer.textContent = done.ok ? `${p.name} resumed.` : `${done.status}: ${done.json?.error?.message ?? done.text}`;
+        bulkAnswer.className = `answer ${done.ok ? 'ok' : 'refused'}`;
+        await refreshPauses();
+      } }, `Resume ${p.name}`))));
+  };
   view.replaceChildren(
-    h('h1', {}, 'Jobs'), counts, graph, filter,
+    h('h1', {}, 'Jobs'), counts, pausedBar, graph, filter,
     h('div', { class: 'bulkbar' }, cancelSelected, retryMatching, bulkAnswer),
     empty,
     h('div', { class: 'scroll' }, h('table', { class: 'jobs' },
@@ -199,8 +213,10 @@ export async function jobsView(params) {
       h('span', { class: 'finished' }, 'finished per 2 s'), ' — last 5 minutes'));
   };
   await refreshCounts();
+  await refreshPauses();
   const timer = setInterval(() => {
     refreshCounts().catch(() => {});
+    refreshPauses().catch(() => {});
     for (const cell of body.querySelectorAll('[data-age]')) cell.textContent = ago(cell.dataset.age);
   }, 2000);
   // New jobs join the first page live only when no search or time window

@@ -36,6 +36,8 @@ pub(super) fn required_role(method: &Method, route: &str) -> Option<Role> {
         "/v1/jobs/{id}/cancel"
         | "/v1/jobs/{id}/retry"
         | "/v1/jobs:retry"
+        | "/v1/plugins/{reference}/pause"
+        | "/v1/plugins/{reference}/resume"
         | "/v1/plans/{id}/cancel"
         | "/v1/workers"
         | "/metrics" => Some(Role::Operate),

@@ -24,7 +24,7 @@ pub(super) struct AuditQuery {
     principal: Option<String>,
     /// Only rows of this action (`job.approve`, `plugin.policy`, …).
     action: Option<String>,
-    /// Only rows about this target (a job id, `name@version`, a principal).
+    /// Only rows about this target (a job id, `name@version`, a plugin name, a principal).
     target: Option<String>,
     /// Rows per page (default 50, at most 500).
     limit: Option<u32>,

@@ -13,6 +13,7 @@ mod health;
 mod jobs;
 pub mod listen;
 pub mod openapi;
+pub mod pauses;
 mod plans;
 mod plugins;
 pub(crate) mod redrive;
@@ -78,6 +79,9 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/plugins/{reference}", get(plugin_show))
         .route("/v1/plugins/{reference}/grants", put(plugin_grants))
         .route("/v1/plugins/{reference}/approval", put(plugin_approval))
+        .route("/v1/plugins/{reference}/pause", post(pauses::plugin_pause))
+        .route("/v1/plugins/{reference}/resume", post(pauses::plugin_resume))
+        .route("/v1/pauses", get(pauses::pause_list))
         .route("/v1/jobs", post(job_submit).get(job_list))
         .route("/v1/jobs:batch", post(job_batch))
         .route("/v1/jobs:retry", post(redrive::jobs_retry))

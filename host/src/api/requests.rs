@@ -128,6 +128,13 @@ pub struct SubmitRequest {
     /// leaves it `approved` until `POST /v1/jobs/{id}/run`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_on_approve: Option<bool>,
+    /// Claim order: 0 (first, the default) to 9 (last). Due jobs are
+    /// claimed by priority, then earliest due, then oldest; one claimed
+    /// job in ten goes to a job due for over a minute, whatever its
+    /// priority (see docs/flow-control.md).
+    #[schema(minimum = 0, maximum = 9)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
 }
 
 impl SubmitRequest {
@@ -159,6 +166,7 @@ impl SubmitRequest {
         job.max_attempts = self.max_attempts;
         job.concurrency_key = self.concurrency_key;
         job.plan_id = self.plan_id;
+        job.priority = self.priority;
         job.queue_ttl = self.queue_ttl;
         job.approval = self.gate.map(|g| g == GateChoice::Approval);
         job.run_on_approve = self.run_on_approve.unwrap_or(true);
@@ -306,6 +314,10 @@ pub struct PlanRequest {
     #[schema(value_type = Option<u64>, minimum = 1, maximum = 2_592_000_000u64)]
     #[serde(rename = "queue_ttl_ms", default, with = "millis::option", skip_serializing_if = "Option::is_none")]
     pub queue_ttl: Option<Duration>,
+    /// Claim order of both phases: 0 (first, the default) to 9 (last).
+    #[schema(minimum = 0, maximum = 9)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
 }
 
 impl PlanRequest {
@@ -332,6 +344,7 @@ impl PlanRequest {
             execution: Some(Execution::Async),
             gate: None,
             run_on_approve: None,
+            priority: self.priority,
         };
         let (job, _) = body.into_submit(now, defaults)?;
         Ok(PlanSubmit { job, apply })

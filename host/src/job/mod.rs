@@ -36,8 +36,8 @@ pub use plugin::{DEFAULT_PLUGIN_VERSION, PluginInfo, PluginName, PluginRef};
 pub use proposal::{Proposal, ProposalState, ProposalView};
 pub use record::{
     Backoff, Counts, DEFAULT_APPROVAL_TTL, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, IdempotencyKey, Job, JobLimits,
-    JobLogs, JobProgress, JobStatus, KEY_SEPARATOR, LogLine, MAX_ATTEMPTS_CEILING, MAX_IDEMPOTENCY_KEY_BYTES,
-    MAX_KEY_BYTES, NewJob, SCHEMA_VERSION,
+    JobLogs, JobProgress, JobStatus, KEY_SEPARATOR, LOWEST_PRIORITY, LogLine, MAX_ATTEMPTS_CEILING,
+    MAX_IDEMPOTENCY_KEY_BYTES, MAX_KEY_BYTES, NewJob, SCHEMA_VERSION,
 };
 pub use rule::{ApprovalRule, Remember};
 pub use worker::{WorkerRecord, WorkerState};

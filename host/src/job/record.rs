@@ -151,7 +151,13 @@ pub struct NewJob {
     /// The principal that submitted it (`None`: an embedder's own submit,
     /// with no principal behind it).
     pub submitted_by: Option<String>,
+    /// Claim order: 0 (first, the default) to [`LOWEST_PRIORITY`].
+    pub priority: u8,
 }
+
+/// The lowest priority: a job's priority is 0 (claimed first, the
+/// default) to this (claimed last), as in Oban.
+pub const LOWEST_PRIORITY: u8 = 9;
 
 /// Default time a gated job waits for a decision: 7 days.
 pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(7 * 86_400);
@@ -179,6 +185,12 @@ impl NewJob {
         }
         if self.limits.timeout.is_zero() {
             return Err("timeout must be positive".into());
+        }
+        if self.priority > LOWEST_PRIORITY {
+            return Err(format!(
+                "priority {} is out of range: use 0 (first) to {LOWEST_PRIORITY} (last)",
+                self.priority
+            ));
         }
         if self.concurrency_key.as_deref().is_some_and(str::is_empty) {
             return Err("concurrency_key must not be empty".into());
@@ -396,6 +408,10 @@ pub struct Job {
     /// or a job stored before submitters were recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_by: Option<String>,
+    /// Claim order: 0 (first) to 9 (last); due jobs are claimed by
+    /// priority, then earliest due, then oldest.
+    #[serde(default)]
+    pub priority: u8,
 }
 
 /// A guest's latest progress report, as stored.

@@ -46,6 +46,9 @@ pub struct Health {
     /// that process, its restarts and how the last one ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supervision: Option<Supervision>,
+    /// Paused plugins, by name: their queued jobs wait unclaimed.
+    #[serde(default)]
+    pub paused_plugins: Vec<crate::store::PluginPause>,
 }
 
 /// A registered worker as health and `GET /v1/workers` show it.
@@ -186,6 +189,7 @@ impl Runtime {
             summary,
             workers,
             supervision,
+            paused_plugins: self.inner.store.plugin_pauses().await?,
         })
     }
 

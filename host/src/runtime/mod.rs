@@ -34,6 +34,7 @@ mod builder;
 mod error;
 mod events;
 mod health;
+mod pauses;
 mod plan;
 mod plugins;
 mod redrive;

@@ -74,6 +74,9 @@ pub struct Submit {
     /// sets the caller's; `None`: the embedder's own submit). Where the
     /// job's policy separates duties, this principal may not approve it.
     pub submitted_by: Option<String>,
+    /// Claim order: 0 (first, the default) to
+    /// [`LOWEST_PRIORITY`](crate::job::LOWEST_PRIORITY) (last).
+    pub priority: Option<u8>,
 }
 
 impl Submit {
@@ -98,6 +101,7 @@ impl Submit {
             approval: None,
             run_on_approve: true,
             submitted_by: None,
+            priority: None,
         }
     }
 }
@@ -457,6 +461,7 @@ impl Runtime {
             approval,
             approval_ttl: settings.approval_ttl,
             submitted_by: job.submitted_by,
+            priority: job.priority.unwrap_or(0),
         };
         if let Some(name) = &new.submitted_by {
             Principal::check_name(name).map_err(|e| RuntimeError::InvalidJob(format!("submitted_by: {e}")))?;

@@ -459,3 +459,18 @@ impl crate::store::StandingRules for FaultyStore {
         self.inner.rule_revoke(params).await
     }
 }
+
+#[async_trait::async_trait]
+impl crate::store::Pauses for FaultyStore {
+    async fn plugin_pause(&self, params: crate::store::PauseParams) -> Result<crate::store::PluginPause, StoreError> {
+        self.inner.plugin_pause(params).await
+    }
+
+    async fn plugin_resume(&self, params: crate::store::ResumeParams) -> Result<bool, StoreError> {
+        self.inner.plugin_resume(params).await
+    }
+
+    async fn plugin_pauses(&self) -> Result<Vec<crate::store::PluginPause>, StoreError> {
+        self.inner.plugin_pauses().await
+    }
+}

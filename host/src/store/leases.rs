@@ -19,7 +19,20 @@ pub struct Lease {
     pub token: String,
 }
 
+/// How long a job is due before it is *aged*: a claim's aged share
+/// ([`JobClaimParams::aged`]) may take it whatever its priority.
+pub const AGED_AFTER: Duration = Duration::from_secs(60);
+
+/// A pool gives one claimed job in this many to aged jobs, so a job of
+/// any priority waits a bounded time under a backlog of higher ones.
+pub const AGED_SHARE: u64 = 10;
+
 /// Parameters of [`Leases::job_claim`].
+///
+/// A claim takes due jobs by priority (0 first), then earliest due, then
+/// oldest. Its first `aged` jobs are the ones due longest among those due
+/// for [`AGED_AFTER`] or longer, whatever their priority (the bound on
+/// starvation; a pool asks for one in every [`AGED_SHARE`]).
 #[derive(Debug, Clone)]
 pub struct JobClaimParams {
     /// The claiming worker.
@@ -34,6 +47,15 @@ pub struct JobClaimParams {
     pub lease_ttl: Duration,
     /// Now.
     pub now: Timestamp,
+    /// Of `limit`, how many go first to aged jobs, in due order.
+    pub aged: u32,
+}
+
+impl JobClaimParams {
+    /// Jobs due at or before this are aged.
+    pub fn aged_before(&self) -> Timestamp {
+        self.now.minus(AGED_AFTER)
+    }
 }
 
 /// Parameters of [`Leases::lease_extend`].

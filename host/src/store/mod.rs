@@ -2,7 +2,8 @@
 //!
 //! The store is a set of roles, each a trait with its params in its own
 //! file: [`Jobs`], [`Leases`], [`Effects`], [`Sweeps`], [`Plugins`],
-//! [`Plans`], [`Workers`], [`Events`], [`Sessions`], [`Principals`] and [`Audit`]. [`JobStore`] is their sum, the
+//! [`Plans`], [`Workers`], [`Events`], [`Sessions`], [`Principals`], [`Audit`],
+//! [`StandingRules`] and [`Pauses`]. [`JobStore`] is their sum, the
 //! one interface the runtime holds; a part of leash that needs one role
 //! holds only that one. Each backend implements every role in a file of
 //! its own and owns its SQL and migrations ([`sqlite`], the embedded
@@ -25,6 +26,7 @@ mod events;
 pub mod faults;
 mod jobs;
 mod leases;
+mod pauses;
 mod plans;
 mod plugins;
 pub mod postgres;
@@ -49,9 +51,10 @@ pub use jobs::{
     RedriveResult,
 };
 pub use leases::{
-    Finish, JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, LEASE_LOST_MESSAGE,
-    Lease, LeaseExtendParams, LeaseState, Leases,
+    AGED_AFTER, AGED_SHARE, Finish, JobClaimParams, JobFinishParams, JobProgressParams, JobReleaseParams,
+    JobRetryParams, LEASE_LOST_MESSAGE, Lease, LeaseExtendParams, LeaseState, Leases,
 };
+pub use pauses::{MAX_PAUSE_REASON_BYTES, PauseParams, Pauses, PluginPause, ResumeParams};
 pub use plans::{PlanInsertParams, PlanListParams, Plans};
 pub use plugins::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins};
 pub use principals::{FoundToken, Principals};
@@ -70,7 +73,19 @@ pub use workers::{Workers, WorkersSnapshot};
 /// sweeper). A call through `dyn JobStore` needs no import; a call on a
 /// concrete store (`SqliteStore`) needs its role trait in scope.
 pub trait JobStore:
-    Jobs + Leases + Effects + Sweeps + Plugins + Plans + Workers + Events + Sessions + Principals + Audit + StandingRules
+    Jobs
+    + Leases
+    + Effects
+    + Sweeps
+    + Plugins
+    + Plans
+    + Workers
+    + Events
+    + Sessions
+    + Principals
+    + Audit
+    + StandingRules
+    + Pauses
 {
 }
 
@@ -87,6 +102,7 @@ impl<
         + Principals
         + Audit
         + StandingRules
+        + Pauses
         + ?Sized,
 > JobStore for T
 {

@@ -38,7 +38,7 @@ pub(crate) const SILENT_WORKER: &str = "COALESCE(w.state = 'stopped' OR w.last_h
 
 /// Which queued jobs a claim picks from: those that never took a process
 /// down, or the suspects that did (claimed alone).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClaimPool {
     Fresh,
     Suspect,
@@ -55,15 +55,20 @@ pub(crate) const UNCAPPED_SUBMITTER: &str =
     "NOT EXISTS (SELECT 1 FROM principals p WHERE p.name = q.submitted_by AND p.max_running IS NOT NULL)";
 
 /// The queued jobs `q` of `pool` a claim may take at `now` (a placeholder),
-/// of the submitters `whose` admits: unexpired, due, and keyless or the
-/// oldest queued job of a key with no running job.
+/// of the submitters `whose` admits: not held by a pause (neither parked
+/// nor of a paused plugin: a job queued again after its plugin was paused
+/// is not parked), unexpired, due, and keyless or the oldest queued job of
+/// a key with no running job. (The pauses are read once per statement, as
+/// a set: PostgreSQL plans a correlated `NOT EXISTS` on them as a join
+/// that gives up the claim index's order.)
 pub(crate) fn claimable(pool: ClaimPool, whose: &str, now: &str) -> String {
     let which = match pool {
         ClaimPool::Fresh => "q.process_deaths = 0",
         ClaimPool::Suspect => "q.process_deaths > 0",
     };
     format!(
-        "q.status = 'queued' AND {which} AND {whose} AND q.run_after <= {now} AND q.expires_at > {now} \
+        "q.status = 'queued' AND q.paused = 0 AND {which} AND {whose} AND q.run_after <= {now} AND q.expires_at > {now} \
+         AND (q.plugin_name IS NULL OR q.plugin_name NOT IN (SELECT z.name FROM plugin_pauses z)) \
          AND (q.concurrency_key IS NULL OR ( \
            q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
            AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key)))"
@@ -184,7 +189,14 @@ pub(crate) const EARLIER_ATTEMPTS: &str = "SELECT run, worker_id, started_at, en
 
 /// When the longest-waiting queued job became claimable: a walk of one
 /// entry of the claim's `(run_after, job_id)` index on queued rows.
-pub(crate) const OLDEST_QUEUED_DUE: &str = "SELECT MIN(run_after) FROM jobs WHERE status = 'queued'";
+pub(crate) const OLDEST_QUEUED_DUE: &str = "SELECT MIN(run_after) FROM jobs WHERE status = 'queued' AND paused = 0";
+
+/// Queued jobs, held by a pause or not: each part read from its own
+/// partial index (the claim's, and the parked jobs'), which `{claim}` and
+/// `{parked}` name where a backend must be told (SQLite, with no table
+/// statistics, would read the expiry index and the table instead).
+pub(crate) const QUEUED_COUNT: &str = "SELECT (SELECT COUNT(*) FROM jobs {claim} WHERE status = 'queued' AND paused = 0) \
+     + (SELECT COUNT(*) FROM jobs {parked} WHERE paused = 1 AND status = 'queued')";
 
 /// A retry (redrive) of an ended job, with `{now}`, `{expires}` and `{id}`
 /// where the backend puts their placeholders and `{false}` its false. The

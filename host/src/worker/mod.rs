@@ -40,7 +40,7 @@ use crate::clock::{Clock, Timestamp};
 use crate::job::{Digest, ErrorKind, JobId, JobStatus, WorkerRecord, WorkerState};
 use crate::metrics::Metrics;
 use crate::sandbox::{Plugin, Sandbox, StopHandle};
-use crate::store::{JobClaimParams, JobStore, Lease};
+use crate::store::{AGED_SHARE, JobClaimParams, JobStore, Lease};
 
 /// Longest a busy pool waits to gather free slots into one claim.
 const CLAIM_COALESCE_WINDOW: Duration = Duration::from_millis(1);
@@ -183,6 +183,8 @@ pub(crate) struct Pool {
     subscribers: Mutex<Vec<Arc<Subscriber>>>,
     start_subscribers: Mutex<Vec<Arc<StartSubscriber>>>,
     shutting_down: AtomicBool,
+    /// Job slots asked for by claims so far (the aged share's count).
+    claim_slots: AtomicU64,
     idle: Notify,
     started_at: Timestamp,
     guests: Option<GuestRuntime>,
@@ -219,6 +221,7 @@ impl Pool {
             subscribers: Mutex::default(),
             start_subscribers: Mutex::default(),
             shutting_down: AtomicBool::new(false),
+            claim_slots: AtomicU64::new(0),
             idle: Notify::new(),
             started_at: clock.now(),
             guests: if config.isolate_guests {
@@ -412,13 +415,18 @@ impl Pool {
         });
     }
 
+    /// A claim of up to `limit` jobs. One slot in every [`AGED_SHARE`]
+    /// this pool asks for goes to an aged job (the bound on starvation).
     fn claim_params(&self, limit: u32, alone: bool) -> JobClaimParams {
+        let asked = self.claim_slots.fetch_add(u64::from(limit), Ordering::Relaxed);
+        let aged = (asked + u64::from(limit)) / AGED_SHARE - asked / AGED_SHARE;
         JobClaimParams {
             worker_id: self.worker_id.clone(),
             limit,
             alone,
             lease_ttl: self.config.lease_ttl,
             now: self.clock.now(),
+            aged: aged as u32,
         }
     }
 

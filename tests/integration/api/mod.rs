@@ -4,6 +4,7 @@ mod access;
 mod approval;
 pub(crate) mod duties;
 mod events;
+mod flow;
 mod http;
 pub(crate) mod plans;
 mod proposals;

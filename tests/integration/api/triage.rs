@@ -340,3 +340,40 @@ async fn an_operator_retries_the_failed_jobs_a_filter_matches() {
     assert_eq!(job["attempt"], 1, "a job the filter did not match is left alone");
     browser.quit().await;
 }
+
+/// An operator pauses a plugin from a queued job's page (a prompt asks
+/// why), the page says why the job waits, the jobs list shows the pause,
+/// and its Resume button lifts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_pauses_a_plugin_from_a_job_and_resumes_it_from_the_jobs_list() {
+    let Some(browser) = Browser::start().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("jobs.db"), &["--max-workers", "1"]);
+    server.add_plugin("hello").await;
+    // Delayed, so it is still queued when the page opens.
+    let job = submit(&server, json!({ "plugin": "hello", "execution": "async", "delay_ms": 3_600_000 })).await;
+    sign_in(&browser, &server).await;
+    browser.goto(&format!("{}/ui#/jobs/{job}", server.url)).await;
+    browser.wait_for_text("h1 .badge", |t| t == "queued").await;
+    browser.click(".actions button.pause").await;
+    assert!(browser.answer_prompt("upstream quota").await.starts_with("Pause plugin hello?"));
+    assert_eq!(browser.accept_dialog().await, "Pause plugin hello now?");
+    browser.wait_for_text("pre.answer", |t| t.starts_with("200")).await;
+    let (_, pauses) = server.call(reqwest::Method::GET, "/v1/pauses", None).await;
+    assert_eq!(pauses["pauses"][0]["reason"], "upstream quota", "{pauses}");
+    browser
+        .wait_for_text("p.why", |t| t.starts_with("Held: its plugin hello is paused") && t.contains(": upstream quota"))
+        .await;
+
+    browser.goto(&format!("{}/ui#/jobs", server.url)).await;
+    browser
+        .wait_for_text(".paused .pause", |t| t.starts_with("hello is paused since") && t.contains("upstream quota"))
+        .await;
+    browser.click(".paused .pause button").await;
+    assert_eq!(browser.accept_dialog().await, "Resume plugin hello? Its queued jobs run again.");
+    browser.wait_for_text("p.answer", |t| t == "hello resumed.").await;
+    browser.wait_until("the pause is gone", "document.querySelectorAll('.paused .pause').length === 0").await;
+    let (_, pauses) = server.call(reqwest::Method::GET, "/v1/pauses", None).await;
+    assert_eq!(pauses["pauses"], json!([]));
+    browser.quit().await;
+}

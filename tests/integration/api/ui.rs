@@ -205,11 +205,20 @@ async fn an_operator_signs_in_watches_jobs_live_reads_one_cancels_and_approves()
     browser.wait_for_text("h1 .badge", |t| t == "cancelled").await;
 
     // A gated job (the server's token submitted it), approved from its
-    // page, runs; the decision is olive's, the session's principal.
-    let gated = submit(&server, json!({ "plugin": "hello", "execution": "async", "gate": "approval" })).await;
+    // page, runs; the decision is olive's, the session's principal. Its
+    // page shows its priority.
+    let gated =
+        submit(&server, json!({ "plugin": "hello", "execution": "async", "gate": "approval", "priority": 2 })).await;
     browser.goto(&format!("{ui}#/jobs/{gated}")).await;
     browser.wait_for_text("h1 .badge", |t| t == "pending approval").await;
-    browser.wait_for_text("dl.fields", |t| t.contains("Submitted by") && t.contains("0 of 1")).await;
+    browser
+        .wait_for_text("dl.fields", |t| {
+            t.contains("Submitted by")
+                && t.contains("0 of 1")
+                && t.contains("Priority")
+                && t.contains("2 (0 is claimed first)")
+        })
+        .await;
     browser.click(".actions button:nth-child(2)").await;
     assert!(browser.accept_dialog().await.starts_with("Approve"));
     browser.wait_for_text("h1 .badge", |t| t == "succeeded").await;

@@ -591,6 +591,7 @@ async fn a_job_a_process_died_under_runs_alone_for_a_while_then_beside_others() 
         alone: true,
         lease_ttl: Duration::from_secs(30),
         now: setup.now(),
+        aged: 0,
     };
     assert_eq!(setup.store().job_claim(claim).await.unwrap().len(), 1);
     let died = WorkerDiedParams {

@@ -12,7 +12,9 @@ use leash::sandbox::SandboxConfig;
 
 use crate::support::{GENEROUS, cache_dir, eventually};
 
-fn builder(dir: &tempfile::TempDir, clock: &ManualClock) -> RuntimeBuilder {
+/// A runtime on a file in `dir` on `clock`'s time, polling often and
+/// sweeping never (within a test).
+pub(super) fn builder(dir: &tempfile::TempDir, clock: &ManualClock) -> RuntimeBuilder {
     Runtime::builder(dir.path().join("jobs.db"))
         .sandbox(SandboxConfig { cache_dir: Some(cache_dir()), ..SandboxConfig::default() })
         .poll_interval(Duration::from_millis(20))

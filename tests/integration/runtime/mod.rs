@@ -2,5 +2,6 @@
 
 mod embedding;
 mod faults;
+mod flow;
 mod metrics;
 mod postgres;

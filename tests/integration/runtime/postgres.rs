@@ -424,6 +424,7 @@ async fn a_running_cap_holds_across_replicas_claiming_at_once() {
         alone: false,
         lease_ttl: Duration::from_secs(60),
         now: Timestamp::now(),
+        aged: 0,
     };
     // The second replica claims before any cap is set: for up to a second
     // after, it has read that no principal has one.
@@ -553,6 +554,7 @@ async fn a_capped_claim_waits_for_another_replica_s_capped_claim_to_commit() {
                 alone: false,
                 lease_ttl: Duration::from_secs(60),
                 now: Timestamp::now(),
+                aged: 0,
             };
             store.job_claim(params).await.unwrap()
         }

@@ -386,7 +386,8 @@ async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_t
     let ttl = Duration::from_secs(30);
     let job = crate::store::conformance::cases::new_job("fenced");
     store.job_insert(JobInsertParams { jobs: vec![job], now: clock.now() }).await.unwrap();
-    let claim = JobClaimParams { worker_id: "w1".into(), limit: 1, alone: true, lease_ttl: ttl, now: clock.now() };
+    let claim =
+        JobClaimParams { worker_id: "w1".into(), limit: 1, alone: true, lease_ttl: ttl, now: clock.now(), aged: 0 };
     let lease = store.job_claim(claim).await.unwrap().remove(0);
     let metrics = Arc::new(leash::metrics::Metrics::new());
     let keeper = LeaseKeeper {

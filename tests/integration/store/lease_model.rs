@@ -446,6 +446,7 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
         }),
         approval_ttl: APPROVAL_TTL,
         submitted_by: None,
+        priority: 0,
     };
     let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
     let mut model = initial(max_attempts, gating);
@@ -467,7 +468,8 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
         now = now.plus(Duration::from_secs(1));
         match action {
             Action::Claim(w) => {
-                let params = JobClaimParams { worker_id: format!("w{w}"), limit: 1, alone: true, lease_ttl: TTL, now };
+                let params =
+                    JobClaimParams { worker_id: format!("w{w}"), limit: 1, alone: true, lease_ttl: TTL, now, aged: 0 };
                 let lease = store.job_claim(params).await.unwrap().pop().expect("the model says it is claimable");
                 tokens[w] = Some(lease.token);
             }

@@ -200,6 +200,21 @@ impl Browser {
         Some(text.as_str().unwrap_or_default().to_owned())
     }
 
+    /// Wait for a prompt dialog, type `answer` into it and accept it;
+    /// answers the prompt's text.
+    pub(crate) async fn answer_prompt(&self, answer: &str) -> String {
+        let start = Instant::now();
+        loop {
+            if let Some(text) = self.dialog().await {
+                self.post("/alert/text", json!({ "text": answer })).await;
+                self.post("/alert/accept", json!({})).await;
+                return text;
+            }
+            assert!(start.elapsed() < GENEROUS, "no prompt opened");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Wait for a dialog and accept it.
     pub(crate) async fn accept_dialog(&self) -> String {
         let start = Instant::now();

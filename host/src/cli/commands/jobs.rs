@@ -17,7 +17,7 @@ use crate::cli::commands::watch::WatchArgs;
 use crate::cli::commands::{ConnArgs, DecisionArgs};
 use crate::cli::{CliError, ExitStatus, parse_duration, terminal_text};
 use crate::client::typed;
-use crate::job::{Verdict, millis};
+use crate::job::{JobStatus, Verdict, millis};
 use crate::runtime::Cancelled;
 
 #[derive(Debug, Subcommand)]
@@ -203,15 +203,19 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                     return print_json(&page).map(|()| ExitStatus::Success);
                 }
                 let page: JobPage = typed(page)?;
+                let paused = crate::cli::commands::plugins::paused_names(client).await?;
                 let mut table = new_table(&["ID", "STATUS", "PLUGIN", "TARGET", "ATTEMPT", "CREATED", "ERROR"]);
                 for JobView { job, .. } in page.jobs {
                     let plugin = match &job.plugin_name {
                         Some(name) => terminal_text(&name.to_string()),
                         None => short_digest(&job.plugin.to_string()),
                     };
+                    // A queued job of a paused plugin waits for its resume.
+                    let held = job.status == JobStatus::Queued
+                        && job.plugin_name.as_ref().is_some_and(|n| paused.iter().any(|z| z.name == n.name));
                     table.add_row(vec![
                         job.id.to_string(),
-                        job.status.to_string(),
+                        if held { "queued (paused)".to_owned() } else { job.status.to_string() },
                         plugin,
                         terminal_text(&job.target.to_string()),
                         attempts_text(&job),

@@ -1,4 +1,5 @@
-//! `leash plugins`: add, list, show, grant and gate registered plugins.
+//! `leash plugins`: add, list, show, grant, gate, pause and resume
+//! registered plugins.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -7,12 +8,14 @@ use axum::http::Method;
 use clap::Subcommand;
 use serde_json::Value;
 
+use crate::api::pauses::{PauseList, PauseRequest, ResumeAnswer};
 use crate::api::types::PluginList;
 use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{new_table, print_json, print_table, short_digest, text, url_encode, with_client};
 use crate::cli::{CliError, ExitStatus, GrantArgs, terminal_text};
 use crate::client::{Client, typed};
 use crate::job::{ApprovalPolicy, Grants, PluginInfo};
+use crate::store::PluginPause;
 
 #[derive(Debug, Subcommand)]
 pub(in crate::cli) enum PluginsCommand {
@@ -74,10 +77,30 @@ pub(in crate::cli) enum PluginsCommand {
         #[command(flatten)]
         grants: GrantArgs,
     },
-    /// List registered plugins.
+    /// List registered plugins (a paused name says so).
     List {
         #[command(flatten)]
         conn: ConnArgs,
+    },
+    /// Pause a plugin name (every version): no worker claims its queued
+    /// jobs until it is resumed; running jobs finish, new jobs queue. The
+    /// pause is stored: it holds across restarts and on every process.
+    Pause {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The plugin's name.
+        name: String,
+        /// Why (kept with the pause and in the audit trail).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Resume a paused plugin name: its queued jobs run again, in their
+    /// usual order.
+    Resume {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The plugin's name.
+        name: String,
     },
     /// Show one plugin: name, name@version or digest.
     Show {
@@ -175,9 +198,11 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
                 if json_out {
                     return print_json(&list).map(|()| ExitStatus::Success);
                 }
-                let mut table = new_table(&["NAME", "VERSION", "DIGEST", "SIZE", "CREATED"]);
+                let paused = paused_names(client).await?;
+                let mut table = new_table(&["NAME", "VERSION", "DIGEST", "SIZE", "CREATED", "PAUSED"]);
                 let list: PluginList = typed(list)?;
                 for p in list.plugins {
+                    let pause = p.name.as_ref().and_then(|n| paused.iter().find(|z| z.name == n.name));
                     let (name, version) = match p.name {
                         Some(n) => (terminal_text(&n.name), terminal_text(&n.version)),
                         None => ("-".to_owned(), "-".to_owned()),
@@ -188,9 +213,51 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
                         short_digest(&p.digest.to_string()),
                         p.size_bytes.to_string(),
                         p.created_at.to_string(),
+                        pause.map_or_else(String::new, |z| format!("since {}", z.paused_at)),
                     ]);
                 }
                 print_table(table);
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        PluginsCommand::Pause { conn, name, reason } => {
+            let json_out = conn.json;
+            let path = format!("/v1/plugins/{}/pause", url_encode(&name));
+            with_client(&conn, false, async move |client| {
+                let pause = client.send_json(Method::POST, &path, &PauseRequest { reason }).await?;
+                if json_out {
+                    return print_json(&pause).map(|()| ExitStatus::Success);
+                }
+                let pause: PluginPause = typed(pause)?;
+                let by = pause.paused_by.as_deref().map(|p| format!(" by {}", terminal_text(p))).unwrap_or_default();
+                let why = pause.reason.as_deref().map(|r| format!(": {}", terminal_text(r))).unwrap_or_default();
+                let _ = writeln!(
+                    std::io::stdout(),
+                    "{} is paused since {}{by}{why}",
+                    terminal_text(&pause.name),
+                    pause.paused_at
+                );
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        PluginsCommand::Resume { conn, name } => {
+            let json_out = conn.json;
+            let path = format!("/v1/plugins/{}/resume", url_encode(&name));
+            with_client(&conn, false, async move |client| {
+                let answer = client.json(Method::POST, &path, None).await?;
+                if json_out {
+                    return print_json(&answer).map(|()| ExitStatus::Success);
+                }
+                let answer: ResumeAnswer = typed(answer)?;
+                let name = terminal_text(&name);
+                let said = if answer.resumed {
+                    format!("{name} is resumed: its queued jobs run again")
+                } else {
+                    format!("{name} was not paused: nothing changed")
+                };
+                let _ = writeln!(std::io::stdout(), "{said}");
                 Ok(ExitStatus::Success)
             })
             .await
@@ -221,6 +288,12 @@ pub(in crate::cli) async fn plugins(command: PluginsCommand) -> Result<ExitStatu
             .await
         }
     }
+}
+
+/// The paused plugin names, as the store has them now.
+pub(in crate::cli) async fn paused_names(client: &Client) -> Result<Vec<PluginPause>, CliError> {
+    let list: PauseList = typed(client.json(Method::GET, "/v1/pauses", None).await?)?;
+    Ok(list.pauses)
 }
 
 async fn put_grants(client: &Client, reference: &str, grants: &Grants) -> Result<serde_json::Value, CliError> {

@@ -175,6 +175,9 @@ pub(super) fn job_text(view: &JobView, attempts: &[Attempt], now: Timestamp, wid
     if let Some(key) = &job.concurrency_key {
         page.field("key", &terminal_text(key));
     }
+    if job.priority > 0 {
+        page.field("priority", &format!("{} (0 is claimed first)", job.priority));
+    }
     let by = job.submitted_by.as_deref().map(|p| format!(" by {}", terminal_text(p))).unwrap_or_default();
     page.field("submitted", &format!("{}{by}", job.created_at));
     let mut timings = Vec::new();

@@ -70,6 +70,10 @@ pub(in crate::cli) struct SubmitArgs {
     /// At most one running job per key.
     #[arg(long)]
     concurrency_key: Option<String>,
+    /// Claim order: 0 (first, the default) to 9 (last); one claimed job in
+    /// ten goes to a job due for over a minute, whatever its priority.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
+    priority: Option<u8>,
     /// A plan id to group jobs by.
     #[arg(long)]
     plan: Option<String>,
@@ -95,7 +99,7 @@ pub(in crate::cli) struct SubmitArgs {
 
 /// The flags of `leash submit` that describe one job, which `--batch`
 /// lines carry themselves.
-const BATCH_CONFLICTS: [&str; 17] = [
+const BATCH_CONFLICTS: [&str; 18] = [
     "plugin",
     "action",
     "input",
@@ -108,6 +112,7 @@ const BATCH_CONFLICTS: [&str; 17] = [
     "run_after",
     "delay",
     "concurrency_key",
+    "priority",
     "plan",
     "gate",
     "hold_after_approval",
@@ -155,6 +160,7 @@ pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliEr
             max_attempts: args.max_attempts,
             queue_ttl: args.queue_ttl,
             concurrency_key: args.concurrency_key.clone(),
+            priority: args.priority,
             plan_id: args.plan.clone(),
             backoff: args.retry_backoff,
             backoff_cap: args.retry_backoff_cap,

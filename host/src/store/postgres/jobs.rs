@@ -18,7 +18,9 @@ use crate::store::rules::audit::{cancel_note, redrive_note, submit_note};
 use crate::store::rules::codec::{
     AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
 };
-use crate::store::sql::{EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, REDRIVE, decision_update_sql, filter_sql, list_filters};
+use crate::store::sql::{
+    EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, QUEUED_COUNT, REDRIVE, decision_update_sql, filter_sql, list_filters,
+};
 use crate::store::{
     CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, JobRedriveParams, Jobs,
     RedriveResult, StoreError,
@@ -250,7 +252,8 @@ impl Jobs for PostgresStore {
     }
 
     async fn queued_count(&self) -> Result<u64, StoreError> {
-        let rows = self.read("counting queued jobs", "SELECT COUNT(*) FROM jobs WHERE status = 'queued'", &[]).await?;
+        static SQL: LazyLock<String> = LazyLock::new(|| QUEUED_COUNT.replace("{claim}", "").replace("{parked}", ""));
+        let rows = self.read("counting queued jobs", &SQL, &[]).await?;
         Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))
     }
 
@@ -330,6 +333,7 @@ pub(super) struct InsertColumns {
     status: Vec<&'static str>,
     approval: Vec<Option<String>>,
     submitted_by: Vec<Option<String>>,
+    priority: Vec<i16>,
 }
 
 impl InsertColumns {
@@ -360,6 +364,7 @@ impl InsertColumns {
         self.grants.push(grants_to_column(&job.grants)?);
         self.free_rerun_limit.push(i32::try_from(job.free_rerun_limit).unwrap_or(i32::MAX));
         self.submitted_by.push(job.submitted_by);
+        self.priority.push(i16::from(job.priority));
         Ok(())
     }
 }
@@ -374,16 +379,17 @@ pub(super) async fn insert_rows(
             "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
              schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
              idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-             free_rerun_limit, approval_json, submitted_by) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
+             free_rerun_limit, approval_json, submitted_by, priority, paused) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
              n.limits, $19, $20, n.expires, \
              n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap, \
-             n.grants, n.free, n.approval, n.submitter \
+             n.grants, n.free, n.approval, n.submitter, n.priority, \
+             CASE WHEN EXISTS (SELECT 1 FROM plugin_pauses z WHERE z.name = n.pname) THEN 1 ELSE 0 END \
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
                $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
                $16::int8[], $17::int8[], $18::int8[], $21::text[], $22::int4[], $23::text[], $24::text[], \
-               $25::text[]) \
+               $25::text[], $26::int2[]) \
              AS n(id, plan, phase, action, digest, payload, limits, expires, max_attempts, key, pname, pversion, \
-               ikey, rdigest, run_after, deadline, bbase, bcap, grants, free, status, approval, submitter) \
+               ikey, rdigest, run_after, deadline, bbase, bcap, grants, free, status, approval, submitter, priority) \
              RETURNING {}",
             job_columns("")
         )
@@ -420,6 +426,7 @@ pub(super) async fn insert_rows(
                 &c.status,
                 &c.approval,
                 &c.submitted_by,
+                &c.priority,
             ],
         )
         .await

@@ -32,11 +32,13 @@
 //! waits for a server that is not up, default 30 s).
 
 mod audit;
+mod claim;
 mod effects;
 mod events;
 mod fate;
 mod jobs;
 mod leases;
+mod pauses;
 mod plans;
 mod plugins;
 mod principals;

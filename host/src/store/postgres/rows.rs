@@ -58,6 +58,7 @@ pub(super) const JOB_COLUMNS: &[&str] = &[
     "approval_json",
     "process_deaths",
     "submitted_by",
+    "priority",
 ];
 
 /// The job columns, each prefixed with `alias.` when one is given.
@@ -197,6 +198,7 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
         approval: json_column(&id_text, "approval", row.try_get(41).map_err(&read)?)?,
         process_deaths: count(row.try_get(42).map_err(&read)?),
         submitted_by: row.try_get(43).map_err(&read)?,
+        priority: row.try_get::<_, i16>(44).map_err(&read)?.clamp(0, i16::from(u8::MAX)) as u8,
     })
 }
 

@@ -438,6 +438,7 @@ CREATE TRIGGER jobs_attempt_requeued AFTER UPDATE OF run_after ON jobs FOR EACH 
 CREATE TRIGGER jobs_attempts_delete AFTER DELETE ON jobs FOR EACH ROW EXECUTE FUNCTION leash_job_attempt();
 "#,
     super::proposals::MIGRATION,
+    super::claim::MIGRATION,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

@@ -7,7 +7,7 @@ use crate::access::{Principal, TokenRecord};
 use crate::clock::Timestamp;
 use crate::job::{Job, JobStatus, PluginName};
 use crate::store::{
-    AuditHead, AuditNote, AuditRecord, CancelResult, PluginGrantsParams, PluginPolicyParams, StoreError,
+    AuditHead, AuditNote, AuditRecord, CancelResult, PluginGrantsParams, PluginPause, PluginPolicyParams, StoreError,
 };
 
 /// The `prev_hash` of the first row.
@@ -100,6 +100,16 @@ pub(crate) fn cancel_note(actor: Option<String>, id: &str, was: JobStatus, resul
 pub(crate) fn redrive_note(actor: Option<String>, id: &str, was: JobStatus) -> Option<AuditNote> {
     let detail = serde_json::json!({ "was": was });
     Some(AuditNote { principal: Some(actor?), action: "job.retry", target: id.to_owned(), detail })
+}
+
+/// A plugin name paused (with the reason given) or resumed by `actor`;
+/// an embedder's own call (no actor) is not audited.
+pub(crate) fn pause_note(actor: Option<String>, name: &str, pause: Option<&PluginPause>) -> Option<AuditNote> {
+    let (action, detail) = match pause {
+        Some(p) => ("plugin.pause", serde_json::json!({ "reason": p.reason })),
+        None => ("plugin.resume", serde_json::json!({})),
+    };
+    Some(AuditNote { principal: Some(actor?), action, target: name.to_owned(), detail })
 }
 
 /// A stored JSON column as a value for a `before`/`after` detail (`null`

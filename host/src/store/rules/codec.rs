@@ -189,6 +189,7 @@ pub(crate) fn inserted_job(id: JobId, job: &NewJob, times: &InsertTimes, now: Ti
         progress: None,
         approval: job.approval.map(Into::into),
         submitted_by: job.submitted_by.clone(),
+        priority: job.priority,
     })
 }
 

@@ -60,5 +60,6 @@ pub(crate) fn apply_job(plan: &PlanRow, execute: &Job, policy: &ApprovalPolicy) 
         approval,
         approval_ttl: plan.approval_ttl,
         submitted_by: execute.submitted_by.clone(),
+        priority: execute.priority,
     }
 }

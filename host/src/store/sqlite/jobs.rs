@@ -19,7 +19,9 @@ use crate::store::rules::codec::{
     AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns,
     to_json,
 };
-use crate::store::sql::{EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, REDRIVE, decision_update_sql, filter_sql, list_filters};
+use crate::store::sql::{
+    EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, QUEUED_COUNT, REDRIVE, decision_update_sql, filter_sql, list_filters,
+};
 use crate::store::{
     CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, JobRedriveParams, Jobs,
     RedriveResult, StoreError,
@@ -274,8 +276,13 @@ impl Jobs for SqliteStore {
 
     async fn queued_count(&self) -> Result<u64, StoreError> {
         self.read(|conn| {
-            // Answered from a partial index on queued rows: only they are read.
-            conn.prepare_cached("SELECT COUNT(*) FROM jobs WHERE status = 'queued'")
+            // Answered from partial indexes on queued rows: only they are read.
+            static SQL: LazyLock<String> = LazyLock::new(|| {
+                QUEUED_COUNT
+                    .replace("{claim}", "INDEXED BY jobs_claim_due")
+                    .replace("{parked}", "INDEXED BY jobs_parked")
+            });
+            conn.prepare_cached(&SQL)
                 .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
                 .map(|n| n as u64)
                 .map_err(db_err("counting queued jobs"))
@@ -298,7 +305,7 @@ impl Jobs for SqliteStore {
     }
 }
 
-/// Rows per statement of a large submit (25 parameters each), largest
+/// Rows per statement of a large submit (27 parameters each), largest
 /// first: whole chunks, then the rest one by one. Two statement shapes in
 /// the cache, and few statements in the savepoint (each statement's end
 /// costs SQLite a walk over the in-memory journal, so one per row is
@@ -306,24 +313,25 @@ impl Jobs for SqliteStore {
 pub(super) const INSERT_CHUNKS: [usize; 2] = [256, 1];
 
 /// The insert of `rows` jobs. One row is `OR FAIL`, which spares it a
-/// statement journal as [`CLAIM_ONE`](super::leases::CLAIM_ONE) explains: its constraints are all
+/// statement journal as [`CLAIM_ONE`](super::claim::CLAIM_ONE) explains: its constraints are all
 /// checked before it writes, and its trigger's insert cannot fail, so it
 /// lands whole or not at all. A statement of many rows could fail after
 /// writing some, so it keeps the default (`ABORT`) and its journal.
 pub(super) fn insert_sql(rows: usize) -> String {
-    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     format!(
         "INSERT {}INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
          schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
          idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-         free_rerun_limit, approval_json, submitted_by) VALUES {}",
+         free_rerun_limit, approval_json, submitted_by, priority, paused) VALUES {}",
         if rows == 1 { "OR FAIL " } else { "" },
         vec![row; rows].join(", ")
     )
 }
 
 /// Insert `jobs` in one statement, queued or (gated) pending approval;
-/// returned in the given order, as [`inserted_job`] builds them.
+/// returned in the given order, as [`inserted_job`] builds them. A job of
+/// a paused plugin is queued parked.
 pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
     use rusqlite::types::{ToSqlOutput, Value, ValueRef};
     let err = db_err("inserting jobs");
@@ -342,7 +350,15 @@ pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) 
     // borrows the inputs from them, so a payload is held once, not twice.
     let mut inserted = Vec::with_capacity(jobs.len());
     let mut columns = Vec::with_capacity(jobs.len());
+    let mut paused = std::collections::HashMap::new();
     for mut job in jobs {
+        let parked = match &job.plugin_name {
+            Some(name) => match paused.get(&name.name) {
+                Some(&known) => known,
+                None => *paused.entry(name.name.clone()).or_insert(super::pauses::is_paused(conn, &name.name)?),
+            },
+            None => false,
+        };
         if let Some(idempotency) = &job.idempotency {
             check_idempotency_key(conn, idempotency)?;
         }
@@ -382,6 +398,8 @@ pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) 
             Value::Integer(i64::from(job.free_rerun_limit)),
             approval.map_or(Value::Null, Value::Text),
             text(job.submitted_by.as_deref()),
+            Value::Integer(i64::from(job.priority)),
+            Value::Integer(i64::from(parked)),
         ];
         columns.push((before, after));
         inserted.push(row);

@@ -590,4 +590,5 @@ CREATE INDEX job_attempts_job ON job_attempts (job_id, id);
         job_attempt_triggers!()
     ),
     super::proposals::MIGRATION,
+    super::claim::MIGRATION,
 ];

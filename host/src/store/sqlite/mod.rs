@@ -19,12 +19,14 @@
 //! transient [`StoreError`].
 
 mod audit;
+mod claim;
 mod effects;
 mod events;
 mod fate;
 mod jobs;
 mod leases;
 mod migrations;
+mod pauses;
 mod plans;
 mod plugins;
 mod principals;

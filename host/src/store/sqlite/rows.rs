@@ -17,7 +17,8 @@ pub(super) const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_dig
     schema_version, created_at, started_at, finished_at, last_heartbeat, expires_at, worker_id, lease_token, \
     lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, \
     error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, \
-    run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases, grants_json, free_reruns, free_rerun_limit, approval_json, process_deaths, submitted_by";
+    run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases, grants_json, free_reruns, free_rerun_limit, approval_json, process_deaths, submitted_by, \
+    priority";
 
 pub(super) fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
@@ -96,6 +97,7 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
         approval: json_column(&id_text, "approval", row.get(41).map_err(&read)?)?,
         process_deaths: row.get(42).map_err(&read)?,
         submitted_by: row.get(43).map_err(&read)?,
+        priority: row.get(44).map_err(&read)?,
     })
 }
 

@@ -8,8 +8,9 @@ use std::sync::mpsc;
 use rusqlite::{Connection, params};
 
 use super::SqliteStore;
+use super::claim::CLAIM_ONE;
 use super::jobs::insert_sql;
-use super::leases::{CLAIM_ONE, FINISH_ONE};
+use super::leases::FINISH_ONE;
 use super::migrations::MIGRATIONS;
 use super::rows::db_err;
 use super::schema::open_when_free;
@@ -37,15 +38,20 @@ fn insert_raw(conn: &Connection, id: &str, status: &str, extra: &str) -> rusqlit
 }
 
 #[test]
-fn the_queued_count_reads_only_a_queued_only_index() {
+fn the_queued_count_reads_only_queued_only_indexes() {
     let dir = tempfile::tempdir().unwrap();
     let (_store, conn) = raw(&dir);
-    let plan: String = conn
-        .query_row("EXPLAIN QUERY PLAN SELECT COUNT(*) FROM jobs WHERE status = 'queued'", [], |r| r.get(3))
-        .unwrap();
-    // The claim index holds queued rows only (the expiry index holds
-    // gated ones too, so it would need the table).
-    assert!(plan.contains("COVERING INDEX jobs_claim_due"), "{plan}");
+    let count = crate::store::sql::QUEUED_COUNT
+        .replace("{claim}", "INDEXED BY jobs_claim_due")
+        .replace("{parked}", "INDEXED BY jobs_parked");
+    let mut explain = conn.prepare(&format!("EXPLAIN QUERY PLAN {count}")).unwrap();
+    let plan: Vec<String> = explain.query_map([], |r| r.get(3)).unwrap().map(Result::unwrap).collect();
+    // The claim's indexes hold queued rows not held by a pause, the parked
+    // index the held ones (the expiry index holds gated ones too, so it
+    // would need the table).
+    assert!(plan.iter().any(|p| p.contains("COVERING INDEX jobs_claim_")), "{plan:?}");
+    assert!(plan.iter().any(|p| p.contains("INDEX jobs_parked")), "{plan:?}");
+    assert!(!plan.iter().any(|p| p.starts_with("SCAN jobs") && !p.contains("INDEX")), "{plan:?}");
 }
 
 #[test]
@@ -141,9 +147,10 @@ fn the_approval_migration_keeps_every_row_and_widens_the_states() {
         )
         .unwrap();
     // Ten, less the two a later migration merged into `jobs_running`,
-    // and the suspects' and submitters' indexes later migrations added
-    // (all of a submitter's jobs, its queued ones, its running ones).
-    assert_eq!(indexes, 13, "every index is rebuilt");
+    // and the suspects', submitters' and flow control's indexes later
+    // migrations added (all of a submitter's jobs, its queued ones, its
+    // running ones; the claim order by priority; the parked jobs).
+    assert_eq!(indexes, 15, "every index is rebuilt");
 }
 
 /// A plugin stored before the plugins table put its bytes last keeps

@@ -64,6 +64,13 @@ macro_rules! with_cases {
                 a_suspect_is_claimed_only_by_a_claimer_that_runs_nothing_and_alone,
                 a_submitter_s_running_cap_holds_its_claims,
             }
+            flow {
+                under_a_ten_thousand_job_backlog_the_first_claims_take_the_highest_priority,
+                a_job_due_later_holds_back_no_lower_priority,
+                an_aged_job_takes_the_aged_share_whatever_its_priority,
+                a_capped_submitter_s_jobs_go_by_priority_too,
+                a_paused_plugin_s_jobs_wait_and_a_resume_frees_them_in_due_order,
+            }
             attempts {
                 each_attempt_keeps_its_worker_times_ending_error_and_logs,
                 only_the_latest_earlier_attempts_keep_their_logs,

@@ -224,7 +224,8 @@ pub(crate) async fn proposals_land_with_a_success_and_an_answered_proposal_is_re
                     limit: 1,
                     alone: true,
                     lease_ttl: TTL,
-                    now: at(5)
+                    now: at(5),
+                    aged: 0,
                 }
             )
             .await

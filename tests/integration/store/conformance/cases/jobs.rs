@@ -57,6 +57,7 @@ pub(crate) async fn an_insert_answers_the_rows_as_stored(store: Arc<dyn JobStore
         idempotency: Some(leash::job::IdempotencyKey::new("full-1", "digest-1".to_owned()).unwrap()),
         deadline: Some(Duration::from_secs(20)),
         backoff: leash::job::Backoff { base: Duration::from_millis(250), cap: Duration::from_millis(9_000) },
+        priority: 7,
         ..new_job("full")
     };
     let gate = Gate {

@@ -142,8 +142,14 @@ pub(crate) async fn finish_and_claim_ends_one_job_and_claims_the_next(store: Arc
     let second = insert_one(&*store, new_job("2"), at(1)).await;
     let lease = claim_one(&*store, at(2)).await;
     assert_eq!(lease.job.id, first.id);
-    let next =
-        JobClaimParams { worker_id: "worker-bbbbbbbb".into(), limit: 1, alone: false, lease_ttl: TTL, now: at(3) };
+    let next = JobClaimParams {
+        worker_id: "worker-bbbbbbbb".into(),
+        limit: 1,
+        alone: false,
+        lease_ttl: TTL,
+        now: at(3),
+        aged: 0,
+    };
 
     // A stale token: nothing finished, nothing claimed.
     let forged = Lease { job: lease.job.clone(), token: "not-a-token".into() };
@@ -373,6 +379,7 @@ pub(crate) async fn a_suspect_is_claimed_only_by_a_claimer_that_runs_nothing_and
         alone,
         lease_ttl: TTL,
         now: at(400),
+        aged: 0,
     };
     // A claimer with jobs running leaves the suspect, though it is due first.
     let busy = store.job_claim(claim_as(false)).await.unwrap();
@@ -421,7 +428,7 @@ pub(crate) async fn a_submitter_s_running_cap_holds_its_claims(store: Arc<dyn Jo
         let job = get(&*store, id).await;
         Lease { token: job.lease_token.clone().unwrap(), job }
     };
-    let next = JobClaimParams { worker_id: "w3".into(), limit: 10, alone: false, lease_ttl: TTL, now: at(11) };
+    let next = JobClaimParams { worker_id: "w3".into(), limit: 10, alone: false, lease_ttl: TTL, now: at(11), aged: 0 };
     let (done, leases) = store.job_finish_and_claim(succeed(&running(theirs[0]).await, at(11)), next).await.unwrap();
     assert!(done);
     assert_eq!(leases.iter().map(|l| l.job.id).collect::<Vec<_>>(), vec![theirs[2]]);

@@ -9,6 +9,7 @@
 pub(crate) mod attempts;
 pub(crate) mod effects;
 pub(crate) mod events;
+pub(crate) mod flow;
 pub(crate) mod jobs;
 pub(crate) mod leases;
 pub(crate) mod plans;
@@ -75,6 +76,7 @@ pub(crate) fn new_job(input: &str) -> NewJob {
         approval: None,
         approval_ttl: APPROVAL_TTL,
         submitted_by: None,
+        priority: 0,
     }
 }
 
@@ -88,7 +90,7 @@ pub(crate) async fn insert_one(store: &dyn JobStore, job: NewJob, now: Timestamp
 
 pub(crate) async fn claim(store: &dyn JobStore, worker: &str, limit: u32, now: Timestamp) -> Vec<Lease> {
     let leases = store
-        .job_claim(JobClaimParams { worker_id: worker.into(), limit, alone: true, lease_ttl: TTL, now })
+        .job_claim(JobClaimParams { worker_id: worker.into(), limit, alone: true, lease_ttl: TTL, now, aged: 0 })
         .await
         .expect("claim");
     for lease in &leases {

@@ -1,0 +1,139 @@
+//! Flow control against a real `leash serve` and the real CLI: a job's
+//! priority is set at submit (a job or a plan), shown, and bounded.
+
+use reqwest::Method;
+use serde_json::json;
+
+use crate::cli::ops::leash;
+use crate::support::eventually;
+use crate::support::server::Server;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priority_is_set_at_submit_shown_and_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+
+    let (status, answer) = server
+        .call(Method::POST, "/v1/jobs", Some(json!({ "plugin": "hello", "priority": 3, "execution": "async" })))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["job_id"].as_str().unwrap();
+    let (_, job) = server.call(Method::GET, &format!("/v1/jobs/{id}"), None).await;
+    assert_eq!(job["priority"], 3, "{job}");
+    let (_, default) = server.call(Method::POST, "/v1/jobs", Some(json!({ "plugin": "hello" }))).await;
+    assert_eq!(default["job"]["priority"], 0, "0 unless asked: {default}");
+
+    for (priority, says) in
+        [(json!(10), "priority 10 is out of range: use 0 (first) to 9 (last)"), (json!(-1), "priority")]
+    {
+        let body = json!({ "plugin": "hello", "priority": priority, "execution": "async" });
+        let (status, answer) = server.call(Method::POST, "/v1/jobs", Some(body)).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(says), "{answer}");
+    }
+    let (_, page) = server.call(Method::GET, "/v1/jobs", None).await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 2, "a refused submit stores nothing");
+
+    // A plan's phases keep the plan's priority.
+    let (status, plan) = server
+        .call(Method::POST, "/v1/plans", Some(json!({ "plugin": "hello", "apply": "auto", "priority": 6 })))
+        .await;
+    assert_eq!(status, 201, "{plan}");
+    assert_eq!(plan["execute"]["job"]["priority"], 6, "{plan}");
+    let path = format!("/v1/plans/{}", plan["plan_id"].as_str().unwrap());
+    let applied = eventually("the plan's apply phase", async || {
+        let (_, plan) = server.call(Method::GET, &path, None).await;
+        plan["apply"]["job"].is_object().then_some(plan)
+    })
+    .await;
+    assert_eq!(applied["apply"]["job"]["priority"], 6, "{applied}");
+
+    // The CLI: `--priority` on submit, shown by `jobs show`, bounded.
+    let submitted = leash(&server, &["submit", "hello", "--priority", "7", "--json"]);
+    assert_eq!(submitted.status.code(), Some(0), "{}", String::from_utf8_lossy(&submitted.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&submitted.stdout).unwrap();
+    let id = answer["job_id"].as_str().unwrap();
+    let (_, job) = server.call(Method::GET, &format!("/v1/jobs/{id}"), None).await;
+    assert_eq!(job["priority"], 7, "{job}");
+    let shown = leash(&server, &["jobs", "show", id]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.lines().any(|l| l.contains("priority") && l.contains("7 (0 is claimed first)")), "{text}");
+    let refused = leash(&server, &["submit", "hello", "--priority", "10"]);
+    assert_eq!(refused.status.code(), Some(2), "a usage error");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("0..=9"), "{}", String::from_utf8_lossy(&refused.stderr));
+}
+
+/// An operator pauses a plugin and resumes it through the API and the
+/// CLI: its queued jobs wait (one slot, and the held job due first, so a
+/// pause that did not hold would have run it first), health, the pause
+/// list, `jobs list` and `plugins list` say so, both are audited, and bad
+/// names are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_pauses_and_resumes_a_plugin_through_the_api_and_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-workers", "1"]);
+    server.add_plugin("hello").await;
+    server.add_plugin("echo").await;
+
+    let (status, pause) =
+        server.call(Method::POST, "/v1/plugins/hello/pause", Some(json!({ "reason": "quota spent" }))).await;
+    assert_eq!(status, 200, "{pause}");
+    assert_eq!((pause["name"].as_str(), pause["paused_by"].as_str()), (Some("hello"), Some("admin")));
+    let (status, again) = server.call(Method::POST, "/v1/plugins/hello/pause", None).await;
+    assert_eq!((status, &again), (200, &pause), "pausing again answers the first pause");
+    for (path, status, says) in [
+        ("/v1/plugins/hello@0.0.0/pause", 400, "give the name alone"),
+        ("/v1/plugins/nobody/pause", 404, "nobody"),
+        ("/v1/plugins/nobody/resume", 404, "nobody"),
+    ] {
+        let (got, answer) = server.call(Method::POST, path, None).await;
+        assert_eq!(got, status, "{path}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(says), "{path}: {answer}");
+    }
+    let long = json!({ "reason": "x".repeat(1025) });
+    let (status, answer) = server.call(Method::POST, "/v1/plugins/hello/pause", Some(long)).await;
+    assert_eq!(status, 400, "a reason over 1,024 bytes: {answer}");
+
+    let submit = async |plugin: &str| {
+        let (status, answer) =
+            server.call(Method::POST, "/v1/jobs", Some(json!({ "plugin": plugin, "execution": "async" }))).await;
+        assert_eq!(status, 202, "{answer}");
+        answer["job_id"].as_str().unwrap().to_owned()
+    };
+    let held = submit("hello").await;
+    let other = submit("echo").await;
+    server.poll_job(&other, |j| j["status"] == "succeeded").await;
+    let (_, job) = server.call(Method::GET, &format!("/v1/jobs/{held}"), None).await;
+    assert_eq!(job["status"], "queued", "held by the pause: {job}");
+    let (_, list) = server.call(Method::GET, "/v1/pauses", None).await;
+    assert_eq!(list["pauses"], json!([pause]));
+    let (_, health) = server.call(Method::GET, "/v1/health", None).await;
+    assert_eq!(health["health"]["paused_plugins"], json!([pause]), "{health}");
+
+    let listed = leash(&server, &["jobs", "list"]);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.lines().any(|l| l.contains(&held) && l.contains("queued (paused)")), "{text}");
+    assert!(text.lines().any(|l| l.contains(&other) && l.contains("succeeded")), "{text}");
+    let plugins = leash(&server, &["plugins", "list"]);
+    let text = String::from_utf8_lossy(&plugins.stdout);
+    assert!(text.lines().any(|l| l.contains("hello") && l.contains("since")), "{text}");
+    assert!(text.lines().any(|l| l.contains("echo") && !l.contains("since")), "{text}");
+
+    let resumed = leash(&server, &["plugins", "resume", "hello"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert!(String::from_utf8_lossy(&resumed.stdout).contains("hello is resumed"));
+    server.poll_job(&held, |j| j["status"] == "succeeded").await;
+    let twice = leash(&server, &["plugins", "resume", "hello"]);
+    assert!(String::from_utf8_lossy(&twice.stdout).contains("hello was not paused: nothing changed"));
+
+    let paused = leash(&server, &["plugins", "pause", "hello", "--reason", "again"]);
+    let said = String::from_utf8_lossy(&paused.stdout);
+    assert!(said.starts_with("hello is paused since ") && said.trim_end().ends_with("by admin: again"), "{said}");
+    let (_, resumed) = server.call(Method::POST, "/v1/plugins/hello/resume", None).await;
+    assert_eq!(resumed, json!({ "resumed": true }));
+
+    let (_, audit) = server.call(Method::GET, "/v1/audit?target=hello", None).await;
+    let actions: Vec<&str> = audit["rows"].as_array().unwrap().iter().filter_map(|r| r["action"].as_str()).collect();
+    assert_eq!(actions, ["plugin.pause", "plugin.resume", "plugin.pause", "plugin.resume"], "once each: {audit}");
+}
