@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use leash::job::{JobLimits, NewJob, Target};
+use leash::job::{NewJob, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
 use leash::sandbox::{NoObserver, RunLimits, RunRequest, Sandbox, SandboxConfig, StopHandle};
 use leash::store::Durability;
@@ -38,7 +38,7 @@ const BATCH: usize = 1000;
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{median, ms, percentile};
+use support::{median, ms, percentile, raw_job};
 
 fn sandbox_config() -> SandboxConfig {
     support::sandbox_config(SLOTS)
@@ -359,6 +359,7 @@ async fn store_only_by(n: usize, events: bool, submitter: Submitter) -> f64 {
                     alone: false,
                     lease_ttl: Duration::from_secs(30),
                     now,
+                    aged: 0,
                 };
                 let leases = store.job_claim(claim).await.unwrap();
                 if leases.is_empty() {
@@ -525,33 +526,4 @@ async fn backlog_sizes(n: usize, sizes: &[usize]) {
         runtime.shutdown().await;
     }
     println!("   {} backlog keeps {:.0}% of the 1k-backlog throughput", sizes[1], results[1] / results[0] * 100.0);
-}
-
-/// A store-level `echo` job, for filling the store directly.
-fn raw_job(plugin: leash::job::Digest) -> NewJob {
-    NewJob {
-        plugin,
-        plugin_name: None,
-        target: Target::Execute,
-        input: b"x".to_vec(),
-        limits: JobLimits {
-            timeout: Duration::from_secs(60),
-            fuel: None,
-            memory_bytes: 64 << 20,
-            output_bytes: 1 << 20,
-        },
-        grants: Default::default(),
-        max_attempts: 1,
-        free_rerun_limit: 0,
-        concurrency_key: None,
-        plan_id: None,
-        queue_ttl: Duration::from_secs(86_400),
-        idempotency: None,
-        run_at: None,
-        deadline: None,
-        backoff: leash::job::Backoff::default(),
-        approval: None,
-        approval_ttl: leash::job::DEFAULT_APPROVAL_TTL,
-        submitted_by: None,
-    }
 }

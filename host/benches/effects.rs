@@ -35,7 +35,7 @@ use leash::worker::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{percentile, us};
+use support::{percentile, raw_job, us};
 
 const TTL: Duration = Duration::from_secs(3600);
 
@@ -43,32 +43,13 @@ const TTL: Duration = Duration::from_secs(3600);
 async fn ledger(store: Arc<dyn JobStore>, input: &str) -> Arc<LeaseLedger> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let job = leash::job::NewJob {
-        plugin: leash::job::Digest::of(b"webhook"),
-        plugin_name: None,
-        target: Target::Execute,
         input: input.as_bytes().to_vec(),
-        limits: leash::job::JobLimits {
-            timeout: Duration::from_secs(60),
-            fuel: None,
-            memory_bytes: 64 << 20,
-            output_bytes: 1 << 20,
-        },
-        grants: Grants::default(),
-        max_attempts: 1,
-        free_rerun_limit: 0,
-        concurrency_key: None,
-        plan_id: None,
         queue_ttl: TTL,
-        idempotency: None,
-        run_at: None,
-        deadline: None,
-        backoff: leash::job::Backoff::default(),
-        approval: None,
-        approval_ttl: leash::job::DEFAULT_APPROVAL_TTL,
-        submitted_by: None,
+        ..raw_job(leash::job::Digest::of(b"webhook"))
     };
     store.job_insert(JobInsertParams { jobs: vec![job], now: clock.now() }).await.unwrap();
-    let claim = JobClaimParams { worker_id: "bench".into(), limit: 1, alone: false, lease_ttl: TTL, now: clock.now() };
+    let claim =
+        JobClaimParams { worker_id: "bench".into(), limit: 1, alone: false, lease_ttl: TTL, now: clock.now(), aged: 0 };
     let lease = store.job_claim(claim).await.unwrap().remove(0);
     let keeper = LeaseKeeper {
         store: store.clone(),
