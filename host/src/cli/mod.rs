@@ -124,7 +124,7 @@ enum Command {
     /// of jobs.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Jobs(commands::JobsCommand),
-    /// Register, list, show, grant and gate plugins.
+    /// Register, list, show, grant, gate, pause and resume plugins.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Plugins(commands::PluginsCommand),
     /// Plans: an execute phase computes a change, a person approves it, an

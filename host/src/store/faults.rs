@@ -70,6 +70,9 @@ pub enum Fault {
     /// Answer [`StoreError::Closed`] without touching the database, as a
     /// store (or the runtime serving its reads) closing under a call does.
     Closed,
+    /// Fail without touching the database with an error that is not
+    /// transient (a disk error, say): asking again would not help.
+    Broken,
 }
 
 #[derive(Debug, Default)]
@@ -147,6 +150,11 @@ impl FaultyStore {
             None => call.await,
             Some(Fault::FailBefore) => Err(injected(op, "before the write")),
             Some(Fault::Closed) => Err(StoreError::Closed),
+            Some(Fault::Broken) => Err(StoreError::Database {
+                operation: "an injected fault",
+                source: format!("injected lasting failure of {op:?}").into(),
+                transient: false,
+            }),
             Some(Fault::FailAfter) => {
                 let _ = call.await;
                 Err(injected(op, "after the write landed"))

@@ -185,14 +185,13 @@ impl LeaseLedger {
         stopping()
     }
 
-    /// Refuse an effect because the store failed. A store that stayed
-    /// busy or is closing is a passing fault of the host's: it is
-    /// remembered, and the attempt is released rather than failed if its
-    /// guest then fails. Any other error refuses the effect as it is.
+    /// Refuse an effect because the store failed: busy past the retries,
+    /// closing, or failing outright. Whichever, it is the host's fault,
+    /// not the guest's: it is remembered, and the attempt is released
+    /// rather than failed if its guest then fails (no attempt is spent
+    /// unless one of its effects was recorded).
     fn store_refusal(&self, what: &str, error: &StoreError) -> String {
-        if error.is_transient() || matches!(error, StoreError::Closed) {
-            self.watch.host_refused.store(true, Ordering::SeqCst);
-        }
+        self.watch.host_refused.store(true, Ordering::SeqCst);
         format!("{what}: {error}")
     }
 

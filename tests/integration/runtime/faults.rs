@@ -395,14 +395,14 @@ async fn an_effect_whose_intent_met_a_busy_store_is_recorded_after_a_pause() {
     runtime.shutdown().await;
 }
 
-/// A store that stays busy through every try refuses the effect, and the
-/// guest fails on the refusal; that is the host's fault, not the job's, so
-/// the attempt is released, not failed: free when it had recorded no
-/// effect (even under `max_attempts = 1`), spending an attempt when it had.
-/// The chaos run caught such a job failing as `guest_error`
-/// ("HttpRequestDenied").
+/// A store that stays busy through every try, or fails outright, refuses
+/// the effect, and the guest fails on the refusal; that is the host's
+/// fault, not the job's, so the attempt is released, not failed: free when
+/// it had recorded no effect (even under `max_attempts = 1`), spending an
+/// attempt when it had. The chaos run caught such a job failing as
+/// `guest_error` ("HttpRequestDenied").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guest_refused_an_effect_because_the_store_stayed_busy_is_released_not_failed() {
+async fn a_guest_refused_an_effect_because_the_store_failed_is_released_not_failed() {
     // (deliveries, max attempts, the fault before the failing ones, what
     // the upstream receives, the job's attempt, retries and releases)
     let cases = [(1, 1, None, 1, (2, 0, 1)), (2, 2, Some(Fault::Stall(Duration::ZERO)), 3, (2, 1, 0))];
@@ -427,6 +427,19 @@ async fn a_guest_refused_an_effect_because_the_store_stayed_busy_is_released_not
         assert_eq!(received.load(AtomicOrdering::SeqCst), sent);
         runtime.shutdown().await;
     }
+    // A store failing outright (not busy: asking again would not help)
+    // is the host's fault too: released, not failed.
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = steady_runtime(&dir).await;
+    let (submit, received) = webhook_job(&runtime, 1, 1).await;
+    faults.inject(Op::EffectBegin, Fault::Broken);
+    let id = runtime.submit(submit).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(faults.pending(), 0);
+    assert_eq!(done.status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!((done.attempt, done.retries, done.releases), (2, 0, 1), "{done:?}");
+    assert_eq!(received.load(AtomicOrdering::SeqCst), 1);
+    runtime.shutdown().await;
 }
 
 /// A gated job arrives while the standing rules cannot be read: it is

@@ -369,6 +369,11 @@ impl InsertColumns {
     }
 }
 
+/// Insert the jobs `columns` holds in one statement. A job of a paused
+/// plugin is queued parked; the pause is read `FOR SHARE`, so a resume
+/// racing the insert waits for it and then clears it too (read without
+/// the lock, the insert could commit parked after the resume cleared the
+/// plugin's parked jobs, and hold it with no pause).
 pub(super) async fn insert_rows(
     client: &impl GenericClient,
     columns: &InsertColumns,
@@ -383,7 +388,7 @@ pub(super) async fn insert_rows(
              n.limits, $19, $20, n.expires, \
              n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap, \
              n.grants, n.free, n.approval, n.submitter, n.priority, \
-             CASE WHEN EXISTS (SELECT 1 FROM plugin_pauses z WHERE z.name = n.pname) THEN 1 ELSE 0 END \
+             CASE WHEN EXISTS (SELECT 1 FROM plugin_pauses z WHERE z.name = n.pname FOR SHARE) THEN 1 ELSE 0 END \
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
                $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
                $16::int8[], $17::int8[], $18::int8[], $21::text[], $22::int4[], $23::text[], $24::text[], \
