@@ -38,7 +38,7 @@ const BATCH: usize = 1000;
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{median, ms, percentile, raw_job};
+use support::{median, ms, percentile, raw_job, succeeded};
 
 fn sandbox_config() -> SandboxConfig {
     support::sandbox_config(SLOTS)
@@ -318,7 +318,7 @@ async fn store_only_by(n: usize, events: bool, submitter: Submitter) -> f64 {
     const CLAIM: u32 = 8;
     use leash::access::{Principal, PrincipalCeilings, Role};
     use leash::store::sqlite::SqliteStore;
-    use leash::store::{Finish, JobClaimParams, JobFinishParams, JobStore};
+    use leash::store::{JobClaimParams, JobStore};
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("jobs.db");
     let store: Arc<dyn JobStore> = Arc::new(SqliteStore::open(&file, Durability::Normal).unwrap());
@@ -367,20 +367,7 @@ async fn store_only_by(n: usize, events: bool, submitter: Submitter) -> f64 {
                 }
                 let finishes = leases.into_iter().map(|lease| {
                     let store = store.clone();
-                    async move {
-                        let finish = JobFinishParams {
-                            id: lease.job.id,
-                            token: lease.token,
-                            finish: Finish::Succeeded { output: b"x".to_vec() },
-                            fuel_used: 1,
-                            peak_memory_bytes: 1,
-                            progress: None,
-                            logs: None,
-                            proposals: Vec::new(),
-                            now,
-                        };
-                        assert!(store.job_finish(finish).await.unwrap());
-                    }
+                    async move { assert!(store.job_finish(succeeded(lease, now)).await.unwrap()) }
                 });
                 for f in finishes.collect::<Vec<_>>() {
                     f.await;

@@ -28,13 +28,11 @@ use leash::clock::Timestamp;
 use leash::job::{NewJob, PluginName};
 use leash::store::postgres::PostgresStore;
 use leash::store::sqlite::SqliteStore;
-use leash::store::{
-    AGED_AFTER, AGED_SHARE, Durability, Finish, JobClaimParams, JobFinishParams, JobInsertParams, JobStore, PauseParams,
-};
+use leash::store::{AGED_AFTER, AGED_SHARE, Durability, JobClaimParams, JobInsertParams, JobStore, PauseParams};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{median, raw_job};
+use support::{median, raw_job, succeeded};
 
 const TASKS: usize = 64;
 const CLAIM: u32 = 8;
@@ -106,18 +104,7 @@ async fn drain(store: Arc<dyn JobStore>, n: usize, mode: Mode) -> f64 {
                     return drained;
                 }
                 for lease in leases {
-                    let finish = JobFinishParams {
-                        id: lease.job.id,
-                        token: lease.token,
-                        finish: Finish::Succeeded { output: b"x".to_vec() },
-                        fuel_used: 1,
-                        peak_memory_bytes: 1,
-                        progress: None,
-                        logs: None,
-                        proposals: Vec::new(),
-                        now: claim_at,
-                    };
-                    assert!(store.job_finish(finish).await.unwrap());
+                    assert!(store.job_finish(succeeded(lease, claim_at)).await.unwrap());
                     drained += 1;
                 }
             }

@@ -12,7 +12,8 @@ impl Runtime {
     /// it queue and wait. Pausing a paused plugin keeps the first pause and
     /// answers it. Audited as `plugin.pause`.
     pub async fn plugin_pause(&self, name: &str, reason: Option<String>) -> Result<PluginPause, RuntimeError> {
-        self.registered_name(name).await?;
+        // A name no registration has is refused: its pause would hold nothing.
+        self.plugin(PluginRef::Name(name.to_owned())).await?;
         if let Some(reason) = &reason
             && reason.len() > MAX_PAUSE_REASON_BYTES
         {
@@ -29,7 +30,7 @@ impl Runtime {
     /// in their usual order. `false`: it was not paused. Audited as
     /// `plugin.resume`.
     pub async fn plugin_resume(&self, name: &str) -> Result<bool, RuntimeError> {
-        self.registered_name(name).await?;
+        self.plugin(PluginRef::Name(name.to_owned())).await?;
         let params = ResumeParams { name: name.to_owned(), actor: self.actor(), now: self.now() };
         let resumed = self.inner.store.plugin_resume(params).await?;
         if resumed {
@@ -41,15 +42,5 @@ impl Runtime {
     /// Every paused plugin, by name.
     pub async fn plugin_pauses(&self) -> Result<Vec<PluginPause>, RuntimeError> {
         Ok(self.inner.store.plugin_pauses().await?)
-    }
-
-    /// Refuse a name no registration has (a pause of a typo would hold
-    /// nothing).
-    async fn registered_name(&self, name: &str) -> Result<(), RuntimeError> {
-        let plugin = PluginRef::Name(name.to_owned());
-        match self.inner.store.plugin_resolve(plugin).await? {
-            Some(_) => Ok(()),
-            None => Err(RuntimeError::UnknownPlugin(name.to_owned())),
-        }
     }
 }
