@@ -11,6 +11,7 @@ import { jobsView } from './jobs.js';
 import { jobView } from './job.js';
 import { approvalsView } from './approvals.js';
 import { planView } from './plan.js';
+import { schedulesView, scheduleView } from './schedules.js';
 
 // ---------------------------------------------------------------- the rest
 
@@ -82,6 +83,8 @@ async function route() {
     else if (parts[0] === 'plans' && parts[1]) cleanup = await planView(decodeURIComponent(parts[1]));
     else if (parts[0] === 'plans') cleanup = await plansView();
     else if (parts[0] === 'approvals') cleanup = await approvalsView();
+    else if (parts[0] === 'schedules' && parts[1]) cleanup = await scheduleView(decodeURIComponent(parts[1]));
+    else if (parts[0] === 'schedules') cleanup = await schedulesView();
     else if (parts[0] === 'plugins') cleanup = await pluginsView();
     else if (parts[0] === 'workers') cleanup = await workersView();
     else if (parts[0] === 'audit') cleanup = await auditView();

@@ -89,7 +89,7 @@ const SINCE = [['', 'any time'], ['15', 'last 15 min'], ['60', 'last hour'], ['1
 
 export async function jobsView(params) {
   const query = new URLSearchParams();
-  for (const key of ['status', 'plugin', 'plan', 'error']) if (params.get(key)) query.set(key, params.get(key));
+  for (const key of ['status', 'plugin', 'plan', 'schedule', 'error']) if (params.get(key)) query.set(key, params.get(key));
   if (params.get('since')) {
     query.set('created_after', new Date(Date.now() - Number(params.get('since')) * 60_000).toISOString());
   }
@@ -170,7 +170,7 @@ export async function jobsView(params) {
       : `${done.status}: ${done.json?.error?.message ?? done.text}`;
     bulkAnswer.className = `answer ${done.ok ? 'ok' : 'refused'}`;
   } }, 'Retry matching…') : null;
-  const filtered = ['status', 'plugin', 'plan', 'error', 'since'].some((k) => params.get(k));
+  const filtered = ['status', 'plugin', 'plan', 'schedule', 'error', 'since'].some((k) => params.get(k));
   const pager = h('p', { class: 'pager' },
     params.get('before') ? h('a', { href: '#/jobs' }, '← newest') : null, ' ',
     page.next_before ? h('a', { href: `#/jobs?${new URLSearchParams({ ...Object.fromEntries(params), before: page.next_before })}` }, 'older →') : null);
@@ -242,7 +242,9 @@ export async function jobsView(params) {
     let job = jobs.get(id);
     if (!job) {
       const fresh = ['job.submitted', 'job.approval_needed'].includes(event.type);
-      const wanted = (!params.get('plan') || params.get('plan') === event.job.plan_id)
+      // An event does not say which schedule submitted its job: a schedule's
+      // list takes new jobs when the stream reopens, not live.
+      const wanted = !params.get('schedule') && (!params.get('plan') || params.get('plan') === event.job.plan_id)
         && (!params.get('status') || params.get('status') === event.job.status)
         && (!params.get('plugin') || (event.job.plugin && [event.job.plugin.name, `${event.job.plugin.name}@${event.job.plugin.version}`].includes(params.get('plugin'))));
       if (!fresh || !firstPage || !wanted) return;

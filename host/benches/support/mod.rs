@@ -62,6 +62,7 @@ pub fn raw_job(plugin: leash::job::Digest) -> leash::job::NewJob {
         approval_ttl: leash::job::DEFAULT_APPROVAL_TTL,
         submitted_by: None,
         priority: 0,
+        schedule_id: None,
     }
 }
 

@@ -27,17 +27,21 @@ pub(super) fn required_role(method: &Method, route: &str) -> Option<Role> {
         "/v1/plugins" | "/v1/plugins/{reference}/grants" | "/v1/plugins/{reference}/approval" if write => {
             Some(Role::Admin)
         }
-        "/v1/jobs" | "/v1/jobs:batch" | "/v1/plans" if write => Some(Role::Submit),
+        "/v1/jobs" | "/v1/jobs:batch" | "/v1/plans" | "/v1/schedules" if write => Some(Role::Submit),
         "/v1/jobs/{id}/approve"
         | "/v1/jobs/{id}/reject"
         | "/v1/jobs/{id}/run"
         | "/v1/plans/{id}/approve"
         | "/v1/plans/{id}/reject" => Some(Role::Approve),
+        "/v1/schedules/{name}" if write => Some(Role::Operate),
         "/v1/jobs/{id}/cancel"
         | "/v1/jobs/{id}/retry"
         | "/v1/jobs:retry"
         | "/v1/plugins/{reference}/pause"
         | "/v1/plugins/{reference}/resume"
+        | "/v1/schedules/{name}/pause"
+        | "/v1/schedules/{name}/resume"
+        | "/v1/schedules/{name}/trigger"
         | "/v1/plans/{id}/cancel"
         | "/v1/workers"
         | "/metrics" => Some(Role::Operate),

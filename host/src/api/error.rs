@@ -75,6 +75,11 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::InvalidPlugin(ref e) => ApiError::new(StatusCode::BAD_REQUEST, e.kind(), message),
             RuntimeError::UnknownPlugin(_) => ApiError::new(StatusCode::NOT_FOUND, "unknown_plugin", message),
             RuntimeError::InvalidJob(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_job", message),
+            RuntimeError::InvalidSchedule(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_schedule", message),
+            RuntimeError::UnknownSchedule(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
+            RuntimeError::Store(crate::store::StoreError::NameTaken(_)) => {
+                ApiError::new(StatusCode::CONFLICT, "name_taken", message)
+            }
             RuntimeError::InvalidGrant(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_grant", message),
             RuntimeError::InvalidAccess(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message),
             RuntimeError::UnknownPrincipal(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),

@@ -263,6 +263,8 @@ pub(super) struct ListQuery {
     plugin: Option<String>,
     /// Only jobs of this plan.
     plan: Option<String>,
+    /// Only jobs this schedule submitted (by the schedule's name).
+    schedule: Option<String>,
     /// Only jobs with this concurrency key.
     concurrency_key: Option<String>,
     /// Only jobs this principal submitted (a principal with only the
@@ -342,6 +344,10 @@ pub(super) async fn job_list(
         plan_id: query.plan,
         concurrency_key: query.concurrency_key,
         submitted_by: list_scope(&principal, query.submitted_by),
+        schedule_id: match query.schedule {
+            Some(name) => Some(state.runtime.schedule(&name).await?.id),
+            None => None,
+        },
         before: query.before.as_deref().map(parse_id).transpose()?,
         error_contains: error_text(query.error)?,
         error_kind: query.error_kind.as_deref().map(str::parse).transpose().map_err(ApiError::bad_request)?,

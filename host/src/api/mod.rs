@@ -19,6 +19,7 @@ mod plugins;
 pub(crate) mod redrive;
 pub mod requests;
 pub mod rules;
+pub mod schedules;
 pub mod types;
 mod ui;
 
@@ -82,6 +83,11 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/plugins/{reference}/pause", post(pauses::plugin_pause))
         .route("/v1/plugins/{reference}/resume", post(pauses::plugin_resume))
         .route("/v1/pauses", get(pauses::pause_list))
+        .route("/v1/schedules", post(schedules::schedule_add).get(schedules::schedule_list))
+        .route("/v1/schedules/{name}", get(schedules::schedule_show).delete(schedules::schedule_remove))
+        .route("/v1/schedules/{name}/pause", post(schedules::schedule_pause))
+        .route("/v1/schedules/{name}/resume", post(schedules::schedule_resume))
+        .route("/v1/schedules/{name}/trigger", post(schedules::schedule_trigger))
         .route("/v1/jobs", post(job_submit).get(job_list))
         .route("/v1/jobs:batch", post(job_batch))
         .route("/v1/jobs:retry", post(redrive::jobs_retry))

@@ -15,8 +15,8 @@ use serde_json::Value;
 use crate::access::Principal;
 use crate::api::error::{ApiError, body_error, parse_body};
 use crate::clock::Timestamp;
-use crate::job::{ApplyMode, Backoff, JobId, PlanPhase, PluginRef, Target, millis};
-use crate::runtime::{Ceilings, DecisionBy, PlanPhaseRef, PlanSubmit, PluginSource, Submit};
+use crate::job::{ApplyMode, JobId, JobTemplate, PlanPhase, millis};
+use crate::runtime::{Ceilings, DecisionBy, PlanPhaseRef, PlanSubmit, Submit};
 
 /// How `POST /v1/jobs` answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -30,16 +30,7 @@ pub enum Execution {
     Async,
 }
 
-/// Whether a job waits for a person before it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum GateChoice {
-    /// It waits in `pending_approval` for `POST /v1/jobs/{id}/approve`.
-    Approval,
-    /// No gate: refused (403 `approval_required`) if the plugin's policy
-    /// gates this target.
-    None,
-}
+pub use crate::job::GateChoice;
 
 /// The body of `POST /v1/jobs`. Unset fields take the server's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -139,36 +130,34 @@ pub struct SubmitRequest {
 
 impl SubmitRequest {
     pub(super) fn into_submit(self, now: Timestamp, defaults: &Ceilings) -> Result<(Submit, Execution), ApiError> {
-        let plugin: PluginRef = self.plugin.parse().map_err(|e| ApiError::bad_request(format!("`plugin`: {e}")))?;
-        let target = match (self.phase.as_deref(), self.action) {
-            (None | Some("action"), Some(name)) => {
-                Target::action(&name).map_err(|e| ApiError::bad_request(e.to_string()))?
-            }
-            (Some(_), Some(_)) => return Err(ApiError::bad_request("give `phase` or `action`, not both")),
-            (Some(phase), None) => {
-                phase.parse().map_err(|e: crate::job::ParseTargetError| ApiError::bad_request(e.to_string()))?
-            }
-            (None, None) => Target::Execute,
+        if self.input.is_some() && self.input_base64.is_some() {
+            return Err(ApiError::bad_request("give `input` or `input_base64`, not both"));
+        }
+        // The fields a schedule's job has too, converted alike.
+        let shared = JobTemplate {
+            plugin: self.plugin,
+            phase: self.phase,
+            action: self.action,
+            input: self.input,
+            timeout: self.timeout,
+            fuel: self.fuel,
+            memory_bytes: self.memory_bytes,
+            output_bytes: self.output_bytes,
+            max_attempts: self.max_attempts,
+            concurrency_key: self.concurrency_key,
+            queue_ttl: self.queue_ttl,
+            backoff: self.backoff,
+            backoff_cap: self.backoff_cap,
+            gate: self.gate,
+            priority: self.priority,
         };
-        let input = match (self.input, self.input_base64) {
-            (Some(_), Some(_)) => return Err(ApiError::bad_request("give `input` or `input_base64`, not both")),
-            (Some(value), None) => serde_json::to_vec(&value).map_err(|e| ApiError::bad_request(e.to_string()))?,
-            (None, Some(text)) => base64::engine::general_purpose::STANDARD
+        let mut job = shared.to_submit(defaults.backoff).map_err(ApiError::bad_request)?;
+        if let Some(text) = self.input_base64 {
+            job.input = base64::engine::general_purpose::STANDARD
                 .decode(text.as_bytes())
-                .map_err(|e| ApiError::bad_request(format!("`input_base64` is not base64: {e}")))?,
-            (None, None) => Vec::new(),
-        };
-        let mut job = Submit::new(PluginSource::Ref(plugin), target, input);
-        job.timeout = self.timeout;
-        job.fuel = self.fuel;
-        job.memory_bytes = self.memory_bytes;
-        job.output_bytes = self.output_bytes;
-        job.max_attempts = self.max_attempts;
-        job.concurrency_key = self.concurrency_key;
+                .map_err(|e| ApiError::bad_request(format!("`input_base64` is not base64: {e}")))?;
+        }
         job.plan_id = self.plan_id;
-        job.priority = self.priority;
-        job.queue_ttl = self.queue_ttl;
-        job.approval = self.gate.map(|g| g == GateChoice::Approval);
         job.run_on_approve = self.run_on_approve.unwrap_or(true);
         job.run_at = match (self.run_at, self.delay) {
             (Some(_), Some(_)) => return Err(ApiError::bad_request("give `run_at` or `delay_ms`, not both")),
@@ -183,12 +172,6 @@ impl SubmitRequest {
             return Err(ApiError::bad_request(
                 "`run_at` and `delay_ms` make a delayed job: send \"execution\": \"async\" with them",
             ));
-        }
-        if self.backoff.is_some() || self.backoff_cap.is_some() {
-            let default = defaults.backoff;
-            let base = self.backoff.unwrap_or(default.base);
-            let cap = self.backoff_cap.unwrap_or(default.cap.max(self.backoff.unwrap_or_default()));
-            job.backoff = Some(Backoff { base, cap });
         }
         Ok((job, execution))
     }

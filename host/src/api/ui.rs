@@ -43,13 +43,14 @@ pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 const LOGIN_HTML: &str = include_str!("../../ui/login.html");
 const INDEX_HTML: &str = include_str!("../../ui/index.html");
 /// The dashboard's script modules, by name: `app.js` imports the rest.
-const SCRIPTS: [(&str, &str); 6] = [
+const SCRIPTS: [(&str, &str); 7] = [
     ("app.js", include_str!("../../ui/app.js")),
     ("common.js", include_str!("../../ui/common.js")),
     ("jobs.js", include_str!("../../ui/jobs.js")),
     ("job.js", include_str!("../../ui/job.js")),
     ("approvals.js", include_str!("../../ui/approvals.js")),
     ("plan.js", include_str!("../../ui/plan.js")),
+    ("schedules.js", include_str!("../../ui/schedules.js")),
 ];
 const APP_CSS: &str = include_str!("../../ui/app.css");
 

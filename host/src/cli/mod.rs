@@ -127,6 +127,10 @@ enum Command {
     /// Register, list, show, grant, gate, pause and resume plugins.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Plugins(commands::PluginsCommand),
+    /// Schedules: a job submitted at the times a cron expression names, or
+    /// every interval; add, list, show, pause, resume, remove, trigger.
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Schedules(commands::SchedulesCommand),
     /// Plans: an execute phase computes a change, a person approves it, an
     /// apply phase makes exactly that change.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
@@ -412,6 +416,7 @@ pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Submit(args) => commands::submit(args).await,
         Command::Jobs(command) => commands::jobs(command).await,
         Command::Plugins(command) => commands::plugins(command).await,
+        Command::Schedules(command) => commands::schedules(command).await,
         Command::Plan(command) => commands::plan(command).await,
         Command::Principals(command) => commands::principals(command).await,
         Command::Tokens(command) => commands::tokens(command).await,

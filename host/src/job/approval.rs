@@ -354,3 +354,14 @@ mod tests {
         assert!(Decision::check("a", Some(&"c".repeat(MAX_COMMENT_BYTES + 1))).is_err());
     }
 }
+
+/// Whether a job waits for a person before it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GateChoice {
+    /// It waits in `pending_approval` for `POST /v1/jobs/{id}/approve`.
+    Approval,
+    /// No gate: refused (403 `approval_required`) if the plugin's policy
+    /// gates this target.
+    None,
+}

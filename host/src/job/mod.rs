@@ -23,9 +23,10 @@ mod plugin;
 pub mod proposal;
 mod record;
 pub mod rule;
+pub mod schedule;
 mod worker;
 
-pub use approval::{Approval, ApprovalPolicy, Decision, Duties, ExecutionMode, Gate, GateSource, Verdict};
+pub use approval::{Approval, ApprovalPolicy, Decision, Duties, ExecutionMode, Gate, GateChoice, GateSource, Verdict};
 pub use attempt::{Attempt, EARLIER_ATTEMPTS_WITH_LOGS, timeline};
 pub use effect::{Effect, EffectOutcome};
 pub use event::{Event, EventId, EventKind, JobEvent, WorkerEvent};
@@ -40,6 +41,7 @@ pub use record::{
     MAX_IDEMPOTENCY_KEY_BYTES, MAX_KEY_BYTES, NewJob, SCHEMA_VERSION,
 };
 pub use rule::{ApprovalRule, Remember};
+pub use schedule::{Cadence, CatchUp, Firings, JobTemplate, Overlap, Schedule, SchedulePause};
 pub use worker::{WorkerRecord, WorkerState};
 
 /// Serialize a type as its `Display` text and deserialize it with its

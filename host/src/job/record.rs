@@ -153,6 +153,8 @@ pub struct NewJob {
     pub submitted_by: Option<String>,
     /// Claim order: 0 (first, the default) to [`LOWEST_PRIORITY`].
     pub priority: u8,
+    /// The schedule that submitted it, if one did.
+    pub schedule_id: Option<JobId>,
 }
 
 /// The lowest priority: a job's priority is 0 (claimed first, the
@@ -412,6 +414,10 @@ pub struct Job {
     /// priority, then earliest due, then oldest.
     #[serde(default)]
     pub priority: u8,
+    /// The schedule that submitted it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub schedule_id: Option<JobId>,
 }
 
 /// A guest's latest progress report, as stored.

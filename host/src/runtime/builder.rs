@@ -357,12 +357,13 @@ impl RuntimeBuilder {
                 },
             )
             .with_metrics(metrics.clone());
-            tokio::spawn(sweeper.run(stop_rx));
+            tokio::spawn(sweeper.run(stop_rx.clone()));
         } else {
             pool.state.send_replace(PoolState::Stopped);
         }
         let events = events::EventHub::new(store.clone(), self.event_poll);
-        Ok(Runtime {
+        let scheduling = self.workers.then(|| stop_rx.clone());
+        let runtime = Runtime {
             actor: None,
             inner: Arc::new(Inner {
                 events,
@@ -378,7 +379,11 @@ impl RuntimeBuilder {
                 remote: self.remote.clone(),
                 settings: self,
             }),
-        })
+        };
+        if let Some(stop) = scheduling {
+            tokio::spawn(super::schedules::schedule_loop(Arc::downgrade(&runtime.inner), stop));
+        }
+        Ok(runtime)
     }
 }
 

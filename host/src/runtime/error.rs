@@ -24,6 +24,12 @@ pub enum RuntimeError {
     /// A limit or field is out of bounds.
     #[error("invalid job: {0}")]
     InvalidJob(String),
+    /// A schedule's name, cadence or policy is out of bounds.
+    #[error("invalid schedule: {0}")]
+    InvalidSchedule(String),
+    /// No schedule with this name.
+    #[error("no schedule {0:?}")]
+    UnknownSchedule(String),
     /// A grant is out of bounds.
     #[error("invalid grant: {0}")]
     InvalidGrant(String),

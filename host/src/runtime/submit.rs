@@ -77,6 +77,8 @@ pub struct Submit {
     /// Claim order: 0 (first, the default) to
     /// [`LOWEST_PRIORITY`](crate::job::LOWEST_PRIORITY) (last).
     pub priority: Option<u8>,
+    /// The schedule submitting it (set by the scheduler alone).
+    pub(crate) schedule_id: Option<JobId>,
 }
 
 impl Submit {
@@ -102,6 +104,7 @@ impl Submit {
             run_on_approve: true,
             submitted_by: None,
             priority: None,
+            schedule_id: None,
         }
     }
 }
@@ -214,11 +217,6 @@ impl Runtime {
     /// Admission, then every check a job must pass, and the jobs as the
     /// store takes them. With `batch`, a refusal names the job's place.
     pub(super) async fn prepare(&self, jobs: Vec<Submit>, batch: bool) -> Result<Vec<NewJob>, RuntimeError> {
-        let at = |index: usize| {
-            move |error: RuntimeError| {
-                if batch { RuntimeError::InBatch { index, error: Box::new(error) } } else { error }
-            }
-        };
         let settings = &self.inner.settings;
         let mut queued = self.queue_depth(false).await?;
         if queued + jobs.len() as u64 > settings.max_queued {
@@ -229,6 +227,17 @@ impl Runtime {
                 return Err(RuntimeError::Backpressure { queued, limit: settings.max_queued });
             }
         }
+        self.checked(jobs, batch).await
+    }
+
+    /// Every check a job must pass (admission aside), and the jobs as the
+    /// store takes them. With `batch`, a refusal names the job's place.
+    pub(super) async fn checked(&self, jobs: Vec<Submit>, batch: bool) -> Result<Vec<NewJob>, RuntimeError> {
+        let at = |index: usize| {
+            move |error: RuntimeError| {
+                if batch { RuntimeError::InBatch { index, error: Box::new(error) } } else { error }
+            }
+        };
         let mut checked: Vec<(Digest, Option<PluginName>, Grants, GateRule, Submit)> = Vec::with_capacity(jobs.len());
         // A batch names few plugins: each is read once per call.
         let mut registered: Vec<(PluginRef, PluginInfo)> = Vec::new();
@@ -462,6 +471,7 @@ impl Runtime {
             approval_ttl: settings.approval_ttl,
             submitted_by: job.submitted_by,
             priority: job.priority.unwrap_or(0),
+            schedule_id: job.schedule_id,
         };
         if let Some(name) = &new.submitted_by {
             Principal::check_name(name).map_err(|e| RuntimeError::InvalidJob(format!("submitted_by: {e}")))?;

@@ -33,6 +33,9 @@ pub enum StoreError {
     /// The store's writer has stopped.
     #[error("the job store is closed")]
     Closed,
+    /// A name (of a schedule) is taken: nothing was stored.
+    #[error("{0} already exists")]
+    NameTaken(String),
     /// An insert carried an idempotency key a stored job already has.
     /// Nothing was inserted.
     #[error("idempotency key {key:?} already belongs to job {job}")]

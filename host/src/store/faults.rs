@@ -482,3 +482,54 @@ impl crate::store::Pauses for FaultyStore {
         self.inner.plugin_pauses().await
     }
 }
+
+#[async_trait::async_trait]
+impl crate::store::Schedules for FaultyStore {
+    async fn schedule_create(
+        &self,
+        schedule: crate::job::Schedule,
+        now: Timestamp,
+    ) -> Result<crate::job::Schedule, StoreError> {
+        self.inner.schedule_create(schedule, now).await
+    }
+
+    async fn schedule_get(&self, name: String) -> Result<Option<crate::job::Schedule>, StoreError> {
+        self.inner.schedule_get(name).await
+    }
+
+    async fn schedule_list(&self) -> Result<Vec<crate::job::Schedule>, StoreError> {
+        self.inner.schedule_list().await
+    }
+
+    async fn schedule_remove(&self, name: String, actor: Option<String>, now: Timestamp) -> Result<bool, StoreError> {
+        self.inner.schedule_remove(name, actor, now).await
+    }
+
+    async fn schedule_pause(
+        &self,
+        params: crate::store::SchedulePauseParams,
+    ) -> Result<Option<crate::job::Schedule>, StoreError> {
+        self.inner.schedule_pause(params).await
+    }
+
+    async fn schedules_due(&self, now: Timestamp, limit: u32) -> Result<Vec<crate::job::Schedule>, StoreError> {
+        self.inner.schedules_due(now, limit).await
+    }
+
+    async fn schedule_fire(
+        &self,
+        params: crate::store::ScheduleFireParams,
+    ) -> Result<crate::store::ScheduleFired, StoreError> {
+        self.inner.schedule_fire(params).await
+    }
+
+    async fn schedule_trigger(
+        &self,
+        id: JobId,
+        job: crate::job::NewJob,
+        actor: Option<String>,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
+        self.inner.schedule_trigger(id, job, actor, now).await
+    }
+}

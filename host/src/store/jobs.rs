@@ -92,6 +92,8 @@ pub struct JobListParams {
     pub concurrency_key: Option<String>,
     /// Only jobs this principal submitted.
     pub submitted_by: Option<String>,
+    /// Only jobs this schedule submitted.
+    pub schedule_id: Option<JobId>,
     /// Only jobs older than this one (the previous page's last id).
     pub before: Option<JobId>,
     /// Only jobs whose error (or last retried attempt's error) holds this

@@ -3,7 +3,7 @@
 //! The store is a set of roles, each a trait with its params in its own
 //! file: [`Jobs`], [`Leases`], [`Effects`], [`Sweeps`], [`Plugins`],
 //! [`Plans`], [`Workers`], [`Events`], [`Sessions`], [`Principals`], [`Audit`],
-//! [`StandingRules`] and [`Pauses`]. [`JobStore`] is their sum, the
+//! [`StandingRules`], [`Pauses`] and [`Schedules`]. [`JobStore`] is their sum, the
 //! one interface the runtime holds; a part of leash that needs one role
 //! holds only that one. Each backend implements every role in a file of
 //! its own and owns its SQL and migrations ([`sqlite`], the embedded
@@ -32,6 +32,7 @@ mod plugins;
 pub mod postgres;
 mod principals;
 mod rules;
+mod schedules;
 mod sessions;
 mod sql;
 pub mod sqlite;
@@ -59,6 +60,7 @@ pub use plans::{PlanInsertParams, PlanListParams, Plans};
 pub use plugins::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins};
 pub use principals::{FoundToken, Principals};
 pub use rules::audit::{ChainBreak, ChainCheck, verify_chain};
+pub use schedules::{ScheduleFireParams, ScheduleFired, SchedulePauseParams, Schedules};
 pub use sessions::Sessions;
 pub use standing::{RuleListParams, RuleRevokeParams, StandingRules};
 pub use sweeps::{
@@ -86,6 +88,7 @@ pub trait JobStore:
     + Audit
     + StandingRules
     + Pauses
+    + Schedules
 {
 }
 
@@ -103,6 +106,7 @@ impl<
         + Audit
         + StandingRules
         + Pauses
+        + Schedules
         + ?Sized,
 > JobStore for T
 {

@@ -126,6 +126,9 @@ pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)
     if let Some(submitter) = &params.submitted_by {
         filters.push(("submitted_by = {}", submitter.clone()));
     }
+    if let Some(schedule) = params.schedule_id {
+        filters.push(("schedule_id = {}", schedule.to_string()));
+    }
     if let Some(before) = params.before {
         filters.push(("job_id < {}", before.to_string()));
     }

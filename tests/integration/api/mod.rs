@@ -10,5 +10,6 @@ pub(crate) mod plans;
 mod proposals;
 mod redrive;
 mod rules;
+mod schedules;
 mod triage;
 mod ui;

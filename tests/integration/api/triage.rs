@@ -377,3 +377,42 @@ async fn an_operator_pauses_a_plugin_from_a_job_and_resumes_it_from_the_jobs_lis
     assert_eq!(pauses["pauses"], json!([]));
     browser.quit().await;
 }
+
+/// An operator reads the schedules page (next firing, last runs), pauses
+/// a schedule there, runs it now, and resumes it from its own page, which
+/// lists its next firings and its latest jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_pauses_runs_and_resumes_a_schedule_from_the_schedules_pages() {
+    let Some(browser) = Browser::start().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("jobs.db"), &[]);
+    server.add_plugin("hello").await;
+    let body = json!({ "name": "hourly", "cron": "@hourly", "overlap": "allow", "job": { "plugin": "hello" } });
+    assert_eq!(server.call(reqwest::Method::POST, "/v1/schedules", Some(body)).await.0, 201);
+    sign_in(&browser, &server).await;
+    browser.goto(&format!("{}/ui#/schedules", server.url)).await;
+    let row = "tr[data-name=hourly]";
+    browser.wait_for_text(&format!("{row} td.next"), |t| t.ends_with(":00:00.000Z")).await;
+    browser.click(&format!("{row} button.pause")).await;
+    assert_eq!(browser.accept_dialog().await, "Pause schedule hourly? It fires nothing until resumed.");
+    browser.wait_for_text("p.answer", |t| t == "Pause: done.").await;
+    browser.wait_for_text(&format!("{row} .badge"), |t| t == "paused").await;
+    let (_, shown) = server.call(reqwest::Method::GET, "/v1/schedules/hourly", None).await;
+    assert_eq!(shown["paused"]["by"], "olive", "{shown}");
+
+    browser.click(&format!("{row} button.trigger")).await;
+    assert_eq!(browser.accept_dialog().await, "Submit hourly's job now, outside its times?");
+    browser.wait_for_text("p.answer", |t| t == "Run now: done.").await;
+    let (_, page) = server.call(reqwest::Method::GET, "/v1/jobs?schedule=hourly", None).await;
+    let job = page["jobs"][0]["id"].as_str().expect("the trigger's job").to_owned();
+
+    browser.goto(&format!("{}/ui#/schedules/hourly", server.url)).await;
+    browser.wait_for_text("p.pause", |t| t.contains("by olive") && t.contains("fires nothing until resumed")).await;
+    browser.wait_for(&format!("table.runs a[href='#/jobs/{job}']")).await;
+    browser.click("button.resume").await;
+    assert_eq!(browser.accept_dialog().await, "Resume schedule hourly? It fires next at its first time after now.");
+    browser.wait_until("its next five firings", "document.querySelectorAll('ol.upcoming li').length === 5").await;
+    let (_, shown) = server.call(reqwest::Method::GET, "/v1/schedules/hourly", None).await;
+    assert!(shown.get("paused").is_none(), "{shown}");
+    browser.quit().await;
+}

@@ -5,3 +5,4 @@ mod faults;
 mod flow;
 mod metrics;
 mod postgres;
+mod schedules;

@@ -447,6 +447,7 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
         approval_ttl: APPROVAL_TTL,
         submitted_by: None,
         priority: 0,
+        schedule_id: None,
     };
     let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
     let mut model = initial(max_attempts, gating);

@@ -1,6 +1,6 @@
 //! The commands. `run` runs one component with no store; `worker` and
 //! `serve` run a pool until a signal. The operator commands — `submit`,
-//! `jobs`, `plugins`, `plan` and `diagnostics` — each speak the HTTP API, to a
+//! `jobs`, `plugins`, `schedules`, `plan` and `diagnostics` — each speak the HTTP API, to a
 //! server (`--server`) or to an in-process router on a local database, so
 //! both behave alike. `new` writes a plugin project and touches nothing
 //! else.
@@ -17,6 +17,7 @@ mod plugins;
 mod redrive;
 mod rules;
 mod run;
+mod schedules;
 mod serve;
 mod show;
 mod submit;
@@ -34,6 +35,7 @@ pub(super) use plan::{PlanCommand, plan};
 pub(super) use plugins::{PluginsCommand, plugins};
 pub(super) use rules::{RulesCommand, rules};
 pub(super) use run::{RunArgs, run_once};
+pub(super) use schedules::{SchedulesCommand, schedules};
 pub(super) use serve::{ServeArgs, serve};
 pub(super) use submit::{SubmitArgs, submit};
 pub(super) use supervise::run_pool_process;

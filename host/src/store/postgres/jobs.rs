@@ -38,40 +38,22 @@ impl Jobs for PostgresStore {
             return Err(taken);
         }
         let keyed: Vec<NewJob> = params.jobs.iter().filter(|j| j.idempotency.is_some()).cloned().collect();
-        let ids: Vec<JobId> = params.jobs.iter().map(|_| JobId::new(params.now)).collect();
-        let mut chunks = Vec::new();
-        let mut jobs = params.jobs.into_iter().zip(ids.iter().copied()).peekable();
-        while jobs.peek().is_some() {
-            let mut columns = InsertColumns::default();
-            for (job, id) in jobs.by_ref().take(BATCH as usize) {
-                columns.push(job, id, params.now)?;
-            }
-            chunks.push(columns);
-        }
         let tx = client.transaction().await.map_err(&err)?;
-        let mut by_id = std::collections::HashMap::with_capacity(ids.len());
-        for columns in &chunks {
-            match insert_rows(&tx, columns, params.now).await {
-                Ok(jobs) => by_id.extend(jobs.into_iter().map(|j| (j.id, j))),
-                Err(e) => {
-                    drop(tx);
-                    // A concurrent insert took a key between the check and
-                    // this insert: report it as the check would have.
-                    if let Some(taken) = idempotency_conflict(&client, &keyed).await? {
-                        return Err(taken);
-                    }
-                    return Err(e);
+        let inserted = match insert_audited(&tx, params.jobs, params.now).await {
+            Ok(inserted) => inserted,
+            Err(e) => {
+                drop(tx);
+                // A concurrent insert took a key between the check and
+                // this insert: report it as the check would have.
+                if let Some(taken) = idempotency_conflict(&client, &keyed).await? {
+                    return Err(taken);
                 }
+                return Err(e);
             }
-        }
-        let notes: Vec<_> = ids.iter().filter_map(|id| by_id.get(id)).filter_map(submit_note).collect();
-        super::audit::append_all(&tx, &notes, params.now).await?;
-        tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+        };
         tx.commit().await.map_err(&err)?;
-        self.inner.freshness.inserted(ids.len() as u64, &self.inner.pool);
-        ids.into_iter()
-            .map(|id| by_id.remove(&id).ok_or_else(|| corrupt(&id.to_string(), "inserted but not returned")))
-            .collect()
+        self.inner.freshness.inserted(inserted.len() as u64, &self.inner.pool);
+        Ok(inserted)
     }
 
     async fn job_get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
@@ -334,6 +316,7 @@ pub(super) struct InsertColumns {
     approval: Vec<Option<String>>,
     submitted_by: Vec<Option<String>>,
     priority: Vec<i16>,
+    schedule: Vec<Option<String>>,
 }
 
 impl InsertColumns {
@@ -365,6 +348,7 @@ impl InsertColumns {
         self.free_rerun_limit.push(i32::try_from(job.free_rerun_limit).unwrap_or(i32::MAX));
         self.submitted_by.push(job.submitted_by);
         self.priority.push(i16::from(job.priority));
+        self.schedule.push(job.schedule_id.map(|s| s.to_string()));
         Ok(())
     }
 }
@@ -384,17 +368,18 @@ pub(super) async fn insert_rows(
             "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
              schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
              idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-             free_rerun_limit, approval_json, submitted_by, priority, paused) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
+             free_rerun_limit, approval_json, submitted_by, priority, paused, schedule_id) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
              n.limits, $19, $20, n.expires, \
              n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap, \
              n.grants, n.free, n.approval, n.submitter, n.priority, \
-             CASE WHEN EXISTS (SELECT 1 FROM plugin_pauses z WHERE z.name = n.pname FOR SHARE) THEN 1 ELSE 0 END \
-             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
+             CASE WHEN EXISTS (SELECT 1 FROM plugin_pauses z WHERE z.name = n.pname FOR SHARE) THEN 1 ELSE 0 END, \
+             n.schedule FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
                $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
                $16::int8[], $17::int8[], $18::int8[], $21::text[], $22::int4[], $23::text[], $24::text[], \
-               $25::text[], $26::int2[]) \
+               $25::text[], $26::int2[], $27::text[]) \
              AS n(id, plan, phase, action, digest, payload, limits, expires, max_attempts, key, pname, pversion, \
-               ikey, rdigest, run_after, deadline, bbase, bcap, grants, free, status, approval, submitter, priority) \
+               ikey, rdigest, run_after, deadline, bbase, bcap, grants, free, status, approval, submitter, priority, \
+               schedule) \
              RETURNING {}",
             job_columns("")
         )
@@ -432,11 +417,43 @@ pub(super) async fn insert_rows(
                 &c.approval,
                 &c.submitted_by,
                 &c.priority,
+                &c.schedule,
             ],
         )
         .await
         .map_err(&err)?;
     rows_to_jobs(&rows)
+}
+
+/// Insert `jobs` in the caller's transaction, in chunks, with their submit
+/// notes and a wake-up for every replica's claim loop; answered in the
+/// given order.
+pub(super) async fn insert_audited(
+    tx: &deadpool_postgres::Transaction<'_>,
+    jobs: Vec<NewJob>,
+    now: Timestamp,
+) -> Result<Vec<Job>, StoreError> {
+    let err = db_err("inserting jobs");
+    let ids: Vec<JobId> = jobs.iter().map(|_| JobId::new(now)).collect();
+    let mut chunks = Vec::new();
+    let mut jobs = jobs.into_iter().zip(ids.iter().copied()).peekable();
+    while jobs.peek().is_some() {
+        let mut columns = InsertColumns::default();
+        for (job, id) in jobs.by_ref().take(BATCH as usize) {
+            columns.push(job, id, now)?;
+        }
+        chunks.push(columns);
+    }
+    let mut by_id = std::collections::HashMap::with_capacity(ids.len());
+    for columns in &chunks {
+        by_id.extend(insert_rows(tx, columns, now).await?.into_iter().map(|j| (j.id, j)));
+    }
+    let notes: Vec<_> = ids.iter().filter_map(|id| by_id.get(id)).filter_map(submit_note).collect();
+    super::audit::append_all(tx, &notes, now).await?;
+    tx.execute(NOTIFY, &[]).await.map_err(&err)?;
+    ids.into_iter()
+        .map(|id| by_id.remove(&id).ok_or_else(|| corrupt(&id.to_string(), "inserted but not returned")))
+        .collect()
 }
 
 /// The stored job, if any, that already has one of these idempotency

@@ -45,6 +45,7 @@ mod principals;
 mod proposals;
 mod renew;
 mod rows;
+mod schedules;
 mod schema;
 mod sessions;
 mod standing;

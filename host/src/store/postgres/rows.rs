@@ -59,6 +59,7 @@ pub(super) const JOB_COLUMNS: &[&str] = &[
     "process_deaths",
     "submitted_by",
     "priority",
+    "schedule_id",
 ];
 
 /// The job columns, each prefixed with `alias.` when one is given.
@@ -199,6 +200,11 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
         process_deaths: count(row.try_get(42).map_err(&read)?),
         submitted_by: row.try_get(43).map_err(&read)?,
         priority: row.try_get::<_, i16>(44).map_err(&read)?.clamp(0, i16::from(u8::MAX)) as u8,
+        schedule_id: row
+            .try_get::<_, Option<String>>(45)
+            .map_err(&read)?
+            .map(|s| s.parse().map_err(|e: String| corrupt(&id_text, e)))
+            .transpose()?,
     })
 }
 

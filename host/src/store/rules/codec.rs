@@ -190,6 +190,7 @@ pub(crate) fn inserted_job(id: JobId, job: &NewJob, times: &InsertTimes, now: Ti
         approval: job.approval.map(Into::into),
         submitted_by: job.submitted_by.clone(),
         priority: job.priority,
+        schedule_id: job.schedule_id,
     })
 }
 

@@ -9,10 +9,12 @@
 //! - [`unfinished`]: what becomes of an attempt that ended without a
 //!   result (lease lost, process died, released).
 //! - [`codec`]: how a job's values are stored in columns and read back.
+//! - [`schedule`]: how a schedule is stored in columns and read back.
 
 pub(crate) mod approval;
 pub mod audit;
 pub(crate) mod codec;
 pub(crate) mod events;
 pub(crate) mod plan;
+pub(crate) mod schedule;
 pub(crate) mod unfinished;

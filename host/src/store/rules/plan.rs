@@ -61,5 +61,6 @@ pub(crate) fn apply_job(plan: &PlanRow, execute: &Job, policy: &ApprovalPolicy) 
         approval_ttl: plan.approval_ttl,
         submitted_by: execute.submitted_by.clone(),
         priority: execute.priority,
+        schedule_id: execute.schedule_id,
     }
 }

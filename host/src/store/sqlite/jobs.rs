@@ -40,19 +40,7 @@ impl Jobs for SqliteStore {
         if let ([_], false) = (&params.jobs[..], audited) {
             return self.write(move |conn| insert_rows(conn, params.jobs, now)).await;
         }
-        self.write_all_or_nothing(move |conn| {
-            let mut inserted = Vec::with_capacity(params.jobs.len());
-            let mut jobs = params.jobs.into_iter().peekable();
-            while jobs.peek().is_some() {
-                let rows = INSERT_CHUNKS.into_iter().find(|&rows| jobs.len() >= rows).unwrap_or(1);
-                let chunk: Vec<NewJob> = jobs.by_ref().take(rows).collect();
-                inserted.extend(insert_rows(conn, chunk, now)?);
-            }
-            let notes: Vec<_> = inserted.iter().filter_map(submit_note).collect();
-            super::audit::append_all(conn, &notes, now)?;
-            Ok(inserted)
-        })
-        .await
+        self.write_all_or_nothing(move |conn| insert_audited(conn, params.jobs, now)).await
     }
 
     async fn job_get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
@@ -318,12 +306,12 @@ pub(super) const INSERT_CHUNKS: [usize; 2] = [256, 1];
 /// lands whole or not at all. A statement of many rows could fail after
 /// writing some, so it keeps the default (`ABORT`) and its journal.
 pub(super) fn insert_sql(rows: usize) -> String {
-    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     format!(
         "INSERT {}INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
          schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
          idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-         free_rerun_limit, approval_json, submitted_by, priority, paused) VALUES {}",
+         free_rerun_limit, approval_json, submitted_by, priority, paused, schedule_id) VALUES {}",
         if rows == 1 { "OR FAIL " } else { "" },
         vec![row; rows].join(", ")
     )
@@ -400,6 +388,7 @@ pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) 
             text(job.submitted_by.as_deref()),
             Value::Integer(i64::from(job.priority)),
             Value::Integer(i64::from(parked)),
+            job.schedule_id.map_or(Value::Null, |s| Value::Text(s.to_string())),
         ];
         columns.push((before, after));
         inserted.push(row);
@@ -413,6 +402,21 @@ pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) 
     if stored != inserted.len() {
         return Err(StoreError::Invalid(format!("{} jobs to insert, {stored} stored", inserted.len())));
     }
+    Ok(inserted)
+}
+
+/// Insert `jobs` in chunks and append their submit notes to the audit
+/// trail, in the caller's all-or-nothing write.
+pub(super) fn insert_audited(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+    let mut inserted = Vec::with_capacity(jobs.len());
+    let mut jobs = jobs.into_iter().peekable();
+    while jobs.peek().is_some() {
+        let rows = INSERT_CHUNKS.into_iter().find(|&rows| jobs.len() >= rows).unwrap_or(1);
+        let chunk: Vec<NewJob> = jobs.by_ref().take(rows).collect();
+        inserted.extend(insert_rows(conn, chunk, now)?);
+    }
+    let notes: Vec<_> = inserted.iter().filter_map(submit_note).collect();
+    super::audit::append_all(conn, &notes, now)?;
     Ok(inserted)
 }
 

@@ -32,6 +32,7 @@ mod plugins;
 mod principals;
 mod proposals;
 mod rows;
+mod schedules;
 mod schema;
 mod sessions;
 mod standing;

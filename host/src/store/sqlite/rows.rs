@@ -18,7 +18,7 @@ pub(super) const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_dig
     lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, \
     error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, \
     run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases, grants_json, free_reruns, free_rerun_limit, approval_json, process_deaths, submitted_by, \
-    priority";
+    priority, schedule_id";
 
 pub(super) fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
@@ -98,6 +98,11 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
         process_deaths: row.get(42).map_err(&read)?,
         submitted_by: row.get(43).map_err(&read)?,
         priority: row.get(44).map_err(&read)?,
+        schedule_id: row
+            .get::<_, Option<String>>(45)
+            .map_err(&read)?
+            .map(|s| s.parse().map_err(|e: String| corrupt(&id_text, e)))
+            .transpose()?,
     })
 }
 

@@ -71,6 +71,12 @@ macro_rules! with_cases {
                 a_capped_submitter_s_jobs_go_by_priority_too,
                 a_paused_plugin_s_jobs_wait_and_a_resume_frees_them_in_due_order,
             }
+            schedules {
+                a_schedule_round_trips_pauses_resumes_and_is_removed_audited,
+                a_firing_is_taken_once_and_a_stale_one_writes_nothing,
+                many_schedulers_racing_for_one_firing_submit_its_jobs_once,
+                skip_submits_nothing_while_the_schedule_s_job_has_not_ended,
+            }
             attempts {
                 each_attempt_keeps_its_worker_times_ending_error_and_logs,
                 only_the_latest_earlier_attempts_keep_their_logs,

@@ -58,6 +58,7 @@ pub(crate) async fn an_insert_answers_the_rows_as_stored(store: Arc<dyn JobStore
         deadline: Some(Duration::from_secs(20)),
         backoff: leash::job::Backoff { base: Duration::from_millis(250), cap: Duration::from_millis(9_000) },
         priority: 7,
+        schedule_id: None,
         ..new_job("full")
     };
     let gate = Gate {

@@ -15,6 +15,7 @@ pub(crate) mod leases;
 pub(crate) mod plans;
 pub(crate) mod plugins;
 pub(crate) mod principals;
+pub(crate) mod schedules;
 pub(crate) mod sessions;
 pub(crate) mod sweeps;
 pub(crate) mod workers;
@@ -77,6 +78,7 @@ pub(crate) fn new_job(input: &str) -> NewJob {
         approval_ttl: APPROVAL_TTL,
         submitted_by: None,
         priority: 0,
+        schedule_id: None,
     }
 }
 
