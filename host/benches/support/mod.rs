@@ -63,6 +63,8 @@ pub fn raw_job(plugin: leash::job::Digest) -> leash::job::NewJob {
         submitted_by: None,
         priority: 0,
         schedule_id: None,
+        tags: Vec::new(),
+        metadata: Default::default(),
     }
 }
 

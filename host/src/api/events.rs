@@ -50,7 +50,7 @@ pub(super) struct EventsQuery {
 
 impl EventsQuery {
     fn filter(&self) -> Result<EventFilter, ApiError> {
-        let status = super::jobs::states(self.status.as_deref())?;
+        let status = super::list::states(self.status.as_deref())?;
         Ok(EventFilter {
             job: self.job.as_deref().map(parse_id).transpose()?,
             plan_id: self.plan.clone(),

@@ -7,23 +7,21 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Extension, Query, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::access::Principal;
-use crate::api::access::{list_scope, read_job, readable};
-use crate::api::error::{ApiError, ErrorBody, body_error, parse_body, query_error};
+use crate::api::access::{read_job, readable};
+use crate::api::error::{ApiError, ErrorBody, body_error, parse_body};
 use crate::api::requests::{BatchRequest, DecisionRequest, Execution, SubmitRequest, decision_by};
-use crate::api::types::{Accepted, AttemptList, CancelAnswer, EffectList, Finished, JobPage, JobView};
-use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, ParsedPath, parse_id};
-use crate::clock::Timestamp;
+use crate::api::types::{Accepted, AttemptList, CancelAnswer, EffectList, Finished, JobView};
+use crate::api::{AppState, ParsedPath};
 use crate::job::{Digest, ExecutionMode, IdempotencyKey, Job, JobId, JobStatus, MAX_IDEMPOTENCY_KEY_BYTES};
 use crate::runtime::{Called, Cancelled, Ceilings, Runtime, RuntimeError};
-use crate::store::JobListParams;
 
 /// The header a client names its create request with, so a retry after a
 /// lost answer returns the first request's job instead of queueing another.
@@ -249,116 +247,6 @@ pub(super) async fn job_show(
 ) -> Result<Response, ApiError> {
     let job = read_job(&state, &principal, id).await?;
     Ok(Json(JobView::from(job)).into_response())
-}
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ListQuery {
-    /// Only jobs in one of these states (comma-separated).
-    #[param(example = "failed,cancelled")]
-    status: Option<String>,
-    /// Only jobs of this plugin: a digest, a name or `name@version`.
-    #[param(pattern = "^((sha256:)?[0-9a-f]{64}|[a-z0-9][a-z0-9_-]{0,63}(@[A-Za-z0-9._+-]{1,64})?)$")]
-    plugin: Option<String>,
-    /// Only jobs of this plan.
-    plan: Option<String>,
-    /// Only jobs this schedule submitted (by the schedule's name).
-    schedule: Option<String>,
-    /// Only jobs with this concurrency key.
-    concurrency_key: Option<String>,
-    /// Only jobs this principal submitted (a principal with only the
-    /// `submit` role always sees only its own).
-    submitted_by: Option<String>,
-    /// Only jobs older than this one (the previous page's `next_before`).
-    #[param(value_type = Option<JobId>)]
-    before: Option<String>,
-    /// Only jobs whose error, or last retried attempt's error, holds this
-    /// text (any case). It reads each job's error from the newest on until
-    /// a page is full: a search matching few jobs in a large store is slow.
-    #[param(max_length = 200)]
-    error: Option<String>,
-    /// Only jobs that ended with this error kind (`timeout`, `guest_error`, …).
-    #[param(value_type = Option<crate::job::ErrorKind>)]
-    error_kind: Option<String>,
-    /// Only jobs created at or after this time (RFC 3339).
-    #[param(example = "2026-12-05T04:00:00Z")]
-    created_after: Option<String>,
-    /// Only jobs created before this time (RFC 3339).
-    #[param(example = "2026-12-05T05:00:00Z")]
-    created_before: Option<String>,
-    /// Jobs per page (default 50).
-    #[param(minimum = 1, maximum = 500)]
-    limit: Option<u32>,
-}
-
-/// An RFC 3339 time in a query, by its parameter's name.
-fn time_param(name: &str, value: Option<&str>) -> Result<Option<Timestamp>, ApiError> {
-    value
-        .map(|text| Timestamp::parse_rfc3339(text).map_err(|e| ApiError::bad_request(format!("`{name}`: {e}"))))
-        .transpose()
-}
-
-/// An `error` filter's text: at most 200 characters; empty is none.
-pub(super) fn error_text(text: Option<String>) -> Result<Option<String>, ApiError> {
-    match text {
-        Some(text) if text.chars().count() > 200 => Err(ApiError::bad_request("`error` is longer than 200 characters")),
-        text => Ok(text.filter(|t| !t.is_empty())),
-    }
-}
-
-/// A `status` query's states: comma-separated job states (none: any).
-pub(super) fn states(list: Option<&str>) -> Result<Vec<JobStatus>, ApiError> {
-    let Some(list) = list else { return Ok(Vec::new()) };
-    let mut states: Vec<JobStatus> = list
-        .split(',')
-        .map(|s| s.trim().parse::<JobStatus>())
-        .collect::<Result<_, _>>()
-        .map_err(ApiError::bad_request)?;
-    states.sort_by_key(|s| s.as_str());
-    states.dedup();
-    Ok(states)
-}
-
-/// Jobs, newest first, filtered and paged.
-#[utoipa::path(get, path = "/v1/jobs", tag = "jobs",
-    params(ListQuery),
-    responses(
-        (status = 200, body = JobPage),
-        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
-        (status = 401, description = "Missing or wrong token", body = ErrorBody),
-    ))]
-pub(super) async fn job_list(
-    State(state): State<Arc<AppState>>,
-    Extension(principal): Extension<Principal>,
-    query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Response, ApiError> {
-    let Query(query) = query.map_err(query_error)?;
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::bad_request(format!("`limit` must be between 1 and {MAX_PAGE}")));
-    }
-    let params = JobListParams {
-        status: states(query.status.as_deref())?,
-        plugin: query.plugin.as_deref().map(str::parse).transpose().map_err(ApiError::bad_request)?,
-        plan_id: query.plan,
-        concurrency_key: query.concurrency_key,
-        submitted_by: list_scope(&principal, query.submitted_by),
-        schedule_id: match query.schedule {
-            Some(name) => Some(state.runtime.schedule(&name).await?.id),
-            None => None,
-        },
-        before: query.before.as_deref().map(parse_id).transpose()?,
-        error_contains: error_text(query.error)?,
-        error_kind: query.error_kind.as_deref().map(str::parse).transpose().map_err(ApiError::bad_request)?,
-        created_after: time_param("created_after", query.created_after.as_deref())?,
-        created_before: time_param("created_before", query.created_before.as_deref())?,
-        limit,
-    };
-    let jobs = state.runtime.list(params).await?;
-    let next = (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id)).flatten();
-    let jobs: Vec<JobView> = jobs.into_iter().map(JobView::from).collect();
-    Ok(Json(JobPage { jobs, next_before: next }).into_response())
 }
 
 /// What a job's last attempt logged.

@@ -11,6 +11,7 @@ mod error;
 mod events;
 mod health;
 mod jobs;
+mod list;
 pub mod listen;
 pub mod openapi;
 pub mod pauses;
@@ -27,8 +28,8 @@ use error::{ApiError, ErrorBody, path_error};
 use health::{health, workers};
 pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, MAX_BATCH_JOBS};
 use jobs::{
-    job_approve, job_attempts, job_batch, job_cancel, job_effects, job_input, job_list, job_logs, job_output,
-    job_reject, job_run, job_show, job_submit,
+    job_approve, job_attempts, job_batch, job_cancel, job_effects, job_input, job_logs, job_output, job_reject,
+    job_run, job_show, job_submit,
 };
 use plans::{plan_approve, plan_cancel, plan_list, plan_reject, plan_show, plan_submit};
 use plugins::{plugin_approval, plugin_grants, plugin_list, plugin_show, plugin_upload};
@@ -88,7 +89,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/schedules/{name}/pause", post(schedules::schedule_pause))
         .route("/v1/schedules/{name}/resume", post(schedules::schedule_resume))
         .route("/v1/schedules/{name}/trigger", post(schedules::schedule_trigger))
-        .route("/v1/jobs", post(job_submit).get(job_list))
+        .route("/v1/jobs", post(job_submit).get(list::job_list))
         .route("/v1/jobs:batch", post(job_batch))
         .route("/v1/jobs:retry", post(redrive::jobs_retry))
         .route("/v1/jobs/{id}", get(job_show))

@@ -131,7 +131,7 @@ impl Modify for BearerToken {
         super::schedules::schedule_trigger,
         super::jobs::job_submit,
         super::jobs::job_batch,
-        super::jobs::job_list,
+        super::list::job_list,
         super::jobs::job_show,
         super::jobs::job_logs,
         super::jobs::job_attempts,

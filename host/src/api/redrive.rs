@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::access::Principal;
 use crate::api::access::list_scope;
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body};
-use crate::api::jobs::error_text;
+use crate::api::list::error_text;
 use crate::api::types::JobView;
 use crate::api::{AppState, ParsedPath, parse_id};
 use crate::clock::Timestamp;

@@ -126,6 +126,17 @@ pub struct SubmitRequest {
     #[schema(minimum = 0, maximum = 9)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
+    /// Tags to find the job by: at most 16, each 1 to 64 of `A-Z a-z 0-9 _
+    /// . : / = @ + -` (`GET /v1/jobs?tag=`).
+    #[schema(max_items = 16)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Metadata to find the job by: at most 16 keys (1 to 64 of `a-z 0-9 _
+    /// . -`), each a string (at most 256 bytes), a number or a boolean
+    /// (`GET /v1/jobs?meta=`).
+    #[schema(value_type = Object)]
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, Value>,
 }
 
 impl SubmitRequest {
@@ -150,6 +161,8 @@ impl SubmitRequest {
             backoff_cap: self.backoff_cap,
             gate: self.gate,
             priority: self.priority,
+            tags: self.tags,
+            metadata: self.metadata,
         };
         let mut job = shared.to_submit(defaults.backoff).map_err(ApiError::bad_request)?;
         if let Some(text) = self.input_base64 {
@@ -301,6 +314,14 @@ pub struct PlanRequest {
     #[schema(minimum = 0, maximum = 9)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
+    /// Tags of both phases' jobs, as `POST /v1/jobs` takes them.
+    #[schema(max_items = 16)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Metadata of both phases' jobs, as `POST /v1/jobs` takes it.
+    #[schema(value_type = Object)]
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, Value>,
 }
 
 impl PlanRequest {
@@ -328,6 +349,8 @@ impl PlanRequest {
             gate: None,
             run_on_approve: None,
             priority: self.priority,
+            tags: self.tags,
+            metadata: self.metadata,
         };
         let (job, _) = body.into_submit(now, defaults)?;
         Ok(PlanSubmit { job, apply })

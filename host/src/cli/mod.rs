@@ -25,7 +25,7 @@ macro_rules! say {
 
 mod commands;
 mod exit;
-mod parse;
+pub(crate) mod parse;
 mod process;
 mod terminal;
 
@@ -177,6 +177,27 @@ struct JobArgs {
     /// Input file, or `-` for stdin. Empty input when absent.
     #[arg(long, value_name = "FILE|-")]
     input: Option<String>,
+}
+
+/// A job's tags and metadata, as `leash submit` and `leash schedules add`
+/// take them.
+#[derive(Debug, Args)]
+struct LabelArgs {
+    /// A tag to find the job by, e.g. `env:prod` (repeat for more; at most
+    /// 16).
+    #[arg(long = "tag", value_name = "TAG")]
+    tags: Vec<String>,
+    /// A metadata entry to find the job by, `KEY=VALUE` (the value a
+    /// string; repeat for more; at most 16).
+    #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = parse::parse_meta)]
+    meta: Vec<(String, String)>,
+}
+
+impl LabelArgs {
+    /// The metadata as a JSON object of strings.
+    fn metadata(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.meta.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect()
+    }
 }
 
 impl JobArgs {

@@ -19,6 +19,13 @@ pub(crate) fn read_input(source: Option<&str>) -> Result<Vec<u8>, CliError> {
     }
 }
 
+/// Parse a metadata entry, `KEY=VALUE` (the value a string).
+pub fn parse_meta(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text.split_once('=').ok_or_else(|| format!("{text:?} is not KEY=VALUE"))?;
+    crate::job::labels::check_metadata_key(key)?;
+    Ok((key.to_owned(), value.to_owned()))
+}
+
 /// Parse `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();

@@ -17,6 +17,7 @@ mod effect;
 mod event;
 pub mod grant;
 mod id;
+pub mod labels;
 pub mod millis;
 pub mod plan;
 mod plugin;

@@ -155,6 +155,10 @@ pub struct NewJob {
     pub priority: u8,
     /// The schedule that submitted it, if one did.
     pub schedule_id: Option<JobId>,
+    /// Tags to find it by (see [`check_labels`](super::labels::check_labels)).
+    pub tags: Vec<String>,
+    /// Metadata to find it by: strings, numbers and booleans by key.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The lowest priority: a job's priority is 0 (claimed first, the
@@ -197,6 +201,7 @@ impl NewJob {
         if self.concurrency_key.as_deref().is_some_and(str::is_empty) {
             return Err("concurrency_key must not be empty".into());
         }
+        super::labels::check_labels(&self.tags, &self.metadata)?;
         for (field, value) in [("concurrency_key", &self.concurrency_key), ("plan_id", &self.plan_id)] {
             if let Some(value) = value
                 && value.len() > MAX_KEY_BYTES
@@ -418,6 +423,13 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub schedule_id: Option<JobId>,
+    /// Its tags.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Its metadata.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A guest's latest progress report, as stored.

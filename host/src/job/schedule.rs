@@ -321,6 +321,17 @@ pub struct JobTemplate {
     #[schema(minimum = 0, maximum = 9)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
+    /// Tags to find the job by: at most 16, each 1 to 64 of `A-Z a-z 0-9 _
+    /// . : / = @ + -` (`GET /v1/jobs?tag=`).
+    #[schema(max_items = 16)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Metadata to find the job by: at most 16 keys (1 to 64 of `a-z 0-9 _
+    /// . -`), each a string (at most 256 bytes), a number or a boolean
+    /// (`GET /v1/jobs?meta=`).
+    #[schema(value_type = Object)]
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, Value>,
 }
 
 /// A paused schedule's pause.

@@ -88,6 +88,8 @@ impl JobTemplate {
         job.priority = self.priority;
         job.queue_ttl = self.queue_ttl;
         job.approval = self.gate.map(|g| g == GateChoice::Approval);
+        job.tags = self.tags.clone();
+        job.metadata = self.metadata.clone();
         if self.backoff.is_some() || self.backoff_cap.is_some() {
             let base = self.backoff.unwrap_or(default_backoff.base);
             let cap = self.backoff_cap.unwrap_or(default_backoff.cap.max(self.backoff.unwrap_or_default()));

@@ -79,6 +79,11 @@ pub struct Submit {
     pub priority: Option<u8>,
     /// The schedule submitting it (set by the scheduler alone).
     pub(crate) schedule_id: Option<JobId>,
+    /// Tags to find it by (at most 16).
+    pub tags: Vec<String>,
+    /// Metadata to find it by: strings, numbers and booleans by key (at
+    /// most 16 keys).
+    pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Submit {
@@ -105,6 +110,8 @@ impl Submit {
             submitted_by: None,
             priority: None,
             schedule_id: None,
+            tags: Vec::new(),
+            metadata: serde_json::Map::new(),
         }
     }
 }
@@ -472,6 +479,8 @@ impl Runtime {
             submitted_by: job.submitted_by,
             priority: job.priority.unwrap_or(0),
             schedule_id: job.schedule_id,
+            tags: job.tags,
+            metadata: job.metadata,
         };
         if let Some(name) = &new.submitted_by {
             Principal::check_name(name).map_err(|e| RuntimeError::InvalidJob(format!("submitted_by: {e}")))?;

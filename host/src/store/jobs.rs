@@ -94,6 +94,13 @@ pub struct JobListParams {
     pub submitted_by: Option<String>,
     /// Only jobs this schedule submitted.
     pub schedule_id: Option<JobId>,
+    /// Only jobs with every one of these tags (with `any_tag`, any one).
+    pub tags: Vec<String>,
+    /// `tags` matches a job with any one of them, not all.
+    pub any_tag: bool,
+    /// Only jobs whose metadata has each of these entries (a string value
+    /// as itself, a number or boolean as its JSON text).
+    pub metadata: serde_json::Map<String, serde_json::Value>,
     /// Only jobs older than this one (the previous page's last id).
     pub before: Option<JobId>,
     /// Only jobs whose error (or last retried attempt's error) holds this

@@ -3,6 +3,7 @@
 //! differs between them lives in its backend; the decisions around them
 //! live in [`rules`](super::rules), which has no SQL.
 
+use crate::job::labels::{metadata_label, tag_label};
 use crate::job::{JobId, JobStatus, PluginRef};
 use crate::store::JobListParams;
 use crate::store::rules::approval::expiry_message;
@@ -95,61 +96,79 @@ pub(crate) const DELETE_EMPTY_PLANS: &str = "DELETE FROM plans WHERE NOT EXISTS 
 /// The columns of an effect row, in [`EffectRow`](super::rules::codec::EffectRow)'s order.
 pub(crate) const EFFECT_COLUMNS: &str = "attempt, seq, method, url, started_at, finished_at, status, error, proposal";
 
-/// A list's filters as `(condition, value)` pairs, each condition with
-/// `{}` where its backend puts the value's placeholder ([`filter_sql`]).
-pub(crate) fn list_filters(params: &JobListParams) -> Vec<(&'static str, String)> {
-    let mut filters = Vec::new();
+/// A list's filters as `(condition, values)` pairs, each condition with a
+/// `{}` where its backend puts each value's placeholder ([`filter_sql`]).
+pub(crate) fn list_filters(params: &JobListParams) -> Vec<(String, Vec<String>)> {
+    let mut filters: Vec<(String, Vec<String>)> = Vec::new();
+    let mut one = |condition: &str, value: String| filters.push((condition.to_owned(), vec![value]));
     match &params.status[..] {
         [] => {}
-        [one] => filters.push(("status = {}", one.as_str().to_owned())),
+        [status] => one("status = {}", status.as_str().to_owned()),
         several => {
             // `,queued,running,` holds `,status,` for the states asked.
             let listed: Vec<&str> = several.iter().map(|s| s.as_str()).collect();
-            filters.push(("{} LIKE ('%,' || status || ',%')", format!(",{},", listed.join(","))));
+            one("{} LIKE ('%,' || status || ',%')", format!(",{},", listed.join(",")));
         }
     }
     match &params.plugin {
-        Some(PluginRef::Digest(digest)) => filters.push(("plugin_digest = {}", digest.to_string())),
-        Some(PluginRef::Name(name)) => filters.push(("plugin_name = {}", name.clone())),
+        Some(PluginRef::Digest(digest)) => one("plugin_digest = {}", digest.to_string()),
+        Some(PluginRef::Name(name)) => one("plugin_name = {}", name.clone()),
         Some(PluginRef::Version(v)) => {
-            filters.push(("plugin_name = {}", v.name.clone()));
-            filters.push(("plugin_version = {}", v.version.clone()));
+            one("plugin_name = {}", v.name.clone());
+            one("plugin_version = {}", v.version.clone());
         }
         None => {}
     }
     if let Some(plan) = &params.plan_id {
-        filters.push(("plan_id = {}", plan.clone()));
+        one("plan_id = {}", plan.clone());
     }
     if let Some(key) = &params.concurrency_key {
-        filters.push(("concurrency_key = {}", key.clone()));
+        one("concurrency_key = {}", key.clone());
     }
     if let Some(submitter) = &params.submitted_by {
-        filters.push(("submitted_by = {}", submitter.clone()));
+        one("submitted_by = {}", submitter.clone());
     }
     if let Some(schedule) = params.schedule_id {
-        filters.push(("schedule_id = {}", schedule.to_string()));
+        one("schedule_id = {}", schedule.to_string());
     }
     if let Some(before) = params.before {
-        filters.push(("job_id < {}", before.to_string()));
+        one("job_id < {}", before.to_string());
     }
     // Ids are ULIDs: a creation-time range is a range of the primary key.
     if let Some(after) = params.created_after {
-        filters.push(("job_id >= {}", JobId::first_at(after).to_string()));
+        one("job_id >= {}", JobId::first_at(after).to_string());
     }
     if let Some(before) = params.created_before {
-        filters.push(("job_id < {}", JobId::first_at(before).to_string()));
+        one("job_id < {}", JobId::first_at(before).to_string());
     }
     if let Some(kind) = params.error_kind {
-        filters.push(("error_kind = {}", kind.as_str().to_owned()));
+        one("error_kind = {}", kind.as_str().to_owned());
     }
     if let Some(text) = &params.error_contains {
         // LOWER on both sides: SQLite's LIKE ignores ASCII case and
         // PostgreSQL's does not, so neither is left to decide.
         let escaped = text.to_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
-        filters.push((
+        one(
             "LOWER(COALESCE(error_message, '') || ' ' || COALESCE(last_error, '')) LIKE {} ESCAPE '\\'",
             format!("%{escaped}%"),
-        ));
+        );
+    }
+    // A job's tags and metadata are labels, each a row of `job_labels`
+    // keyed by (label, job): each filter is a range of that key.
+    let labelled = "job_id IN (SELECT l.job_id FROM job_labels l WHERE l.label = {})";
+    if params.any_tag && params.tags.len() > 1 {
+        let places = vec!["{}"; params.tags.len()].join(", ");
+        let condition = format!("job_id IN (SELECT l.job_id FROM job_labels l WHERE l.label IN ({places}))");
+        filters.push((condition, params.tags.iter().map(|t| tag_label(t)).collect()));
+    } else {
+        for tag in &params.tags {
+            filters.push((labelled.to_owned(), vec![tag_label(tag)]));
+        }
+    }
+    for (key, value) in &params.metadata {
+        if let Some(label) = metadata_label(key, value) {
+            filters.push((labelled.to_owned(), vec![label]));
+        }
     }
     filters
 }
@@ -179,9 +198,17 @@ pub(crate) fn decision_update_sql(placeholder: char) -> String {
     )
 }
 
-/// A list filter's SQL with the backend's `placeholder` in its place.
-pub(crate) fn filter_sql(condition: &str, placeholder: &str) -> String {
-    format!(" AND {}", condition.replace("{}", placeholder))
+/// A list filter's SQL with the backend's placeholders in its `{}`s, in
+/// order: `placeholder` gives the next one.
+pub(crate) fn filter_sql(condition: &str, mut placeholder: impl FnMut() -> String) -> String {
+    let mut sql = String::from(" AND ");
+    let mut parts = condition.split("{}");
+    sql.push_str(parts.next().unwrap_or_default());
+    for part in parts {
+        sql.push_str(&placeholder());
+        sql.push_str(part);
+    }
+    sql
 }
 
 /// A job's earlier attempts, oldest first; `{}` is the job id's

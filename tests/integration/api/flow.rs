@@ -137,3 +137,94 @@ async fn an_operator_pauses_and_resumes_a_plugin_through_the_api_and_the_cli() {
     let actions: Vec<&str> = audit["rows"].as_array().unwrap().iter().filter_map(|r| r["action"].as_str()).collect();
     assert_eq!(actions, ["plugin.pause", "plugin.resume", "plugin.pause", "plugin.resume"], "once each: {audit}");
 }
+
+/// Tags and metadata through the API and the CLI: set at submit (a job,
+/// a batch, a schedule's jobs), shown, and listed by (all tags, any tag,
+/// metadata entries); bad ones refused with nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_carry_tags_and_metadata_and_are_listed_by_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &["--max-workers", "1"]);
+    server.add_plugin("hello").await;
+    let submit = async |body: serde_json::Value| {
+        let (status, answer) = server.call(Method::POST, "/v1/jobs", Some(body)).await;
+        assert_eq!(status, 202, "{answer}");
+        answer["job_id"].as_str().unwrap().to_owned()
+    };
+    let a = submit(json!({ "plugin": "hello", "execution": "async", "tags": ["env:prod", "team/pay"],
+        "metadata": { "customer": "acme", "batch": 42 } }))
+    .await;
+    let b = submit(json!({ "plugin": "hello", "execution": "async", "tags": ["env:prod"] })).await;
+    let (_, shown) = server.call(Method::GET, &format!("/v1/jobs/{a}"), None).await;
+    assert_eq!(
+        (&shown["tags"], &shown["metadata"]["batch"]),
+        (&json!(["env:prod", "team/pay"]), &json!(42)),
+        "{shown}"
+    );
+
+    let list = async |query: &str| {
+        let (status, page) = server.call(Method::GET, &format!("/v1/jobs?{query}"), None).await;
+        assert_eq!(status, 200, "{query}: {page}");
+        let mut ids: Vec<String> =
+            page["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_owned()).collect();
+        ids.sort();
+        ids
+    };
+    let both = {
+        let mut v = vec![a.clone(), b.clone()];
+        v.sort();
+        v
+    };
+    assert_eq!(list("tag=env:prod").await, both);
+    assert_eq!(list("tag=env:prod,team/pay").await, std::slice::from_ref(&a));
+    assert_eq!(list("tag=team/pay,nowhere&tag_match=any").await, std::slice::from_ref(&a));
+    assert_eq!(list("meta=%7B%22customer%22%3A%22acme%22%7D").await, std::slice::from_ref(&a));
+    assert_eq!(list("meta=%7B%22batch%22%3A42%7D").await, std::slice::from_ref(&a));
+    for (query, says) in [
+        ("tag=a%20b", "`tag`: tag \"a b\" is not valid"),
+        ("tag=a&tag_match=some", "`tag_match` is `all` or `any`"),
+        ("meta=%5B1%5D", "`meta` must be a JSON object"),
+        ("meta=%7B%22k%22%3A%5B1%5D%7D", "is neither"),
+    ] {
+        let (status, answer) = server.call(Method::GET, &format!("/v1/jobs?{query}"), None).await;
+        assert_eq!(status, 400, "{query}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(says), "{query}: {answer}");
+    }
+    let (status, refused) = server
+        .call(
+            Method::POST,
+            "/v1/jobs",
+            Some(json!({ "plugin": "hello", "execution": "async", "metadata": { "k": {} } })),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("a string, a number or a boolean"), "{refused}");
+
+    // The CLI: `--tag` and `--meta` on submit and on `jobs list`; `jobs show` says them.
+    let run = |args: &[&str]| {
+        let out = leash(&server, args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let c = run(&["submit", "hello", "--tag", "env:test", "--meta", "customer=acme"]).trim().to_owned();
+    let listed = run(&["jobs", "list", "--meta", "customer=acme", "--json"]);
+    let page: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let mut found: Vec<&str> = page["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
+    found.sort();
+    let mut expected = vec![a.as_str(), c.as_str()];
+    expected.sort();
+    assert_eq!(found, expected);
+    let any = run(&["jobs", "list", "--tag", "env:test", "--tag", "team/pay", "--any-tag"]);
+    assert!(any.contains(&a) && any.contains(&c) && !any.contains(&b), "{any}");
+    let shown = run(&["jobs", "show", &c]);
+    assert!(shown.lines().any(|l| l.contains("tags") && l.contains("env:test")), "{shown}");
+    assert!(shown.lines().any(|l| l.contains("metadata") && l.contains(r#"{"customer":"acme"}"#)), "{shown}");
+
+    // A schedule's jobs carry its template's tags.
+    let body =
+        json!({ "name": "tagged", "every_ms": 3_600_000, "job": { "plugin": "hello", "tags": ["from:schedule"] } });
+    assert_eq!(server.call(Method::POST, "/v1/schedules", Some(body)).await.0, 201);
+    let (_, triggered) = server.call(Method::POST, "/v1/schedules/tagged/trigger", None).await;
+    let id = triggered["job"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(list("tag=from:schedule").await, [id]);
+}

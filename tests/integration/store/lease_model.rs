@@ -448,6 +448,8 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
         submitted_by: None,
         priority: 0,
         schedule_id: None,
+        tags: Vec::new(),
+        metadata: Default::default(),
     };
     let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
     let mut model = initial(max_attempts, gating);

@@ -40,6 +40,20 @@ pub(in crate::cli) enum JobsCommand {
         /// Only jobs with this concurrency key.
         #[arg(long)]
         concurrency_key: Option<String>,
+        /// Only jobs this schedule submitted (by its name).
+        #[arg(long, value_name = "NAME")]
+        schedule: Option<String>,
+        /// Only jobs with this tag (repeat: all of them, or with
+        /// `--any-tag` any one).
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
+        /// Match jobs with any one of the `--tag`s, not all.
+        #[arg(long, requires = "tags")]
+        any_tag: bool,
+        /// Only jobs whose metadata has this entry, `KEY=VALUE` (repeat:
+        /// all of them).
+        #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = crate::cli::parse::parse_meta)]
+        meta: Vec<(String, String)>,
         /// Jobs per page (1-500).
         #[arg(long, default_value_t = 50)]
         limit: u32,
@@ -172,6 +186,10 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
             plugin,
             plan,
             concurrency_key,
+            schedule,
+            tags,
+            any_tag,
+            meta,
             limit,
             before,
             error,
@@ -185,6 +203,18 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                 ("plugin", plugin),
                 ("plan", plan),
                 ("concurrency_key", concurrency_key),
+                ("schedule", schedule),
+                ("tag", (!tags.is_empty()).then(|| tags.join(","))),
+                ("tag_match", any_tag.then(|| "any".to_owned())),
+                (
+                    "meta",
+                    (!meta.is_empty()).then(|| {
+                        serde_json::Value::Object(
+                            meta.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect(),
+                        )
+                        .to_string()
+                    }),
+                ),
                 ("before", before),
                 ("error", error),
                 ("error_kind", error_kind),

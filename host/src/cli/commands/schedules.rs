@@ -12,7 +12,7 @@ use crate::api::pauses::PauseRequest;
 use crate::api::schedules::{ScheduleBody, ScheduleList, ScheduleRequest, TriggerAnswer};
 use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{new_table, print_json, print_table, url_encode, with_client};
-use crate::cli::{CliError, ExitStatus, JobArgs, parse_duration, read_input, terminal_text};
+use crate::cli::{CliError, ExitStatus, JobArgs, LabelArgs, parse_duration, read_input, terminal_text};
 use crate::client::typed;
 use crate::job::{CatchUp, GateChoice, JobTemplate, Overlap, Target};
 
@@ -103,6 +103,9 @@ pub(in crate::cli) struct AddArgs {
     /// The job: its phase or action, and its input (JSON).
     #[command(flatten)]
     job: JobArgs,
+    /// Its jobs' tags and metadata.
+    #[command(flatten)]
+    labels: LabelArgs,
     /// Wall-clock limit per attempt.
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
@@ -136,6 +139,7 @@ pub(in crate::cli) async fn schedules(command: SchedulesCommand) -> Result<ExitS
                 overlap,
                 catch_up,
                 job,
+                labels,
                 timeout,
                 max_attempts,
                 priority,
@@ -173,6 +177,8 @@ pub(in crate::cli) async fn schedules(command: SchedulesCommand) -> Result<ExitS
                     priority,
                     queue_ttl,
                     gate: gate.map(|g| if g == "none" { GateChoice::None } else { GateChoice::Approval }),
+                    metadata: labels.metadata(),
+                    tags: labels.tags,
                     ..JobTemplate::default()
                 },
             };

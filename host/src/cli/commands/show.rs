@@ -178,6 +178,15 @@ pub(super) fn job_text(view: &JobView, attempts: &[Attempt], now: Timestamp, wid
     if job.priority > 0 {
         page.field("priority", &format!("{} (0 is claimed first)", job.priority));
     }
+    if !job.tags.is_empty() {
+        page.field("tags", &terminal_text(&job.tags.join(", ")));
+    }
+    if !job.metadata.is_empty() {
+        page.field("metadata", &terminal_text(&serde_json::Value::Object(job.metadata.clone()).to_string()));
+    }
+    if let Some(schedule) = job.schedule_id {
+        page.field("schedule", &schedule.to_string());
+    }
     let by = job.submitted_by.as_deref().map(|p| format!(" by {}", terminal_text(p))).unwrap_or_default();
     page.field("submitted", &format!("{}{by}", job.created_at));
     let mut timings = Vec::new();

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::api::requests::{BatchRequest, Execution, GateChoice, SubmitRequest};
 use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{print_json, text, with_client};
-use crate::cli::{CliError, ExitStatus, JobArgs, parse_duration, parse_size, read_input};
+use crate::cli::{CliError, ExitStatus, JobArgs, LabelArgs, parse_duration, parse_size, read_input};
 use crate::client::{Client, ClientError};
 use crate::job::{ErrorKind, JobStatus, Target};
 
@@ -35,6 +35,8 @@ pub(in crate::cli) struct SubmitArgs {
     batch: Option<String>,
     #[command(flatten)]
     job: JobArgs,
+    #[command(flatten)]
+    labels: LabelArgs,
     /// Wall-clock limit per attempt (default: the server's `--job-timeout`,
     /// 3600 s).
     #[arg(long, value_parser = parse_duration)]
@@ -99,7 +101,7 @@ pub(in crate::cli) struct SubmitArgs {
 
 /// The flags of `leash submit` that describe one job, which `--batch`
 /// lines carry themselves.
-const BATCH_CONFLICTS: [&str; 18] = [
+const BATCH_CONFLICTS: [&str; 20] = [
     "plugin",
     "action",
     "input",
@@ -114,6 +116,8 @@ const BATCH_CONFLICTS: [&str; 18] = [
     "concurrency_key",
     "priority",
     "plan",
+    "tags",
+    "meta",
     "gate",
     "hold_after_approval",
     "wait",
@@ -169,6 +173,8 @@ pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliEr
             gate: args.gate.as_deref().map(gate_choice),
             run_on_approve: args.hold_after_approval.then_some(false),
             execution: Some(Execution::Async),
+            tags: args.labels.tags.clone(),
+            metadata: args.labels.metadata(),
             ..SubmitRequest::default()
         };
         let accepted = client.create("/v1/jobs", &body).await?;

@@ -16,7 +16,8 @@ use crate::job::{
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::audit::{cancel_note, redrive_note, submit_note};
 use crate::store::rules::codec::{
-    AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, target_columns, to_json,
+    AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, labels_to_columns,
+    target_columns, to_json,
 };
 use crate::store::sql::{
     EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, QUEUED_COUNT, REDRIVE, decision_update_sql, filter_sql, list_filters,
@@ -247,9 +248,13 @@ impl Jobs for PostgresStore {
     async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {
         let mut sql = format!("SELECT {} FROM jobs WHERE TRUE", list_columns());
         let mut args: Vec<String> = Vec::new();
-        for (condition, value) in list_filters(&params) {
-            args.push(value);
-            sql.push_str(&filter_sql(condition, &format!("${}", args.len())));
+        for (condition, values) in list_filters(&params) {
+            let mut next = args.len();
+            args.extend(values);
+            sql.push_str(&filter_sql(&condition, || {
+                next += 1;
+                format!("${next}")
+            }));
         }
         sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {}", params.limit.max(1)));
         let args: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
@@ -317,6 +322,8 @@ pub(super) struct InsertColumns {
     submitted_by: Vec<Option<String>>,
     priority: Vec<i16>,
     schedule: Vec<Option<String>>,
+    tags: Vec<Option<String>>,
+    metadata: Vec<Option<String>>,
 }
 
 impl InsertColumns {
@@ -349,6 +356,9 @@ impl InsertColumns {
         self.submitted_by.push(job.submitted_by);
         self.priority.push(i16::from(job.priority));
         self.schedule.push(job.schedule_id.map(|s| s.to_string()));
+        let (tags, metadata) = labels_to_columns(&job.tags, &job.metadata)?;
+        self.tags.push(tags);
+        self.metadata.push(metadata);
         Ok(())
     }
 }
@@ -368,18 +378,18 @@ pub(super) async fn insert_rows(
             "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
              schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
              idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-             free_rerun_limit, approval_json, submitted_by, priority, paused, schedule_id) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
+             free_rerun_limit, approval_json, submitted_by, priority, paused, schedule_id, tags_json, metadata_json) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
              n.limits, $19, $20, n.expires, \
              n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap, \
              n.grants, n.free, n.approval, n.submitter, n.priority, \
              CASE WHEN EXISTS (SELECT 1 FROM plugin_pauses z WHERE z.name = n.pname FOR SHARE) THEN 1 ELSE 0 END, \
-             n.schedule FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
+             n.schedule, n.tags, n.metadata FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
                $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
                $16::int8[], $17::int8[], $18::int8[], $21::text[], $22::int4[], $23::text[], $24::text[], \
-               $25::text[], $26::int2[], $27::text[]) \
+               $25::text[], $26::int2[], $27::text[], $28::text[], $29::text[]) \
              AS n(id, plan, phase, action, digest, payload, limits, expires, max_attempts, key, pname, pversion, \
                ikey, rdigest, run_after, deadline, bbase, bcap, grants, free, status, approval, submitter, priority, \
-               schedule) \
+               schedule, tags, metadata) \
              RETURNING {}",
             job_columns("")
         )
@@ -418,11 +428,15 @@ pub(super) async fn insert_rows(
                 &c.submitted_by,
                 &c.priority,
                 &c.schedule,
+                &c.tags,
+                &c.metadata,
             ],
         )
         .await
         .map_err(&err)?;
-    rows_to_jobs(&rows)
+    let jobs = rows_to_jobs(&rows)?;
+    super::labels::insert(client, &jobs).await?;
+    Ok(jobs)
 }
 
 /// Insert `jobs` in the caller's transaction, in chunks, with their submit

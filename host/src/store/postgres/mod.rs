@@ -37,6 +37,7 @@ mod effects;
 mod events;
 mod fate;
 mod jobs;
+mod labels;
 mod leases;
 mod pauses;
 mod plans;

@@ -10,7 +10,9 @@ use tokio_postgres::error::SqlState;
 use crate::clock::Timestamp;
 use crate::job::{Backoff, Counts, Job, JobId, JobStatus, PluginInfo, PluginName, millis};
 use crate::store::StoreError;
-use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, requests_of, target_of};
+use crate::store::rules::codec::{
+    corrupt, grants_of, json_column, labels_of_columns, policy_of, requests_of, target_of,
+};
 
 /// Every job column, in the order [`row_to_job`] reads them.
 pub(super) const JOB_COLUMNS: &[&str] = &[
@@ -60,6 +62,8 @@ pub(super) const JOB_COLUMNS: &[&str] = &[
     "submitted_by",
     "priority",
     "schedule_id",
+    "tags_json",
+    "metadata_json",
 ];
 
 /// The job columns, each prefixed with `alias.` when one is given.
@@ -151,6 +155,8 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
     let status: String = row.try_get(5).map_err(&read)?;
     let limits: String = row.try_get(7).map_err(&read)?;
     let error_kind: Option<String> = row.try_get(22).map_err(&read)?;
+    let (tags, metadata) =
+        labels_of_columns(&id_text, row.try_get(46).map_err(&read)?, row.try_get(47).map_err(&read)?)?;
     Ok(Job {
         id: id_text.parse().map_err(|e: String| corrupt(&id_text, e))?,
         plan_id: row.try_get(1).map_err(&read)?,
@@ -205,6 +211,8 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
             .map_err(&read)?
             .map(|s| s.parse().map_err(|e: String| corrupt(&id_text, e)))
             .transpose()?,
+        tags,
+        metadata,
     })
 }
 

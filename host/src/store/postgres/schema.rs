@@ -440,6 +440,7 @@ CREATE TRIGGER jobs_attempts_delete AFTER DELETE ON jobs FOR EACH ROW EXECUTE FU
     super::proposals::MIGRATION,
     super::claim::MIGRATION,
     super::schedules::MIGRATION,
+    super::labels::MIGRATION,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

@@ -191,7 +191,32 @@ pub(crate) fn inserted_job(id: JobId, job: &NewJob, times: &InsertTimes, now: Ti
         submitted_by: job.submitted_by.clone(),
         priority: job.priority,
         schedule_id: job.schedule_id,
+        tags: job.tags.clone(),
+        metadata: job.metadata.clone(),
     })
+}
+
+/// A job's tags and metadata as their two text columns (`NULL` when
+/// empty).
+pub(crate) fn labels_to_columns(
+    tags: &[String],
+    metadata: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(Option<String>, Option<String>), StoreError> {
+    let tags = (!tags.is_empty()).then(|| to_json(&tags)).transpose()?;
+    let metadata = (!metadata.is_empty()).then(|| to_json(metadata)).transpose()?;
+    Ok((tags, metadata))
+}
+
+/// A job's tags and metadata read back from their columns.
+pub(crate) fn labels_of_columns(
+    id: &str,
+    tags: Option<String>,
+    metadata: Option<String>,
+) -> Result<(Vec<String>, serde_json::Map<String, serde_json::Value>), StoreError> {
+    let tags = tags.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(id, format!("tags: {e}")))).transpose()?;
+    let metadata =
+        metadata.map(|m| serde_json::from_str(&m).map_err(|e| corrupt(id, format!("metadata: {e}")))).transpose()?;
+    Ok((tags.unwrap_or_default(), metadata.unwrap_or_default()))
 }
 
 /// A value as a JSON text column.

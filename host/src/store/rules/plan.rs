@@ -62,5 +62,7 @@ pub(crate) fn apply_job(plan: &PlanRow, execute: &Job, policy: &ApprovalPolicy) 
         submitted_by: execute.submitted_by.clone(),
         priority: execute.priority,
         schedule_id: execute.schedule_id,
+        tags: execute.tags.clone(),
+        metadata: execute.metadata.clone(),
     }
 }

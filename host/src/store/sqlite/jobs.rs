@@ -16,8 +16,8 @@ use crate::job::{
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::audit::{cancel_note, redrive_note, submit_note};
 use crate::store::rules::codec::{
-    AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column, target_columns,
-    to_json,
+    AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, inserted_job, json_column,
+    labels_to_columns, target_columns, to_json,
 };
 use crate::store::sql::{
     EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, QUEUED_COUNT, REDRIVE, decision_update_sql, filter_sql, list_filters,
@@ -35,9 +35,11 @@ impl Jobs for SqliteStore {
         }
         let now = params.now;
         // One job is one statement, whole or nothing by itself: no
-        // savepoint, unless a principal's submit adds its audit row.
+        // savepoint, unless a principal's submit adds its audit row or its
+        // labels add theirs.
         let audited = params.jobs.iter().any(|job| job.submitted_by.is_some());
-        if let ([_], false) = (&params.jobs[..], audited) {
+        let labelled = params.jobs.iter().any(|job| !job.tags.is_empty() || !job.metadata.is_empty());
+        if let ([_], false, false) = (&params.jobs[..], audited, labelled) {
             return self.write(move |conn| insert_rows(conn, params.jobs, now)).await;
         }
         self.write_all_or_nothing(move |conn| insert_audited(conn, params.jobs, now)).await
@@ -213,9 +215,14 @@ impl Jobs for SqliteStore {
             let columns = JOB_COLUMNS.replacen("payload", "X''", 1).replacen(" output,", " NULL,", 1);
             let mut sql = format!("SELECT {columns} FROM jobs WHERE 1 = 1");
             let mut args: Vec<String> = Vec::new();
-            for (condition, value) in list_filters(&params) {
-                args.push(value);
-                sql.push_str(&filter_sql(condition, &format!("?{}", args.len())));
+            for (condition, values) in list_filters(&params) {
+                let first = args.len();
+                args.extend(values);
+                let mut next = first;
+                sql.push_str(&filter_sql(&condition, || {
+                    next += 1;
+                    format!("?{next}")
+                }));
             }
             sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {}", params.limit.max(1)));
             query_jobs(conn, &sql, rusqlite::params_from_iter(args.iter()))
@@ -306,12 +313,12 @@ pub(super) const INSERT_CHUNKS: [usize; 2] = [256, 1];
 /// lands whole or not at all. A statement of many rows could fail after
 /// writing some, so it keeps the default (`ABORT`) and its journal.
 pub(super) fn insert_sql(rows: usize) -> String {
-    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     format!(
         "INSERT {}INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
          schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
          idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-         free_rerun_limit, approval_json, submitted_by, priority, paused, schedule_id) VALUES {}",
+         free_rerun_limit, approval_json, submitted_by, priority, paused, schedule_id, tags_json, metadata_json) VALUES {}",
         if rows == 1 { "OR FAIL " } else { "" },
         vec![row; rows].join(", ")
     )
@@ -358,6 +365,7 @@ pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) 
         let mut row = inserted_job(id, &job, &times, now)?;
         row.input = input;
         let approval = approval_to_column(row.approval.as_ref())?;
+        let (tags, metadata) = labels_to_columns(&job.tags, &job.metadata)?;
         // Every column but the payload (bound from the answered job below).
         let before = [
             Value::Text(id.to_string()),
@@ -389,6 +397,8 @@ pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) 
             Value::Integer(i64::from(job.priority)),
             Value::Integer(i64::from(parked)),
             job.schedule_id.map_or(Value::Null, |s| Value::Text(s.to_string())),
+            tags.map_or(Value::Null, Value::Text),
+            metadata.map_or(Value::Null, Value::Text),
         ];
         columns.push((before, after));
         inserted.push(row);
@@ -402,6 +412,7 @@ pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) 
     if stored != inserted.len() {
         return Err(StoreError::Invalid(format!("{} jobs to insert, {stored} stored", inserted.len())));
     }
+    super::labels::insert(conn, &inserted)?;
     Ok(inserted)
 }
 

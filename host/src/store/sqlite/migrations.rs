@@ -592,4 +592,5 @@ CREATE INDEX job_attempts_job ON job_attempts (job_id, id);
     super::proposals::MIGRATION,
     super::claim::MIGRATION,
     super::schedules::MIGRATION,
+    super::labels::MIGRATION,
 ];

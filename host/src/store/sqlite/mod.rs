@@ -24,6 +24,7 @@ mod effects;
 mod events;
 mod fate;
 mod jobs;
+mod labels;
 mod leases;
 mod migrations;
 mod pauses;

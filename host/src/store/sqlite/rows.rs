@@ -7,7 +7,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::clock::Timestamp;
 use crate::job::{Backoff, Counts, EventId, Job, JobId, JobStatus, PlanRecord, PluginInfo, PluginName, millis};
-use crate::store::rules::codec::{corrupt, grants_of, json_column, policy_of, requests_of, target_of};
+use crate::store::rules::codec::{
+    corrupt, grants_of, json_column, labels_of_columns, policy_of, requests_of, target_of,
+};
 use crate::store::rules::events::EventRow;
 use crate::store::rules::plan::PlanRow;
 use crate::store::sql::EVENT_COLUMNS;
@@ -18,7 +20,7 @@ pub(super) const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_dig
     lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, \
     error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, \
     run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases, grants_json, free_reruns, free_rerun_limit, approval_json, process_deaths, submitted_by, \
-    priority, schedule_id";
+    priority, schedule_id, tags_json, metadata_json";
 
 pub(super) fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
@@ -49,6 +51,7 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
     let status: String = row.get(5).map_err(&read)?;
     let limits: String = row.get(7).map_err(&read)?;
     let error_kind: Option<String> = row.get(22).map_err(&read)?;
+    let (tags, metadata) = labels_of_columns(&id_text, row.get(46).map_err(&read)?, row.get(47).map_err(&read)?)?;
     Ok(Job {
         id: id_text.parse().map_err(|e: String| corrupt(&id_text, e))?,
         plan_id: row.get(1).map_err(&read)?,
@@ -103,6 +106,8 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
             .map_err(&read)?
             .map(|s| s.parse().map_err(|e: String| corrupt(&id_text, e)))
             .transpose()?,
+        tags,
+        metadata,
     })
 }
 

@@ -71,6 +71,9 @@ macro_rules! with_cases {
                 a_capped_submitter_s_jobs_go_by_priority_too,
                 a_paused_plugin_s_jobs_wait_and_a_resume_frees_them_in_due_order,
             }
+            labels {
+                jobs_are_listed_by_tags_and_metadata_and_lose_them_when_deleted,
+            }
             schedules {
                 a_schedule_round_trips_pauses_resumes_and_is_removed_audited,
                 a_firing_is_taken_once_and_a_stale_one_writes_nothing,

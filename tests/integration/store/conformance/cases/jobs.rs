@@ -58,7 +58,9 @@ pub(crate) async fn an_insert_answers_the_rows_as_stored(store: Arc<dyn JobStore
         deadline: Some(Duration::from_secs(20)),
         backoff: leash::job::Backoff { base: Duration::from_millis(250), cap: Duration::from_millis(9_000) },
         priority: 7,
-        schedule_id: None,
+        schedule_id: Some(leash::job::JobId::new(T0)),
+        tags: vec!["env:prod".into(), "team/payments".into()],
+        metadata: serde_json::json!({ "customer": "acme", "batch": 42 }).as_object().unwrap().clone(),
         ..new_job("full")
     };
     let gate = Gate {

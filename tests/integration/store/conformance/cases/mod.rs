@@ -11,6 +11,7 @@ pub(crate) mod effects;
 pub(crate) mod events;
 pub(crate) mod flow;
 pub(crate) mod jobs;
+pub(crate) mod labels;
 pub(crate) mod leases;
 pub(crate) mod plans;
 pub(crate) mod plugins;
@@ -79,6 +80,8 @@ pub(crate) fn new_job(input: &str) -> NewJob {
         submitted_by: None,
         priority: 0,
         schedule_id: None,
+        tags: Vec::new(),
+        metadata: Default::default(),
     }
 }
 
