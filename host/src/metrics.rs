@@ -95,6 +95,14 @@ pub struct HttpLabels {
     pub result: &'static str,
 }
 
+/// Label of a schedule firing's count: `submitted`, `skipped` or `lost`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FiringLabels {
+    /// `submitted` (jobs went in), `skipped` (taken, nothing submitted) or
+    /// `lost` (another scheduler took it first).
+    pub outcome: &'static str,
+}
+
 /// Label of a queue-depth gauge.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
@@ -145,6 +153,8 @@ pub struct Metrics {
     pub fuel_used: Counter,
     /// Guests' outbound HTTP requests, sent and denied.
     pub http_requests: Family<HttpLabels, Counter>,
+    /// Schedule firings this process's scheduler met, by outcome.
+    pub schedule_firings: Family<FiringLabels, Counter>,
     /// How late a 100 ms timer fires on the async runtime.
     pub event_loop_lag_seconds: Gauge<f64, AtomicU64>,
     /// Event stream clients connected to this process.
@@ -249,6 +259,12 @@ impl Metrics {
             "Guests' outbound HTTP requests in this process: sent, or denied by the job's grant",
             http_requests.clone(),
         );
+        let schedule_firings = Family::<FiringLabels, Counter>::default();
+        registry.register(
+            "schedule_firings",
+            "Schedule firings this process's scheduler took (submitted, skipped) or found taken by another (lost)",
+            schedule_firings.clone(),
+        );
         let event_loop_lag_seconds = Gauge::<f64, AtomicU64>::default();
         api.register(
             "event_loop_lag_seconds",
@@ -286,8 +302,14 @@ impl Metrics {
             waits_abandoned,
             fuel_used,
             http_requests,
+            schedule_firings,
             event_loop_lag_seconds,
         }
+    }
+
+    /// Count one schedule firing's outcome.
+    pub fn firing(&self, outcome: &'static str) {
+        self.schedule_firings.get_or_create(&FiringLabels { outcome }).inc();
     }
 
     /// Count a run's outbound HTTP requests.

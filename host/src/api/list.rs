@@ -16,7 +16,9 @@ use crate::api::types::{JobPage, JobView};
 use crate::api::{AppState, DEFAULT_PAGE, MAX_PAGE, parse_id};
 use crate::clock::Timestamp;
 use crate::job::labels::{MAX_TAGS, check_metadata_key, check_tag};
+use crate::job::schedule::check_schedule_name;
 use crate::job::{JobId, JobStatus};
+use crate::runtime::RuntimeError;
 use crate::store::JobListParams;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -31,7 +33,9 @@ pub(super) struct ListQuery {
     plugin: Option<String>,
     /// Only jobs of this plan.
     plan: Option<String>,
-    /// Only jobs this schedule submitted (by the schedule's name).
+    /// Only jobs this schedule submitted, by the schedule's name (a name
+    /// no schedule has lists nothing).
+    #[param(pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")]
     schedule: Option<String>,
     /// Only jobs with this concurrency key.
     concurrency_key: Option<String>,
@@ -128,7 +132,17 @@ pub(super) async fn job_list(
         concurrency_key: query.concurrency_key,
         submitted_by: list_scope(&principal, query.submitted_by),
         schedule_id: match query.schedule {
-            Some(name) => Some(state.runtime.schedule(&name).await?.id),
+            Some(name) => {
+                check_schedule_name(&name).map_err(|e| ApiError::bad_request(format!("`schedule`: {e}")))?;
+                match state.runtime.schedule(&name).await {
+                    Ok(schedule) => Some(schedule.id),
+                    // No schedule of this name: none of its jobs to list.
+                    Err(RuntimeError::UnknownSchedule(_)) => {
+                        return Ok(Json(JobPage { jobs: Vec::new(), next_before: None }).into_response());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
             None => None,
         },
         before: query.before.as_deref().map(parse_id).transpose()?,

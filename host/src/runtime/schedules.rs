@@ -227,14 +227,26 @@ impl Runtime {
         let now = self.now();
         let mut report = FireReport::default();
         for schedule in self.inner.store.schedules_due(now, DUE_PER_TICK).await? {
+            let metrics = &self.inner.metrics;
             match self.fire(&schedule, now).await {
+                Ok(ScheduleFired::Fired(jobs)) if jobs.is_empty() => {
+                    report.skipped += 1;
+                    metrics.firing("skipped");
+                }
                 Ok(ScheduleFired::Fired(jobs)) => {
                     report.submitted += jobs.len() as u64;
+                    metrics.firing("submitted");
                     self.count_queued(&jobs);
                     self.approve_on_arrival(jobs).await;
                 }
-                Ok(ScheduleFired::SkippedActive) => report.skipped += 1,
-                Ok(ScheduleFired::Lost) => report.lost += 1,
+                Ok(ScheduleFired::SkippedActive) => {
+                    report.skipped += 1;
+                    metrics.firing("skipped");
+                }
+                Ok(ScheduleFired::Lost) => {
+                    report.lost += 1;
+                    metrics.firing("lost");
+                }
                 // The store failed: the firing stays due for the next tick.
                 Err(e) => tracing::warn!(schedule = %schedule.name, error = %e, "a schedule's firing failed"),
             }

@@ -95,8 +95,10 @@ async fn bad_schedules_are_refused_with_nothing_stored() {
         assert_eq!(server.call(Method::POST, path, None).await.0, 404, "{path}");
     }
     assert_eq!(server.call(Method::POST, "/v1/schedules/Bad%20Name/pause", None).await.0, 400);
-    let (_, page) = server.call(Method::GET, "/v1/jobs?schedule=nobody", None).await;
-    assert_eq!(page["error"]["kind"], "not_found", "{page}");
+    let (status, page) = server.call(Method::GET, "/v1/jobs?schedule=nobody", None).await;
+    assert_eq!((status, &page["jobs"]), (200, &json!([])), "no such schedule: none of its jobs {page}");
+    let (status, page) = server.call(Method::GET, "/v1/jobs?schedule=", None).await;
+    assert_eq!(status, 400, "{page}");
 }
 
 /// Every CLI verb against a real server; a submit-only principal adds a
@@ -201,4 +203,57 @@ async fn every_cli_verb_works_and_the_trail_names_who_did_what() {
     .map(|(a, t, p)| (a.to_string(), t.to_string(), p.to_string()))
     .collect();
     assert_eq!(rows, expected);
+}
+
+/// Two `leash serve` processes on one store, each running a scheduler on
+/// the real clock, fire a schedule due every second for 60 firings: every
+/// firing from the schedule's creation to its last is taken once, and
+/// submitted one job (none skipped, none twice). On `db`, with each
+/// server's token in its own file.
+async fn two_servers_fire_each_of_sixty_firings_once_on(db: &std::ffi::OsStr, dir: &std::path::Path) {
+    let a = Server::start_on(db, &dir.join("a.token"), &[], |_| {});
+    let b = Server::start_on(db, &dir.join("b.token"), &[], |_| {});
+    a.add_plugin("hello").await;
+    let body = json!({
+        "name": "each-second",
+        "cron": "* * * * * *",
+        "overlap": "allow",
+        "catch_up": "all",
+        "job": { "plugin": "hello" },
+    });
+    let (status, added) = a.call(Method::POST, "/v1/schedules", Some(body)).await;
+    assert_eq!(status, 201, "{added}");
+    let within = std::time::Duration::from_secs(150);
+    crate::support::eventually_within(within, "60 firings", async || {
+        let (_, shown) = b.call(Method::GET, "/v1/schedules/each-second", None).await;
+        (shown["fired"].as_u64()? >= 60).then_some(())
+    })
+    .await;
+    let (_, paused) = b.call(Method::POST, "/v1/schedules/each-second/pause", None).await;
+    let seconds = |field: &str| {
+        let text = paused[field].as_str().unwrap();
+        leash::clock::Timestamp::parse_rfc3339(text).unwrap().unix_ms().div_euclid(1000)
+    };
+    // Firings are whole seconds after the creation, up to the last taken.
+    let firings = (seconds("last_fired_at") - seconds("created_at")) as u64;
+    let (fired, skipped) = (paused["fired"].as_u64().unwrap(), paused["skipped"].as_u64().unwrap());
+    assert_eq!((fired, skipped), (firings, 0), "every firing submitted exactly one job: {paused}");
+    let (_, page) = a.call(Method::GET, "/v1/jobs?schedule=each-second&limit=500", None).await;
+    assert_eq!(page["jobs"].as_array().unwrap().len() as u64, fired, "one job per firing taken");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a minute of real firings: the long step runs it"]
+async fn two_servers_fire_each_of_sixty_firings_once_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    two_servers_fire_each_of_sixty_firings_once_on(dir.path().join("s.db").as_os_str(), dir.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a minute of real firings: the long step runs it"]
+async fn two_servers_fire_each_of_sixty_firings_once_on_postgres() {
+    let Some(url) = crate::support::pg::url() else { return };
+    let schema = crate::support::pg::Schema::create(&url).await;
+    let dir = tempfile::tempdir().unwrap();
+    two_servers_fire_each_of_sixty_firings_once_on(std::ffi::OsStr::new(&schema.url), dir.path()).await;
 }

@@ -181,6 +181,11 @@ async fn overlap_and_pause_on(db: String) {
     assert_eq!(queued.len(), 2);
     assert!(queued.iter().all(|j| j.concurrency_key.as_deref() == Some("schedule:queue")), "one key: one at a time");
     assert!(jobs_of(&runtime, "held").await.is_empty());
+    let metrics = runtime.metrics().encode();
+    for (outcome, n) in [("submitted", 3), ("skipped", 1)] {
+        let line = format!("leash_schedule_firings_total{{outcome=\"{outcome}\"}} {n}");
+        assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+    }
     // The trigger submits even while paused, as the schedule's creator.
     let triggered = runtime.schedule_trigger("held").await.unwrap();
     assert_eq!(triggered.schedule_id, Some(paused.id));
