@@ -4,7 +4,7 @@
 //! firing in the store with its jobs (see [`Schedules`](crate::store::Schedules)),
 //! so any number of processes fire each firing once, with no leader.
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -125,8 +125,9 @@ impl Runtime {
             created_at: now,
             revision: 0,
         };
+        // Checked as a submit would check it (admission aside), not stored.
         let submit = self.scheduled_submit(&schedule).map_err(RuntimeError::InvalidSchedule)?;
-        self.check_submit(submit).await?;
+        self.checked(vec![submit], false).await?;
         Ok(self.inner.store.schedule_create(schedule, now).await?)
     }
 
@@ -329,11 +330,6 @@ impl Runtime {
         }
         Ok(submit)
     }
-
-    /// Check a job as a submit would, without storing it.
-    async fn check_submit(&self, submit: Submit) -> Result<(), RuntimeError> {
-        self.checked(vec![submit], false).await.map(drop)
-    }
 }
 
 fn plural(n: u64) -> &'static str {
@@ -354,8 +350,8 @@ pub(super) async fn schedule_loop(inner: Weak<Inner>, mut stop: watch::Receiver<
             return;
         }
         let Some(inner) = inner.upgrade() else { return };
-        let runtime = Runtime { inner: Arc::clone(&inner), actor: None };
-        drop(inner);
+        // Held for the tick only: a dropped runtime ends the loop.
+        let runtime = Runtime { inner, actor: None };
         if let Err(e) = runtime.schedules_fire_due().await {
             tracing::warn!(error = %e, "the scheduler could not read due schedules");
         }

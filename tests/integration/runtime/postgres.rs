@@ -107,6 +107,19 @@ async fn an_insert_through_one_store_wakes_another_even_after_its_listener_is_ki
     next_signal(&mut signal, "an insert after the reconnect").await;
 }
 
+/// A deleted job takes its label rows with it (the trigger, counted in
+/// the table; the SQLite twin is in `store::sqlite`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_job_takes_its_label_rows() {
+    let Some(url) = crate::support::pg::url() else { return };
+    let schema = Schema::create(&url).await;
+    let store = std::sync::Arc::new(PostgresStore::open(&schema.url).await.unwrap());
+    let (client, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let count = async || client.query_one("SELECT COUNT(*) FROM job_labels", &[]).await.unwrap().get::<_, i64>(0);
+    crate::store::conformance::cases::labels::a_deleted_job_takes_its_label_rows(store, count).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_inserts_into_a_new_table_is_analyzed_without_waiting_for_autovacuum() {
     let Some(url) = crate::support::pg::url() else { return };

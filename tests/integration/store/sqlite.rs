@@ -12,6 +12,18 @@ use leash::store::{Durability, JobInsertParams, Jobs};
 use crate::store::conformance::cases;
 
 #[tokio::test]
+async fn a_deleted_job_takes_its_label_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.db");
+    let store = Arc::new(SqliteStore::open(&path, Durability::Normal).unwrap());
+    let count = async || {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.query_row("SELECT COUNT(*) FROM job_labels", [], |r| r.get::<_, i64>(0)).unwrap()
+    };
+    cases::labels::a_deleted_job_takes_its_label_rows(store, count).await;
+}
+
+#[tokio::test]
 async fn sqlite_with_full_durability_passes_a_lifecycle_case() {
     let fresh = crate::store::conformance::sqlite_with(Durability::Full);
     cases::leases::a_stale_token_changes_nothing(fresh.store.clone()).await;

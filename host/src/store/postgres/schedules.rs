@@ -10,7 +10,8 @@ use super::PostgresStore;
 use super::rows::db_err;
 use crate::clock::Timestamp;
 use crate::job::{Job, JobId, NewJob, Schedule};
-use crate::store::rules::schedule::{ACTIVE_STATUSES, SCHEDULE_COLUMNS, ScheduleRow, add_note, change_note};
+use crate::store::rules::audit::note;
+use crate::store::rules::schedule::{ACTIVE_STATUSES, SCHEDULE_COLUMNS, SKIPPED_ACTIVE, ScheduleRow, add_note};
 use crate::store::{ScheduleFireParams, ScheduleFired, SchedulePauseParams, Schedules, StoreError};
 
 /// The migration that adds schedules (listed in
@@ -160,8 +161,7 @@ impl Schedules for PostgresStore {
         let tx = client.transaction().await.map_err(&err)?;
         let removed = tx.execute("DELETE FROM schedules WHERE name = $1", &[&name]).await.map_err(&err)?;
         if removed > 0 {
-            super::audit::append(&tx, &change_note(actor, "schedule.remove", &name, serde_json::json!({})), now)
-                .await?;
+            super::audit::append(&tx, &note(actor, "schedule.remove", &name, serde_json::json!({})), now).await?;
         }
         tx.commit().await.map_err(&err)?;
         Ok(removed > 0)
@@ -196,7 +196,7 @@ impl Schedules for PostgresStore {
             }
             _ => return Ok(Some(schedule)),
         };
-        super::audit::append(&tx, &change_note(params.actor, action, &params.name, detail), params.now).await?;
+        super::audit::append(&tx, &note(params.actor, action, &params.name, detail), params.now).await?;
         let changed = read_where(&tx, "schedule_id", &id, false).await?;
         tx.commit().await.map_err(&err)?;
         Ok(changed)
@@ -245,8 +245,7 @@ impl Schedules for PostgresStore {
                 .is_some();
         let jobs = if active { Vec::new() } else { params.jobs };
         let (fired, skipped) = (jobs.len() as i64, params.skipped as i64 + i64::from(active));
-        let outcome =
-            if active { "skipped: the previous job has not ended (overlap: skip)".to_owned() } else { params.outcome };
+        let outcome = if active { SKIPPED_ACTIVE.to_owned() } else { params.outcome };
         tx.execute(
             "UPDATE schedules SET last_outcome = $1, fired = fired + $2, skipped = skipped + $3 WHERE schedule_id = $4",
             &[&outcome, &fired, &skipped, &id],
@@ -275,7 +274,7 @@ impl Schedules for PostgresStore {
         let Some(schedule) = read_where(&tx, "schedule_id", &id.to_string(), true).await? else { return Ok(None) };
         let mut jobs = insert_jobs(&tx, vec![job], now).await?;
         let detail = serde_json::json!({ "job": jobs[0].id });
-        super::audit::append(&tx, &change_note(actor, "schedule.trigger", &schedule.name, detail), now).await?;
+        super::audit::append(&tx, &note(actor, "schedule.trigger", &schedule.name, detail), now).await?;
         tx.commit().await.map_err(&err)?;
         self.inner.freshness.inserted(1, &self.inner.pool);
         Ok(jobs.pop())

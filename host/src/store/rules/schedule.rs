@@ -19,6 +19,9 @@ pub(crate) const SCHEDULE_COLUMNS: &str = "schedule_id, name, cron, timezone, ev
 /// a temporary table for the list at every status change of every job.
 pub(crate) const ACTIVE_STATUSES: &str = "('pending_approval', 'approved', 'queued', 'running')";
 
+/// The outcome a firing records when `overlap: skip` holds it back.
+pub(crate) const SKIPPED_ACTIVE: &str = "skipped: the previous job has not ended (overlap: skip)";
+
 /// A schedule as its columns hold it.
 #[derive(Debug, Clone)]
 pub(crate) struct ScheduleRow {
@@ -116,14 +119,4 @@ pub(crate) fn add_note(schedule: &Schedule) -> AuditNote {
         "job": schedule.job,
     });
     super::audit::note(schedule.created_by.clone(), "schedule.add", schedule.name.clone(), detail)
-}
-
-/// The audit note of a schedule removed, paused, resumed or triggered.
-pub(crate) fn change_note(
-    actor: Option<String>,
-    action: &'static str,
-    name: &str,
-    detail: serde_json::Value,
-) -> AuditNote {
-    super::audit::note(actor, action, name, detail)
 }

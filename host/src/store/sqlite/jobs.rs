@@ -216,9 +216,8 @@ impl Jobs for SqliteStore {
             let mut sql = format!("SELECT {columns} FROM jobs WHERE 1 = 1");
             let mut args: Vec<String> = Vec::new();
             for (condition, values) in list_filters(&params) {
-                let first = args.len();
+                let mut next = args.len();
                 args.extend(values);
-                let mut next = first;
                 sql.push_str(&filter_sql(&condition, || {
                     next += 1;
                     format!("?{next}")

@@ -8,7 +8,8 @@ use super::SqliteStore;
 use super::rows::db_err;
 use crate::clock::Timestamp;
 use crate::job::{Job, JobId, NewJob, Schedule};
-use crate::store::rules::schedule::{ACTIVE_STATUSES, SCHEDULE_COLUMNS, ScheduleRow, add_note, change_note};
+use crate::store::rules::audit::note;
+use crate::store::rules::schedule::{ACTIVE_STATUSES, SCHEDULE_COLUMNS, SKIPPED_ACTIVE, ScheduleRow, add_note};
 use crate::store::{ScheduleFireParams, ScheduleFired, SchedulePauseParams, Schedules, StoreError};
 
 /// The migration that adds schedules (listed in
@@ -146,7 +147,7 @@ impl Schedules for SqliteStore {
                 .execute("DELETE FROM schedules WHERE name = ?1", params![name])
                 .map_err(db_err("removing a schedule"))?;
             if removed > 0 {
-                super::audit::append(conn, &change_note(actor, "schedule.remove", &name, serde_json::json!({})), now)?;
+                super::audit::append(conn, &note(actor, "schedule.remove", &name, serde_json::json!({})), now)?;
             }
             Ok(removed > 0)
         })
@@ -157,7 +158,7 @@ impl Schedules for SqliteStore {
         self.write_all_or_nothing(move |conn| {
             let err = db_err("pausing a schedule");
             let Some(schedule) = read_where(conn, "name", &params.name)? else { return Ok(None) };
-            let (action, changed, detail) = match (&params.pause, &schedule.paused) {
+            let (action, detail) = match (&params.pause, &schedule.paused) {
                 (Some(reason), None) => {
                     conn.execute(
                         "UPDATE schedules SET paused_at = ?1, paused_by = ?2, pause_reason = ?3, \
@@ -165,7 +166,7 @@ impl Schedules for SqliteStore {
                         params![params.now.unix_ms(), params.actor, reason, schedule.id.to_string()],
                     )
                     .map_err(&err)?;
-                    ("schedule.pause", true, serde_json::json!({ "reason": reason }))
+                    ("schedule.pause", serde_json::json!({ "reason": reason }))
                 }
                 (None, Some(_)) => {
                     conn.execute(
@@ -174,14 +175,12 @@ impl Schedules for SqliteStore {
                         params![params.next_fire_at.map(Timestamp::unix_ms), schedule.id.to_string()],
                     )
                     .map_err(&err)?;
-                    ("schedule.resume", true, serde_json::json!({ "next_fire_at": params.next_fire_at }))
+                    ("schedule.resume", serde_json::json!({ "next_fire_at": params.next_fire_at }))
                 }
-                _ => ("", false, serde_json::Value::Null),
+                // Paused already, or running already: nothing changes.
+                _ => return Ok(Some(schedule)),
             };
-            if !changed {
-                return Ok(Some(schedule));
-            }
-            super::audit::append(conn, &change_note(params.actor, action, &params.name, detail), params.now)?;
+            super::audit::append(conn, &note(params.actor, action, &params.name, detail), params.now)?;
             read_where(conn, "schedule_id", &schedule.id.to_string())
         })
         .await
@@ -212,11 +211,7 @@ impl Schedules for SqliteStore {
                     .map_err(&err)?;
             let jobs = if active { Vec::new() } else { params.jobs };
             let (fired, skipped) = (jobs.len() as i64, params.skipped as i64 + i64::from(active));
-            let outcome = if active {
-                "skipped: the previous job has not ended (overlap: skip)".to_owned()
-            } else {
-                params.outcome
-            };
+            let outcome = if active { SKIPPED_ACTIVE.to_owned() } else { params.outcome };
             let taken = conn
                 .prepare_cached(
                     "UPDATE schedules SET next_fire_at = ?1, last_fired_at = ?2, last_outcome = ?3, \
@@ -258,7 +253,7 @@ impl Schedules for SqliteStore {
             let Some(schedule) = read_where(conn, "schedule_id", &id.to_string())? else { return Ok(None) };
             let mut jobs = insert_jobs(conn, vec![job], now)?;
             let detail = serde_json::json!({ "job": jobs[0].id });
-            super::audit::append(conn, &change_note(actor, "schedule.trigger", &schedule.name, detail), now)?;
+            super::audit::append(conn, &note(actor, "schedule.trigger", &schedule.name, detail), now)?;
             Ok(jobs.pop())
         })
         .await

@@ -65,8 +65,9 @@ pub(crate) async fn jobs_are_listed_by_tags_and_metadata_and_lose_them_when_dele
         store.job_insert(JobInsertParams { jobs: vec![labelled("x", &["a b"], serde_json::json!({}))], now: T0 }).await;
     assert!(refused.unwrap_err().to_string().contains("tag \"a b\" is not valid"), "refused whole");
 
-    // Run and delete `a`: its labels go with it (a job inserted later with
-    // the same tag is the only one found).
+    // Run and delete `a`: a later job with its tag is found beside `c`
+    // (a label row left behind matches no job, so this cannot see one:
+    // `a_deleted_job_takes_its_label_rows` counts them, per backend).
     let lease = claim(&*store, "worker-aaaaaaaa", 1, at(1)).await.pop().unwrap();
     assert_eq!(lease.job.id, a.id);
     assert!(store.job_finish(succeed(&lease, at(2))).await.unwrap());
@@ -74,4 +75,17 @@ pub(crate) async fn jobs_are_listed_by_tags_and_metadata_and_lose_them_when_dele
     assert_eq!(store.jobs_delete_expired(params).await.unwrap(), 1);
     let later = insert(&*store, vec![labelled("e", &["team/pay"], serde_json::json!({}))], at(20)).await;
     assert_eq!(listed(&*store, all(&["team/pay"])).await, ids(&[c, &later[0]]));
+}
+
+/// A deleted job takes its label rows with it, so none are left to grow
+/// with retention; `count` reads the backend's `job_labels` rows (the
+/// store's API cannot see a row that matches no job).
+pub(crate) async fn a_deleted_job_takes_its_label_rows(store: Arc<dyn JobStore>, count: impl AsyncFn() -> i64) {
+    insert(&*store, vec![labelled("a", &["x", "y"], serde_json::json!({ "k": "v" }))], T0).await;
+    assert_eq!(count().await, 3, "two tags and one entry");
+    let lease = claim(&*store, "worker-aaaaaaaa", 1, at(1)).await.pop().unwrap();
+    assert!(store.job_finish(succeed(&lease, at(2))).await.unwrap());
+    let params = JobsDeleteParams { finished_before: at(10), events_before: KEEP_EVENTS, audit_before: None };
+    assert_eq!(store.jobs_delete_expired(params).await.unwrap(), 1);
+    assert_eq!(count().await, 0);
 }
