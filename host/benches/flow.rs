@@ -8,13 +8,16 @@
 //!   share, as a pool asks.
 //!
 //! - paused: as off, behind a backlog as large again of a paused plugin's
-//!   jobs, due before them and queued the whole time.
+//!   jobs, due before them and queued the whole time;
+//! - limited: as off, every job naming one rate limit (1,000,000/s, burst
+//!   100,000: it never holds one back), so each claim first gives the due
+//!   jobs their slots.
 //!
 //! All have a tenth as many jobs again delayed by a day at priority 0,
 //! queued the whole time. SQLite always; PostgreSQL with
 //! `LEASH_BENCH_POSTGRES` (or `LEASH_TEST_POSTGRES`) set to a server URL,
-//! each pass in a schema of its own. Median of the rounds; prints on/off and
-//! paused/off.
+//! each pass in a schema of its own. Median of the rounds; prints on/off,
+//! paused/off and limited/off.
 //!
 //! Run with `cargo bench -p leash --bench flow` (`-- --quick`: smaller
 //! backlogs; `LEASH_BENCH_ROUNDS=N`: N rounds instead of 3;
@@ -25,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use leash::clock::Timestamp;
+use leash::job::rate::RateLimit;
 use leash::job::{NewJob, PluginName};
 use leash::store::postgres::PostgresStore;
 use leash::store::sqlite::SqliteStore;
@@ -43,6 +47,7 @@ enum Mode {
     Off,
     On,
     Paused,
+    Limited,
 }
 
 fn job(priority: u8, run_at: Option<Timestamp>) -> NewJob {
@@ -54,6 +59,10 @@ fn job(priority: u8, run_at: Option<Timestamp>) -> NewJob {
 /// ones; answers jobs per second of the drain.
 async fn drain(store: Arc<dyn JobStore>, n: usize, mode: Mode) -> f64 {
     let now = Timestamp::now();
+    if mode == Mode::Limited {
+        let limit = RateLimit::new("bench", "1000000/s".parse().unwrap(), 100_000, None, now).unwrap();
+        store.rate_limit_set(limit).await.unwrap();
+    }
     if mode == Mode::Paused {
         let name = "held".to_owned();
         let pause = PauseParams { name: name.clone(), actor: None, reason: None, now };
@@ -66,8 +75,12 @@ async fn drain(store: Arc<dyn JobStore>, n: usize, mode: Mode) -> f64 {
     }
     let mut i = 0usize;
     while i < n {
-        let jobs: Vec<NewJob> =
-            (i..(i + BATCH).min(n)).map(|k| job(if mode == Mode::On { (k * 7 % 10) as u8 } else { 0 }, None)).collect();
+        let jobs: Vec<NewJob> = (i..(i + BATCH).min(n))
+            .map(|k| {
+                let job = job(if mode == Mode::On { (k * 7 % 10) as u8 } else { 0 }, None);
+                if mode == Mode::Limited { NewJob { rate_limit: Some("bench".into()), ..job } } else { job }
+            })
+            .collect();
         i += jobs.len();
         store.job_insert(JobInsertParams { jobs, now }).await.unwrap();
     }
@@ -88,7 +101,7 @@ async fn drain(store: Arc<dyn JobStore>, n: usize, mode: Mode) -> f64 {
             loop {
                 let before = asked.fetch_add(u64::from(CLAIM), Ordering::Relaxed);
                 let aged = match mode {
-                    Mode::Off | Mode::Paused => 0,
+                    Mode::Off | Mode::Paused | Mode::Limited => 0,
                     Mode::On => ((before + u64::from(CLAIM)) / AGED_SHARE - before / AGED_SHARE) as u32,
                 };
                 let claim = JobClaimParams {
@@ -138,18 +151,20 @@ async fn postgres_pass(base: &str, n: usize, mode: Mode, pass: usize) -> f64 {
     rate
 }
 
-fn report(backend: &str, n: usize, [off, on, paused]: [Vec<f64>; 3]) {
+fn report(backend: &str, n: usize, [off, on, paused, limited]: [Vec<f64>; 4]) {
     let rounds = off.len();
-    let (off, on, paused) = (median(off), median(on), median(paused));
+    let (off, on, paused, limited) = (median(off), median(on), median(paused), median(limited));
     println!(
         "{backend}: drain of {n} jobs, median of {rounds}: off {off:.0} jobs/s, on {on:.0} jobs/s (on/off {:.3}), \
-         behind a paused backlog {paused:.0} jobs/s (paused/off {:.3})",
+         behind a paused backlog {paused:.0} jobs/s (paused/off {:.3}), rate-limited {limited:.0} jobs/s \
+         (limited/off {:.3})",
         on / off,
-        paused / off
+        paused / off,
+        limited / off
     );
 }
 
-const MODES: [Mode; 3] = [Mode::Off, Mode::On, Mode::Paused];
+const MODES: [Mode; 4] = [Mode::Off, Mode::On, Mode::Paused, Mode::Limited];
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
@@ -157,7 +172,7 @@ async fn main() {
     let n = if quick { 5_000 } else { 20_000 };
     let rounds: usize = std::env::var("LEASH_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
     if std::env::var_os("LEASH_BENCH_POSTGRES_ONLY").is_none() {
-        let mut rates: [Vec<f64>; 3] = Default::default();
+        let mut rates: [Vec<f64>; 4] = Default::default();
         for _ in 0..rounds {
             for (rates, mode) in rates.iter_mut().zip(MODES) {
                 rates.push(sqlite_pass(n, mode).await);
@@ -170,7 +185,7 @@ async fn main() {
         println!("PostgreSQL: skipped (set LEASH_BENCH_POSTGRES to a server URL)");
         return;
     };
-    let mut rates: [Vec<f64>; 3] = Default::default();
+    let mut rates: [Vec<f64>; 4] = Default::default();
     let mut pass = 0;
     for _ in 0..rounds {
         for (rates, mode) in rates.iter_mut().zip(MODES) {

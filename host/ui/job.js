@@ -33,6 +33,10 @@ async function whyWaiting(job, pause) {
     const why = pause.reason ? `: ${pause.reason}` : '';
     return `Held: its plugin ${pause.name} is paused (since ${pause.paused_at}${by}${why}). It runs once the plugin is resumed.`;
   }
+  if (job.status === 'queued' && job.rate_slot && Date.parse(job.rate_slot) > now) {
+    const key = job.rate_key ? ` (key ${job.rate_key})` : '';
+    return `waiting_rate: its rate limit ${job.rate_limit}${key} gave it the slot ${job.rate_slot} (in ${duration(new Date(now).toISOString(), job.rate_slot)}); it starts then.`;
+  }
   if (job.status === 'queued' && Date.parse(job.run_after) > now) {
     const why = job.last_error ? `backing off after attempt ${job.attempt} failed: ${firstLine(job.last_error)}` : 'delayed when submitted';
     return `Not before ${job.run_after} (in ${duration(new Date(now).toISOString(), job.run_after)}): ${why}.`;
@@ -150,6 +154,7 @@ export async function jobView(id) {
         field('Tags', job.tags?.length ? job.tags.join(', ') : null),
         field('Metadata', job.metadata ? JSON.stringify(job.metadata) : null),
         field('Schedule', job.schedule_id),
+        field('Rate limit', job.rate_limit ? (job.rate_key ? `${job.rate_limit} · key ${job.rate_key}` : job.rate_limit) : null),
         field('Attempt', `${job.attempt} of ${job.max_attempts}`), field('Worker', job.worker_id),
         field('Created', job.created_at), field('Started', job.started_at), field('Finished', job.finished_at),
         field('Duration', duration(job.started_at, job.finished_at)),

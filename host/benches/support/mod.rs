@@ -65,6 +65,8 @@ pub fn raw_job(plugin: leash::job::Digest) -> leash::job::NewJob {
         schedule_id: None,
         tags: Vec::new(),
         metadata: Default::default(),
+        rate_limit: None,
+        rate_key: String::new(),
     }
 }
 

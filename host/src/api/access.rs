@@ -33,7 +33,7 @@ pub(super) fn required_role(method: &Method, route: &str) -> Option<Role> {
         | "/v1/jobs/{id}/run"
         | "/v1/plans/{id}/approve"
         | "/v1/plans/{id}/reject" => Some(Role::Approve),
-        "/v1/schedules/{name}" if write => Some(Role::Operate),
+        "/v1/schedules/{name}" | "/v1/rate-limits/{name}" if write => Some(Role::Operate),
         "/v1/jobs/{id}/cancel"
         | "/v1/jobs/{id}/retry"
         | "/v1/jobs:retry"

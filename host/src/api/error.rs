@@ -77,6 +77,8 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::InvalidJob(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_job", message),
             RuntimeError::InvalidSchedule(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_schedule", message),
             RuntimeError::UnknownSchedule(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
+            RuntimeError::InvalidRateLimit(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_rate_limit", message),
+            RuntimeError::UnknownRateLimit(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
             RuntimeError::Store(crate::store::StoreError::NameTaken(_)) => {
                 ApiError::new(StatusCode::CONFLICT, "name_taken", message)
             }

@@ -17,6 +17,7 @@ pub mod openapi;
 pub mod pauses;
 mod plans;
 mod plugins;
+pub mod rate_limits;
 pub(crate) mod redrive;
 pub mod requests;
 pub mod rules;
@@ -84,6 +85,11 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/plugins/{reference}/pause", post(pauses::plugin_pause))
         .route("/v1/plugins/{reference}/resume", post(pauses::plugin_resume))
         .route("/v1/pauses", get(pauses::pause_list))
+        .route("/v1/rate-limits", get(rate_limits::rate_limit_list))
+        .route(
+            "/v1/rate-limits/{name}",
+            get(rate_limits::rate_limit_show).put(rate_limits::rate_limit_set).delete(rate_limits::rate_limit_remove),
+        )
         .route("/v1/schedules", post(schedules::schedule_add).get(schedules::schedule_list))
         .route("/v1/schedules/{name}", get(schedules::schedule_show).delete(schedules::schedule_remove))
         .route("/v1/schedules/{name}/pause", post(schedules::schedule_pause))

@@ -137,6 +137,16 @@ pub struct SubmitRequest {
     #[schema(value_type = Object)]
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub metadata: serde_json::Map<String, Value>,
+    /// A rate limit the job's starts count against (`PUT
+    /// /v1/rate-limits/{name}` first): over it, the job waits for its
+    /// slot (`rate_slot`) instead of running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<String>,
+    /// The job's bucket within its rate limit: text with `{principal}`,
+    /// `{plugin}` and `{input.FIELD}` in it, rendered at submit (absent:
+    /// the limit's one bucket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_key: Option<String>,
 }
 
 impl SubmitRequest {
@@ -163,6 +173,8 @@ impl SubmitRequest {
             priority: self.priority,
             tags: self.tags,
             metadata: self.metadata,
+            rate_limit: self.rate_limit,
+            rate_key: self.rate_key,
         };
         let mut job = shared.to_submit(defaults.backoff).map_err(ApiError::bad_request)?;
         if let Some(text) = self.input_base64 {
@@ -322,6 +334,14 @@ pub struct PlanRequest {
     #[schema(value_type = Object)]
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub metadata: serde_json::Map<String, Value>,
+    /// A rate limit both phases' starts count against, as `POST /v1/jobs`
+    /// takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<String>,
+    /// Both phases' bucket within the rate limit, as `POST /v1/jobs`
+    /// takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_key: Option<String>,
 }
 
 impl PlanRequest {
@@ -351,6 +371,8 @@ impl PlanRequest {
             priority: self.priority,
             tags: self.tags,
             metadata: self.metadata,
+            rate_limit: self.rate_limit,
+            rate_key: self.rate_key,
         };
         let (job, _) = body.into_submit(now, defaults)?;
         Ok(PlanSubmit { job, apply })

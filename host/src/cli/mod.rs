@@ -127,6 +127,10 @@ enum Command {
     /// Register, list, show, grant, gate, pause and resume plugins.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Plugins(commands::PluginsCommand),
+    /// Rate limits: at most N starts per interval of the jobs that name
+    /// one, across every process on the store; set, list, show, remove.
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Limits(commands::LimitsCommand),
     /// Schedules: a job submitted at the times a cron expression names, or
     /// every interval; add, list, show, pause, resume, remove, trigger.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
@@ -191,6 +195,21 @@ struct LabelArgs {
     /// string; repeat for more; at most 16).
     #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = parse::parse_meta)]
     meta: Vec<(String, String)>,
+}
+
+/// A job's rate limit, as `leash submit` and `leash schedules add` take
+/// it.
+#[derive(Debug, Args)]
+struct RateArgs {
+    /// A rate limit the job's starts count against (`leash limits set`
+    /// first): over it, the job waits for its slot.
+    #[arg(long, value_name = "NAME")]
+    rate_limit: Option<String>,
+    /// The job's bucket within the limit: text with `{principal}`,
+    /// `{plugin}` and `{input.FIELD}` in it, e.g. `{input.org}` (default:
+    /// the limit's one bucket).
+    #[arg(long, value_name = "TEMPLATE", requires = "rate_limit")]
+    rate_key: Option<String>,
 }
 
 impl LabelArgs {
@@ -438,6 +457,7 @@ pub async fn run(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Jobs(command) => commands::jobs(command).await,
         Command::Plugins(command) => commands::plugins(command).await,
         Command::Schedules(command) => commands::schedules(command).await,
+        Command::Limits(command) => commands::limits(command).await,
         Command::Plan(command) => commands::plan(command).await,
         Command::Principals(command) => commands::principals(command).await,
         Command::Tokens(command) => commands::tokens(command).await,

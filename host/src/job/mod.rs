@@ -22,6 +22,7 @@ pub mod millis;
 pub mod plan;
 mod plugin;
 pub mod proposal;
+pub mod rate;
 mod record;
 pub mod rule;
 pub mod schedule;

@@ -159,6 +159,11 @@ pub struct NewJob {
     pub tags: Vec<String>,
     /// Metadata to find it by: strings, numbers and booleans by key.
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// The rate limit its starts count against (see [`crate::job::rate`]).
+    pub rate_limit: Option<String>,
+    /// Its bucket within that limit (rendered at submit; empty: the
+    /// limit's one bucket).
+    pub rate_key: String,
 }
 
 /// The lowest priority: a job's priority is 0 (claimed first, the
@@ -202,6 +207,14 @@ impl NewJob {
             return Err("concurrency_key must not be empty".into());
         }
         super::labels::check_labels(&self.tags, &self.metadata)?;
+        if let Some(limit) = &self.rate_limit {
+            super::rate::check_limit_name(limit)?;
+        } else if !self.rate_key.is_empty() {
+            return Err("rate_key needs a rate_limit to count against".into());
+        }
+        if self.rate_key.len() > super::rate::MAX_RATE_KEY_BYTES {
+            return Err(format!("rate_key is {} bytes, over {}", self.rate_key.len(), super::rate::MAX_RATE_KEY_BYTES));
+        }
         for (field, value) in [("concurrency_key", &self.concurrency_key), ("plan_id", &self.plan_id)] {
             if let Some(value) = value
                 && value.len() > MAX_KEY_BYTES
@@ -430,6 +443,24 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     #[schema(value_type = Object)]
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// The rate limit its starts count against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<String>,
+    /// Its bucket within that limit.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rate_key: String,
+    /// The start its rate limit reserved for it: a queued job whose slot
+    /// is later than now is waiting for its rate (`waiting_rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_slot: Option<Timestamp>,
+}
+
+impl Job {
+    /// Queued and waiting for the slot its rate limit gave it: it is not
+    /// claimed before [`Job::rate_slot`].
+    pub fn waiting_rate(&self, now: Timestamp) -> bool {
+        self.status == JobStatus::Queued && self.rate_slot.is_some_and(|slot| slot > now)
+    }
 }
 
 /// A guest's latest progress report, as stored.

@@ -332,6 +332,16 @@ pub struct JobTemplate {
     #[schema(value_type = Object)]
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub metadata: serde_json::Map<String, Value>,
+    /// A rate limit the job's starts count against (`PUT
+    /// /v1/rate-limits/{name}` first): over it, the job waits for its
+    /// slot (`rate_slot`) instead of running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<String>,
+    /// The job's bucket within its rate limit: text with `{principal}`,
+    /// `{plugin}` and `{input.FIELD}` in it, rendered at submit (absent:
+    /// the limit's one bucket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_key: Option<String>,
 }
 
 /// A paused schedule's pause.

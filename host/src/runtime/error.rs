@@ -30,6 +30,12 @@ pub enum RuntimeError {
     /// No schedule with this name.
     #[error("no schedule {0:?}")]
     UnknownSchedule(String),
+    /// A rate limit's name, rate or burst is out of bounds.
+    #[error("invalid rate limit: {0}")]
+    InvalidRateLimit(String),
+    /// No rate limit with this name.
+    #[error("no rate limit {0:?}")]
+    UnknownRateLimit(String),
     /// A grant is out of bounds.
     #[error("invalid grant: {0}")]
     InvalidGrant(String),

@@ -37,6 +37,7 @@ mod health;
 mod pauses;
 mod plan;
 mod plugins;
+mod rate_limits;
 mod redrive;
 mod remote;
 mod schedules;

@@ -90,6 +90,8 @@ impl JobTemplate {
         job.approval = self.gate.map(|g| g == GateChoice::Approval);
         job.tags = self.tags.clone();
         job.metadata = self.metadata.clone();
+        job.rate_limit = self.rate_limit.clone();
+        job.rate_key = self.rate_key.clone();
         if self.backoff.is_some() || self.backoff_cap.is_some() {
             let base = self.backoff.unwrap_or(default_backoff.base);
             let cap = self.backoff_cap.unwrap_or(default_backoff.cap.max(self.backoff.unwrap_or_default()));

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::access::{Principal, PrincipalCeilings};
 use crate::clock::Timestamp;
+use crate::job::rate::{KeySource, check_limit_name, render_key};
 use crate::job::{
     Backoff, Digest, Duties, ExecutionMode, Gate, GateSource, Grants, IdempotencyKey, Job, JobId, JobLimits, JobStatus,
     NewJob, PluginInfo, PluginName, PluginRef, Target, millis,
@@ -84,6 +85,12 @@ pub struct Submit {
     /// Metadata to find it by: strings, numbers and booleans by key (at
     /// most 16 keys).
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// A rate limit its starts count against (one that exists).
+    pub rate_limit: Option<String>,
+    /// Its bucket within the limit: a template over `{principal}`,
+    /// `{plugin}` and `{input.FIELD}`, rendered at submit (none: the
+    /// limit's one bucket).
+    pub rate_key: Option<String>,
 }
 
 impl Submit {
@@ -112,6 +119,8 @@ impl Submit {
             schedule_id: None,
             tags: Vec::new(),
             metadata: serde_json::Map::new(),
+            rate_limit: None,
+            rate_key: None,
         }
     }
 }
@@ -246,10 +255,17 @@ impl Runtime {
             }
         };
         let mut checked: Vec<(Digest, Option<PluginName>, Grants, GateRule, Submit)> = Vec::with_capacity(jobs.len());
-        // A batch names few plugins: each is read once per call.
+        // A batch names few plugins and limits: each is read once per call.
         let mut registered: Vec<(PluginRef, PluginInfo)> = Vec::new();
+        let mut limits: Vec<String> = Vec::new();
         for (index, mut job) in jobs.into_iter().enumerate() {
             let at = at(index);
+            if let Some(limit) = &job.rate_limit
+                && !limits.contains(limit)
+            {
+                self.check_rate_limit(limit).await.map_err(at)?;
+                limits.push(limit.clone());
+            }
             if let Some(name) = job.submitted_by.clone() {
                 let ceilings = self.inner.pool.ceilings.of(&name).await.map_err(|e| at(e.into()))?;
                 self.within_principal_ceilings(&mut job, &name, &ceilings).map_err(at)?;
@@ -298,6 +314,18 @@ impl Runtime {
             new_jobs.push(self.new_job(digest, name, grants, gate_rule, job).map_err(at(index))?);
         }
         Ok(new_jobs)
+    }
+
+    /// Refuse a rate limit name no limit has (a typo would otherwise run
+    /// the job unlimited).
+    async fn check_rate_limit(&self, name: &str) -> Result<(), RuntimeError> {
+        check_limit_name(name).map_err(RuntimeError::InvalidJob)?;
+        match self.inner.store.rate_limit_get(name).await? {
+            Some(_) => Ok(()),
+            None => Err(RuntimeError::InvalidJob(format!(
+                "rate_limit {name:?} does not exist: create it first (leash limits set {name} RATE)"
+            ))),
+        }
     }
 
     /// Queued jobs, for admission: counted in the store at most once per
@@ -439,6 +467,20 @@ impl Runtime {
         }
         let backoff = job.backoff.unwrap_or(settings.default_backoff);
         check_backoff(backoff).map_err(RuntimeError::InvalidJob)?;
+        let rate_key = match (&job.rate_limit, &job.rate_key) {
+            (None, Some(_)) => {
+                return Err(RuntimeError::InvalidJob("rate_key needs a rate_limit to count against".into()));
+            }
+            (_, None) => String::new(),
+            (Some(_), Some(template)) => {
+                let from = KeySource {
+                    principal: job.submitted_by.as_deref(),
+                    plugin: plugin_name.as_ref().map(|n| n.name.as_str()),
+                    input: &job.input,
+                };
+                render_key(template, from).map_err(RuntimeError::InvalidJob)?
+            }
+        };
         // The execution mode is stamped on the gate: a sync submit's
         // deadline counts from the run's trigger, not from the submit.
         let source = if gated_by_policy {
@@ -481,6 +523,8 @@ impl Runtime {
             schedule_id: job.schedule_id,
             tags: job.tags,
             metadata: job.metadata,
+            rate_limit: job.rate_limit,
+            rate_key,
         };
         if let Some(name) = &new.submitted_by {
             Principal::check_name(name).map_err(|e| RuntimeError::InvalidJob(format!("submitted_by: {e}")))?;

@@ -533,3 +533,25 @@ impl crate::store::Schedules for FaultyStore {
         self.inner.schedule_trigger(id, job, actor, now).await
     }
 }
+
+#[async_trait::async_trait]
+impl crate::store::RateLimits for FaultyStore {
+    async fn rate_limit_set(
+        &self,
+        limit: crate::job::rate::RateLimit,
+    ) -> Result<crate::job::rate::RateLimit, StoreError> {
+        self.inner.rate_limit_set(limit).await
+    }
+
+    async fn rate_limit_get(&self, name: &str) -> Result<Option<crate::job::rate::RateLimit>, StoreError> {
+        self.inner.rate_limit_get(name).await
+    }
+
+    async fn rate_limits(&self) -> Result<Vec<crate::job::rate::RateLimit>, StoreError> {
+        self.inner.rate_limits().await
+    }
+
+    async fn rate_limit_remove(&self, params: crate::store::RateLimitRemoveParams) -> Result<bool, StoreError> {
+        self.inner.rate_limit_remove(params).await
+    }
+}

@@ -3,7 +3,7 @@
 //! The store is a set of roles, each a trait with its params in its own
 //! file: [`Jobs`], [`Leases`], [`Effects`], [`Sweeps`], [`Plugins`],
 //! [`Plans`], [`Workers`], [`Events`], [`Sessions`], [`Principals`], [`Audit`],
-//! [`StandingRules`], [`Pauses`] and [`Schedules`]. [`JobStore`] is their sum, the
+//! [`StandingRules`], [`Pauses`], [`Schedules`] and [`RateLimits`]. [`JobStore`] is their sum, the
 //! one interface the runtime holds; a part of leash that needs one role
 //! holds only that one. Each backend implements every role in a file of
 //! its own and owns its SQL and migrations ([`sqlite`], the embedded
@@ -31,6 +31,7 @@ mod plans;
 mod plugins;
 pub mod postgres;
 mod principals;
+mod rate_limits;
 mod rules;
 mod schedules;
 mod sessions;
@@ -59,6 +60,7 @@ pub use pauses::{MAX_PAUSE_REASON_BYTES, PauseParams, Pauses, PluginPause, Resum
 pub use plans::{PlanInsertParams, PlanListParams, Plans};
 pub use plugins::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins};
 pub use principals::{FoundToken, Principals};
+pub use rate_limits::{RateLimitRemoveParams, RateLimits};
 pub use rules::audit::{ChainBreak, ChainCheck, verify_chain};
 pub use schedules::{ScheduleFireParams, ScheduleFired, SchedulePauseParams, Schedules};
 pub use sessions::Sessions;
@@ -89,6 +91,7 @@ pub trait JobStore:
     + StandingRules
     + Pauses
     + Schedules
+    + RateLimits
 {
 }
 
@@ -107,6 +110,7 @@ impl<
         + StandingRules
         + Pauses
         + Schedules
+        + RateLimits
         + ?Sized,
 > JobStore for T
 {

@@ -4,6 +4,7 @@
 //! live in [`rules`](super::rules), which has no SQL.
 
 use crate::job::labels::{metadata_label, tag_label};
+use crate::job::rate::RESERVATION_GRACE;
 use crate::job::{JobId, JobStatus, PluginRef};
 use crate::store::JobListParams;
 use crate::store::rules::approval::expiry_message;
@@ -58,8 +59,9 @@ pub(crate) const UNCAPPED_SUBMITTER: &str =
 /// The queued jobs `q` of `pool` a claim may take at `now` (a placeholder),
 /// of the submitters `whose` admits: not held by a pause (neither parked
 /// nor of a paused plugin: a job queued again after its plugin was paused
-/// is not parked), unexpired, due, and keyless or the oldest queued job of
-/// a key with no running job. (The pauses are read once per statement, as
+/// is not parked), unexpired, due, holding a live rate slot if it names a
+/// rate limit, and keyless or the oldest queued job of a key with no
+/// running job. (The pauses are read once per statement, as
 /// a set: PostgreSQL plans a correlated `NOT EXISTS` on them as a join
 /// that gives up the claim index's order.)
 pub(crate) fn claimable(pool: ClaimPool, whose: &str, now: &str) -> String {
@@ -69,10 +71,43 @@ pub(crate) fn claimable(pool: ClaimPool, whose: &str, now: &str) -> String {
     };
     format!(
         "q.status = 'queued' AND q.paused = 0 AND {which} AND {whose} AND q.run_after <= {now} AND q.expires_at > {now} \
-         AND (q.plugin_name IS NULL OR q.plugin_name NOT IN (SELECT z.name FROM plugin_pauses z)) \
-         AND (q.concurrency_key IS NULL OR ( \
-           q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
-           AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key)))"
+         AND (q.rate_limit IS NULL OR q.rate_slot >= {now} - {grace}) {PAUSES_AND_KEYS}",
+        grace = RESERVATION_GRACE.as_millis(),
+    )
+}
+
+/// The rest of [`claimable`] and [`rate_admittable`]: not of a paused
+/// plugin, and keyless or the oldest queued job of a key with no running
+/// job.
+const PAUSES_AND_KEYS: &str = "AND (q.plugin_name IS NULL OR q.plugin_name NOT IN (SELECT z.name FROM plugin_pauses z)) \
+     AND (q.concurrency_key IS NULL OR ( \
+       q.job_id = (SELECT MIN(o.job_id) FROM jobs o WHERE o.status = 'queued' AND o.concurrency_key = q.concurrency_key) \
+       AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' AND r.concurrency_key = q.concurrency_key)))";
+
+/// The columns of a rate limit, in
+/// [`RateLimit::from_columns`](crate::job::rate::RateLimit::from_columns)'s order.
+pub(crate) const RATE_LIMIT_COLUMNS: &str = "name, count, per_ms, burst, updated_at, updated_by";
+
+/// The due jobs `q` a claim at `now` gives a rate slot to before it
+/// claims: queued, not held by a pause, unexpired, due, keyless or next of
+/// their key, naming a limit, and holding no live reservation (none, or
+/// one whose grace has run out). In claim order.
+pub(crate) fn rate_admittable(now: &str, limit: &str) -> String {
+    format!(
+        "SELECT q.job_id, q.rate_limit, q.rate_key FROM jobs q WHERE q.status = 'queued' AND q.paused = 0 \
+         AND q.rate_limit IS NOT NULL AND q.run_after <= {now} AND q.expires_at > {now} \
+         AND (q.rate_slot IS NULL OR q.rate_slot < {now} - {grace}) {PAUSES_AND_KEYS} \
+         ORDER BY q.priority, q.run_after, q.job_id LIMIT {limit}",
+        grace = RESERVATION_GRACE.as_millis(),
+    )
+}
+
+/// The earliest slot a queued job holds after `now`: when this process's
+/// workers next have a reserved job to start.
+pub(crate) fn next_rate_slot(now: &str) -> String {
+    format!(
+        "SELECT MIN(run_after) FROM jobs WHERE status = 'queued' AND paused = 0 AND rate_limit IS NOT NULL \
+         AND run_after > {now}"
     )
 }
 

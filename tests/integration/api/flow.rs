@@ -228,3 +228,92 @@ async fn jobs_carry_tags_and_metadata_and_are_listed_by_them() {
     let id = triggered["job"]["id"].as_str().unwrap().to_owned();
     assert_eq!(list("tag=from:schedule").await, [id]);
 }
+
+/// Rate limits through the API and the CLI: set (and changed), listed,
+/// shown, used by jobs (a job over its limit waits queued for its slot,
+/// shown as `waiting_rate`; the key rendered from the input), removed;
+/// bad names, rates and unknown limits refused; audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_sets_a_rate_limit_and_jobs_over_it_wait_for_their_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    server.add_plugin("hello").await;
+
+    let set = leash(&server, &["limits", "set", "per-org", "1/min"]);
+    assert_eq!(set.status.code(), Some(0), "{}", String::from_utf8_lossy(&set.stderr));
+    assert_eq!(String::from_utf8_lossy(&set.stdout).trim(), "rate limit per-org set: 1/min, burst 1");
+    let (status, changed) =
+        server.call(Method::PUT, "/v1/rate-limits/per-org", Some(json!({ "rate": "2/2min", "burst": 1 }))).await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(
+        (&changed["rate"], &changed["count"], &changed["per_ms"]),
+        (&json!("2/2min"), &json!(2), &json!(120_000))
+    );
+    assert_eq!(changed["updated_by"], "admin");
+    let (_, shown) = server.call(Method::GET, "/v1/rate-limits/per-org", None).await;
+    assert_eq!(shown, changed);
+    let (_, list) = server.call(Method::GET, "/v1/rate-limits", None).await;
+    assert_eq!(list["limits"], json!([changed]));
+    let listed = leash(&server, &["limits", "list"]);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.lines().any(|l| l.contains("per-org") && l.contains("2/2min") && l.contains("admin")), "{text}");
+
+    for (method, path, body, status, says) in [
+        (Method::PUT, "/v1/rate-limits/per-org", json!({ "rate": "fast" }), 400, "COUNT/INTERVAL"),
+        (Method::PUT, "/v1/rate-limits/per-org", json!({ "rate": "1/s", "burst": 0 }), 400, "burst 0"),
+        (Method::PUT, "/v1/rate-limits/Per%20Org", json!({ "rate": "1/s" }), 400, "not valid"),
+        (Method::PUT, "/v1/rate-limits/per-org", json!({ "rate": "1/s", "extra": 1 }), 400, "extra"),
+        (Method::GET, "/v1/rate-limits/nothing", json!(null), 404, "nothing"),
+        (Method::POST, "/v1/jobs", json!({ "plugin": "hello", "rate_limit": "nothing" }), 400, "does not exist"),
+        (Method::POST, "/v1/jobs", json!({ "plugin": "hello", "rate_key": "x" }), 400, "needs a rate_limit"),
+    ] {
+        let body = (!body.is_null()).then_some(body);
+        let (got, answer) = server.call(method.clone(), path, body).await;
+        assert_eq!(got, status, "{method} {path}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(says), "{method} {path}: {answer}");
+    }
+
+    // Two jobs of one org: the first runs, the second waits for its slot
+    // a minute on; another org's job runs beside them.
+    let submit = async |org: &str| {
+        let body = json!({ "plugin": "hello", "execution": "async", "input": { "name": org },
+            "rate_limit": "per-org", "rate_key": "{plugin}:{input.name}" });
+        let (status, answer) = server.call(Method::POST, "/v1/jobs", Some(body)).await;
+        assert_eq!(status, 202, "{answer}");
+        answer["job_id"].as_str().unwrap().to_owned()
+    };
+    let first = submit("acme").await;
+    server.poll_job(&first, |j| j["status"] == "succeeded").await;
+    let second = submit("acme").await;
+    let other = submit("globex").await;
+    server.poll_job(&other, |j| j["status"] == "succeeded").await;
+    let waiting = server.poll_job(&second, |j| j["rate_slot"].is_string()).await;
+    assert_eq!((&waiting["status"], &waiting["rate_key"]), (&json!("queued"), &json!("hello:acme")), "{waiting}");
+    assert_eq!(waiting["run_after"], waiting["rate_slot"], "{waiting}");
+    let listed = leash(&server, &["jobs", "list"]);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.lines().any(|l| l.contains(&second) && l.contains("queued (waiting_rate)")), "{text}");
+    let shown = leash(&server, &["jobs", "show", &second]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.lines().any(|l| l.contains("per-org · key hello:acme · waiting_rate until")), "{text}");
+
+    // The CLI's own flags.
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, r#"{"name":"initech"}"#).unwrap();
+    let input = input.to_string_lossy().into_owned();
+    let args =
+        ["submit", "hello", "--input", &input, "--rate-limit", "per-org", "--rate-key", "{input.name}", "--json"];
+    let submitted = leash(&server, &args);
+    assert_eq!(submitted.status.code(), Some(0), "{}", String::from_utf8_lossy(&submitted.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&submitted.stdout).unwrap();
+    let (_, job) = server.call(Method::GET, &format!("/v1/jobs/{}", answer["job_id"].as_str().unwrap()), None).await;
+    assert_eq!((&job["rate_limit"], &job["rate_key"]), (&json!("per-org"), &json!("initech")), "{job}");
+
+    let removed = leash(&server, &["limits", "remove", "per-org"]);
+    assert_eq!(String::from_utf8_lossy(&removed.stdout).trim(), "rate limit per-org removed");
+    let (status, _) = server.call(Method::DELETE, "/v1/rate-limits/per-org", None).await;
+    assert_eq!(status, 404, "removed once");
+    let (_, audit) = server.call(Method::GET, "/v1/audit?target=per-org", None).await;
+    let actions: Vec<&str> = audit["rows"].as_array().unwrap().iter().filter_map(|r| r["action"].as_str()).collect();
+    assert_eq!(actions, ["rate_limit.set", "rate_limit.set", "rate_limit.remove"], "{audit}");
+}

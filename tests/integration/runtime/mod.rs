@@ -5,4 +5,5 @@ mod faults;
 mod flow;
 mod metrics;
 mod postgres;
+mod rates;
 mod schedules;

@@ -450,6 +450,8 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
         schedule_id: None,
         tags: Vec::new(),
         metadata: Default::default(),
+        rate_limit: None,
+        rate_key: String::new(),
     };
     let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
     let mut model = initial(max_attempts, gating);

@@ -245,7 +245,13 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                         && job.plugin_name.as_ref().is_some_and(|n| paused.iter().any(|z| z.name == n.name));
                     table.add_row(vec![
                         job.id.to_string(),
-                        if held { "queued (paused)".to_owned() } else { job.status.to_string() },
+                        if held {
+                            "queued (paused)".to_owned()
+                        } else if job.waiting_rate(crate::clock::Timestamp::now()) {
+                            "queued (waiting_rate)".to_owned()
+                        } else {
+                            job.status.to_string()
+                        },
                         plugin,
                         terminal_text(&job.target.to_string()),
                         attempts_text(&job),

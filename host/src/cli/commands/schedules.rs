@@ -12,7 +12,7 @@ use crate::api::pauses::PauseRequest;
 use crate::api::schedules::{ScheduleBody, ScheduleList, ScheduleRequest, TriggerAnswer};
 use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{new_table, print_json, print_table, url_encode, with_client};
-use crate::cli::{CliError, ExitStatus, JobArgs, LabelArgs, parse_duration, read_input, terminal_text};
+use crate::cli::{CliError, ExitStatus, JobArgs, LabelArgs, RateArgs, parse_duration, read_input, terminal_text};
 use crate::client::typed;
 use crate::job::{CatchUp, GateChoice, JobTemplate, Overlap, Target};
 
@@ -106,6 +106,9 @@ pub(in crate::cli) struct AddArgs {
     /// Its jobs' tags and metadata.
     #[command(flatten)]
     labels: LabelArgs,
+    /// Its jobs' rate limit.
+    #[command(flatten)]
+    rate: RateArgs,
     /// Wall-clock limit per attempt.
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
@@ -140,6 +143,7 @@ pub(in crate::cli) async fn schedules(command: SchedulesCommand) -> Result<ExitS
                 catch_up,
                 job,
                 labels,
+                rate,
                 timeout,
                 max_attempts,
                 priority,
@@ -179,6 +183,8 @@ pub(in crate::cli) async fn schedules(command: SchedulesCommand) -> Result<ExitS
                     gate: gate.map(|g| if g == "none" { GateChoice::None } else { GateChoice::Approval }),
                     metadata: labels.metadata(),
                     tags: labels.tags,
+                    rate_limit: rate.rate_limit,
+                    rate_key: rate.rate_key,
                     ..JobTemplate::default()
                 },
             };

@@ -187,6 +187,15 @@ pub(super) fn job_text(view: &JobView, attempts: &[Attempt], now: Timestamp, wid
     if let Some(schedule) = job.schedule_id {
         page.field("schedule", &schedule.to_string());
     }
+    if let Some(limit) = &job.rate_limit {
+        let key =
+            if job.rate_key.is_empty() { String::new() } else { format!(" · key {}", terminal_text(&job.rate_key)) };
+        let waiting = match job.rate_slot {
+            Some(slot) if job.waiting_rate(crate::clock::Timestamp::now()) => format!(" · waiting_rate until {slot}"),
+            _ => String::new(),
+        };
+        page.field("rate limit", &format!("{}{key}{waiting}", terminal_text(limit)));
+    }
     let by = job.submitted_by.as_deref().map(|p| format!(" by {}", terminal_text(p))).unwrap_or_default();
     page.field("submitted", &format!("{}{by}", job.created_at));
     let mut timings = Vec::new();

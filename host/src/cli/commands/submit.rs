@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::api::requests::{BatchRequest, Execution, GateChoice, SubmitRequest};
 use crate::cli::commands::ConnArgs;
 use crate::cli::commands::connect::{print_json, text, with_client};
-use crate::cli::{CliError, ExitStatus, JobArgs, LabelArgs, parse_duration, parse_size, read_input};
+use crate::cli::{CliError, ExitStatus, JobArgs, LabelArgs, RateArgs, parse_duration, parse_size, read_input};
 use crate::client::{Client, ClientError};
 use crate::job::{ErrorKind, JobStatus, Target};
 
@@ -37,6 +37,8 @@ pub(in crate::cli) struct SubmitArgs {
     job: JobArgs,
     #[command(flatten)]
     labels: LabelArgs,
+    #[command(flatten)]
+    rate: RateArgs,
     /// Wall-clock limit per attempt (default: the server's `--job-timeout`,
     /// 3600 s).
     #[arg(long, value_parser = parse_duration)]
@@ -101,7 +103,7 @@ pub(in crate::cli) struct SubmitArgs {
 
 /// The flags of `leash submit` that describe one job, which `--batch`
 /// lines carry themselves.
-const BATCH_CONFLICTS: [&str; 20] = [
+const BATCH_CONFLICTS: [&str; 22] = [
     "plugin",
     "action",
     "input",
@@ -118,6 +120,8 @@ const BATCH_CONFLICTS: [&str; 20] = [
     "plan",
     "tags",
     "meta",
+    "rate_limit",
+    "rate_key",
     "gate",
     "hold_after_approval",
     "wait",
@@ -175,6 +179,8 @@ pub(in crate::cli) async fn submit(args: SubmitArgs) -> Result<ExitStatus, CliEr
             execution: Some(Execution::Async),
             tags: args.labels.tags.clone(),
             metadata: args.labels.metadata(),
+            rate_limit: args.rate.rate_limit.clone(),
+            rate_key: args.rate.rate_key.clone(),
             ..SubmitRequest::default()
         };
         let accepted = client.create("/v1/jobs", &body).await?;

@@ -105,7 +105,7 @@ fn claim_update(picked: &str) -> String {
          UPDATE jobs j SET status = 'running', worker_id = $3, \
            lease_token = replace(gen_random_uuid()::text, '-', ''), lease_expires_at = $4, \
            started_at = $1, last_heartbeat = $1, attempt = j.attempt + 1, cancel_requested = FALSE, \
-           progress_json = NULL, logs_json = NULL \
+           progress_json = NULL, logs_json = NULL, rate_slot = NULL \
          FROM picked WHERE j.job_id = picked.job_id RETURNING {}, picked.share",
         job_columns("j")
     )

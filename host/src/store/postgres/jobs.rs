@@ -324,6 +324,8 @@ pub(super) struct InsertColumns {
     schedule: Vec<Option<String>>,
     tags: Vec<Option<String>>,
     metadata: Vec<Option<String>>,
+    rate_limit: Vec<Option<String>>,
+    rate_key: Vec<String>,
 }
 
 impl InsertColumns {
@@ -359,6 +361,8 @@ impl InsertColumns {
         let (tags, metadata) = labels_to_columns(&job.tags, &job.metadata)?;
         self.tags.push(tags);
         self.metadata.push(metadata);
+        self.rate_limit.push(job.rate_limit);
+        self.rate_key.push(job.rate_key);
         Ok(())
     }
 }
@@ -378,18 +382,18 @@ pub(super) async fn insert_rows(
             "INSERT INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
              schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
              idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-             free_rerun_limit, approval_json, submitted_by, priority, paused, schedule_id, tags_json, metadata_json) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
+             free_rerun_limit, approval_json, submitted_by, priority, paused, schedule_id, tags_json, metadata_json, rate_limit, rate_key) SELECT n.id, n.plan, n.phase, n.action, n.digest, n.status, n.payload, \
              n.limits, $19, $20, n.expires, \
              n.max_attempts, n.key, n.pname, n.pversion, n.ikey, n.rdigest, n.run_after, n.deadline, n.bbase, n.bcap, \
              n.grants, n.free, n.approval, n.submitter, n.priority, \
              CASE WHEN EXISTS (SELECT 1 FROM plugin_pauses z WHERE z.name = n.pname FOR SHARE) THEN 1 ELSE 0 END, \
-             n.schedule, n.tags, n.metadata FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
+             n.schedule, n.tags, n.metadata, n.rlimit, n.rkey FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], \
                $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
                $16::int8[], $17::int8[], $18::int8[], $21::text[], $22::int4[], $23::text[], $24::text[], \
-               $25::text[], $26::int2[], $27::text[], $28::text[], $29::text[]) \
+               $25::text[], $26::int2[], $27::text[], $28::text[], $29::text[], $30::text[], $31::text[]) \
              AS n(id, plan, phase, action, digest, payload, limits, expires, max_attempts, key, pname, pversion, \
                ikey, rdigest, run_after, deadline, bbase, bcap, grants, free, status, approval, submitter, priority, \
-               schedule, tags, metadata) \
+               schedule, tags, metadata, rlimit, rkey) \
              RETURNING {}",
             job_columns("")
         )
@@ -430,6 +434,8 @@ pub(super) async fn insert_rows(
                 &c.schedule,
                 &c.tags,
                 &c.metadata,
+                &c.rate_limit,
+                &c.rate_key,
             ],
         )
         .await

@@ -22,6 +22,7 @@ use crate::store::{
 impl Leases for PostgresStore {
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
         let mut client = self.client("claiming jobs").await?;
+        self.admit_due(&mut client, params.now).await?;
         if !self.any_capped(&client).await? {
             return claim(&client, &params, false).await;
         }
@@ -56,6 +57,9 @@ impl Leases for PostgresStore {
     ) -> Result<(bool, Vec<Lease>), StoreError> {
         let err = db_err("finishing a job");
         let mut client = self.client("finishing a job").await?;
+        // A failed admission leaves the limited jobs to the next claim;
+        // the finish goes on.
+        let _ = self.admit_due(&mut client, next.now).await;
         let capped = self.any_capped(&client).await?;
         let tx = client.transaction().await.map_err(&err)?;
         // The finish and the claim go to the server together (one round

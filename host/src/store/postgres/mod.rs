@@ -44,6 +44,7 @@ mod plans;
 mod plugins;
 mod principals;
 mod proposals;
+mod rate_limits;
 mod renew;
 mod rows;
 mod schedules;
@@ -96,6 +97,10 @@ struct Inner {
     freshness: Arc<stats::Freshness>,
     /// Whether some principal has a running cap, and when that was read.
     capped: std::sync::Mutex<Option<(std::time::Instant, bool)>>,
+    /// Whether some rate limit or limited job exists, and when that was read.
+    limited: std::sync::Mutex<Option<(std::time::Instant, bool)>>,
+    /// Bumps `enqueued` when a rate slot a claim here gave comes.
+    alarm: crate::store::rate_limits::SlotAlarm,
 }
 
 impl Drop for Inner {
@@ -188,6 +193,7 @@ impl PostgresStore {
             .build()
             .map_err(|e| StoreError::Config(format!("building the connection pool: {e}")))?;
         let (notify, enqueued) = watch::channel(0u64);
+        let alarm = crate::store::rate_limits::SlotAlarm::new(notify.clone());
         let listener = tokio::spawn(listen(config, shown, notify));
         let renewals = renew::Renewals::start(pool.clone());
         Ok(PostgresStore {
@@ -198,6 +204,8 @@ impl PostgresStore {
                 renewals,
                 freshness: Arc::default(),
                 capped: Default::default(),
+                limited: Default::default(),
+                alarm,
             }),
         })
     }

@@ -64,6 +64,9 @@ pub(super) const JOB_COLUMNS: &[&str] = &[
     "schedule_id",
     "tags_json",
     "metadata_json",
+    "rate_limit",
+    "rate_key",
+    "rate_slot",
 ];
 
 /// The job columns, each prefixed with `alias.` when one is given.
@@ -213,6 +216,9 @@ pub(super) fn row_to_job(row: &Row) -> Result<Job, StoreError> {
             .transpose()?,
         tags,
         metadata,
+        rate_limit: row.try_get(48).map_err(&read)?,
+        rate_key: row.try_get(49).map_err(&read)?,
+        rate_slot: row.try_get::<_, Option<i64>>(50).map_err(&read)?.map(Timestamp::from_unix_ms),
     })
 }
 

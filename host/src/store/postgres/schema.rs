@@ -441,6 +441,7 @@ CREATE TRIGGER jobs_attempts_delete AFTER DELETE ON jobs FOR EACH ROW EXECUTE FU
     super::claim::MIGRATION,
     super::schedules::MIGRATION,
     super::labels::MIGRATION,
+    super::rate_limits::MIGRATION,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

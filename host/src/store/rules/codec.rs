@@ -193,6 +193,9 @@ pub(crate) fn inserted_job(id: JobId, job: &NewJob, times: &InsertTimes, now: Ti
         schedule_id: job.schedule_id,
         tags: job.tags.clone(),
         metadata: job.metadata.clone(),
+        rate_limit: job.rate_limit.clone(),
+        rate_key: job.rate_key.clone(),
+        rate_slot: None,
     })
 }
 

@@ -64,5 +64,7 @@ pub(crate) fn apply_job(plan: &PlanRow, execute: &Job, policy: &ApprovalPolicy) 
         schedule_id: execute.schedule_id,
         tags: execute.tags.clone(),
         metadata: execute.metadata.clone(),
+        rate_limit: execute.rate_limit.clone(),
+        rate_key: execute.rate_key.clone(),
     }
 }

@@ -36,7 +36,8 @@ DROP INDEX jobs_claim_due;
 CREATE INDEX jobs_claim_due ON jobs (run_after, job_id) WHERE status = 'queued' AND paused = 0;
 "#;
 
-/// Claim up to `params.limit` eligible jobs: queued, unexpired, due
+/// Give due jobs naming a rate limit their slots, then claim up to
+/// `params.limit` eligible jobs: queued, unexpired, due
 /// (`run_after` at or before `now`, which is never before its creation: a
 /// claim never starts a job younger than itself), either keyless or the
 /// oldest queued job of a key that has no running job, and of a submitter
@@ -49,7 +50,21 @@ CREATE INDEX jobs_claim_due ON jobs (run_after, job_id) WHERE status = 'queued' 
 /// SQLite than one `UPDATE … WHERE job_id IN (…) RETURNING …`, which builds
 /// two temporary b-trees per call. Nothing can change between the two: the
 /// writer holds the write transaction, so a cap is never overrun.
-pub(super) fn claim(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
+pub(super) fn claim(conn: &Connection, params: JobClaimParams) -> Result<Claimed, StoreError> {
+    let next_slot = super::rate_limits::admit_due(conn, params.now)?;
+    Ok(Claimed { leases: take_due(conn, params)?, next_slot })
+}
+
+/// What a claim took, and the earliest rate slot still to come (when to
+/// look again).
+#[derive(Debug, Default)]
+pub(super) struct Claimed {
+    pub(super) leases: Vec<Lease>,
+    pub(super) next_slot: Option<Timestamp>,
+}
+
+/// The claim proper, after admission gave due limited jobs their slots.
+fn take_due(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
     let now = params.now.unix_ms();
     let mut leases = Vec::new();
     // A claimer that runs nothing takes a suspect first, and only it.
@@ -102,6 +117,7 @@ fn take(
         job.attempt += 1;
         job.cancel_requested = false;
         job.progress = None;
+        job.rate_slot = None;
         leases.push(Lease { job, token });
     }
     Ok(())
@@ -205,7 +221,7 @@ fn next_level(conn: &Connection, after: i64) -> Result<Option<i64>, StoreError> 
 /// cannot fail a constraint, so there is nothing a journal would undo.
 pub(super) const CLAIM_ONE: &str = "UPDATE OR FAIL jobs SET status = 'running', worker_id = ?1, lease_token = ?2, \
      lease_expires_at = ?3, started_at = ?4, last_heartbeat = ?4, attempt = attempt + 1, cancel_requested = 0, \
-     progress_json = NULL, logs_json = NULL \
+     progress_json = NULL, logs_json = NULL, rate_slot = NULL \
      WHERE job_id = ?5 AND status = 'queued'";
 
 /// A fresh lease token: 128 random bits, lower-case hex.

@@ -312,12 +312,12 @@ pub(super) const INSERT_CHUNKS: [usize; 2] = [256, 1];
 /// lands whole or not at all. A statement of many rows could fail after
 /// writing some, so it keeps the default (`ABORT`) and its journal.
 pub(super) fn insert_sql(rows: usize) -> String {
-    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     format!(
         "INSERT {}INTO jobs (job_id, plan_id, phase, action, plugin_digest, status, payload, limits_json, \
          schema_version, created_at, expires_at, max_attempts, concurrency_key, plugin_name, plugin_version, \
          idempotency_key, request_digest, run_after, deadline_at, backoff_base_ms, backoff_cap_ms, grants_json, \
-         free_rerun_limit, approval_json, submitted_by, priority, paused, schedule_id, tags_json, metadata_json) VALUES {}",
+         free_rerun_limit, approval_json, submitted_by, priority, paused, schedule_id, tags_json, metadata_json, rate_limit, rate_key) VALUES {}",
         if rows == 1 { "OR FAIL " } else { "" },
         vec![row; rows].join(", ")
     )
@@ -398,6 +398,8 @@ pub(super) fn insert_rows(conn: &Connection, jobs: Vec<NewJob>, now: Timestamp) 
             job.schedule_id.map_or(Value::Null, |s| Value::Text(s.to_string())),
             tags.map_or(Value::Null, Value::Text),
             metadata.map_or(Value::Null, Value::Text),
+            text(job.rate_limit.as_deref()),
+            Value::Text(job.rate_key.clone()),
         ];
         columns.push((before, after));
         inserted.push(row);

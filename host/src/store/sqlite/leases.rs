@@ -4,7 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
-use super::claim::claim;
+use super::claim::{Claimed, claim};
 use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::rows::db_err;
 use crate::job::millis;
@@ -17,10 +17,22 @@ use crate::store::{
     LeaseState, Leases, StoreError,
 };
 
+impl SqliteStore {
+    /// A claim's leases, after setting the alarm for its next rate slot.
+    fn slots_ahead(&self, claimed: Claimed, now: crate::clock::Timestamp) -> Vec<Lease> {
+        if let Some(slot) = claimed.next_slot {
+            self.inner.alarm.ring_at(slot, now);
+        }
+        claimed.leases
+    }
+}
+
 #[async_trait::async_trait]
 impl Leases for SqliteStore {
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
-        self.write(move |conn| claim(conn, params)).await
+        let now = params.now;
+        let claimed = self.write(move |conn| claim(conn, params)).await?;
+        Ok(self.slots_ahead(claimed, now))
     }
 
     async fn lease_extend(&self, params: LeaseExtendParams) -> Result<LeaseState, StoreError> {
@@ -61,16 +73,19 @@ impl Leases for SqliteStore {
         next: JobClaimParams,
     ) -> Result<(bool, Vec<Lease>), StoreError> {
         let proposing = !params.proposals.is_empty();
+        let now = next.now;
         let work = move |conn: &Connection| {
             if !finish(conn, &params)? {
-                return Ok((false, Vec::new()));
+                return Ok((false, Claimed::default()));
             }
             // The finish stands even if the claim fails: the claim loop
             // will claim later.
             Ok((true, claim(conn, next).unwrap_or_default()))
         };
         // Proposals are several statements besides the finish's.
-        if proposing { self.write_all_or_nothing(work).await } else { self.write(work).await }
+        let (finished, claimed) =
+            if proposing { self.write_all_or_nothing(work).await? } else { self.write(work).await? };
+        Ok((finished, self.slots_ahead(claimed, now)))
     }
 
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
@@ -135,6 +150,10 @@ impl Leases for SqliteStore {
             Ok(changed == 1)
         })
         .await
+    }
+
+    fn enqueued(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.inner.enqueued.clone())
     }
 
     async fn job_progress_set(&self, params: JobProgressParams) -> Result<bool, StoreError> {

@@ -593,4 +593,5 @@ CREATE INDEX job_attempts_job ON job_attempts (job_id, id);
     super::claim::MIGRATION,
     super::schedules::MIGRATION,
     super::labels::MIGRATION,
+    super::rate_limits::MIGRATION,
 ];

@@ -32,6 +32,7 @@ mod plans;
 mod plugins;
 mod principals;
 mod proposals;
+mod rate_limits;
 mod rows;
 mod schedules;
 mod schema;
@@ -49,7 +50,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::Connection;
+use tokio::sync::watch;
 
+use super::rate_limits::SlotAlarm;
 use super::{Durability, StoreError};
 
 /// The SQLite [`JobStore`](super::JobStore).
@@ -64,6 +67,10 @@ struct Inner {
     writer: Mutex<Option<mpsc::Sender<WriteOp>>>,
     reader: Arc<Mutex<Connection>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Rings when a rate slot a claim here gave comes (the store's
+    /// [`enqueued`](super::Leases::enqueued) signal).
+    alarm: SlotAlarm,
+    enqueued: watch::Receiver<u64>,
 }
 
 impl Drop for Inner {
@@ -87,12 +94,15 @@ impl SqliteStore {
             .name("leash-sqlite-writer".into())
             .spawn(move || writer_loop(writer, rx))
             .map_err(|e| StoreError::Invalid(format!("cannot start the writer thread: {e}")))?;
+        let (signal, enqueued) = watch::channel(0);
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 writer: Mutex::new(Some(tx)),
                 reader: Arc::new(Mutex::new(reader)),
                 thread: Mutex::new(Some(thread)),
+                alarm: SlotAlarm::new(signal),
+                enqueued,
             }),
         })
     }

@@ -20,7 +20,7 @@ pub(super) const JOB_COLUMNS: &str = "job_id, plan_id, phase, action, plugin_dig
     lease_expires_at, attempt, lost_leases, max_attempts, cancel_requested, concurrency_key, error_kind, \
     error_message, backtrace, output, fuel_used, peak_memory_bytes, plugin_name, plugin_version, progress_json, \
     run_after, deadline_at, retries, backoff_base_ms, backoff_cap_ms, last_error, releases, grants_json, free_reruns, free_rerun_limit, approval_json, process_deaths, submitted_by, \
-    priority, schedule_id, tags_json, metadata_json";
+    priority, schedule_id, tags_json, metadata_json, rate_limit, rate_key, rate_slot";
 
 pub(super) fn db_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
@@ -108,6 +108,9 @@ pub(super) fn row_to_job(row: &Row<'_>) -> Result<Job, StoreError> {
             .transpose()?,
         tags,
         metadata,
+        rate_limit: row.get(48).map_err(&read)?,
+        rate_key: row.get(49).map_err(&read)?,
+        rate_slot: row.get::<_, Option<i64>>(50).map_err(&read)?.map(Timestamp::from_unix_ms),
     })
 }
 

@@ -74,6 +74,13 @@ macro_rules! with_cases {
             labels {
                 jobs_are_listed_by_tags_and_metadata_and_lose_them_when_deleted,
             }
+            rates {
+                a_backlog_over_its_limit_waits_for_evenly_spaced_slots,
+                each_key_has_its_own_bucket_and_unlimited_jobs_pass_by,
+                a_burst_starts_at_once_then_the_rate,
+                slots_held_up_past_their_grace_are_given_again,
+                limits_are_set_read_and_removed_audited_and_a_removed_one_limits_nothing,
+            }
             schedules {
                 a_schedule_round_trips_pauses_resumes_and_is_removed_audited,
                 a_firing_is_taken_once_and_a_stale_one_writes_nothing,

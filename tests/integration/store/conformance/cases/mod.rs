@@ -16,6 +16,7 @@ pub(crate) mod leases;
 pub(crate) mod plans;
 pub(crate) mod plugins;
 pub(crate) mod principals;
+pub(crate) mod rates;
 pub(crate) mod schedules;
 pub(crate) mod sessions;
 pub(crate) mod sweeps;
@@ -82,6 +83,8 @@ pub(crate) fn new_job(input: &str) -> NewJob {
         schedule_id: None,
         tags: Vec::new(),
         metadata: Default::default(),
+        rate_limit: None,
+        rate_key: String::new(),
     }
 }
 

@@ -1,0 +1,132 @@
+//! `leash limits`: set, list, show and remove named rate limits. A job
+//! names one with `leash submit --rate-limit NAME`.
+
+use std::io::Write;
+
+use axum::http::Method;
+use clap::Subcommand;
+
+use crate::api::rate_limits::{RateLimitList, RateLimitRequest};
+use crate::cli::commands::ConnArgs;
+use crate::cli::commands::connect::{new_table, print_json, print_table, url_encode, with_client};
+use crate::cli::{CliError, ExitStatus, terminal_text};
+use crate::client::typed;
+use crate::job::rate::{Rate, RateLimit};
+
+#[derive(Debug, Subcommand)]
+pub(in crate::cli) enum LimitsCommand {
+    /// Create a rate limit or change one (operate): jobs that name it
+    /// start at most RATE, across every process on the store.
+    Set {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// Its name (a-z, 0-9, '_', '.', '-').
+        name: String,
+        /// `COUNT/INTERVAL`: `50/s`, `1000/h`, `30/10s`, `5/min`.
+        #[arg(value_parser = |s: &str| s.parse::<Rate>())]
+        rate: Rate,
+        /// Starts that may come back to back (default 1: evenly spaced).
+        #[arg(long)]
+        burst: Option<u32>,
+    },
+    /// List rate limits.
+    List {
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+    /// Show a rate limit.
+    Show {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The limit's name.
+        name: String,
+    },
+    /// Remove a rate limit (operate): jobs that name it start unlimited
+    /// from now on, and new ones naming it are refused.
+    Remove {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The limit's name.
+        name: String,
+    },
+}
+
+pub(in crate::cli) async fn limits(command: LimitsCommand) -> Result<ExitStatus, CliError> {
+    match command {
+        LimitsCommand::Set { conn, name, rate, burst } => {
+            let json_out = conn.json;
+            let path = format!("/v1/rate-limits/{}", url_encode(&name));
+            let request = RateLimitRequest { rate: rate.to_string(), burst };
+            with_client(&conn, false, async move |client| {
+                let set = client.send_json(Method::PUT, &path, &request).await?;
+                if json_out {
+                    return print_json(&set).map(|()| ExitStatus::Success);
+                }
+                let set: RateLimit = typed(set)?;
+                let _ = writeln!(
+                    std::io::stdout(),
+                    "rate limit {} set: {}, burst {}",
+                    terminal_text(&set.name),
+                    set.rate,
+                    set.burst
+                );
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        LimitsCommand::List { conn } => {
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let list = client.json(Method::GET, "/v1/rate-limits", None).await?;
+                if json_out {
+                    return print_json(&list).map(|()| ExitStatus::Success);
+                }
+                let list: RateLimitList = typed(list)?;
+                let mut table = new_table(&["NAME", "RATE", "BURST", "UPDATED", "BY"]);
+                for l in &list.limits {
+                    table.add_row(vec![
+                        terminal_text(&l.name),
+                        l.rate.clone(),
+                        l.burst.to_string(),
+                        l.updated_at.to_string(),
+                        terminal_text(l.updated_by.as_deref().unwrap_or("-")),
+                    ]);
+                }
+                print_table(table);
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        LimitsCommand::Show { conn, name } => {
+            let json_out = conn.json;
+            let path = format!("/v1/rate-limits/{}", url_encode(&name));
+            with_client(&conn, false, async move |client| {
+                let shown = client.json(Method::GET, &path, None).await?;
+                if json_out {
+                    return print_json(&shown).map(|()| ExitStatus::Success);
+                }
+                let l: RateLimit = typed(shown)?;
+                let _ = writeln!(
+                    std::io::stdout(),
+                    "{}: {} (burst {}), set {} by {}",
+                    terminal_text(&l.name),
+                    l.rate,
+                    l.burst,
+                    l.updated_at,
+                    terminal_text(l.updated_by.as_deref().unwrap_or("-"))
+                );
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        LimitsCommand::Remove { conn, name } => {
+            let path = format!("/v1/rate-limits/{}", url_encode(&name));
+            with_client(&conn, false, async move |client| {
+                client.send(Method::DELETE, &path, None).await?;
+                let _ = writeln!(std::io::stdout(), "rate limit {} removed", terminal_text(&name));
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+    }
+}

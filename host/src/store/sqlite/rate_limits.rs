@@ -1,0 +1,178 @@
+//! The SQLite store's [`RateLimits`], and the step of its claim that gives
+//! due jobs naming a limit their slots (see [`crate::job::rate`]).
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::SqliteStore;
+use super::rows::db_err;
+use crate::clock::Timestamp;
+use crate::job::rate::{ADMIT_PER_CLAIM, Candidate, RateLimit, admit};
+use crate::store::rules::audit::note;
+use crate::store::sql::{RATE_LIMIT_COLUMNS, next_rate_slot, rate_admittable};
+use crate::store::{RateLimitRemoveParams, RateLimits, StoreError};
+
+/// The migration that adds rate limits (listed in
+/// [`MIGRATIONS`](super::migrations::MIGRATIONS)): the limits, each
+/// bucket's TAT, a job's limit, key and slot, and the index admission
+/// reads due limited jobs by.
+pub(super) const MIGRATION: &str = r#"
+CREATE TABLE rate_limits (
+    name       TEXT PRIMARY KEY,
+    count      INTEGER NOT NULL,
+    per_ms     INTEGER NOT NULL,
+    burst      INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    updated_by TEXT
+);
+CREATE TABLE rate_buckets (
+    limit_name TEXT NOT NULL,
+    bucket     TEXT NOT NULL,
+    tat_us     INTEGER NOT NULL,
+    PRIMARY KEY (limit_name, bucket)
+) WITHOUT ROWID;
+ALTER TABLE jobs ADD COLUMN rate_limit TEXT;
+ALTER TABLE jobs ADD COLUMN rate_key TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN rate_slot INTEGER;
+CREATE INDEX jobs_rate_due ON jobs (run_after, job_id) WHERE status = 'queued' AND paused = 0 AND rate_limit IS NOT NULL;
+"#;
+
+fn limit_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<RateLimit> {
+    Ok(RateLimit::from_columns(
+        r.get(0)?,
+        r.get(1)?,
+        r.get::<_, i64>(2)? as u64,
+        r.get(3)?,
+        Timestamp::from_unix_ms(r.get(4)?),
+        r.get(5)?,
+    ))
+}
+
+fn read_limit(conn: &Connection, name: &str) -> Result<Option<RateLimit>, StoreError> {
+    static SQL: LazyLock<String> =
+        LazyLock::new(|| format!("SELECT {RATE_LIMIT_COLUMNS} FROM rate_limits WHERE name = ?1"));
+    conn.prepare_cached(&SQL)
+        .and_then(|mut s| s.query_row(params![name], limit_of).optional())
+        .map_err(db_err("reading a rate limit"))
+}
+
+#[async_trait::async_trait]
+impl RateLimits for SqliteStore {
+    async fn rate_limit_set(&self, limit: RateLimit) -> Result<RateLimit, StoreError> {
+        self.write_all_or_nothing(move |conn| {
+            let before = read_limit(conn, &limit.name)?;
+            conn.execute(
+                "INSERT INTO rate_limits (name, count, per_ms, burst, updated_at, updated_by) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (name) DO UPDATE SET count = excluded.count, \
+                 per_ms = excluded.per_ms, burst = excluded.burst, updated_at = excluded.updated_at, \
+                 updated_by = excluded.updated_by",
+                params![
+                    limit.name,
+                    limit.count,
+                    limit.per_ms as i64,
+                    limit.burst,
+                    limit.updated_at.unix_ms(),
+                    limit.updated_by
+                ],
+            )
+            .map_err(db_err("setting a rate limit"))?;
+            let detail = serde_json::json!({
+                "before": before.map(|b| serde_json::json!({ "rate": b.rate, "burst": b.burst })),
+                "after": { "rate": limit.rate, "burst": limit.burst },
+            });
+            let row = note(limit.updated_by.clone(), "rate_limit.set", &limit.name, detail);
+            super::audit::append(conn, &row, limit.updated_at)?;
+            Ok(limit)
+        })
+        .await
+    }
+
+    async fn rate_limit_get(&self, name: &str) -> Result<Option<RateLimit>, StoreError> {
+        let name = name.to_owned();
+        self.read(move |conn| read_limit(conn, &name)).await
+    }
+
+    async fn rate_limits(&self) -> Result<Vec<RateLimit>, StoreError> {
+        self.read(|conn| {
+            let sql = format!("SELECT {RATE_LIMIT_COLUMNS} FROM rate_limits ORDER BY name");
+            conn.prepare_cached(&sql)
+                .and_then(|mut s| s.query_map([], limit_of)?.collect())
+                .map_err(db_err("reading rate limits"))
+        })
+        .await
+    }
+
+    async fn rate_limit_remove(&self, params: RateLimitRemoveParams) -> Result<bool, StoreError> {
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("removing a rate limit");
+            if conn.execute("DELETE FROM rate_limits WHERE name = ?1", params![params.name]).map_err(&err)? == 0 {
+                return Ok(false);
+            }
+            conn.execute("DELETE FROM rate_buckets WHERE limit_name = ?1", params![params.name]).map_err(&err)?;
+            let row = note(params.actor, "rate_limit.remove", &params.name, serde_json::json!({}));
+            super::audit::append(conn, &row, params.now)?;
+            Ok(true)
+        })
+        .await
+    }
+}
+
+/// Give the due jobs that name a limit and hold no live reservation their
+/// slots (at most [`ADMIT_PER_CLAIM`], in claim order), in the claim's
+/// write: a slot now makes the job claimable at once; a later one moves
+/// its `run_after` there. Answers the earliest slot still to come.
+pub(super) fn admit_due(conn: &Connection, now: Timestamp) -> Result<Option<Timestamp>, StoreError> {
+    static CANDIDATES: LazyLock<String> = LazyLock::new(|| rate_admittable("?1", "?2"));
+    static NEXT: LazyLock<String> = LazyLock::new(|| next_rate_slot("?1"));
+    let err = db_err("giving rate-limited jobs their slots");
+    let candidates: Vec<Candidate<String>> = conn
+        .prepare_cached(&CANDIDATES)
+        .and_then(|mut s| {
+            s.query_map(params![now.unix_ms(), ADMIT_PER_CLAIM], |r| {
+                Ok(Candidate { id: r.get(0)?, limit: r.get(1)?, key: r.get(2)? })
+            })?
+            .collect()
+        })
+        .map_err(&err)?;
+    if !candidates.is_empty() {
+        let mut limits = HashMap::new();
+        let mut tats = HashMap::new();
+        for c in &candidates {
+            if !limits.contains_key(&c.limit)
+                && let Some(limit) = read_limit(conn, &c.limit)?
+            {
+                limits.insert(c.limit.clone(), limit);
+            }
+            let bucket = (c.limit.clone(), c.key.clone());
+            if !tats.contains_key(&bucket)
+                && let Some(tat) = conn
+                    .prepare_cached("SELECT tat_us FROM rate_buckets WHERE limit_name = ?1 AND bucket = ?2")
+                    .and_then(|mut s| s.query_row(params![bucket.0, bucket.1], |r| r.get::<_, i64>(0)).optional())
+                    .map_err(&err)?
+            {
+                tats.insert(bucket, tat);
+            }
+        }
+        let admission = admit(&candidates, &limits, tats, now);
+        let mut put = conn
+            .prepare_cached(
+                "INSERT INTO rate_buckets (limit_name, bucket, tat_us) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (limit_name, bucket) DO UPDATE SET tat_us = excluded.tat_us",
+            )
+            .map_err(&err)?;
+        for ((limit, key), tat) in &admission.buckets {
+            put.execute(params![limit, key, tat]).map_err(&err)?;
+        }
+        let mut slot = conn
+            .prepare_cached("UPDATE jobs SET rate_slot = ?1, run_after = MAX(run_after, ?1) WHERE job_id = ?2")
+            .map_err(&err)?;
+        for (id, at) in &admission.slots {
+            slot.execute(params![at.unix_ms(), id]).map_err(&err)?;
+        }
+    }
+    let next: Option<i64> =
+        conn.prepare_cached(&NEXT).and_then(|mut s| s.query_row(params![now.unix_ms()], |r| r.get(0))).map_err(&err)?;
+    Ok(next.map(Timestamp::from_unix_ms))
+}
