@@ -10,7 +10,7 @@
 //! TAT to `max(tat, now) + interval`: a reservation, so a job over the
 //! limit is not refused but given the time it may run, and keeps that
 //! place. The decisions are here, with no SQL; each backend keeps the
-//! buckets and applies them inside its claim.
+//! buckets and applies them as it claims.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -41,7 +41,8 @@ pub const MAX_COUNT: u32 = 1_000_000;
 /// limit's count for the window plus this long's worth, plus the burst.
 pub const RESERVATION_GRACE: Duration = Duration::from_secs(2);
 
-/// Most due jobs one claim gives slots to, before it claims.
+/// Most due jobs a PostgreSQL claim gives slots to, before its claim
+/// statement (SQLite gives each picked job its slot as it claims).
 pub const ADMIT_PER_CLAIM: u32 = 512;
 
 /// A named limit: at most `count` starts per `per`, `burst` of them back

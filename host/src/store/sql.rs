@@ -64,16 +64,31 @@ pub(crate) const UNCAPPED_SUBMITTER: &str =
 /// running job. (The pauses are read once per statement, as
 /// a set: PostgreSQL plans a correlated `NOT EXISTS` on them as a join
 /// that gives up the claim index's order.)
-pub(crate) fn claimable(pool: ClaimPool, whose: &str, now: &str) -> String {
+pub(crate) fn claimable(pool: ClaimPool, whose: &str, now: &str, slots: SlotsGiven) -> String {
     let which = match pool {
         ClaimPool::Fresh => "q.process_deaths = 0",
         ClaimPool::Suspect => "q.process_deaths > 0",
     };
+    let unslotted = match slots {
+        SlotsGiven::BeforeTheClaim => "",
+        SlotsGiven::AsPicked => "q.rate_slot IS NULL OR ",
+    };
     format!(
         "q.status = 'queued' AND q.paused = 0 AND {which} AND {whose} AND q.run_after <= {now} AND q.expires_at > {now} \
-         AND (q.rate_limit IS NULL OR q.rate_slot >= {now} - {grace}) {PAUSES_AND_KEYS}",
+         AND (q.rate_limit IS NULL OR {unslotted}q.rate_slot >= {now} - {grace}) {PAUSES_AND_KEYS}",
         grace = RESERVATION_GRACE.as_millis(),
     )
+}
+
+/// When a backend gives a due job naming a rate limit its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotsGiven {
+    /// Before the claim statement (PostgreSQL, whose claim is one
+    /// statement): a claim takes only such a job holding a live slot.
+    BeforeTheClaim,
+    /// As the claim picks it (SQLite): a job with no slot is picked too,
+    /// and given its slot then.
+    AsPicked,
 }
 
 /// The rest of [`claimable`] and [`rate_admittable`]: not of a paused
@@ -89,26 +104,35 @@ const PAUSES_AND_KEYS: &str = "AND (q.plugin_name IS NULL OR q.plugin_name NOT I
 pub(crate) const RATE_LIMIT_COLUMNS: &str = "name, count, per_ms, burst, updated_at, updated_by";
 
 /// The due jobs `q` a claim at `now` gives a rate slot to before it
-/// claims: queued, not held by a pause, unexpired, due, keyless or next of
-/// their key, naming a limit, and holding no live reservation (none, or
-/// one whose grace has run out). In claim order.
-pub(crate) fn rate_admittable(now: &str, limit: &str) -> String {
+/// claims ([`SlotsGiven::BeforeTheClaim`]): queued, not held by a pause, unexpired, due, keyless or next of
+/// their key, naming a limit, and holding no slot; at most `limit`, in due
+/// order, read from `jobs_rate_waiting`. `jobs` names the table as the
+/// backend reads it. Columns: id, limit, key, due.
+pub(crate) fn rate_admittable(now: &str, limit: &str, jobs: &str) -> String {
     format!(
-        "SELECT q.job_id, q.rate_limit, q.rate_key FROM jobs q WHERE q.status = 'queued' AND q.paused = 0 \
-         AND q.rate_limit IS NOT NULL AND q.run_after <= {now} AND q.expires_at > {now} \
-         AND (q.rate_slot IS NULL OR q.rate_slot < {now} - {grace}) {PAUSES_AND_KEYS} \
-         ORDER BY q.priority, q.run_after, q.job_id LIMIT {limit}",
+        "SELECT q.job_id, q.rate_limit, q.rate_key, q.run_after FROM {jobs} \
+         WHERE q.status = 'queued' AND q.paused = 0 AND q.rate_limit IS NOT NULL AND q.rate_slot IS NULL \
+         AND q.run_after <= {now} AND q.expires_at > {now} {PAUSES_AND_KEYS} \
+         ORDER BY q.run_after, q.job_id LIMIT {limit}"
+    )
+}
+
+/// Drop the slots whose grace ran out unused (their jobs were not claimed
+/// within [`RESERVATION_GRACE`]): those jobs are given slots again. `jobs`
+/// as in [`rate_admittable`] (`jobs_rate_slots` on SQLite).
+pub(crate) fn rate_slots_expire(now: &str, jobs: &str) -> String {
+    format!(
+        "UPDATE {jobs} SET rate_slot = NULL WHERE status = 'queued' AND rate_slot IS NOT NULL \
+         AND rate_slot < {now} - {grace}",
         grace = RESERVATION_GRACE.as_millis(),
     )
 }
 
 /// The earliest slot a queued job holds after `now`: when this process's
-/// workers next have a reserved job to start.
-pub(crate) fn next_rate_slot(now: &str) -> String {
-    format!(
-        "SELECT MIN(run_after) FROM jobs WHERE status = 'queued' AND paused = 0 AND rate_limit IS NOT NULL \
-         AND run_after > {now}"
-    )
+/// workers next have a reserved job to start. `jobs` as in
+/// [`rate_slots_expire`].
+pub(crate) fn next_rate_slot(now: &str, jobs: &str) -> String {
+    format!("SELECT MIN(rate_slot) FROM {jobs} WHERE status = 'queued' AND rate_slot IS NOT NULL AND rate_slot > {now}")
 }
 
 /// The plan columns both backends read, in this order.

@@ -11,7 +11,7 @@ use super::PostgresStore;
 use super::rows::{db_err, job_columns, row_to_job};
 use crate::job::millis;
 use crate::store::rules::codec::corrupt;
-use crate::store::sql::{ClaimPool, UNCAPPED_SUBMITTER, claimable};
+use crate::store::sql::{ClaimPool, SlotsGiven, UNCAPPED_SUBMITTER, claimable};
 use crate::store::{JobClaimParams, Lease, StoreError};
 
 /// Priorities and pauses: the columns, the paused names, and the indexes
@@ -132,7 +132,7 @@ const LEVELS: &str = "levels(p) AS ( \
 /// statement's transaction ends.) Suspects (one at a time, to a lone
 /// claimer) in due order alone.
 fn uncapped_sql(pool: ClaimPool) -> String {
-    let claimable = claimable(pool, UNCAPPED_SUBMITTER, "$1");
+    let claimable = claimable(pool, UNCAPPED_SUBMITTER, "$1", SlotsGiven::BeforeTheClaim);
     claim_update(&match pool {
         ClaimPool::Suspect => format!(
             "SELECT q.job_id, 1 AS share FROM jobs q WHERE {claimable} ORDER BY q.run_after, q.job_id LIMIT $2 \
@@ -168,7 +168,7 @@ fn capped_sql(pool: ClaimPool) -> String {
              ORDER BY q.priority, q.run_after, q.job_id LIMIT GREATEST(s.room, 0)) c \
            ORDER BY c.priority, c.run_after, c.job_id LIMIT $2) \
          FOR UPDATE SKIP LOCKED",
-        claimable(pool, "q.submitted_by = s.name", "$1")
+        claimable(pool, "q.submitted_by = s.name", "$1", SlotsGiven::BeforeTheClaim)
     ))
 }
 

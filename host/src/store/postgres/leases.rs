@@ -22,10 +22,19 @@ use crate::store::{
 impl Leases for PostgresStore {
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
         let mut client = self.client("claiming jobs").await?;
-        self.admit_due(&mut client, params.now).await?;
         if !self.any_capped(&client).await? {
-            return claim(&client, &params, false).await;
+            let Some(admission) = self.admission(&client).await? else {
+                return claim(&client, &params, false).await;
+            };
+            // Sent together, the admission first (its statement is in
+            // hand, so it goes out as soon as it is polled): the claim
+            // runs after it and sees the slots it gave.
+            let (admitted, claimed) =
+                tokio::join!(self.admit_with(&client, &admission, params.now), claim(&client, &params, false));
+            admitted?;
+            return claimed;
         }
+        self.admit_due(&client, params.now).await?;
         let err = db_err("claiming jobs");
         let tx = client.transaction().await.map_err(&err)?;
         let leases = claim(&tx, &params, true).await?;
@@ -59,7 +68,7 @@ impl Leases for PostgresStore {
         let mut client = self.client("finishing a job").await?;
         // A failed admission leaves the limited jobs to the next claim;
         // the finish goes on.
-        let _ = self.admit_due(&mut client, next.now).await;
+        let _ = self.admit_due(&client, next.now).await;
         let capped = self.any_capped(&client).await?;
         let tx = client.transaction().await.map_err(&err)?;
         // The finish and the claim go to the server together (one round

@@ -2,7 +2,6 @@
 //! that gives due jobs naming a limit their slots (see
 //! [`crate::job::rate`]).
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use deadpool_postgres::GenericClient;
@@ -11,15 +10,16 @@ use tokio_postgres::Row;
 use super::PostgresStore;
 use super::rows::db_err;
 use crate::clock::Timestamp;
-use crate::job::rate::{ADMIT_PER_CLAIM, Candidate, RateLimit, admit};
+use crate::job::rate::{ADMIT_PER_CLAIM, RateLimit};
 use crate::store::rules::audit::note;
-use crate::store::sql::{RATE_LIMIT_COLUMNS, next_rate_slot, rate_admittable};
+use crate::store::sql::{RATE_LIMIT_COLUMNS, next_rate_slot, rate_admittable, rate_slots_expire};
 use crate::store::{RateLimitRemoveParams, RateLimits, StoreError};
 
 /// The migration that adds rate limits (listed in
 /// [`MIGRATIONS`](super::schema::MIGRATIONS)): the limits, each bucket's
-/// TAT (`NULL`: never used), a job's limit, key and slot, and the index
-/// admission reads due limited jobs by.
+/// TAT (`NULL`: never used), a job's limit, key and slot, and the indexes
+/// admission reads: the limited jobs waiting for a slot, and the slots
+/// given.
 pub(super) const MIGRATION: &str = r#"
 CREATE TABLE rate_limits (
     name       TEXT COLLATE "C" PRIMARY KEY,
@@ -38,7 +38,8 @@ CREATE TABLE rate_buckets (
 ALTER TABLE jobs ADD COLUMN rate_limit TEXT;
 ALTER TABLE jobs ADD COLUMN rate_key TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN rate_slot BIGINT;
-CREATE INDEX jobs_rate_due ON jobs (run_after, job_id) WHERE status = 'queued' AND paused = 0 AND rate_limit IS NOT NULL;
+CREATE INDEX jobs_rate_waiting ON jobs (run_after, job_id) WHERE status = 'queued' AND paused = 0 AND rate_limit IS NOT NULL AND rate_slot IS NULL;
+CREATE INDEX jobs_rate_slots ON jobs (rate_slot) WHERE status = 'queued' AND rate_slot IS NOT NULL;
 "#;
 
 /// How long a read of whether any limit or limited job exists is used:
@@ -116,6 +117,12 @@ impl RateLimits for PostgresStore {
     }
 }
 
+/// The statements of an admission, prepared.
+pub(super) struct Admission {
+    expire: tokio_postgres::Statement,
+    admit: tokio_postgres::Statement,
+}
+
 impl PostgresStore {
     /// Whether a claim should give slots first: some limit exists, or some
     /// queued job names one (read at most once per
@@ -130,7 +137,8 @@ impl PostgresStore {
         let limited: bool = client
             .query_one(
                 "SELECT EXISTS (SELECT 1 FROM rate_limits) OR EXISTS (SELECT 1 FROM jobs \
-                 WHERE status = 'queued' AND paused = 0 AND rate_limit IS NOT NULL)",
+                 WHERE status = 'queued' AND paused = 0 AND rate_limit IS NOT NULL AND rate_slot IS NULL) \
+                 OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND rate_slot IS NOT NULL)",
                 &[],
             )
             .await
@@ -147,87 +155,90 @@ impl PostgresStore {
 
     /// Before a claim: give the due jobs that name a limit and hold no live
     /// reservation their slots (at most [`ADMIT_PER_CLAIM`], in claim
-    /// order), in a transaction of its own, and set the alarm for the
-    /// earliest slot to come. The jobs are locked (another replica's
-    /// admission skips them) and each bucket is locked in key order (two
-    /// replicas' admissions of one bucket take turns).
-    pub(super) async fn admit_due(
-        &self,
-        client: &mut deadpool_postgres::Object,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
-        static CANDIDATES: LazyLock<String> =
-            LazyLock::new(|| format!("{} FOR UPDATE OF q SKIP LOCKED", rate_admittable("$1", "$2")));
-        static NEXT: LazyLock<String> = LazyLock::new(|| next_rate_slot("$1"));
-        if !self.any_limited(&*client).await? {
-            return Ok(());
+    /// order), in one statement ([`ADMIT`]), and set the alarm for the
+    /// earliest slot to come.
+    pub(super) async fn admit_due(&self, client: &impl GenericClient, now: Timestamp) -> Result<(), StoreError> {
+        match self.admission(client).await? {
+            Some(admission) => self.admit_with(client, &admission, now).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The admission's statements ([`EXPIRE`], [`ADMIT`]), prepared, or
+    /// `None` while nothing is limited: with them in hand,
+    /// [`Self::admit_with`] sends both at once, so a claim sent after them
+    /// on the same connection runs after them.
+    pub(super) async fn admission(&self, client: &impl GenericClient) -> Result<Option<Admission>, StoreError> {
+        if !self.any_limited(client).await? {
+            return Ok(None);
         }
         let err = db_err("giving rate-limited jobs their slots");
-        let tx = client.transaction().await.map_err(&err)?;
-        let rows = tx.query(&*CANDIDATES, &[&now.unix_ms(), &i64::from(ADMIT_PER_CLAIM)]).await.map_err(&err)?;
-        let candidates: Vec<Candidate<String>> =
-            rows.iter().map(|r| Candidate { id: r.get(0), limit: r.get(1), key: r.get(2) }).collect();
-        if !candidates.is_empty() {
-            let mut names: Vec<&str> = candidates.iter().map(|c| c.limit.as_str()).collect();
-            names.sort_unstable();
-            names.dedup();
-            let sql = format!("SELECT {RATE_LIMIT_COLUMNS} FROM rate_limits WHERE name = ANY($1)");
-            let limits: HashMap<String, RateLimit> =
-                tx.query(&sql, &[&names]).await.map_err(&err)?.iter().map(|r| (r.get(0), limit_of(r))).collect();
-            let mut buckets: Vec<(&str, &str)> = candidates
-                .iter()
-                .filter(|c| limits.contains_key(&c.limit))
-                .map(|c| (c.limit.as_str(), c.key.as_str()))
-                .collect();
-            buckets.sort_unstable();
-            buckets.dedup();
-            // One statement creates the missing buckets and locks them all,
-            // in key order, returning each one's TAT.
-            let (bucket_limits, bucket_keys): (Vec<&str>, Vec<&str>) = buckets.into_iter().unzip();
-            let tats: HashMap<(String, String), i64> = tx
-                .query(
-                    "INSERT INTO rate_buckets (limit_name, bucket) \
-                     SELECT n.l, n.k FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS n(l, k, o) ORDER BY n.o \
-                     ON CONFLICT (limit_name, bucket) DO UPDATE SET tat_us = rate_buckets.tat_us \
-                     RETURNING limit_name, bucket, tat_us",
-                    &[&bucket_limits, &bucket_keys],
-                )
-                .await
-                .map_err(&err)?
-                .iter()
-                .filter_map(|r| Some(((r.get(0), r.get(1)), r.get::<_, Option<i64>>(2)?)))
-                .collect();
-            let admission = admit(&candidates, &limits, tats, now);
-            let mut l = Vec::new();
-            let mut k = Vec::new();
-            let mut t = Vec::new();
-            for ((limit, key), tat) in &admission.buckets {
-                l.push(limit.as_str());
-                k.push(key.as_str());
-                t.push(*tat);
-            }
-            tx.execute(
-                "UPDATE rate_buckets b SET tat_us = n.t FROM unnest($1::text[], $2::text[], $3::int8[]) AS n(l, k, t) \
-                 WHERE b.limit_name = n.l AND b.bucket = n.k",
-                &[&l, &k, &t],
-            )
-            .await
-            .map_err(&err)?;
-            let (ids, slots): (Vec<&str>, Vec<i64>) =
-                admission.slots.iter().map(|(id, at)| (id.as_str(), at.unix_ms())).unzip();
-            tx.execute(
-                "UPDATE jobs j SET rate_slot = n.s, run_after = GREATEST(j.run_after, n.s) \
-                 FROM unnest($1::text[], $2::int8[]) AS n(id, s) WHERE j.job_id = n.id",
-                &[&ids, &slots],
-            )
-            .await
-            .map_err(&err)?;
-        }
-        let next: Option<i64> = tx.query_one(&*NEXT, &[&now.unix_ms()]).await.map_err(&err)?.get(0);
-        tx.commit().await.map_err(&err)?;
-        if let Some(slot) = next {
+        let expire = client.prepare_cached(&EXPIRE).await.map_err(&err)?;
+        let admit = client.prepare_cached(&ADMIT).await.map_err(&err)?;
+        Ok(Some(Admission { expire, admit }))
+    }
+
+    /// Drop the slots whose grace ran out, then give slots, at `now`.
+    pub(super) async fn admit_with(
+        &self,
+        client: &impl GenericClient,
+        admission: &Admission,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let err = db_err("giving rate-limited jobs their slots");
+        let (now_ms, most, now_us) = (now.unix_ms(), i64::from(ADMIT_PER_CLAIM), now.unix_ms().saturating_mul(1000));
+        let expire_args: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&now_ms];
+        let admit_args: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&now_ms, &most, &now_us];
+        let (expired, admitted) = tokio::join!(
+            client.execute(&admission.expire, &expire_args),
+            client.query_one(&admission.admit, &admit_args)
+        );
+        expired.map_err(&err)?;
+        let row = admitted.map_err(&err)?;
+        if let Some(slot) = row.get::<_, Option<i64>>(0) {
             self.inner.alarm.ring_at(Timestamp::from_unix_ms(slot), now);
         }
         Ok(())
     }
 }
+
+/// Admission as one statement (`$1` now in ms, `$2` the most jobs, `$3`
+/// now in µs), sent after [`EXPIRE`]: the rule of
+/// [`admit`](crate::job::rate::admit), which SQLite runs as written, in
+/// closed form. A bucket's `n` candidates, in due order, start from `base = max(TAT, now)`: the `i`th gets
+/// `max(now, base + i·T − (burst − 1)·T)`, rounded up to the millisecond,
+/// and the TAT becomes `base + n·T`. The candidates are locked (another
+/// replica's admission skips them); each bucket row is created or locked,
+/// in key order, by the upsert that moves its TAT, which answers the new
+/// TAT (`base` is it less `n·T`). A limit that is gone gives a slot of now.
+/// Answers the earliest slot after now, given here or before.
+static EXPIRE: LazyLock<String> = LazyLock::new(|| rate_slots_expire("$1::int8", "jobs"));
+
+static ADMIT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH cand AS ({candidates} FOR UPDATE OF q SKIP LOCKED), \
+         ranked AS ( \
+           SELECT c.job_id, c.rate_limit, c.rate_key, c.run_after, l.burst, \
+             CASE WHEN l.name IS NULL THEN NULL ELSE GREATEST(l.per_ms * 1000 / GREATEST(l.count, 1), 1) END AS t, \
+             row_number() OVER (PARTITION BY c.rate_limit, c.rate_key ORDER BY c.run_after, c.job_id) - 1 AS i, \
+             count(*) OVER (PARTITION BY c.rate_limit, c.rate_key) AS n \
+           FROM cand c LEFT JOIN rate_limits l ON l.name = c.rate_limit), \
+         buckets AS ( \
+           INSERT INTO rate_buckets AS b (limit_name, bucket, tat_us) \
+           SELECT DISTINCT ON (r.rate_limit, r.rate_key) r.rate_limit, r.rate_key, $3::int8 + r.n * r.t \
+           FROM ranked r WHERE r.t IS NOT NULL ORDER BY r.rate_limit, r.rate_key \
+           ON CONFLICT (limit_name, bucket) DO UPDATE \
+             SET tat_us = GREATEST(COALESCE(b.tat_us, $3::int8), $3::int8) + (excluded.tat_us - $3::int8) \
+           RETURNING b.limit_name, b.bucket, b.tat_us), \
+         slots AS ( \
+           SELECT r.job_id, CASE WHEN r.t IS NULL THEN $1::int8 ELSE GREATEST($1::int8, \
+             (GREATEST($3::int8, k.tat_us - r.n * r.t + r.i * r.t - (r.burst - 1) * r.t) + 999) / 1000) END AS slot \
+           FROM ranked r LEFT JOIN buckets k ON k.limit_name = r.rate_limit AND k.bucket = r.rate_key), \
+         given AS ( \
+           UPDATE jobs j SET rate_slot = s.slot, run_after = GREATEST(j.run_after, s.slot) \
+           FROM slots s WHERE j.job_id = s.job_id RETURNING s.slot) \
+         SELECT LEAST((SELECT MIN(slot) FROM given WHERE slot > $1::int8), ({next}))",
+        candidates = rate_admittable("$1::int8", "$2::int8", "jobs q"),
+        next = next_rate_slot("$1::int8", "jobs"),
+    )
+});

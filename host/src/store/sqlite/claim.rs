@@ -8,9 +8,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::rows::{JOB_COLUMNS, db_err, query_jobs};
 use crate::clock::Timestamp;
 use crate::job::millis;
-use crate::job::{Job, JobStatus};
+use std::collections::HashMap;
+
+use crate::job::rate::Candidate;
+use crate::job::{Job, JobId, JobStatus};
 use crate::store::rules::codec::corrupt;
-use crate::store::sql::{ClaimPool, UNCAPPED_SUBMITTER, claimable};
+use crate::store::sql::{ClaimPool, SlotsGiven, UNCAPPED_SUBMITTER, claimable};
 use crate::store::{JobClaimParams, Lease, StoreError};
 
 /// Priorities and pauses: the columns, the paused names, and the indexes
@@ -51,8 +54,9 @@ CREATE INDEX jobs_claim_due ON jobs (run_after, job_id) WHERE status = 'queued' 
 /// two temporary b-trees per call. Nothing can change between the two: the
 /// writer holds the write transaction, so a cap is never overrun.
 pub(super) fn claim(conn: &Connection, params: JobClaimParams) -> Result<Claimed, StoreError> {
-    let next_slot = super::rate_limits::admit_due(conn, params.now)?;
-    Ok(Claimed { leases: take_due(conn, params)?, next_slot })
+    super::rate_limits::expire_slots(conn, params.now)?;
+    let leases = take_due(conn, params.clone())?;
+    Ok(Claimed { leases, next_slot: super::rate_limits::next_slot(conn, params.now)? })
 }
 
 /// What a claim took, and the earliest rate slot still to come (when to
@@ -63,7 +67,9 @@ pub(super) struct Claimed {
     pub(super) next_slot: Option<Timestamp>,
 }
 
-/// The claim proper, after admission gave due limited jobs their slots.
+/// The claim proper: a picked job naming a rate limit with no slot is
+/// given one, and claimed if it is now or kept waiting for it; the claim's
+/// last step picks again (a few times) for the room such jobs left.
 fn take_due(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
     let now = params.now.unix_ms();
     let mut leases = Vec::new();
@@ -83,24 +89,48 @@ fn take_due(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, Sto
     if aged > 0 {
         take(conn, &params, pick_aged(conn, now, params.aged_before(), aged)?, &mut leases)?;
     }
-    let rest = params.limit - leases.len() as u32;
-    if rest > 0 {
-        take(conn, &params, pick_by_priority(conn, now, rest)?, &mut leases)?;
+    for _ in 0..PICKS_PAST_WAITING_JOBS {
+        let rest = params.limit - leases.len() as u32;
+        if rest == 0 || take(conn, &params, pick_by_priority(conn, now, rest)?, &mut leases)? == 0 {
+            break;
+        }
     }
     Ok(leases)
 }
 
-/// Lease each of `candidates` to the claimer.
+/// How many times a claim picks again for room left by picked jobs that
+/// must wait for their rate slots (each time, those jobs are no longer
+/// due).
+const PICKS_PAST_WAITING_JOBS: usize = 4;
+
+/// Lease each of `candidates` to the claimer, but for a job naming a rate
+/// limit whose slot, given now, is later: it waits for it. Answers how
+/// many waited.
 fn take(
     conn: &Connection,
     params: &JobClaimParams,
     candidates: Vec<Job>,
     leases: &mut Vec<Lease>,
-) -> Result<(), StoreError> {
+) -> Result<usize, StoreError> {
     let now = params.now.unix_ms();
     let expires = now + millis::column(params.lease_ttl);
+    let unslotted: Vec<Candidate<JobId>> = candidates
+        .iter()
+        .filter(|j| j.rate_slot.is_none())
+        .filter_map(|j| Some(Candidate { id: j.id, limit: j.rate_limit.clone()?, key: j.rate_key.clone() }))
+        .collect();
+    let later: HashMap<JobId, Timestamp> = if unslotted.is_empty() {
+        HashMap::new()
+    } else {
+        let slots = super::rate_limits::slots_for(conn, &unslotted, params.now)?;
+        slots.into_iter().filter(|(_, slot)| slot.unix_ms() > now).collect()
+    };
     let mut update = conn.prepare_cached(CLAIM_ONE).map_err(db_err("claiming a job"))?;
     for mut job in candidates {
+        if let Some(slot) = later.get(&job.id) {
+            super::rate_limits::wait_for_slot(conn, job.id, *slot)?;
+            continue;
+        }
         let token = lease_token();
         let changed = update
             .execute(params![params.worker_id, token, expires, now, job.id.to_string()])
@@ -120,7 +150,7 @@ fn take(
         job.rate_slot = None;
         leases.push(Lease { job, token });
     }
-    Ok(())
+    Ok(later.len())
 }
 
 /// The suspect (a job a process died under) of an uncapped submitter due
@@ -129,7 +159,7 @@ fn pick_suspect(conn: &Connection, now: i64) -> Result<Vec<Job>, StoreError> {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
             "SELECT {JOB_COLUMNS} FROM jobs q WHERE {} ORDER BY q.run_after, q.job_id LIMIT 1",
-            claimable(ClaimPool::Suspect, UNCAPPED_SUBMITTER, "?1")
+            claimable(ClaimPool::Suspect, UNCAPPED_SUBMITTER, "?1", SlotsGiven::AsPicked)
         )
     });
     query_jobs(conn, &SQL, params![now])
@@ -142,7 +172,7 @@ fn pick_capped(conn: &Connection, pool: ClaimPool, now: i64, limit: u32) -> Resu
         ClaimPool::ALL.map(|pool| {
             format!(
                 "SELECT {JOB_COLUMNS} FROM jobs q WHERE {} ORDER BY q.priority, q.run_after, q.job_id LIMIT ?2",
-                claimable(pool, "q.submitted_by = ?3", "?1")
+                claimable(pool, "q.submitted_by = ?3", "?1", SlotsGiven::AsPicked)
             )
         })
     });
@@ -171,7 +201,7 @@ fn pick_aged(conn: &Connection, now: i64, aged_before: Timestamp, limit: u32) ->
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
             "SELECT {JOB_COLUMNS} FROM jobs q WHERE {} AND q.run_after <= ?3 ORDER BY q.run_after, q.job_id LIMIT ?2",
-            claimable(ClaimPool::Fresh, UNCAPPED_SUBMITTER, "?1")
+            claimable(ClaimPool::Fresh, UNCAPPED_SUBMITTER, "?1", SlotsGiven::AsPicked)
         )
     });
     query_jobs(conn, &SQL, params![now, limit, aged_before.unix_ms()])
@@ -187,7 +217,7 @@ fn pick_by_priority(conn: &Connection, now: i64, limit: u32) -> Result<Vec<Job>,
         format!(
             "SELECT {JOB_COLUMNS} FROM jobs q WHERE {} AND q.priority = ?3 \
              ORDER BY q.run_after, q.job_id LIMIT ?2",
-            claimable(ClaimPool::Fresh, UNCAPPED_SUBMITTER, "?1")
+            claimable(ClaimPool::Fresh, UNCAPPED_SUBMITTER, "?1", SlotsGiven::AsPicked)
         )
     });
     let mut jobs = Vec::new();

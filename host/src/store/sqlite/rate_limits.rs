@@ -1,5 +1,6 @@
-//! The SQLite store's [`RateLimits`], and the step of its claim that gives
-//! due jobs naming a limit their slots (see [`crate::job::rate`]).
+//! The SQLite store's [`RateLimits`], and what its claim does for a picked
+//! job naming a limit: give it its slot, and claim it if the slot is now
+//! or keep it waiting for it (see [`crate::job::rate`]).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -9,15 +10,16 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::SqliteStore;
 use super::rows::db_err;
 use crate::clock::Timestamp;
-use crate::job::rate::{ADMIT_PER_CLAIM, Candidate, RateLimit, admit};
+use crate::job::JobId;
+use crate::job::rate::{Candidate, RateLimit, admit};
 use crate::store::rules::audit::note;
-use crate::store::sql::{RATE_LIMIT_COLUMNS, next_rate_slot, rate_admittable};
+use crate::store::sql::{RATE_LIMIT_COLUMNS, next_rate_slot, rate_slots_expire};
 use crate::store::{RateLimitRemoveParams, RateLimits, StoreError};
 
 /// The migration that adds rate limits (listed in
 /// [`MIGRATIONS`](super::migrations::MIGRATIONS)): the limits, each
-/// bucket's TAT, a job's limit, key and slot, and the index admission
-/// reads due limited jobs by.
+/// bucket's TAT, a job's limit, key and slot, and the slots given, by
+/// time.
 pub(super) const MIGRATION: &str = r#"
 CREATE TABLE rate_limits (
     name       TEXT PRIMARY KEY,
@@ -36,7 +38,7 @@ CREATE TABLE rate_buckets (
 ALTER TABLE jobs ADD COLUMN rate_limit TEXT;
 ALTER TABLE jobs ADD COLUMN rate_key TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN rate_slot INTEGER;
-CREATE INDEX jobs_rate_due ON jobs (run_after, job_id) WHERE status = 'queued' AND paused = 0 AND rate_limit IS NOT NULL;
+CREATE INDEX jobs_rate_slots ON jobs (rate_slot) WHERE status = 'queued' AND rate_slot IS NOT NULL;
 "#;
 
 fn limit_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<RateLimit> {
@@ -119,60 +121,70 @@ impl RateLimits for SqliteStore {
     }
 }
 
-/// Give the due jobs that name a limit and hold no live reservation their
-/// slots (at most [`ADMIT_PER_CLAIM`], in claim order), in the claim's
-/// write: a slot now makes the job claimable at once; a later one moves
-/// its `run_after` there. Answers the earliest slot still to come.
-pub(super) fn admit_due(conn: &Connection, now: Timestamp) -> Result<Option<Timestamp>, StoreError> {
-    static CANDIDATES: LazyLock<String> = LazyLock::new(|| rate_admittable("?1", "?2"));
-    static NEXT: LazyLock<String> = LazyLock::new(|| next_rate_slot("?1"));
+/// Drop the slots whose grace ran out (their jobs are given slots again
+/// when a claim next picks them), in the claim's write.
+pub(super) fn expire_slots(conn: &Connection, now: Timestamp) -> Result<(), StoreError> {
+    static EXPIRE: LazyLock<String> = LazyLock::new(|| rate_slots_expire("?1", "jobs INDEXED BY jobs_rate_slots"));
+    conn.prepare_cached(&EXPIRE)
+        .and_then(|mut s| s.execute(params![now.unix_ms()]))
+        .map_err(db_err("giving rate-limited jobs their slots"))?;
+    Ok(())
+}
+
+/// The slots of `candidates` (picked by a claim, in its order, each naming
+/// a limit and holding no slot), their buckets' TATs moved in the claim's
+/// write: a slot of now is claimed at once, a later one waits.
+pub(super) fn slots_for(
+    conn: &Connection,
+    candidates: &[Candidate<JobId>],
+    now: Timestamp,
+) -> Result<Vec<(JobId, Timestamp)>, StoreError> {
     let err = db_err("giving rate-limited jobs their slots");
-    let candidates: Vec<Candidate<String>> = conn
-        .prepare_cached(&CANDIDATES)
-        .and_then(|mut s| {
-            s.query_map(params![now.unix_ms(), ADMIT_PER_CLAIM], |r| {
-                Ok(Candidate { id: r.get(0)?, limit: r.get(1)?, key: r.get(2)? })
-            })?
-            .collect()
-        })
-        .map_err(&err)?;
-    if !candidates.is_empty() {
-        let mut limits = HashMap::new();
-        let mut tats = HashMap::new();
-        for c in &candidates {
-            if !limits.contains_key(&c.limit)
-                && let Some(limit) = read_limit(conn, &c.limit)?
-            {
-                limits.insert(c.limit.clone(), limit);
-            }
-            let bucket = (c.limit.clone(), c.key.clone());
-            if !tats.contains_key(&bucket)
-                && let Some(tat) = conn
-                    .prepare_cached("SELECT tat_us FROM rate_buckets WHERE limit_name = ?1 AND bucket = ?2")
-                    .and_then(|mut s| s.query_row(params![bucket.0, bucket.1], |r| r.get::<_, i64>(0)).optional())
-                    .map_err(&err)?
-            {
-                tats.insert(bucket, tat);
-            }
+    let mut limits = HashMap::new();
+    let mut tats = HashMap::new();
+    for c in candidates {
+        if !limits.contains_key(&c.limit)
+            && let Some(limit) = read_limit(conn, &c.limit)?
+        {
+            limits.insert(c.limit.clone(), limit);
         }
-        let admission = admit(&candidates, &limits, tats, now);
-        let mut put = conn
-            .prepare_cached(
-                "INSERT INTO rate_buckets (limit_name, bucket, tat_us) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT (limit_name, bucket) DO UPDATE SET tat_us = excluded.tat_us",
-            )
-            .map_err(&err)?;
-        for ((limit, key), tat) in &admission.buckets {
-            put.execute(params![limit, key, tat]).map_err(&err)?;
-        }
-        let mut slot = conn
-            .prepare_cached("UPDATE jobs SET rate_slot = ?1, run_after = MAX(run_after, ?1) WHERE job_id = ?2")
-            .map_err(&err)?;
-        for (id, at) in &admission.slots {
-            slot.execute(params![at.unix_ms(), id]).map_err(&err)?;
+        let bucket = (c.limit.clone(), c.key.clone());
+        if !tats.contains_key(&bucket)
+            && let Some(tat) = conn
+                .prepare_cached("SELECT tat_us FROM rate_buckets WHERE limit_name = ?1 AND bucket = ?2")
+                .and_then(|mut s| s.query_row(params![bucket.0, bucket.1], |r| r.get::<_, i64>(0)).optional())
+                .map_err(&err)?
+        {
+            tats.insert(bucket, tat);
         }
     }
-    let next: Option<i64> =
-        conn.prepare_cached(&NEXT).and_then(|mut s| s.query_row(params![now.unix_ms()], |r| r.get(0))).map_err(&err)?;
+    let admission = admit(candidates, &limits, tats, now);
+    let mut put = conn
+        .prepare_cached(
+            "INSERT INTO rate_buckets (limit_name, bucket, tat_us) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (limit_name, bucket) DO UPDATE SET tat_us = excluded.tat_us",
+        )
+        .map_err(&err)?;
+    for ((limit, key), tat) in &admission.buckets {
+        put.execute(params![limit, key, tat]).map_err(&err)?;
+    }
+    Ok(admission.slots)
+}
+
+/// Keep a picked job waiting for its slot: queued, due then.
+pub(super) fn wait_for_slot(conn: &Connection, id: JobId, slot: Timestamp) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE jobs SET rate_slot = ?1, run_after = MAX(run_after, ?1) WHERE job_id = ?2")
+        .and_then(|mut s| s.execute(params![slot.unix_ms(), id.to_string()]))
+        .map_err(db_err("giving rate-limited jobs their slots"))?;
+    Ok(())
+}
+
+/// The earliest slot a queued job holds after `now`.
+pub(super) fn next_slot(conn: &Connection, now: Timestamp) -> Result<Option<Timestamp>, StoreError> {
+    static NEXT: LazyLock<String> = LazyLock::new(|| next_rate_slot("?1", "jobs INDEXED BY jobs_rate_slots"));
+    let next: Option<i64> = conn
+        .prepare_cached(&NEXT)
+        .and_then(|mut s| s.query_row(params![now.unix_ms()], |r| r.get(0)))
+        .map_err(db_err("giving rate-limited jobs their slots"))?;
     Ok(next.map(Timestamp::from_unix_ms))
 }

@@ -150,8 +150,7 @@ fn the_approval_migration_keeps_every_row_and_widens_the_states() {
     // and the suspects', submitters' and flow control's indexes later
     // migrations added (all of a submitter's jobs, its queued ones, its
     // running ones; the claim order by priority; the parked jobs; a
-    // schedule's jobs by id and by status; the due jobs naming a rate
-    // limit).
+    // schedule's jobs by id and by status; the rate slots given).
     assert_eq!(indexes, 18, "every index is rebuilt");
 }
 
