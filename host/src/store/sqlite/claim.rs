@@ -39,15 +39,17 @@ DROP INDEX jobs_claim_due;
 CREATE INDEX jobs_claim_due ON jobs (run_after, job_id) WHERE status = 'queued' AND paused = 0;
 "#;
 
-/// Give due jobs naming a rate limit their slots, then claim up to
-/// `params.limit` eligible jobs: queued, unexpired, due
+/// Claim up to `params.limit` eligible jobs (a picked job naming a rate
+/// limit with no slot is given one first, and waits if it is later):
+/// queued, unexpired, due
 /// (`run_after` at or before `now`, which is never before its creation: a
 /// claim never starts a job younger than itself), either keyless or the
 /// oldest queued job of a key that has no running job, and of a submitter
-/// below its running cap. Jobs of capped submitters are taken first (at
-/// most each one's room under its cap), then the aged share, then the
-/// rest; each by priority, then earliest due, then oldest (the aged share
-/// in due order alone).
+/// below its running cap. Jobs holding a live rate slot that has come are
+/// taken first (earliest slot first), then capped submitters' (at most
+/// each one's room under its cap), then the aged share, then the rest;
+/// each by priority, then earliest due, then oldest (the aged share in
+/// due order alone).
 ///
 /// Reads of the candidates, then one single-row update each: cheaper for
 /// SQLite than one `UPDATE … WHERE job_id IN (…) RETURNING …`, which builds
@@ -84,7 +86,12 @@ fn take_due(conn: &Connection, params: JobClaimParams) -> Result<Vec<Lease>, Sto
             return Ok(leases);
         }
     }
-    take(conn, &params, pick_capped(conn, ClaimPool::Fresh, now, params.limit)?, &mut leases)?;
+    // A job holding a live rate slot that has come goes first, whatever
+    // its priority: the slot was promised to it, and a job not yet given
+    // one (an older one, say) would only get a later one.
+    take(conn, &params, pick_slotted(conn, now, params.limit)?, &mut leases)?;
+    let room = params.limit - leases.len() as u32;
+    take(conn, &params, pick_capped(conn, ClaimPool::Fresh, now, room)?, &mut leases)?;
     let aged = params.aged.min(params.limit - leases.len() as u32);
     if aged > 0 {
         take(conn, &params, pick_aged(conn, now, params.aged_before(), aged)?, &mut leases)?;
@@ -151,6 +158,19 @@ fn take(
         leases.push(Lease { job, token });
     }
     Ok(later.len())
+}
+
+/// Up to `limit` jobs of uncapped submitters holding a live rate slot that
+/// has come, earliest slot first: a range of `jobs_rate_slots`.
+fn pick_slotted(conn: &Connection, now: i64, limit: u32) -> Result<Vec<Job>, StoreError> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT {JOB_COLUMNS} FROM jobs q INDEXED BY jobs_rate_slots WHERE {} \
+             AND q.rate_slot IS NOT NULL AND q.rate_slot <= ?1 ORDER BY q.rate_slot, q.job_id LIMIT ?2",
+            claimable(ClaimPool::Fresh, UNCAPPED_SUBMITTER, "?1", SlotsGiven::AsPicked)
+        )
+    });
+    query_jobs(conn, &SQL, params![now, limit])
 }
 
 /// The suspect (a job a process died under) of an uncapped submitter due

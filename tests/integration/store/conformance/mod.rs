@@ -79,6 +79,7 @@ macro_rules! with_cases {
                 each_key_has_its_own_bucket_and_unlimited_jobs_pass_by,
                 a_burst_starts_at_once_then_the_rate,
                 slots_held_up_past_their_grace_are_given_again,
+                a_slot_that_has_come_goes_before_older_jobs_given_none,
                 limits_are_set_read_and_removed_audited_and_a_removed_one_limits_nothing,
             }
             schedules {
