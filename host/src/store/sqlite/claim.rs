@@ -1,6 +1,7 @@
 //! The SQLite store's claim: which queued jobs a worker takes next, and
 //! the schema the order needs.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -8,8 +9,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::rows::{JOB_COLUMNS, db_err, query_jobs};
 use crate::clock::Timestamp;
 use crate::job::millis;
-use std::collections::HashMap;
-
 use crate::job::rate::Candidate;
 use crate::job::{Job, JobId, JobStatus};
 use crate::store::rules::codec::corrupt;
