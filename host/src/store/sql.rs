@@ -104,10 +104,12 @@ const PAUSES_AND_KEYS: &str = "AND (q.plugin_name IS NULL OR q.plugin_name NOT I
 pub(crate) const RATE_LIMIT_COLUMNS: &str = "name, count, per_ms, burst, updated_at, updated_by";
 
 /// The due jobs `q` a claim at `now` gives a rate slot to before it
-/// claims ([`SlotsGiven::BeforeTheClaim`]): queued, not held by a pause, unexpired, due, keyless or next of
-/// their key, naming a limit, and holding no slot; at most `limit`, in due
-/// order, read from `jobs_rate_waiting`. `jobs` names the table as the
-/// backend reads it. Columns: id, limit, key, due.
+/// claims ([`SlotsGiven::BeforeTheClaim`], PostgreSQL's): queued, not held
+/// by a pause, unexpired, due, keyless or next of their key, naming a
+/// limit, and holding no slot; at most `limit`, in due order, read from
+/// `jobs_rate_waiting`. `jobs` names the table. Columns: id, limit, key,
+/// due. (Written here beside [`claimable`], whose pause and key conditions
+/// it shares.)
 pub(crate) fn rate_admittable(now: &str, limit: &str, jobs: &str) -> String {
     format!(
         "SELECT q.job_id, q.rate_limit, q.rate_key, q.run_after FROM {jobs} \

@@ -153,10 +153,10 @@ impl PostgresStore {
         *self.inner.limited.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
-    /// Before a claim: give the due jobs that name a limit and hold no live
-    /// reservation their slots (at most [`ADMIT_PER_CLAIM`], in claim
-    /// order), in one statement ([`ADMIT`]), and set the alarm for the
-    /// earliest slot to come.
+    /// Before a claim: drop the slots whose grace ran out, give the due
+    /// jobs that name a limit and hold no slot theirs (at most
+    /// [`ADMIT_PER_CLAIM`], in due order; [`ADMIT`]), and set the alarm
+    /// for the earliest slot to come.
     pub(super) async fn admit_due(&self, client: &impl GenericClient, now: Timestamp) -> Result<(), StoreError> {
         match self.admission(client).await? {
             Some(admission) => self.admit_with(client, &admission, now).await,
@@ -202,18 +202,20 @@ impl PostgresStore {
     }
 }
 
+/// Drop the slots whose grace ran out (`$1` now in ms): their jobs are
+/// given slots again by the admission sent after it.
+static EXPIRE: LazyLock<String> = LazyLock::new(|| rate_slots_expire("$1::int8", "jobs"));
+
 /// Admission as one statement (`$1` now in ms, `$2` the most jobs, `$3`
 /// now in µs), sent after [`EXPIRE`]: the rule of
 /// [`admit`](crate::job::rate::admit), which SQLite runs as written, in
-/// closed form. A bucket's `n` candidates, in due order, start from `base = max(TAT, now)`: the `i`th gets
-/// `max(now, base + i·T − (burst − 1)·T)`, rounded up to the millisecond,
+/// closed form. A bucket's `n` candidates, in due order, start from
+/// `base = max(TAT, now)`: the `i`th gets `max(now, base + i·T − (burst − 1)·T)`, rounded up to the millisecond,
 /// and the TAT becomes `base + n·T`. The candidates are locked (another
 /// replica's admission skips them); each bucket row is created or locked,
 /// in key order, by the upsert that moves its TAT, which answers the new
 /// TAT (`base` is it less `n·T`). A limit that is gone gives a slot of now.
 /// Answers the earliest slot after now, given here or before.
-static EXPIRE: LazyLock<String> = LazyLock::new(|| rate_slots_expire("$1::int8", "jobs"));
-
 static ADMIT: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH cand AS ({candidates} FOR UPDATE OF q SKIP LOCKED), \
