@@ -3,12 +3,13 @@
 
 use std::io::Write;
 
+use axum::http::Method;
 use comfy_table::{Table, presets};
 use serde_json::Value;
 
 use crate::cli::commands::ConnArgs;
 use crate::cli::{CliError, ExitStatus, parse_duration};
-use crate::client::{Client, read_token_file};
+use crate::client::{Client, read_token_file, typed};
 use crate::runtime::Runtime;
 use crate::sandbox::{Allocator, SandboxConfig};
 
@@ -117,6 +118,37 @@ pub(super) async fn with_client(
     let result = f(&client).await;
     client.close().await;
     result
+}
+
+/// Send one request (a JSON `body`, or none) and print its answer: as
+/// JSON with `--json`, else read as `T` and told by `human`.
+pub(super) async fn request_and_print<T: serde::de::DeserializeOwned>(
+    conn: &ConnArgs,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    human: impl FnOnce(T),
+) -> Result<ExitStatus, CliError> {
+    let json_out = conn.json;
+    with_client(conn, false, async move |client| {
+        let answer = client.json(method, path, body).await?;
+        if json_out {
+            return print_json(&answer).map(|()| ExitStatus::Success);
+        }
+        human(typed(answer)?);
+        Ok(ExitStatus::Success)
+    })
+    .await
+}
+
+/// Send a `DELETE` and say `said` when it succeeds.
+pub(super) async fn delete_and_say(conn: &ConnArgs, path: &str, said: String) -> Result<ExitStatus, CliError> {
+    with_client(conn, false, async move |client| {
+        client.send(Method::DELETE, path, None).await?;
+        let _ = writeln!(std::io::stdout(), "{said}");
+        Ok(ExitStatus::Success)
+    })
+    .await
 }
 
 pub(super) fn print_json(value: &Value) -> Result<(), CliError> {

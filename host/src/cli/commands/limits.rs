@@ -8,9 +8,8 @@ use clap::Subcommand;
 
 use crate::api::rate_limits::{RateLimitList, RateLimitRequest};
 use crate::cli::commands::ConnArgs;
-use crate::cli::commands::connect::{new_table, print_json, print_table, url_encode, with_client};
+use crate::cli::commands::connect::{delete_and_say, new_table, print_table, request_and_print, url_encode};
 use crate::cli::{CliError, ExitStatus, terminal_text};
-use crate::client::typed;
 use crate::job::rate::{Rate, RateLimit};
 
 #[derive(Debug, Subcommand)]
@@ -51,18 +50,16 @@ pub(in crate::cli) enum LimitsCommand {
     },
 }
 
+fn path(name: &str) -> String {
+    format!("/v1/rate-limits/{}", url_encode(name))
+}
+
 pub(in crate::cli) async fn limits(command: LimitsCommand) -> Result<ExitStatus, CliError> {
     match command {
         LimitsCommand::Set { conn, name, rate, burst } => {
-            let json_out = conn.json;
-            let path = format!("/v1/rate-limits/{}", url_encode(&name));
             let request = RateLimitRequest { rate: rate.to_string(), burst };
-            with_client(&conn, false, async move |client| {
-                let set = client.send_json(Method::PUT, &path, &request).await?;
-                if json_out {
-                    return print_json(&set).map(|()| ExitStatus::Success);
-                }
-                let set: RateLimit = typed(set)?;
+            let body = serde_json::to_value(&request).map_err(|e| CliError::internal(e.to_string()))?;
+            request_and_print(&conn, Method::PUT, &path(&name), Some(body), |set: RateLimit| {
                 let _ = writeln!(
                     std::io::stdout(),
                     "rate limit {} set: {}, burst {}",
@@ -70,18 +67,11 @@ pub(in crate::cli) async fn limits(command: LimitsCommand) -> Result<ExitStatus,
                     set.rate,
                     set.burst
                 );
-                Ok(ExitStatus::Success)
             })
             .await
         }
         LimitsCommand::List { conn } => {
-            let json_out = conn.json;
-            with_client(&conn, false, async move |client| {
-                let list = client.json(Method::GET, "/v1/rate-limits", None).await?;
-                if json_out {
-                    return print_json(&list).map(|()| ExitStatus::Success);
-                }
-                let list: RateLimitList = typed(list)?;
+            request_and_print(&conn, Method::GET, "/v1/rate-limits", None, |list: RateLimitList| {
                 let mut table = new_table(&["NAME", "RATE", "BURST", "UPDATED", "BY"]);
                 for l in &list.limits {
                     table.add_row(vec![
@@ -93,19 +83,11 @@ pub(in crate::cli) async fn limits(command: LimitsCommand) -> Result<ExitStatus,
                     ]);
                 }
                 print_table(table);
-                Ok(ExitStatus::Success)
             })
             .await
         }
         LimitsCommand::Show { conn, name } => {
-            let json_out = conn.json;
-            let path = format!("/v1/rate-limits/{}", url_encode(&name));
-            with_client(&conn, false, async move |client| {
-                let shown = client.json(Method::GET, &path, None).await?;
-                if json_out {
-                    return print_json(&shown).map(|()| ExitStatus::Success);
-                }
-                let l: RateLimit = typed(shown)?;
+            request_and_print(&conn, Method::GET, &path(&name), None, |l: RateLimit| {
                 let _ = writeln!(
                     std::io::stdout(),
                     "{}: {} (burst {}), set {} by {}",
@@ -115,18 +97,11 @@ pub(in crate::cli) async fn limits(command: LimitsCommand) -> Result<ExitStatus,
                     l.updated_at,
                     terminal_text(l.updated_by.as_deref().unwrap_or("-"))
                 );
-                Ok(ExitStatus::Success)
             })
             .await
         }
         LimitsCommand::Remove { conn, name } => {
-            let path = format!("/v1/rate-limits/{}", url_encode(&name));
-            with_client(&conn, false, async move |client| {
-                client.send(Method::DELETE, &path, None).await?;
-                let _ = writeln!(std::io::stdout(), "rate limit {} removed", terminal_text(&name));
-                Ok(ExitStatus::Success)
-            })
-            .await
+            delete_and_say(&conn, &path(&name), format!("rate limit {} removed", terminal_text(&name))).await
         }
     }
 }

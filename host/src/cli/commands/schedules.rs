@@ -11,7 +11,9 @@ use clap::Subcommand;
 use crate::api::pauses::PauseRequest;
 use crate::api::schedules::{ScheduleBody, ScheduleList, ScheduleRequest, TriggerAnswer};
 use crate::cli::commands::ConnArgs;
-use crate::cli::commands::connect::{new_table, print_json, print_table, url_encode, with_client};
+use crate::cli::commands::connect::{
+    delete_and_say, new_table, print_json, print_table, request_and_print, url_encode, with_client,
+};
 use crate::cli::{CliError, ExitStatus, JobArgs, LabelArgs, RateArgs, parse_duration, read_input, terminal_text};
 use crate::client::typed;
 use crate::job::{CatchUp, GateChoice, JobTemplate, Overlap, Target};
@@ -207,13 +209,7 @@ pub(in crate::cli) async fn schedules(command: SchedulesCommand) -> Result<ExitS
             .await
         }
         SchedulesCommand::List { conn } => {
-            let json_out = conn.json;
-            with_client(&conn, false, async move |client| {
-                let list = client.json(Method::GET, "/v1/schedules", None).await?;
-                if json_out {
-                    return print_json(&list).map(|()| ExitStatus::Success);
-                }
-                let list: ScheduleList = typed(list)?;
+            request_and_print(&conn, Method::GET, "/v1/schedules", None, |list: ScheduleList| {
                 let mut table = new_table(&["NAME", "WHEN", "PLUGIN", "NEXT", "LAST", "FIRED", "SKIPPED", "STATE"]);
                 for s in &list.schedules {
                     table.add_row(vec![
@@ -228,22 +224,12 @@ pub(in crate::cli) async fn schedules(command: SchedulesCommand) -> Result<ExitS
                     ]);
                 }
                 print_table(table);
-                Ok(ExitStatus::Success)
             })
             .await
         }
         SchedulesCommand::Show { conn, name } => {
-            let json_out = conn.json;
             let path = format!("/v1/schedules/{}", url_encode(&name));
-            with_client(&conn, false, async move |client| {
-                let shown = client.json(Method::GET, &path, None).await?;
-                if json_out {
-                    return print_json(&shown).map(|()| ExitStatus::Success);
-                }
-                print_schedule(&typed(shown)?);
-                Ok(ExitStatus::Success)
-            })
-            .await
+            request_and_print(&conn, Method::GET, &path, None, |shown: ScheduleBody| print_schedule(&shown)).await
         }
         SchedulesCommand::Pause { conn, name, reason } => {
             let path = format!("/v1/schedules/{}/pause", url_encode(&name));
@@ -254,24 +240,12 @@ pub(in crate::cli) async fn schedules(command: SchedulesCommand) -> Result<ExitS
         }
         SchedulesCommand::Remove { conn, name } => {
             let path = format!("/v1/schedules/{}", url_encode(&name));
-            with_client(&conn, false, async move |client| {
-                client.send(Method::DELETE, &path, None).await?;
-                let _ = writeln!(std::io::stdout(), "schedule {} removed; its jobs stay", terminal_text(&name));
-                Ok(ExitStatus::Success)
-            })
-            .await
+            delete_and_say(&conn, &path, format!("schedule {} removed; its jobs stay", terminal_text(&name))).await
         }
         SchedulesCommand::Trigger { conn, name } => {
-            let json_out = conn.json;
             let path = format!("/v1/schedules/{}/trigger", url_encode(&name));
-            with_client(&conn, false, async move |client| {
-                let answer = client.json(Method::POST, &path, None).await?;
-                if json_out {
-                    return print_json(&answer).map(|()| ExitStatus::Success);
-                }
-                let answer: TriggerAnswer = typed(answer)?;
+            request_and_print(&conn, Method::POST, &path, None, |answer: TriggerAnswer| {
                 let _ = writeln!(std::io::stdout(), "{}", answer.job.id);
-                Ok(ExitStatus::Success)
             })
             .await
         }
