@@ -103,6 +103,14 @@ pub struct FiringLabels {
     pub outcome: &'static str,
 }
 
+/// Label of an outbound request its rate limits delayed.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PaceLabels {
+    /// `waited` (sent at its slot) or `too_late` (its slot was past the
+    /// job's deadline: the attempt ended `rate_limited`).
+    pub outcome: &'static str,
+}
+
 /// Label of a queue-depth gauge.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
@@ -153,6 +161,8 @@ pub struct Metrics {
     pub fuel_used: Counter,
     /// Guests' outbound HTTP requests, sent and denied.
     pub http_requests: Family<HttpLabels, Counter>,
+    /// Outbound requests their rate limits delayed, by outcome.
+    pub http_rate_waits: Family<PaceLabels, Counter>,
     /// Schedule firings this process's scheduler met, by outcome.
     pub schedule_firings: Family<FiringLabels, Counter>,
     /// How late a 100 ms timer fires on the async runtime.
@@ -259,6 +269,12 @@ impl Metrics {
             "Guests' outbound HTTP requests in this process: sent, or denied by the job's grant",
             http_requests.clone(),
         );
+        let http_rate_waits = Family::<PaceLabels, Counter>::default();
+        registry.register(
+            "http_rate_waits",
+            "Guests' outbound requests a rate limit gave a later slot: waited for it, or too_late (past the job's deadline)",
+            http_rate_waits.clone(),
+        );
         let schedule_firings = Family::<FiringLabels, Counter>::default();
         registry.register(
             "schedule_firings",
@@ -302,6 +318,7 @@ impl Metrics {
             waits_abandoned,
             fuel_used,
             http_requests,
+            http_rate_waits,
             schedule_firings,
             event_loop_lag_seconds,
         }
@@ -310,6 +327,11 @@ impl Metrics {
     /// Count one schedule firing's outcome.
     pub fn firing(&self, outcome: &'static str) {
         self.schedule_firings.get_or_create(&FiringLabels { outcome }).inc();
+    }
+
+    /// Count an outbound request its rate limits delayed.
+    pub fn rate_wait(&self, outcome: &'static str) {
+        self.http_rate_waits.get_or_create(&PaceLabels { outcome }).inc();
     }
 
     /// Count a run's outbound HTTP requests.

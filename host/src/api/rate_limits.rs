@@ -15,6 +15,7 @@ use crate::access::Principal;
 use crate::api::AppState;
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body};
 use crate::job::rate::{Rate, RateLimit, check_limit_name};
+use crate::runtime::EgressRules;
 
 /// The body of `PUT /v1/rate-limits/{name}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -29,6 +30,18 @@ pub struct RateLimitRequest {
     #[schema(minimum = 1, maximum = 100_000)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
+    /// Host rules (`[METHODS ]SCHEME://HOST[:PORT]`, as grants write
+    /// them): every granted request of any job that one matches takes a
+    /// slot, all of them from one bucket, and waits for it (at most 64).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(example = json!(["https://api.github.com"]))]
+    pub hosts: Vec<String>,
+    /// Secret names: every request carrying one takes a slot from that
+    /// secret's own bucket (an upstream's quota per credential; at most
+    /// 64).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(example = json!(["GITHUB_TOKEN"]))]
+    pub secrets: Vec<String>,
 }
 
 /// Every rate limit.
@@ -44,8 +57,9 @@ fn checked_name(name: String) -> Result<String, ApiError> {
 }
 
 /// Create a rate limit or change one. Jobs that name it (`rate_limit`)
-/// start no faster than it allows, across every process on the store.
-/// Audited.
+/// start no faster than it allows, and outbound requests that match its
+/// `hosts` or carry one of its `secrets` leave no faster, across every
+/// process on the store. Audited.
 #[utoipa::path(put, path = "/v1/rate-limits/{name}", tag = "rate-limits",
     params(("name" = String, Path, description = "The limit's name", pattern = "^[a-z0-9_.-]{1,64}$")),
     request_body = RateLimitRequest,
@@ -65,7 +79,12 @@ pub(super) async fn rate_limit_set(
     let name = checked_name(name)?;
     let request: RateLimitRequest = parse_body(&body.map_err(body_error)?, "rate limit")?;
     let rate: Rate = request.rate.parse().map_err(ApiError::bad_request)?;
-    let limit = state.runtime.acting_as(&principal.name).rate_limit_set(&name, rate, request.burst).await?;
+    let refused = |e: crate::job::grant::GrantSyntaxError| ApiError::bad_request(e.to_string());
+    let egress = EgressRules {
+        hosts: request.hosts.iter().map(|h| h.parse()).collect::<Result<_, _>>().map_err(refused)?,
+        secrets: request.secrets.iter().map(|s| s.parse()).collect::<Result<_, _>>().map_err(refused)?,
+    };
+    let limit = state.runtime.acting_as(&principal.name).rate_limit_set(&name, rate, request.burst, egress).await?;
     Ok(Json(limit).into_response())
 }
 

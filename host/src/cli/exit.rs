@@ -46,7 +46,7 @@ impl ExitStatus {
             }
             ErrorKind::Trap => ExitStatus::Trap,
             ErrorKind::HostCrash => ExitStatus::HostCrash,
-            ErrorKind::Denied => ExitStatus::Refused,
+            ErrorKind::Denied | ErrorKind::RateLimited => ExitStatus::Refused,
             ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::Interrupted | ErrorKind::HostError => {
                 ExitStatus::Internal
             }

@@ -546,7 +546,7 @@ mod tests {
             ErrorKind::OutOfFuel | ErrorKind::MemoryLimit | ErrorKind::OutputLimit | ErrorKind::ResourceLimit => 5,
             ErrorKind::Trap => 6,
             ErrorKind::HostCrash => 9,
-            ErrorKind::Denied => 7,
+            ErrorKind::Denied | ErrorKind::RateLimited => 7,
             ErrorKind::LeaseLost | ErrorKind::Expired | ErrorKind::Interrupted | ErrorKind::HostError => 70,
         };
         for kind in ErrorKind::ALL {

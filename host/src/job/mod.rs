@@ -172,11 +172,14 @@ pub enum ErrorKind {
     /// it (a crash of the host's own code, or kills), so it is never
     /// claimed again.
     HostCrash,
+    /// An outbound request's rate limit gave it a slot after the job's
+    /// deadline: the attempt ended there, retryable (from that slot on).
+    RateLimited,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 16] = [
+    pub const ALL: [ErrorKind; 17] = [
         ErrorKind::GuestError,
         ErrorKind::InvalidInput,
         ErrorKind::Trap,
@@ -193,6 +196,7 @@ impl ErrorKind {
         ErrorKind::HostError,
         ErrorKind::HostCrash,
         ErrorKind::Denied,
+        ErrorKind::RateLimited,
     ];
 
     /// The stored name, e.g. `out_of_fuel`.
@@ -214,6 +218,7 @@ impl ErrorKind {
             ErrorKind::HostError => "host_error",
             ErrorKind::HostCrash => "host_crash",
             ErrorKind::Denied => "denied",
+            ErrorKind::RateLimited => "rate_limited",
         }
     }
 

@@ -53,6 +53,7 @@ pub use error::RuntimeError;
 pub use events::{DEFAULT_EVENT_POLL, DEFAULT_EVENT_TTL, EventStream, StreamItem};
 pub use health::{Ceilings, Health, WorkerView, Workers};
 pub use plan::{PlanCreated, PlanPhaseRef, PlanSubmit, PlanView};
+pub use rate_limits::EgressRules;
 pub use redrive::{MAX_REDRIVE_PAGE, RedriveRefused, RedriveReport};
 pub use remote::{PoolReport, RemotePool, Supervision};
 pub use schedules::{FireReport, SCHEDULE_TICK, ScheduleSpec, ScheduleView};

@@ -45,12 +45,16 @@ pub struct Failure {
     /// For cancellations: whether the guest stopped itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<StopMode>,
+    /// For a retryable failure: not to be run again sooner than this
+    /// (an outbound request's rate slot), whatever the backoff says.
+    #[serde(skip)]
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Failure {
     /// A failure of `kind` with `message`, not retryable.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Failure { kind, message: message.into(), backtrace: None, retryable: false, stopped: None }
+        Failure { kind, message: message.into(), backtrace: None, retryable: false, stopped: None, retry_after: None }
     }
 
     pub(super) fn cancelled(mode: StopMode) -> Self {
@@ -132,6 +136,10 @@ pub(super) enum Interrupted {
     Timeout,
     #[error("the job was stopped by force")]
     Forced,
+    /// An outbound request's rate slot is past the deadline (the failure
+    /// is the [`RateTrip`](crate::sandbox::http::RateTrip)'s).
+    #[error("an outbound request's rate slot is past the job's deadline")]
+    RateLimited,
 }
 
 pub(super) type CallResult = wasmtime::Result<Result<Vec<u8>, bindings::leash::plugin::types::JobError>>;
@@ -147,6 +155,10 @@ pub(super) fn interrupted_failure(why: Interrupted, limits: &RunLimits) -> Failu
             Failure::new(ErrorKind::Timeout, format!("Timeout: the job ran past its timeout of {:?}", limits.timeout))
         }
         Interrupted::Forced => Failure::cancelled(StopMode::Forced),
+        Interrupted::RateLimited => Failure {
+            retryable: true,
+            ..Failure::new(ErrorKind::RateLimited, "RateLimited: an outbound request's rate slot is past the deadline")
+        },
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::job::{Grants, Target};
-use crate::sandbox::http::{EffectFence, EffectLedger};
+use crate::sandbox::http::{EffectFence, EffectLedger, EgressLimits};
 use crate::sandbox::{
     DEFAULT_CANCEL_GRACE, DEFAULT_CAPTURE_BYTES, DEFAULT_LOG_BYTES, DEFAULT_LOG_RECORDS, DEFAULT_MEMORY_BYTES,
     DEFAULT_OUTPUT_BYTES, DEFAULT_TIMEOUT, HOSTCALL_SLACK_BYTES,
@@ -66,6 +66,9 @@ pub struct RunRequest {
     pub grants: Arc<Grants>,
     /// Fences and records each effectful request; `None`: neither.
     pub effects: Option<Arc<dyn EffectLedger>>,
+    /// Gives each outbound request its slot under the rate limits that
+    /// apply to it; `None`: no limit applies.
+    pub egress: Option<Arc<dyn EgressLimits>>,
     /// What the phase may do with effects: a plan's execute phase
     /// proposes them, its apply phase sends only approved ones.
     pub fence: EffectFence,
@@ -83,6 +86,7 @@ impl RunRequest {
             limits,
             grants: Arc::default(),
             effects: None,
+            egress: None,
             fence: EffectFence::Open,
         }
     }

@@ -59,11 +59,13 @@ impl Sandbox {
             request.grants.clone(),
             self.config.secrets.clone(),
             request.effects.clone(),
+            request.egress.clone(),
             request.fence.clone(),
             journal.clone(),
             deadline,
         );
         let http_meter = http.meter();
+        let trip = http.trip();
         let state = HostState {
             wasi,
             table,
@@ -88,9 +90,13 @@ impl Sandbox {
         let forced = stop.clone();
         let interrupt = Arc::new(AtomicBool::new(false));
         let interrupt_requested = interrupt.clone();
+        let tripped = trip.clone();
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline {
                 return Err(Interrupted::Timeout.into());
+            }
+            if tripped.is_tripped() {
+                return Err(Interrupted::RateLimited.into());
             }
             if forced.is_forced() || interrupt_requested.load(Ordering::Relaxed) {
                 return Err(Interrupted::Forced.into());
@@ -120,6 +126,9 @@ impl Sandbox {
             tokio::select! {
                 biased;
                 result = &mut call => Ended::Returned(result),
+                // A request's rate slot is past the deadline: the guest
+                // waits in that request, so its call is dropped at once.
+                _ = trip.tripped() => Ended::Interrupted(Interrupted::RateLimited),
                 why = watch_stop(deadline, stop, limits.cancel_grace) => {
                     // Let the epoch callback trap a computing guest first, so it
                     // ends the way every other trap does. A guest blocked in a
@@ -146,6 +155,11 @@ impl Sandbox {
                 ErrorKind::GuestError,
                 format!("GuestError: the execute phase proposed an effect its grant refuses: {why}"),
             ));
+        }
+        // A run its rate limits ended fails with their reason, whatever
+        // the guest was doing when it was stopped.
+        if let (Err(failure), Some(limited)) = (&mut result, trip.failure()) {
+            *failure = limited;
         }
         let proposals = if result.is_ok() { book.proposals } else { Vec::new() };
         // Nothing the host keeps of the run holds a secret's value in

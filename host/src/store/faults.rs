@@ -554,4 +554,11 @@ impl crate::store::RateLimits for FaultyStore {
     async fn rate_limit_remove(&self, params: crate::store::RateLimitRemoveParams) -> Result<bool, StoreError> {
         self.inner.rate_limit_remove(params).await
     }
+
+    async fn rate_reserve(
+        &self,
+        params: crate::store::RateReserveParams,
+    ) -> Result<crate::job::rate::Reservation, StoreError> {
+        self.inner.rate_reserve(params).await
+    }
 }

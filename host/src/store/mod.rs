@@ -60,7 +60,7 @@ pub use pauses::{MAX_PAUSE_REASON_BYTES, PauseParams, Pauses, PluginPause, Resum
 pub use plans::{PlanInsertParams, PlanListParams, Plans};
 pub use plugins::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins};
 pub use principals::{FoundToken, Principals};
-pub use rate_limits::{RateLimitRemoveParams, RateLimits};
+pub use rate_limits::{RateLimitRemoveParams, RateLimits, RateReserveParams};
 pub use rules::audit::{ChainBreak, ChainCheck, verify_chain};
 pub use schedules::{ScheduleFireParams, ScheduleFired, SchedulePauseParams, Schedules};
 pub use sessions::Sessions;

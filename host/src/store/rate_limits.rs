@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use crate::clock::Timestamp;
-use crate::job::rate::RateLimit;
+use crate::job::rate::{RateLimit, Reservation};
 use crate::store::StoreError;
 
 /// Parameters of [`RateLimits::rate_limit_remove`].
@@ -21,7 +21,26 @@ pub struct RateLimitRemoveParams {
     pub now: Timestamp,
 }
 
-/// Setting, reading and removing named rate limits.
+/// Parameters of [`RateLimits::rate_reserve`].
+#[derive(Debug, Clone)]
+pub struct RateReserveParams {
+    /// `(limit, bucket)` pairs, in key order (see
+    /// [`egress_buckets`](crate::job::rate::egress_buckets)).
+    pub buckets: Vec<(String, String)>,
+    /// Now.
+    pub now: Timestamp,
+    /// The latest slot worth taking.
+    pub latest: Timestamp,
+}
+
+/// The audit detail of a limit as set: its rate, burst, hosts and
+/// secrets.
+pub(crate) fn audited(limit: &RateLimit) -> serde_json::Value {
+    serde_json::json!({ "rate": limit.rate, "burst": limit.burst, "hosts": limit.hosts, "secrets": limit.secrets })
+}
+
+/// Setting, reading and removing named rate limits, and reserving an
+/// outbound request's slot.
 #[async_trait::async_trait]
 pub trait RateLimits: Send + Sync + std::fmt::Debug {
     /// Create a limit or change one (its buckets keep their state: a
@@ -37,6 +56,12 @@ pub trait RateLimits: Send + Sync + std::fmt::Debug {
     /// Remove a limit and its buckets: jobs that name it start unlimited.
     /// `false`: there was none. Audited.
     async fn rate_limit_remove(&self, params: RateLimitRemoveParams) -> Result<bool, StoreError>;
+
+    /// Take one outbound request's slot in every bucket of
+    /// `params.buckets`, together and atomically across every process
+    /// sharing the store (see
+    /// [`reserve_together`](crate::job::rate::reserve_together)).
+    async fn rate_reserve(&self, params: RateReserveParams) -> Result<Reservation, StoreError>;
 }
 
 /// Wakes this process's workers when a slot a claim reserved comes, so a

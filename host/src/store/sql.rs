@@ -101,7 +101,7 @@ const PAUSES_AND_KEYS: &str = "AND (q.plugin_name IS NULL OR q.plugin_name NOT I
 
 /// The columns of a rate limit, in
 /// [`RateLimit::from_columns`](crate::job::rate::RateLimit::from_columns)'s order.
-pub(crate) const RATE_LIMIT_COLUMNS: &str = "name, count, per_ms, burst, updated_at, updated_by";
+pub(crate) const RATE_LIMIT_COLUMNS: &str = "name, count, per_ms, burst, updated_at, updated_by, egress";
 
 /// The due jobs `q` a claim at `now` gives a rate slot to before it
 /// claims ([`SlotsGiven::BeforeTheClaim`], PostgreSQL's): queued, not held

@@ -141,6 +141,7 @@ impl Pool {
                             stop: stop.clone(),
                             watch: watch.clone(),
                         })),
+                        egress: Some(self.egress.clone()),
                         fence,
                     };
                     if keeper.confirm_before_start(job.lease_expires_at, &stop, &watch).await {
@@ -259,7 +260,8 @@ impl Pool {
                 token,
                 kind: retry.0,
                 message: retry.1,
-                run_after: now.plus(backoff.delay(spent)),
+                // Never before an outbound request's rate slot.
+                run_after: now.plus(backoff.delay(spent).max(retry.2.unwrap_or_default())),
                 queue_ttl: self.config.queue_ttl,
                 fuel_used,
                 peak_memory_bytes,
@@ -490,9 +492,11 @@ fn stored_progress(p: Progress) -> JobProgress {
 /// The kind and message of a guest failure that may be retried: its own
 /// `retryable` error. `failed`, `invalid-input`, traps and limits never
 /// are; a transient host error before the start is released instead.
-fn retry_for(outcome: &Result<Outcome, HostFailure>) -> Option<(ErrorKind, String)> {
+/// A retryable failure's kind, message, and the least pause before it runs
+/// again.
+fn retry_for(outcome: &Result<Outcome, HostFailure>) -> Option<(ErrorKind, String, Option<Duration>)> {
     match outcome {
-        Ok(o) => o.result.as_ref().err().filter(|f| f.retryable).map(|f| (f.kind, f.message.clone())),
+        Ok(o) => o.result.as_ref().err().filter(|f| f.retryable).map(|f| (f.kind, f.message.clone(), f.retry_after)),
         Err(_) => None,
     }
 }

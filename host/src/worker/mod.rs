@@ -16,6 +16,7 @@
 
 mod attempt;
 pub(crate) mod ceilings;
+mod egress;
 mod failure;
 mod guests;
 pub mod lease;
@@ -176,6 +177,8 @@ pub(crate) struct Pool {
     pub(crate) metrics: Arc<Metrics>,
     /// Submitters' ceilings: read at submit, and the timeout again at claim.
     pub(crate) ceilings: ceilings::SubmitterCeilings,
+    /// Outbound requests' slots under the rate limits that apply to them.
+    egress: Arc<egress::StoreEgress>,
     running: Mutex<HashMap<JobId, RunningJob>>,
     /// Each digest's plugin, compiled once per process: a job that finds
     /// its plugin being compiled waits for that compile, not a second one.
@@ -207,6 +210,7 @@ impl Pool {
     ) -> Arc<Self> {
         Arc::new(Pool {
             ceilings: ceilings::SubmitterCeilings::new(store.clone()),
+            egress: Arc::new(egress::StoreEgress::new(store.clone(), clock.clone(), metrics.clone())),
             store,
             sandbox,
             clock: clock.clone(),

@@ -317,3 +317,51 @@ async fn an_operator_sets_a_rate_limit_and_jobs_over_it_wait_for_their_slots() {
     let actions: Vec<&str> = audit["rows"].as_array().unwrap().iter().filter_map(|r| r["action"].as_str()).collect();
     assert_eq!(actions, ["rate_limit.set", "rate_limit.set", "rate_limit.remove"], "{audit}");
 }
+
+/// A limit on outbound requests through the CLI and the API: `--host` and
+/// `--secret` are kept and shown by `limits set`, `show` and `list`, and
+/// the API's `hosts` and `secrets`; a bad rule, a bad secret name and a
+/// rule named twice are refused with what is wrong, and the limit is left
+/// as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_limits_the_requests_to_an_upstream_by_host_and_by_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("s.db"), &[]);
+    let args = ["limits", "set", "github", "5000/h", "--host", "https://api.github.com", "--secret", "GH_TOKEN"];
+    let set = leash(&server, &args);
+    assert_eq!(set.status.code(), Some(0), "{}", String::from_utf8_lossy(&set.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&set.stdout).trim(),
+        "rate limit github set: 5000/h, burst 1; requests to https://api.github.com, secret GH_TOKEN"
+    );
+    let (_, shown) = server.call(Method::GET, "/v1/rate-limits/github", None).await;
+    assert_eq!((&shown["hosts"], &shown["secrets"]), (&json!(["https://api.github.com"]), &json!(["GH_TOKEN"])));
+    let listed = leash(&server, &["limits", "list"]);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        text.lines().any(|l| l.contains("github") && l.contains("https://api.github.com, secret GH_TOKEN")),
+        "{text}"
+    );
+    let show = leash(&server, &["limits", "show", "github"]);
+    assert!(String::from_utf8_lossy(&show.stdout).contains("5000/h (burst 1); requests to https://api.github.com"));
+
+    let body = json!({ "rate": "10/s", "hosts": ["GET https://*.example.com", "http://127.0.0.1:8080"] });
+    let (status, changed) = server.call(Method::PUT, "/v1/rate-limits/github", Some(body)).await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(
+        (&changed["hosts"], &changed["secrets"]),
+        (&json!(["GET https://*.example.com", "http://127.0.0.1:8080"]), &json!([]))
+    );
+
+    for (body, says) in [
+        (json!({ "rate": "1/s", "hosts": ["api.github.com"] }), "SCHEME://HOST"),
+        (json!({ "rate": "1/s", "secrets": ["gh-token"] }), "secret name"),
+        (json!({ "rate": "1/s", "hosts": ["https://x.com", "https://X.com"] }), "named twice"),
+    ] {
+        let (status, answer) = server.call(Method::PUT, "/v1/rate-limits/github", Some(body)).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer["error"]["message"].as_str().unwrap_or_default().contains(says), "{answer}");
+    }
+    let (_, kept) = server.call(Method::GET, "/v1/rate-limits/github", None).await;
+    assert_eq!(kept, changed, "refused changes leave the limit as it was");
+}

@@ -107,7 +107,7 @@ async fn a_pool_starts_limited_jobs_no_faster_than_their_limit() {
         .plugin_register(leash_tests::plugin_bytes("hello"), PluginName::new("hello", "1").unwrap())
         .await
         .unwrap();
-    submitter.rate_limit_set("five", "5/s".parse().unwrap(), None).await.unwrap();
+    submitter.rate_limit_set("five", "5/s".parse().unwrap(), None, Default::default()).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..6 {
         let mut job = hello(&format!(r#"{{"name":"n{i}"}}"#));
@@ -144,7 +144,7 @@ async fn a_submit_renders_its_rate_key_and_refuses_an_unknown_limit() {
     let clock = leash::clock::ManualClock::new(Timestamp::now());
     let runtime = builder(&dir, &clock).without_workers().build().await.unwrap();
     runtime.plugin_register(leash_tests::plugin_bytes("hello"), PluginName::new("hello", "1").unwrap()).await.unwrap();
-    runtime.rate_limit_set("per-org", "10/min".parse().unwrap(), Some(2)).await.unwrap();
+    runtime.rate_limit_set("per-org", "10/min".parse().unwrap(), Some(2), Default::default()).await.unwrap();
     let mut job = hello(r#"{"org":"acme"}"#);
     job.rate_limit = Some("per-org".into());
     job.rate_key = Some("{plugin}/{input.org}".into());

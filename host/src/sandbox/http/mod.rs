@@ -17,6 +17,7 @@
 //! and requests in flight are aborted with it.
 
 mod fence;
+mod pace;
 mod secrets;
 mod send;
 
@@ -26,12 +27,14 @@ use std::time::Instant;
 
 pub(crate) use fence::{AddressVerdicts, ProposalBook, checked as check_proposal};
 pub use fence::{ApplyReport, ApprovedEffects, EffectFence};
+pub(crate) use pace::RateTrip;
+pub use pace::{EgressLimits, Pace};
 pub use secrets::{SECRET_ENV_PREFIX, SecretStore};
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::journal::{Journal, LogLevel};
-use crate::job::grant::HttpScheme;
+use crate::job::grant::{HttpScheme, SecretName};
 use crate::job::{EffectOutcome, Grants};
 
 /// The log field every HTTP refusal carries, so a job's log can be
@@ -136,8 +139,13 @@ pub(super) struct Target {
     /// As the URL wrote it (an IPv6 literal keeps its brackets).
     host: String,
     port: u16,
-    /// When the request must be over.
+    /// When the request must be over (from when it leaves, after any wait
+    /// for its rate slot).
     until: Instant,
+    /// The job's deadline.
+    deadline: Instant,
+    /// The secrets the host put into its headers.
+    secrets: Vec<SecretName>,
     method: String,
     /// `scheme://host[:port]/path`, query and credentials left out: what
     /// logs and the ledger show.
@@ -170,6 +178,8 @@ pub(crate) struct HttpGate {
     grants: Arc<Grants>,
     secrets: Arc<SecretStore>,
     ledger: Option<Arc<dyn EffectLedger>>,
+    egress: Option<Arc<dyn EgressLimits>>,
+    trip: Arc<RateTrip>,
     journal: Journal,
     meter: Arc<HttpMeter>,
     deadline: Instant,
@@ -186,6 +196,7 @@ impl HttpGate {
         grants: Arc<Grants>,
         secrets: Arc<SecretStore>,
         ledger: Option<Arc<dyn EffectLedger>>,
+        egress: Option<Arc<dyn EgressLimits>>,
         fence: EffectFence,
         journal: Journal,
         deadline: Instant,
@@ -194,6 +205,8 @@ impl HttpGate {
             grants,
             secrets,
             ledger,
+            egress,
+            trip: Arc::default(),
             journal,
             meter: Arc::default(),
             deadline,
@@ -241,6 +254,11 @@ impl HttpGate {
 
     pub(crate) fn meter(&self) -> Arc<HttpMeter> {
         self.meter.clone()
+    }
+
+    /// What ends the run when a request's rate slot is past its deadline.
+    pub(crate) fn trip(&self) -> Arc<RateTrip> {
+        self.trip.clone()
     }
 
     /// Check a request against the grant and the request limit, and put
@@ -293,11 +311,11 @@ impl HttpGate {
             _ => None,
         };
         let (method, host) = (method.to_owned(), host.to_owned());
-        if let Err(why) =
-            secrets::substitute(request.headers_mut(), &self.secrets, grant, (&method, scheme, &host, port))
-        {
-            return Err((shown, Denial::Secret(why)));
-        }
+        let secrets =
+            match secrets::substitute(request.headers_mut(), &self.secrets, grant, (&method, scheme, &host, port)) {
+                Ok(carried) => carried,
+                Err(why) => return Err((shown, Denial::Secret(why))),
+            };
         let limits = &grant.limits;
         // Count first, so requests racing for the last places cannot pass together.
         if self.meter.admitted.fetch_add(1, Ordering::Relaxed) >= u64::from(limits.requests) {
@@ -312,7 +330,8 @@ impl HttpGate {
         }
         request.headers_mut().insert(http::header::HOST, host_header);
         let until = (Instant::now() + limits.request_timeout).min(self.deadline);
-        Ok(Target { scheme, host, port, until, method, url, ledger, approved })
+        let deadline = self.deadline;
+        Ok(Target { scheme, host, port, until, deadline, secrets, method, url, ledger, approved })
     }
 }
 
@@ -362,6 +381,7 @@ impl WasiHttpHooks for HttpGate {
                 request,
                 options,
                 self.grants.clone(),
+                (self.egress.clone(), self.trip.clone()),
                 self.journal.clone(),
                 self.meter.clone(),
             )),

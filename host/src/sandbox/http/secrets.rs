@@ -120,7 +120,8 @@ pub(super) fn substitute(
     store: &SecretStore,
     grant: &HttpGrant,
     (method, scheme, host, port): (&str, HttpScheme, &str, u16),
-) -> Result<(), String> {
+) -> Result<Vec<SecretName>, String> {
+    let mut carried: Vec<SecretName> = Vec::new();
     for value in headers.values_mut() {
         let Ok(text) = value.to_str() else { continue };
         if !text.contains(OPEN) {
@@ -138,6 +139,11 @@ pub(super) fn substitute(
             }
             let secret = store.get(name).ok_or_else(|| format!("secret {name} is not set on this host"))?;
             out.push_str(secret);
+            if let Ok(name) = name.parse::<SecretName>()
+                && !carried.contains(&name)
+            {
+                carried.push(name);
+            }
             rest = &after[end + 1..];
         }
         out.push_str(rest);
@@ -146,7 +152,7 @@ pub(super) fn substitute(
         substituted.set_sensitive(true);
         *value = substituted;
     }
-    Ok(())
+    Ok(carried)
 }
 
 #[cfg(test)]

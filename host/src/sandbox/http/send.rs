@@ -15,9 +15,12 @@ use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
 
-use super::{EffectOutcome, HttpMeter, HttpScheme, Journal, Target, withdrawn};
+use super::pace::{EgressLimits, Pace, RateTrip};
+use super::{EffectOutcome, HTTP_LOG_FIELD, HttpMeter, HttpScheme, Journal, Target, withdrawn};
 use crate::job::Grants;
-use crate::job::grant::parse_ip_host;
+use crate::job::grant::{normal_host, parse_ip_host};
+use crate::job::rate::Outbound;
+use crate::sandbox::journal::LogLevel;
 
 /// The TLS client every request shares: the webpki roots, no client
 /// certificate.
@@ -34,14 +37,18 @@ static TLS: LazyLock<tokio_rustls::TlsConnector> = LazyLock::new(|| {
 type IoFuture = Box<dyn Future<Output = Result<(), Error>> + Send>;
 
 pub(super) async fn send(
-    target: Target,
+    mut target: Target,
     request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
     grants: Arc<Grants>,
+    (egress, trip): (Option<Arc<dyn EgressLimits>>, Arc<RateTrip>),
     journal: Journal,
     meter: Arc<HttpMeter>,
 ) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
     let grant = &grants.http;
+    if let Some(egress) = egress {
+        paced(&mut target, &*egress, &trip, grant.limits.request_timeout, &journal, &meter).await?;
+    }
     // An apply phase's effect is matched to an approved proposal, body and
     // all, before anything is resolved or connected.
     let (request, proposal) = match &target.approved {
@@ -72,6 +79,69 @@ pub(super) async fn send(
         effects.settle(n, sent.is_ok());
     }
     sent
+}
+
+/// Wait for the request's rate slot under the limits that apply to it.
+/// A slot past the deadline trips the run's end, and the request waits
+/// for that end rather than failing into a guest that could carry on.
+async fn paced(
+    target: &mut Target,
+    egress: &dyn EgressLimits,
+    trip: &RateTrip,
+    request_timeout: std::time::Duration,
+    journal: &Journal,
+    meter: &HttpMeter,
+) -> Result<(), Error> {
+    let host = normal_host(&target.host);
+    let outbound = Outbound {
+        method: &target.method,
+        scheme: target.scheme,
+        host: &host,
+        port: target.port,
+        secrets: &target.secrets,
+    };
+    let left = target.deadline.saturating_duration_since(Instant::now());
+    match egress.pace(&outbound, left).await {
+        Ok(Pace::Now) => Ok(()),
+        Ok(Pace::After(wait, limits)) => {
+            let first = !std::mem::replace(&mut *trip.wait_logged.lock().unwrap_or_else(|e| e.into_inner()), true);
+            if first {
+                journal.record(
+                    LogLevel::Info,
+                    format!(
+                        "HTTP request {} waits {:.3} s for its slot under rate limit {} (later waits are not logged)",
+                        target.shown(),
+                        wait.as_secs_f64(),
+                        limits.join(", ")
+                    ),
+                    vec![(HTTP_LOG_FIELD.to_owned(), "rate_wait".to_owned())],
+                );
+            }
+            tokio::time::sleep(wait).await;
+            // The request's own time limit runs from when it leaves.
+            target.until = (Instant::now() + request_timeout).min(target.deadline);
+            // An attempt that began stopping while it waited makes no new effect.
+            if let Some(why) = target.ledger.as_ref().and_then(|ledger| ledger.refusing()) {
+                withdrawn(journal, meter, &target.shown(), &format!("no new effects: {why}"));
+                return Err(Error::HttpRequestDenied);
+            }
+            Ok(())
+        }
+        Ok(Pace::TooLate(after, limits)) => {
+            let why = format!(
+                "rate limit {} gives it a slot in {:.1} s, after the job's deadline",
+                limits.join(", "),
+                after.as_secs_f64()
+            );
+            withdrawn(journal, meter, &target.shown(), &why);
+            trip.trip(after, &limits, &target.shown());
+            std::future::pending().await
+        }
+        Err(why) => {
+            withdrawn(journal, meter, &target.shown(), &format!("no rate slot could be given: {why}"));
+            Err(Error::HttpRequestDenied)
+        }
+    }
 }
 
 /// Send a request the fence let through: resolve, connect, record the

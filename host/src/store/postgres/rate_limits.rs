@@ -6,14 +6,16 @@ use std::sync::LazyLock;
 
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
 use super::rows::db_err;
 use crate::clock::Timestamp;
-use crate::job::rate::{ADMIT_PER_CLAIM, RateLimit};
+use crate::job::rate::{ADMIT_PER_CLAIM, RateLimit, Reservation, reserve_together};
+use crate::store::rate_limits::audited;
 use crate::store::rules::audit::note;
 use crate::store::sql::{RATE_LIMIT_COLUMNS, next_rate_slot, rate_admittable, rate_slots_expire};
-use crate::store::{RateLimitRemoveParams, RateLimits, StoreError};
+use crate::store::{RateLimitRemoveParams, RateLimits, RateReserveParams, StoreError};
 
 /// The migration that adds rate limits (listed in
 /// [`MIGRATIONS`](super::schema::MIGRATIONS)): the limits, each bucket's
@@ -42,6 +44,10 @@ CREATE INDEX jobs_rate_waiting ON jobs (run_after, job_id) WHERE status = 'queue
 CREATE INDEX jobs_rate_slots ON jobs (rate_slot) WHERE status = 'queued' AND rate_slot IS NOT NULL;
 "#;
 
+/// The migration that lets a limit apply to outbound requests: its host
+/// rules and secrets, as JSON (`NULL`: neither).
+pub(super) const EGRESS_MIGRATION: &str = "ALTER TABLE rate_limits ADD COLUMN egress TEXT;";
+
 /// How long a read of whether any limit or limited job exists is used:
 /// a claim skips admission while neither does.
 const LIMITED_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(1);
@@ -54,6 +60,7 @@ fn limit_of(r: &Row) -> RateLimit {
         r.get::<_, i32>(3).max(0) as u32,
         Timestamp::from_unix_ms(r.get(4)),
         r.get(5),
+        r.get(6),
     )
 }
 
@@ -66,10 +73,10 @@ impl RateLimits for PostgresStore {
         let sql = format!("SELECT {RATE_LIMIT_COLUMNS} FROM rate_limits WHERE name = $1 FOR UPDATE");
         let before = tx.query_opt(&sql, &[&limit.name]).await.map_err(&err)?.map(|r| limit_of(&r));
         tx.execute(
-            "INSERT INTO rate_limits (name, count, per_ms, burst, updated_at, updated_by) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO UPDATE SET count = excluded.count, \
+            "INSERT INTO rate_limits (name, count, per_ms, burst, updated_at, updated_by, egress) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO UPDATE SET count = excluded.count, \
              per_ms = excluded.per_ms, burst = excluded.burst, updated_at = excluded.updated_at, \
-             updated_by = excluded.updated_by",
+             updated_by = excluded.updated_by, egress = excluded.egress",
             &[
                 &limit.name,
                 &(limit.count as i32),
@@ -77,14 +84,12 @@ impl RateLimits for PostgresStore {
                 &(limit.burst as i32),
                 &limit.updated_at.unix_ms(),
                 &limit.updated_by,
+                &limit.egress_column(),
             ],
         )
         .await
         .map_err(&err)?;
-        let detail = serde_json::json!({
-            "before": before.map(|b| serde_json::json!({ "rate": b.rate, "burst": b.burst })),
-            "after": { "rate": limit.rate, "burst": limit.burst },
-        });
+        let detail = serde_json::json!({ "before": before.as_ref().map(audited), "after": audited(&limit) });
         let row = note(limit.updated_by.clone(), "rate_limit.set", &limit.name, detail);
         super::audit::append(&tx, &row, limit.updated_at).await?;
         tx.commit().await.map_err(&err)?;
@@ -114,6 +119,49 @@ impl RateLimits for PostgresStore {
         super::audit::append(&tx, &row, params.now).await?;
         tx.commit().await.map_err(&err)?;
         Ok(true)
+    }
+
+    async fn rate_reserve(&self, params: RateReserveParams) -> Result<Reservation, StoreError> {
+        if params.buckets.is_empty() {
+            return Ok(Reservation::At(params.now));
+        }
+        let err = db_err("reserving a request's rate slot");
+        let (names, keys): (Vec<&str>, Vec<&str>) =
+            params.buckets.iter().map(|(limit, bucket)| (limit.as_str(), bucket.as_str())).unzip();
+        let mut client = self.client("reserving a request's rate slot").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        // The buckets of limits that exist, created unused, then locked in
+        // key order (the order every other writer of buckets takes).
+        let create = "INSERT INTO rate_buckets (limit_name, bucket, tat_us) \
+                      SELECT b.l, b.k, NULL FROM UNNEST($1::text[], $2::text[]) AS b (l, k) \
+                      WHERE EXISTS (SELECT 1 FROM rate_limits WHERE name = b.l) ORDER BY b.l, b.k \
+                      ON CONFLICT (limit_name, bucket) DO NOTHING";
+        let lock = "SELECT limit_name, bucket, tat_us FROM rate_buckets \
+                    WHERE (limit_name, bucket) IN (SELECT * FROM UNNEST($1::text[], $2::text[])) \
+                    ORDER BY limit_name, bucket FOR UPDATE";
+        let read_limits = format!("SELECT {RATE_LIMIT_COLUMNS} FROM rate_limits WHERE name = ANY($1)");
+        tx.execute(create, &[&names, &keys]).await.map_err(&err)?;
+        let (bucket_args, limit_args): ([&(dyn ToSql + Sync); 2], [&(dyn ToSql + Sync); 1]) =
+            ([&names, &keys], [&names]);
+        let (locked, limits) =
+            tokio::try_join!(tx.query(lock, &bucket_args), tx.query(&read_limits, &limit_args)).map_err(&err)?;
+        let tats = locked.iter().filter_map(|r| Some(((r.get(0), r.get(1)), r.get::<_, Option<i64>>(2)?))).collect();
+        let limits = limits.iter().map(|r| (r.get(0), limit_of(r))).collect();
+        let (reservation, taken) = reserve_together(&params.buckets, &limits, &tats, params.now, params.latest);
+        if !taken.is_empty() {
+            let names: Vec<&str> = taken.iter().map(|((l, _), _)| l.as_str()).collect();
+            let keys: Vec<&str> = taken.iter().map(|((_, k), _)| k.as_str()).collect();
+            let values: Vec<i64> = taken.iter().map(|(_, tat)| *tat).collect();
+            tx.execute(
+                "UPDATE rate_buckets b SET tat_us = t.tat FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS t (l, k, tat) \
+                 WHERE b.limit_name = t.l AND b.bucket = t.k",
+                &[&names, &keys, &values],
+            )
+            .await
+            .map_err(&err)?;
+        }
+        tx.commit().await.map_err(&err)?;
+        Ok(reservation)
     }
 }
 

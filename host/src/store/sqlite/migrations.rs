@@ -594,4 +594,5 @@ CREATE INDEX job_attempts_job ON job_attempts (job_id, id);
     super::schedules::MIGRATION,
     super::labels::MIGRATION,
     super::rate_limits::MIGRATION,
+    super::rate_limits::EGRESS_MIGRATION,
 ];

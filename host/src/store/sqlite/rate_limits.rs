@@ -11,10 +11,11 @@ use super::SqliteStore;
 use super::rows::db_err;
 use crate::clock::Timestamp;
 use crate::job::JobId;
-use crate::job::rate::{Candidate, RateLimit, admit};
+use crate::job::rate::{Candidate, RateLimit, Reservation, admit, reserve_together};
+use crate::store::rate_limits::audited;
 use crate::store::rules::audit::note;
 use crate::store::sql::{RATE_LIMIT_COLUMNS, next_rate_slot, rate_slots_expire};
-use crate::store::{RateLimitRemoveParams, RateLimits, StoreError};
+use crate::store::{RateLimitRemoveParams, RateLimits, RateReserveParams, StoreError};
 
 /// The migration that adds rate limits (listed in
 /// [`MIGRATIONS`](super::migrations::MIGRATIONS)): the limits, each
@@ -41,6 +42,10 @@ ALTER TABLE jobs ADD COLUMN rate_slot INTEGER;
 CREATE INDEX jobs_rate_slots ON jobs (rate_slot) WHERE status = 'queued' AND rate_slot IS NOT NULL;
 "#;
 
+/// The migration that lets a limit apply to outbound requests: its host
+/// rules and secrets, as JSON (`NULL`: neither).
+pub(super) const EGRESS_MIGRATION: &str = "ALTER TABLE rate_limits ADD COLUMN egress TEXT;";
+
 fn limit_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<RateLimit> {
     Ok(RateLimit::from_columns(
         r.get(0)?,
@@ -49,6 +54,7 @@ fn limit_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<RateLimit> {
         r.get(3)?,
         Timestamp::from_unix_ms(r.get(4)?),
         r.get(5)?,
+        r.get(6)?,
     ))
 }
 
@@ -66,24 +72,22 @@ impl RateLimits for SqliteStore {
         self.write_all_or_nothing(move |conn| {
             let before = read_limit(conn, &limit.name)?;
             conn.execute(
-                "INSERT INTO rate_limits (name, count, per_ms, burst, updated_at, updated_by) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (name) DO UPDATE SET count = excluded.count, \
+                "INSERT INTO rate_limits (name, count, per_ms, burst, updated_at, updated_by, egress) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (name) DO UPDATE SET count = excluded.count, \
                  per_ms = excluded.per_ms, burst = excluded.burst, updated_at = excluded.updated_at, \
-                 updated_by = excluded.updated_by",
+                 updated_by = excluded.updated_by, egress = excluded.egress",
                 params![
                     limit.name,
                     limit.count,
                     limit.per_ms as i64,
                     limit.burst,
                     limit.updated_at.unix_ms(),
-                    limit.updated_by
+                    limit.updated_by,
+                    limit.egress_column()
                 ],
             )
             .map_err(db_err("setting a rate limit"))?;
-            let detail = serde_json::json!({
-                "before": before.map(|b| serde_json::json!({ "rate": b.rate, "burst": b.burst })),
-                "after": { "rate": limit.rate, "burst": limit.burst },
-            });
+            let detail = serde_json::json!({ "before": before.as_ref().map(audited), "after": audited(&limit) });
             let row = note(limit.updated_by.clone(), "rate_limit.set", &limit.name, detail);
             super::audit::append(conn, &row, limit.updated_at)?;
             Ok(limit)
@@ -119,6 +123,52 @@ impl RateLimits for SqliteStore {
         })
         .await
     }
+
+    async fn rate_reserve(&self, params: RateReserveParams) -> Result<Reservation, StoreError> {
+        if params.buckets.is_empty() {
+            return Ok(Reservation::At(params.now));
+        }
+        self.write_all_or_nothing(move |conn| {
+            let mut limits = HashMap::new();
+            let mut tats = HashMap::new();
+            for bucket in &params.buckets {
+                if !limits.contains_key(&bucket.0)
+                    && let Some(limit) = read_limit(conn, &bucket.0)?
+                {
+                    limits.insert(bucket.0.clone(), limit);
+                }
+                if let Some(tat) = read_tat(conn, bucket)? {
+                    tats.insert(bucket.clone(), tat);
+                }
+            }
+            let (reservation, taken) = reserve_together(&params.buckets, &limits, &tats, params.now, params.latest);
+            put_tats(conn, &taken)?;
+            Ok(reservation)
+        })
+        .await
+    }
+}
+
+/// A bucket's TAT (`None`: never used).
+fn read_tat(conn: &Connection, (limit, bucket): &(String, String)) -> Result<Option<i64>, StoreError> {
+    conn.prepare_cached("SELECT tat_us FROM rate_buckets WHERE limit_name = ?1 AND bucket = ?2")
+        .and_then(|mut s| s.query_row(params![limit, bucket], |r| r.get::<_, i64>(0)).optional())
+        .map_err(db_err("reading a rate bucket"))
+}
+
+/// Store buckets' TATs.
+fn put_tats(conn: &Connection, tats: &[((String, String), i64)]) -> Result<(), StoreError> {
+    let err = db_err("moving a rate bucket");
+    let mut put = conn
+        .prepare_cached(
+            "INSERT INTO rate_buckets (limit_name, bucket, tat_us) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (limit_name, bucket) DO UPDATE SET tat_us = excluded.tat_us",
+        )
+        .map_err(&err)?;
+    for ((limit, key), tat) in tats {
+        put.execute(params![limit, key, tat]).map_err(&err)?;
+    }
+    Ok(())
 }
 
 /// Drop the slots whose grace ran out (their jobs are given slots again
@@ -139,7 +189,6 @@ pub(super) fn slots_for(
     candidates: &[Candidate<JobId>],
     now: Timestamp,
 ) -> Result<Vec<(JobId, Timestamp)>, StoreError> {
-    let err = db_err("giving rate-limited jobs their slots");
     let mut limits = HashMap::new();
     let mut tats = HashMap::new();
     for c in candidates {
@@ -150,24 +199,13 @@ pub(super) fn slots_for(
         }
         let bucket = (c.limit.clone(), c.key.clone());
         if !tats.contains_key(&bucket)
-            && let Some(tat) = conn
-                .prepare_cached("SELECT tat_us FROM rate_buckets WHERE limit_name = ?1 AND bucket = ?2")
-                .and_then(|mut s| s.query_row(params![bucket.0, bucket.1], |r| r.get::<_, i64>(0)).optional())
-                .map_err(&err)?
+            && let Some(tat) = read_tat(conn, &bucket)?
         {
             tats.insert(bucket, tat);
         }
     }
     let admission = admit(candidates, &limits, tats, now);
-    let mut put = conn
-        .prepare_cached(
-            "INSERT INTO rate_buckets (limit_name, bucket, tat_us) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (limit_name, bucket) DO UPDATE SET tat_us = excluded.tat_us",
-        )
-        .map_err(&err)?;
-    for ((limit, key), tat) in &admission.buckets {
-        put.execute(params![limit, key, tat]).map_err(&err)?;
-    }
+    put_tats(conn, &admission.buckets)?;
     Ok(admission.slots)
 }
 

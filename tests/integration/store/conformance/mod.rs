@@ -80,6 +80,8 @@ macro_rules! with_cases {
                 a_burst_starts_at_once_then_the_rate,
                 slots_held_up_past_their_grace_are_given_again,
                 a_slot_that_has_come_goes_before_older_jobs_given_none,
+                outbound_requests_take_slots_together_and_a_late_one_takes_none,
+                a_limit_keeps_its_hosts_and_secrets,
                 limits_are_set_read_and_removed_audited_and_a_removed_one_limits_nothing,
             }
             schedules {

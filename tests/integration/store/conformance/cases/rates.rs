@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::clock::Timestamp;
-use leash::job::rate::{RESERVATION_GRACE, RateLimit};
+use leash::job::rate::{HOSTS_BUCKET, RESERVATION_GRACE, RateLimit, Reservation};
 use leash::job::{Job, JobStatus, NewJob};
-use leash::store::{AuditListParams, JobStore, RateLimitRemoveParams};
+use leash::store::{AuditListParams, JobStore, RateLimitRemoveParams, RateReserveParams};
 
 use super::{T0, claim, get, insert, new_job};
 
@@ -151,4 +151,58 @@ pub(crate) async fn a_slot_that_has_come_goes_before_older_jobs_given_none(store
     let claimed = claim(&*store, "worker-aaaaaaaa", 1, T0.plus(Duration::from_secs(1))).await;
     let inputs: Vec<String> = claimed.iter().map(|l| String::from_utf8(l.job.input.clone()).unwrap()).collect();
     assert_eq!(inputs, ["j1"], "j1's slot came");
+}
+
+async fn reserve(store: &dyn JobStore, buckets: &[(&str, &str)], now: Timestamp, latest: Timestamp) -> Reservation {
+    let buckets = buckets.iter().map(|(l, b)| (l.to_string(), b.to_string())).collect();
+    store.rate_reserve(RateReserveParams { buckets, now, latest }).await.unwrap()
+}
+
+/// An outbound request takes its slot in every bucket that applies to it
+/// together, the latest any gives; one whose slot is past the latest it
+/// may wait for takes none; a bucket of a limit that is gone limits
+/// nothing.
+pub(crate) async fn outbound_requests_take_slots_together_and_a_late_one_takes_none(store: Arc<dyn JobStore>) {
+    set(&*store, "slow", "2/s", 1).await;
+    set(&*store, "fast", "10/s", 1).await;
+    let key = ("fast", "egress:secret:KEY");
+    let both = [key, ("slow", HOSTS_BUCKET)];
+    let far = T0.plus(Duration::from_secs(60));
+    assert_eq!(reserve(&*store, &both, T0, far).await, Reservation::At(T0));
+    assert_eq!(reserve(&*store, &both, T0, far).await, Reservation::At(ms(500)), "the slow limit's slot");
+    // The fast bucket was moved as if the request came at 500 ms.
+    assert_eq!(reserve(&*store, &[key], T0, far).await, Reservation::At(ms(600)));
+    assert_eq!(reserve(&*store, &both, T0, ms(999)).await, Reservation::TooLate(ms(1000)));
+    assert_eq!(reserve(&*store, &both, T0, far).await, Reservation::At(ms(1000)), "the late one took nothing");
+    assert_eq!(reserve(&*store, &[("gone", HOSTS_BUCKET)], T0, T0).await, Reservation::At(T0));
+    store.rate_limit_remove(RateLimitRemoveParams { name: "slow".into(), actor: None, now: T0 }).await.unwrap();
+    assert_eq!(reserve(&*store, &both, T0, far).await, Reservation::At(ms(1100)), "only the fast limit is left");
+}
+
+pub(crate) async fn a_limit_keeps_its_hosts_and_secrets(store: Arc<dyn JobStore>) {
+    let limit = RateLimit::new("github", "5000/h".parse().unwrap(), 10, Some("ops".into()), T0)
+        .unwrap()
+        .with_egress(
+            vec!["https://api.github.com".parse().unwrap(), "GET https://*.githubusercontent.com".parse().unwrap()],
+            vec!["GH_TOKEN".parse().unwrap()],
+        )
+        .unwrap();
+    assert_eq!(store.rate_limit_set(limit.clone()).await.unwrap(), limit);
+    assert_eq!(store.rate_limit_get("github").await.unwrap(), Some(limit.clone()));
+    assert_eq!(store.rate_limits().await.unwrap(), std::slice::from_ref(&limit));
+    // Set again without them, it limits job starts only.
+    let plain = set(&*store, "github", "5000/h", 10).await;
+    let read = store.rate_limit_get("github").await.unwrap().unwrap();
+    assert_eq!((read.hosts.len(), read.secrets.len()), (0, 0));
+    assert_eq!(read, plain);
+    let params = AuditListParams { after: None, principal: None, action: None, target: None, limit: 10 };
+    let audit = store.audit_list(params).await.unwrap();
+    let detail = |r: &leash::store::AuditRecord| serde_json::from_str::<serde_json::Value>(&r.detail).unwrap();
+    let change = audit.iter().find(|r| detail(r)["before"].is_object()).expect("the second set is audited");
+    assert_eq!(
+        detail(change)["before"]["hosts"],
+        serde_json::json!(["https://api.github.com", "GET https://*.githubusercontent.com"])
+    );
+    assert_eq!(detail(change)["before"]["secrets"], serde_json::json!(["GH_TOKEN"]));
+    assert_eq!(detail(change)["after"]["hosts"], serde_json::json!([]));
 }

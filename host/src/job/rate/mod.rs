@@ -20,6 +20,14 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
+use crate::job::grant::{HostRule, SecretName};
+
+mod egress;
+
+pub use self::egress::{
+    Bucket, HOSTS_BUCKET, MAX_EGRESS_RULES, Outbound, Reservation, SECRET_BUCKET_PREFIX, egress_buckets,
+    reserve_together,
+};
 
 /// Longest limit name, in bytes.
 pub const MAX_LIMIT_NAME_BYTES: usize = 64;
@@ -64,6 +72,22 @@ pub struct RateLimit {
     /// Who last set it (absent: an embedder's own call).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_by: Option<String>,
+    /// Host rules whose requests take a slot from it, all from one bucket
+    /// (see [`egress`](self::egress)).
+    #[schema(value_type = Vec<String>)]
+    pub hosts: Vec<HostRule>,
+    /// Secrets whose requests take a slot from it, each from a bucket of
+    /// its own.
+    #[schema(value_type = Vec<String>)]
+    pub secrets: Vec<SecretName>,
+}
+
+/// How a limit's host rules and secrets are stored: one JSON column,
+/// `NULL` when it names neither.
+#[derive(Serialize, Deserialize)]
+struct EgressColumn {
+    hosts: Vec<HostRule>,
+    secrets: Vec<SecretName>,
 }
 
 impl RateLimit {
@@ -82,7 +106,24 @@ impl RateLimit {
             rate: rate.to_string(),
             updated_at: now,
             updated_by,
+            hosts: Vec::new(),
+            secrets: Vec::new(),
         })
+    }
+
+    /// The same limit applied to outbound requests matching `hosts` or
+    /// carrying `secrets`, checked (see [`RateLimit::check_egress`]).
+    pub fn with_egress(mut self, hosts: Vec<HostRule>, secrets: Vec<SecretName>) -> Result<Self, String> {
+        self.hosts = hosts;
+        self.secrets = secrets;
+        self.check_egress()?;
+        Ok(self)
+    }
+
+    /// Its host rules and secrets as stored (`None`: neither).
+    pub fn egress_column(&self) -> Option<String> {
+        let column = EgressColumn { hosts: self.hosts.clone(), secrets: self.secrets.clone() };
+        self.limits_egress().then(|| serde_json::to_string(&column).expect("rules and names serialize"))
     }
 
     /// A limit read back from its columns.
@@ -93,9 +134,15 @@ impl RateLimit {
         burst: u32,
         updated_at: Timestamp,
         updated_by: Option<String>,
+        egress: Option<String>,
     ) -> Self {
         let rate = Rate { count, per: Duration::from_millis(per_ms) }.to_string();
-        RateLimit { name, count, per_ms, burst, rate, updated_at, updated_by }
+        // Written by `egress_column`; a column that will not read (written
+        // by hand) limits no request rather than failing every read.
+        let EgressColumn { hosts, secrets } = egress
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or(EgressColumn { hosts: Vec::new(), secrets: Vec::new() });
+        RateLimit { name, count, per_ms, burst, rate, updated_at, updated_by, hosts, secrets }
     }
 
     /// Its emission interval, microseconds (at least 1).
