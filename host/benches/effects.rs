@@ -14,9 +14,14 @@
 //! 3. The same guest with the ledger on, as a durable job runs it: the
 //!    lease fence, the intent committed to SQLite before the request, the
 //!    outcome after.
+//! 4. As 3, under a rate limit on the upstream's host rule that never
+//!    holds a request back (1,000,000/s, burst 100,000): what reserving
+//!    each request's slot in the store adds.
 //!
 //! Then throughput: 8 guests at once, ledger off and on, and the store's
-//! own rate of intent + outcome pairs from 32 tasks.
+//! own rate of intent + outcome pairs, and of rate slots reserved, from 32
+//! tasks (slots on PostgreSQL too with `LEASH_BENCH_POSTGRES` set to a
+//! server URL).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -26,11 +31,13 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use leash::clock::{Clock, SystemClock};
 use leash::job::grant::HttpGrant;
+use leash::job::rate::RateLimit;
 use leash::job::{EffectOutcome, Grants, Target};
-use leash::sandbox::http::EffectLedger;
+use leash::sandbox::http::{EffectLedger, EgressLimits};
 use leash::sandbox::{NoObserver, Plugin, RunLimits, RunRequest, Sandbox, StopHandle};
 use leash::store::sqlite::SqliteStore;
-use leash::store::{EffectBeginParams, EffectEndParams, JobClaimParams, JobInsertParams, JobStore};
+use leash::store::{EffectBeginParams, EffectEndParams, JobClaimParams, JobInsertParams, JobStore, RateReserveParams};
+use leash::worker::egress::StoreEgress;
 use leash::worker::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
 
 #[path = "support/mod.rs"]
@@ -71,10 +78,22 @@ async fn guest_post(
     grants: &Arc<Grants>,
     effects: Option<Arc<dyn EffectLedger>>,
 ) -> Duration {
+    limited_post(sandbox, plugin, input, grants, effects, None).await
+}
+
+async fn limited_post(
+    sandbox: &Sandbox,
+    plugin: &Plugin,
+    input: &[u8],
+    grants: &Arc<Grants>,
+    effects: Option<Arc<dyn EffectLedger>>,
+    egress: Option<Arc<dyn EgressLimits>>,
+) -> Duration {
     let request_had_ledger = effects.is_some();
     let request = RunRequest {
         grants: grants.clone(),
         effects,
+        egress,
         ..RunRequest::new(Target::Execute, input.to_vec(), RunLimits::default())
     };
     let start = Instant::now();
@@ -133,17 +152,28 @@ async fn main() {
     let store: Arc<dyn JobStore> =
         Arc::new(SqliteStore::open(dir.path().join("effects.db"), Default::default()).unwrap());
     let fenced = ledger(store.clone(), &input).await;
+    let never_holds_back = RateLimit::new("bench", "1000000/s".parse().unwrap(), 100_000, None, SystemClock.now())
+        .unwrap()
+        .with_egress(vec![base.parse().unwrap()], Vec::new())
+        .unwrap();
+    store.rate_limit_set(never_holds_back.clone()).await.unwrap();
+    let metrics = Arc::new(leash::metrics::Metrics::new());
+    let egress: Arc<dyn EgressLimits> = Arc::new(StoreEgress::new(store.clone(), Arc::new(SystemClock), metrics));
+    let limited =
+        || limited_post(&sandbox, &plugin, input.as_bytes(), &grants, Some(fenced.clone()), Some(egress.clone()));
 
     for _ in 0..50 {
         host_post(addr, body).await;
         guest_post(&sandbox, &plugin, input.as_bytes(), &grants, None).await;
         guest_post(&sandbox, &plugin, input.as_bytes(), &grants, Some(fenced.clone())).await;
+        limited().await;
     }
-    let (mut direct, mut off, mut on) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut direct, mut off, mut on, mut paced) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         direct.push(host_post(addr, body).await);
         off.push(guest_post(&sandbox, &plugin, input.as_bytes(), &grants, None).await);
         on.push(guest_post(&sandbox, &plugin, input.as_bytes(), &grants, Some(fenced.clone())).await);
+        paced.push(limited().await);
     }
     println!("one effectful POST on loopback, {rounds} each, interleaved (µs)");
     println!("{:<56} {:>9} {:>9} {:>8}", "", "p50", "p99", "vs host");
@@ -152,10 +182,16 @@ async fn main() {
     row("the host, directly (hyper)", &mut direct, base_p50);
     let off_p50 = row("the webhook guest, ledger off", &mut off, base_p50);
     let on_p50 = row("the webhook guest, ledger on (fence + intent + outcome)", &mut on, base_p50);
+    let paced_p50 = row("the webhook guest, ledger on, under an egress limit", &mut paced, base_p50);
     println!(
         "ledger cost per effect: {:.0} µs at p50 ({:.2}× the guest without it)",
         on_p50 - off_p50,
         on_p50 / off_p50
+    );
+    println!(
+        "egress limit cost per request: {:.0} µs at p50 ({:.2}× the guest with the ledger alone)",
+        paced_p50 - on_p50,
+        paced_p50 / on_p50
     );
 
     // Throughput: 8 guests at once.
@@ -214,4 +250,35 @@ async fn main() {
         "the store alone: {:.0} intent + outcome pairs/s from 32 tasks",
         pairs as f64 / start.elapsed().as_secs_f64()
     );
+    println!("SQLite: {:.0} rate slots reserved/s from 32 tasks", reservations(&*store, pairs).await);
+    let postgres = std::env::var("LEASH_BENCH_POSTGRES").or_else(|_| std::env::var("LEASH_TEST_POSTGRES"));
+    if let Ok(base) = postgres {
+        let name = format!("leash_bench_effects_{}", std::process::id());
+        let (admin, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        admin.batch_execute(&format!("CREATE SCHEMA {name}")).await.unwrap();
+        let separator = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{separator}options=-csearch_path%3D{name}");
+        let pg: Arc<dyn JobStore> = Arc::new(leash::store::postgres::PostgresStore::open(&url).await.unwrap());
+        pg.rate_limit_set(never_holds_back).await.unwrap();
+        println!("PostgreSQL: {:.0} rate slots reserved/s from 32 tasks", reservations(&*pg, pairs).await);
+        drop(pg);
+        admin.batch_execute(&format!("DROP SCHEMA {name} CASCADE")).await.unwrap();
+    }
+}
+
+/// Reserve `n` requests' slots in one bucket from 32 tasks; slots per
+/// second.
+async fn reservations(store: &dyn JobStore, n: usize) -> f64 {
+    let start = Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let tasks = (0..32).map(|_| async {
+        while next.fetch_add(1, Ordering::Relaxed) < n {
+            let now = SystemClock.now();
+            let buckets = vec![("bench".to_owned(), leash::job::rate::HOSTS_BUCKET.to_owned())];
+            store.rate_reserve(RateReserveParams { buckets, now, latest: now }).await.unwrap();
+        }
+    });
+    futures_util::future::join_all(tasks).await;
+    n as f64 / start.elapsed().as_secs_f64()
 }

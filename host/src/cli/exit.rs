@@ -20,8 +20,9 @@ pub enum ExitStatus {
     ResourceLimit = 5,
     /// The plugin trapped.
     Trap = 6,
-    /// The server refused the request (token, conflict, backpressure), or
-    /// the host refused the job's effects (`denied`).
+    /// The server refused the request (token, conflict, backpressure), the
+    /// host refused the job's effects (`denied`), or a request's rate slot
+    /// came after the job's deadline (`rate_limited`).
     Refused = 7,
     /// The server could not be reached.
     Unreachable = 8,
@@ -85,7 +86,8 @@ Exit codes:
   6   the plugin trapped (panic, stack overflow, bad memory access)
   7   the server refused: bad token (401), approval policy (403), job already ended
       or decided (409), queue full (429); or the host refused a plan's apply phase
-      (denied: its approved effects no longer granted, or its plan changed)
+      (denied: its approved effects no longer granted, or its plan changed), or a
+      request's rate slot came after the job's deadline (rate_limited)
   8   the server could not be reached
   9   the job was quarantined: two processes died while running it (host_crash)
   10  leash audit verify: the audit chain is broken (a row edited, removed or added by hand)

@@ -17,7 +17,7 @@ use crate::store::{JobStore, RateReserveParams};
 pub const LIMITS_FRESH_FOR: Duration = Duration::from_secs(1);
 
 /// Egress limits from the store.
-pub(crate) struct StoreEgress {
+pub struct StoreEgress {
     store: Arc<dyn JobStore>,
     clock: Arc<dyn Clock>,
     /// The limits naming hosts or secrets, and when they were read.
@@ -32,7 +32,8 @@ impl std::fmt::Debug for StoreEgress {
 }
 
 impl StoreEgress {
-    pub(crate) fn new(store: Arc<dyn JobStore>, clock: Arc<dyn Clock>, metrics: Arc<Metrics>) -> Self {
+    /// Limits read from `store`, slots measured by `clock`.
+    pub fn new(store: Arc<dyn JobStore>, clock: Arc<dyn Clock>, metrics: Arc<Metrics>) -> Self {
         StoreEgress { store, clock, read: tokio::sync::Mutex::new(None), metrics }
     }
 

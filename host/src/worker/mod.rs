@@ -16,7 +16,7 @@
 
 mod attempt;
 pub(crate) mod ceilings;
-mod egress;
+pub mod egress;
 mod failure;
 mod guests;
 pub mod lease;

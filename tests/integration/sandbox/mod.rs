@@ -3,5 +3,6 @@
 
 mod egress;
 mod hostile;
+mod pacing;
 mod plugins;
 mod polyglot;

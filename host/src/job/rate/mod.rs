@@ -72,12 +72,13 @@ pub struct RateLimit {
     /// Who last set it (absent: an embedder's own call).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_by: Option<String>,
-    /// Host rules whose requests take a slot from it, all from one bucket
-    /// (see [`egress`](self::egress)).
+    /// Host rules (`[METHODS ]SCHEME://HOST[:PORT]`): every granted
+    /// request of any job one matches takes a slot from it, all of them
+    /// from one bucket (`egress:hosts`).
     #[schema(value_type = Vec<String>)]
     pub hosts: Vec<HostRule>,
-    /// Secrets whose requests take a slot from it, each from a bucket of
-    /// its own.
+    /// Secret names: every request carrying one takes a slot from it, each
+    /// secret from a bucket of its own (`egress:secret:NAME`).
     #[schema(value_type = Vec<String>)]
     pub secrets: Vec<SecretName>,
 }
