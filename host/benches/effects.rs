@@ -71,17 +71,8 @@ async fn ledger(store: Arc<dyn JobStore>, input: &str) -> Arc<LeaseLedger> {
     Arc::new(LeaseLedger { keeper, effects: store, stop: StopHandle::new(), watch })
 }
 
+/// The guest's POST, with the ledger and egress limits given.
 async fn guest_post(
-    sandbox: &Sandbox,
-    plugin: &Plugin,
-    input: &[u8],
-    grants: &Arc<Grants>,
-    effects: Option<Arc<dyn EffectLedger>>,
-) -> Duration {
-    limited_post(sandbox, plugin, input, grants, effects, None).await
-}
-
-async fn limited_post(
     sandbox: &Sandbox,
     plugin: &Plugin,
     input: &[u8],
@@ -160,19 +151,19 @@ async fn main() {
     let metrics = Arc::new(leash::metrics::Metrics::new());
     let egress: Arc<dyn EgressLimits> = Arc::new(StoreEgress::new(store.clone(), Arc::new(SystemClock), metrics));
     let limited =
-        || limited_post(&sandbox, &plugin, input.as_bytes(), &grants, Some(fenced.clone()), Some(egress.clone()));
+        || guest_post(&sandbox, &plugin, input.as_bytes(), &grants, Some(fenced.clone()), Some(egress.clone()));
 
     for _ in 0..50 {
         host_post(addr, body).await;
-        guest_post(&sandbox, &plugin, input.as_bytes(), &grants, None).await;
-        guest_post(&sandbox, &plugin, input.as_bytes(), &grants, Some(fenced.clone())).await;
+        guest_post(&sandbox, &plugin, input.as_bytes(), &grants, None, None).await;
+        guest_post(&sandbox, &plugin, input.as_bytes(), &grants, Some(fenced.clone()), None).await;
         limited().await;
     }
     let (mut direct, mut off, mut on, mut paced) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         direct.push(host_post(addr, body).await);
-        off.push(guest_post(&sandbox, &plugin, input.as_bytes(), &grants, None).await);
-        on.push(guest_post(&sandbox, &plugin, input.as_bytes(), &grants, Some(fenced.clone())).await);
+        off.push(guest_post(&sandbox, &plugin, input.as_bytes(), &grants, None, None).await);
+        on.push(guest_post(&sandbox, &plugin, input.as_bytes(), &grants, Some(fenced.clone()), None).await);
         paced.push(limited().await);
     }
     println!("one effectful POST on loopback, {rounds} each, interleaved (µs)");
@@ -204,7 +195,7 @@ async fn main() {
         let tasks = (0..8).map(|_| async {
             while next.fetch_add(1, Ordering::Relaxed) < n {
                 let effects: Option<Arc<dyn EffectLedger>> = if with_ledger { Some(fenced.clone()) } else { None };
-                guest_post(sandbox, &plugin, input.as_bytes(), &grants, effects).await;
+                guest_post(sandbox, &plugin, input.as_bytes(), &grants, effects, None).await;
             }
         });
         futures_util::future::join_all(tasks).await;

@@ -164,6 +164,17 @@ fn report(backend: &str, n: usize, [off, on, paused, limited]: [Vec<f64>; 4]) {
     );
 }
 
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::On => "on",
+            Mode::Paused => "paused",
+            Mode::Limited => "limited",
+        }
+    }
+}
+
 const MODES: [Mode; 4] = [Mode::Off, Mode::On, Mode::Paused, Mode::Limited];
 
 #[tokio::main(flavor = "multi_thread")]
@@ -189,7 +200,9 @@ async fn main() {
     let mut pass = 0;
     for _ in 0..rounds {
         for (rates, mode) in rates.iter_mut().zip(MODES) {
-            rates.push(postgres_pass(&base, n, mode, pass).await);
+            let rate = postgres_pass(&base, n, mode, pass).await;
+            eprintln!("PostgreSQL pass {pass} ({}): {rate:.0} jobs/s", mode.name());
+            rates.push(rate);
             pass += 1;
         }
     }
