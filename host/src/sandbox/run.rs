@@ -158,8 +158,12 @@ impl Sandbox {
         }
         // A run its rate limits ended fails with their reason, whatever
         // the guest was doing when it was stopped.
-        if let (Err(failure), Some(limited)) = (&mut result, trip.failure()) {
-            *failure = limited;
+        if let (Err(failure), Some(limited)) = (&mut result, trip.limited()) {
+            *failure = Failure {
+                retryable: true,
+                retry_after: Some(limited.after),
+                ..Failure::new(ErrorKind::RateLimited, limited.message)
+            };
         }
         let proposals = if result.is_ok() { book.proposals } else { Vec::new() };
         // Nothing the host keeps of the run holds a secret's value in

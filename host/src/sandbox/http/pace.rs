@@ -8,9 +8,7 @@
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::job::ErrorKind;
 use crate::job::rate::Outbound;
-use crate::sandbox::outcome::Failure;
 
 /// When an outbound request may leave.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,10 +33,18 @@ pub trait EgressLimits: Send + Sync + std::fmt::Debug {
     async fn pace(&self, request: &Outbound<'_>, at_most: Duration) -> Result<Pace, String>;
 }
 
+/// Why a run's rate limits ended it: the message its failure carries, and
+/// how long until the slot it may run again from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RateLimited {
+    pub(crate) message: String,
+    pub(crate) after: Duration,
+}
+
 /// Set when a request's slot is past the deadline: it ends the run.
 #[derive(Debug, Default)]
 pub(crate) struct RateTrip {
-    tripped: OnceLock<Failure>,
+    tripped: OnceLock<RateLimited>,
     notify: tokio::sync::Notify,
     /// Whether a wait has been logged (the first only: a job pacing
     /// a thousand requests would fill its log).
@@ -55,9 +61,7 @@ impl RateTrip {
             limits.join(", "),
             after.as_secs_f64()
         );
-        let failure =
-            Failure { retryable: true, retry_after: Some(after), ..Failure::new(ErrorKind::RateLimited, message) };
-        if self.tripped.set(failure).is_ok() {
+        if self.tripped.set(RateLimited { message, after }).is_ok() {
             self.notify.notify_one();
         }
     }
@@ -74,8 +78,8 @@ impl RateTrip {
         }
     }
 
-    /// The run's failure, once tripped.
-    pub(crate) fn failure(&self) -> Option<Failure> {
+    /// Why the run was ended, once tripped.
+    pub(crate) fn limited(&self) -> Option<RateLimited> {
         self.tripped.get().cloned()
     }
 }
