@@ -17,7 +17,7 @@ pub(in crate::cli) enum LimitsCommand {
     /// Create a rate limit or change one (operate): jobs that name it
     /// start at most RATE, and granted requests matching its --host rules
     /// or carrying its --secret leave at most RATE, across every process
-    /// on the store.
+    /// on the store. Setting it again replaces its hosts and secrets.
     Set {
         #[command(flatten)]
         conn: ConnArgs,
