@@ -141,7 +141,10 @@ impl Pool {
                             stop: stop.clone(),
                             watch: watch.clone(),
                         })),
-                        egress: Some(self.egress.clone()),
+                        egress: Some(Arc::new(super::egress::AttemptEgress {
+                            limits: self.egress.clone(),
+                            watch: watch.clone(),
+                        })),
                         fence,
                     };
                     if keeper.confirm_before_start(job.lease_expires_at, &stop, &watch).await {

@@ -81,3 +81,24 @@ impl EgressLimits for StoreEgress {
         })
     }
 }
+
+/// One attempt's view of the pool's egress limits: a slot the store could
+/// not give is the host's fault, not the guest's, so an attempt that then
+/// fails is released to run again rather than failed (as the effect
+/// ledger's store faults are).
+#[derive(Debug)]
+pub(crate) struct AttemptEgress {
+    pub(crate) limits: Arc<StoreEgress>,
+    pub(crate) watch: Arc<crate::worker::lease::LeaseWatch>,
+}
+
+#[async_trait::async_trait]
+impl EgressLimits for AttemptEgress {
+    async fn pace(&self, request: &Outbound<'_>, at_most: Duration) -> Result<Pace, String> {
+        let paced = self.limits.pace(request, at_most).await;
+        if paced.is_err() {
+            self.watch.host_refused.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        paced
+    }
+}
