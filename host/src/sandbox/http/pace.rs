@@ -5,7 +5,8 @@
 //! the job's deadline is not taken: the run ends there, `rate_limited`
 //! and retryable, through its [`RateTrip`].
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::job::rate::Outbound;
@@ -48,7 +49,7 @@ pub(crate) struct RateTrip {
     notify: tokio::sync::Notify,
     /// Whether a wait has been logged (the first only: a job pacing
     /// a thousand requests would fill its log).
-    pub(super) wait_logged: Mutex<bool>,
+    pub(super) wait_logged: AtomicBool,
 }
 
 impl RateTrip {

@@ -104,8 +104,7 @@ async fn paced(
     match egress.pace(&outbound, left).await {
         Ok(Pace::Now) => Ok(()),
         Ok(Pace::After(wait, limits)) => {
-            let first = !std::mem::replace(&mut *trip.wait_logged.lock().unwrap_or_else(|e| e.into_inner()), true);
-            if first {
+            if !trip.wait_logged.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 journal.record(
                     LogLevel::Info,
                     format!(
