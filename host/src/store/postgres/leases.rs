@@ -9,7 +9,6 @@ use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::rows::db_err;
 use super::{NOTIFY, PostgresStore};
 use crate::job::millis;
-use crate::job::{ErrorKind, JobStatus};
 use crate::store::rules::codec::{i64_of, to_json};
 use crate::store::rules::unfinished::{self, Decision};
 use crate::store::sql::COUNTER_COLUMNS;
@@ -47,16 +46,7 @@ impl Leases for PostgresStore {
     }
 
     async fn job_finish(&self, params: JobFinishParams) -> Result<bool, StoreError> {
-        let mut client = self.client("finishing a job").await?;
-        if params.proposals.is_empty() {
-            return finish(&client, &params).await;
-        }
-        // Proposals land with the success or not at all.
-        let err = db_err("finishing a job");
-        let tx = client.transaction().await.map_err(&err)?;
-        let finished = finish(&tx, &params).await?;
-        tx.commit().await.map_err(&err)?;
-        Ok(finished)
+        Ok(self.inner.finishes.finish(params, None).await?.0)
     }
 
     async fn job_finish_and_claim(
@@ -64,42 +54,12 @@ impl Leases for PostgresStore {
         params: JobFinishParams,
         next: JobClaimParams,
     ) -> Result<(bool, Vec<Lease>), StoreError> {
-        let err = db_err("finishing a job");
-        let mut client = self.client("finishing a job").await?;
-        // A failed admission leaves the limited jobs to the next claim;
-        // the finish goes on.
-        let _ = self.admit_due(&client, next.now).await;
-        let capped = self.any_capped(&client).await?;
-        let tx = client.transaction().await.map_err(&err)?;
-        // The finish and the claim go to the server together (one round
-        // trip, not two) and run in order in one transaction: the claim
-        // sees the finished job's concurrency key released. A finish that
-        // changed nothing (the lease was lost) takes the claim back with it.
-        // A capped claim's statements wait for a lock, so they could be
-        // sent ahead of the finish's: its claim follows the finish instead.
-        let (finished, claimed) = if capped {
-            let finished = finish(&tx, &params).await;
-            let claimed = if matches!(finished, Ok(true)) { claim(&tx, &next, true).await } else { Ok(Vec::new()) };
-            (finished, claimed)
-        } else {
-            tokio::join!(finish(&tx, &params), claim(&tx, &next, false))
-        };
-        if !finished? {
-            tx.rollback().await.map_err(&err)?;
-            return Ok((false, Vec::new()));
-        }
-        match claimed {
-            Ok(leases) => {
-                tx.commit().await.map_err(&err)?;
-                Ok((true, leases))
-            }
-            // A failed claim aborted the transaction: the finish stands on
-            // its own, and the claim loop will claim later.
-            Err(_) => {
-                tx.rollback().await.map_err(&err)?;
-                Ok((finish(&client, &params).await?, Vec::new()))
-            }
-        }
+        // Gathered with other slots' finishes and claims: the claims run
+        // after the finishes, in their transaction, so they see the
+        // finished jobs' concurrency keys released; a finish that changed
+        // nothing (the lease was lost) claims nothing.
+        let (finished, next) = self.inner.finishes.finish(params, Some(next)).await?;
+        Ok((finished, next.into_iter().collect()))
     }
 
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
@@ -182,47 +142,4 @@ impl Leases for PostgresStore {
     fn enqueued(&self) -> Option<watch::Receiver<u64>> {
         Some(self.inner.enqueued.clone())
     }
-}
-
-/// Record a running job's ending, fenced by its lease token.
-pub(super) async fn finish(client: &impl GenericClient, params: &JobFinishParams) -> Result<bool, StoreError> {
-    let err = db_err("finishing a job");
-    let (status, kind) = (params.finish.status(), params.finish.error_kind());
-    let (output, message, backtrace) = params.finish.columns();
-    let progress = params.progress.as_ref().map(to_json).transpose()?;
-    let logs = params.logs.as_ref().map(to_json).transpose()?;
-    let stmt = client
-        .prepare_cached(
-            "UPDATE jobs SET status = $1, output = $2, error_kind = $3, error_message = $4, backtrace = $5, \
-             fuel_used = $6, peak_memory_bytes = $7, finished_at = $8, last_heartbeat = $8, \
-             lease_token = NULL, lease_expires_at = NULL, \
-             progress_json = COALESCE($11, progress_json), logs_json = $12 \
-             WHERE job_id = $9 AND status = 'running' AND lease_token = $10",
-        )
-        .await
-        .map_err(&err)?;
-    let changed = client
-        .execute(
-            &stmt,
-            &[
-                &status.as_str(),
-                &output,
-                &kind.map(ErrorKind::as_str),
-                &message,
-                &backtrace,
-                &i64_of(params.fuel_used),
-                &i64_of(params.peak_memory_bytes),
-                &params.now.unix_ms(),
-                &params.id.to_string(),
-                &params.token,
-                &progress,
-                &logs,
-            ],
-        )
-        .await
-        .map_err(&err)?;
-    if changed == 1 && status == JobStatus::Succeeded && !params.proposals.is_empty() {
-        super::proposals::insert(client, params.id, &params.proposals).await?;
-    }
-    Ok(changed == 1)
 }

@@ -15,7 +15,8 @@
 //! on stale statistics reads every queued row.
 //!
 //! Lease renewals from all of a process's running jobs are gathered into
-//! one statement per round trip. Every insert, release and requeue by the
+//! one statement per round trip, and so are their finishes, each with the
+//! next job its slot claims, in one transaction (`finishes.rs`). Every insert, release and requeue by the
 //! reclaim sweep sends `NOTIFY leash_jobs` in its transaction; each store
 //! keeps one extra connection that `LISTEN`s and wakes the local pool, so
 //! a job submitted through one replica starts on another at once. That
@@ -36,6 +37,7 @@ mod claim;
 mod effects;
 mod events;
 mod fate;
+mod finishes;
 mod jobs;
 mod labels;
 mod leases;
@@ -94,6 +96,7 @@ struct Inner {
     enqueued: watch::Receiver<u64>,
     listener: tokio::task::JoinHandle<()>,
     renewals: renew::Renewals,
+    finishes: finishes::Finishes,
     freshness: Arc<stats::Freshness>,
     /// Whether some principal has a running cap, and when that was read.
     capped: std::sync::Mutex<Option<(std::time::Instant, bool)>>,
@@ -197,11 +200,12 @@ impl PostgresStore {
         let listener = tokio::spawn(listen(config, shown, notify));
         let renewals = renew::Renewals::start(pool.clone());
         Ok(PostgresStore {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|inner| Inner {
                 pool,
                 enqueued,
                 listener,
                 renewals,
+                finishes: finishes::Finishes::start(inner.clone()),
                 freshness: Arc::default(),
                 capped: Default::default(),
                 limited: Default::default(),

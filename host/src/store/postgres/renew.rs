@@ -4,7 +4,7 @@
 use tokio::sync::{mpsc, oneshot};
 
 use crate::job::millis;
-use crate::store::postgres::rows::{db_err, pool_err};
+use crate::store::postgres::rows::{db_err, echo, pool_err};
 
 use crate::store::{LeaseExtendParams, LeaseState, StoreError};
 
@@ -63,7 +63,7 @@ async fn drain(pool: deadpool_postgres::Pool, mut waiting: mpsc::UnboundedReceiv
             }
             Err(e) => {
                 for request in batch.drain(..) {
-                    let _ = request.reply.send(Err(echo(&e)));
+                    let _ = request.reply.send(Err(echo("extending leases", &e)));
                 }
             }
         }
@@ -97,16 +97,4 @@ async fn renew_all(
     let nows: Vec<i64> = sorted.iter().map(|p| p.now.unix_ms()).collect();
     let rows = client.query(&stmt, &[&ids, &tokens, &expires, &nows]).await.map_err(&err)?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
-}
-
-/// The same failure, for each caller of a failed batch.
-fn echo(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Closed => StoreError::Closed,
-        e => StoreError::Database {
-            operation: "extending leases",
-            source: e.to_string().into(),
-            transient: e.is_transient(),
-        },
-    }
 }

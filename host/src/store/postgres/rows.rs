@@ -113,6 +113,14 @@ pub(super) fn db_err(operation: &'static str) -> impl Fn(tokio_postgres::Error) 
     move |e| StoreError::Database { operation, source: describe(&e).into(), transient: is_transient(&e) }
 }
 
+/// The same failure, for each caller of a failed batch.
+pub(super) fn echo(operation: &'static str, e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Closed => StoreError::Closed,
+        e => StoreError::Database { operation, source: e.to_string().into(), transient: e.is_transient() },
+    }
+}
+
 /// The driver's error with what it wraps: its own text is only "db error"
 /// or "error connecting to server"; the server's message or the socket's
 /// error is what an operator needs.

@@ -50,6 +50,7 @@ macro_rules! with_cases {
                 finish_records_failure_kind_message_and_backtrace,
                 a_stale_token_changes_nothing,
                 finish_and_claim_ends_one_job_and_claims_the_next,
+                finishes_at_once_are_fenced_one_by_one,
                 terminal_jobs_have_no_way_out,
                 extend_renews_the_lease_and_reads_cancel_requested,
                 release_requeues_without_spending_an_attempt,

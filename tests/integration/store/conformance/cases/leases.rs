@@ -174,6 +174,59 @@ pub(crate) async fn finish_and_claim_ends_one_job_and_claims_the_next(store: Arc
     assert_eq!(get(&*store, second.id).await.status, JobStatus::Succeeded);
 }
 
+/// Finishes sent at once (which a store may land together) are fenced one
+/// by one: the one whose lease was lost changes nothing and claims
+/// nothing; the others land and each claims one next job.
+pub(crate) async fn finishes_at_once_are_fenced_one_by_one(store: Arc<dyn JobStore>) {
+    let mut lost = new_job("lost");
+    lost.max_attempts = 2;
+    insert_one(&*store, lost, T0).await;
+    let old = claim_one(&*store, at(1)).await;
+    reclaim(&*store, at(100)).await;
+    let new = claim_one(&*store, at(101)).await;
+    let before = get(&*store, new.job.id).await;
+    insert(&*store, (0..3).map(|i| new_job(&format!("mine-{i}"))).collect(), at(102)).await;
+    let mine = claim(&*store, "worker-aaaaaaaa", 3, at(103)).await;
+    assert_eq!(mine.len(), 3);
+    let queued = insert(&*store, (0..4).map(|i| new_job(&format!("next-{i}"))).collect(), at(104)).await;
+    let next = JobClaimParams {
+        worker_id: "worker-bbbbbbbb".into(),
+        limit: 1,
+        alone: false,
+        lease_ttl: TTL,
+        now: at(105),
+        aged: 0,
+    };
+
+    let endings = std::iter::once(&old).chain(&mine).map(|lease| {
+        let store = store.clone();
+        let finish = succeed(lease, at(105));
+        let next = next.clone();
+        async move { store.job_finish_and_claim(finish, next).await.unwrap() }
+    });
+    let answers = futures_util::future::join_all(endings).await;
+
+    assert!(!answers[0].0 && answers[0].1.is_empty(), "the lost lease's finish lands nothing and claims nothing");
+    assert_eq!(get(&*store, new.job.id).await, before, "the row is exactly as the new owner left it");
+    let mut claimed = Vec::new();
+    for ((done, leases), lease) in answers[1..].iter().zip(&mine) {
+        assert!(*done, "a held lease's finish lands");
+        assert_eq!(get(&*store, lease.job.id).await.status, JobStatus::Succeeded);
+        assert_eq!(leases.len(), 1, "each landed finish claims its slot's next job");
+        let row = get(&*store, leases[0].job.id).await;
+        assert_eq!(row.lease_token.as_deref(), Some(leases[0].token.as_str()), "claimed as returned");
+        assert_eq!(row.worker_id.as_deref(), Some("worker-bbbbbbbb"));
+        claimed.push(leases[0].job.id);
+    }
+    claimed.sort();
+    // Due at once: claimed in id order.
+    let mut queued: Vec<JobId> = queued.iter().map(|j| j.id).collect();
+    queued.sort();
+    assert_eq!(claimed, queued[..3], "three distinct jobs, first in claim order");
+    assert_eq!(get(&*store, queued[3]).await.status, JobStatus::Queued, "the lost finish took no job");
+    assert!(store.job_finish(succeed(&new, at(106))).await.unwrap(), "the new owner still owns it");
+}
+
 pub(crate) async fn terminal_jobs_have_no_way_out(store: Arc<dyn JobStore>) {
     insert_one(&*store, new_job("x"), T0).await;
     let lease = claim_one(&*store, at(1)).await;

@@ -1,0 +1,249 @@
+//! Finishes gathered into one transaction per round trip, with the next
+//! jobs their slots claim: a busy process's endings cost the server one
+//! commit for many jobs, not one each.
+//!
+//! Whatever finishes are waiting when a round starts go in it; those that
+//! arrive meanwhile go in the next (nothing waits on a timer, so a lone
+//! finish goes at once). Each row stays fenced by its own lease token: a
+//! finish whose lease was lost changes nothing, is answered `false` to its
+//! own caller alone, and claims nothing.
+
+use std::collections::HashSet;
+use std::sync::Weak;
+
+use deadpool_postgres::GenericClient;
+use tokio::sync::{mpsc, oneshot};
+
+use super::claim::claim;
+use super::rows::{db_err, echo};
+use super::{Inner, PostgresStore};
+use crate::job::{ErrorKind, JobStatus};
+use crate::store::rules::codec::{i64_of, to_json};
+use crate::store::{JobClaimParams, JobFinishParams, Lease, StoreError};
+
+/// Most finishes one round carries.
+const MOST: usize = 256;
+
+const OPERATION: &str = "finishing a job";
+
+/// A finish's answer: whether it landed, and the slot's next job.
+type Answer = Result<(bool, Option<Lease>), StoreError>;
+
+struct Request {
+    params: JobFinishParams,
+    /// The slot's next claim (one job), made only if the finish lands.
+    next: Option<JobClaimParams>,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// The finish queue and the task that drains it.
+#[derive(Debug)]
+pub(super) struct Finishes {
+    queue: mpsc::UnboundedSender<Request>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Finishes {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Finishes {
+    /// Start the task; it holds the store weakly, so dropping the store
+    /// ends it.
+    pub(super) fn start(store: Weak<Inner>) -> Self {
+        let (queue, waiting) = mpsc::unbounded_channel();
+        Finishes { queue, task: tokio::spawn(drain(store, waiting)) }
+    }
+
+    /// Finish one job (a success with its proposals, in one transaction),
+    /// and with `next`, claim its slot's next job in the same transaction
+    /// if the finish lands.
+    pub(super) async fn finish(&self, params: JobFinishParams, next: Option<JobClaimParams>) -> Answer {
+        let (reply, answer) = oneshot::channel();
+        self.queue.send(Request { params, next, reply }).map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+async fn drain(store: Weak<Inner>, mut waiting: mpsc::UnboundedReceiver<Request>) {
+    let mut batch = Vec::new();
+    while waiting.recv_many(&mut batch, MOST).await > 0 {
+        let Some(inner) = store.upgrade() else { return };
+        let answers = PostgresStore { inner }.finish_all(&batch).await;
+        match answers {
+            Ok(answers) => {
+                for (request, answer) in batch.drain(..).zip(answers) {
+                    let _ = request.reply.send(Ok(answer));
+                }
+            }
+            Err(e) => {
+                for request in batch.drain(..) {
+                    let _ = request.reply.send(Err(echo(OPERATION, &e)));
+                }
+            }
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Finish every request's job, and claim the next jobs of those that
+    /// landed and asked, in one transaction; answers in request order. A
+    /// failed claim aborts the transaction: the finishes are made again
+    /// without it, and the claim loop will claim later.
+    async fn finish_all(&self, batch: &[Request]) -> Result<Vec<(bool, Option<Lease>)>, StoreError> {
+        match self.land(batch, true).await? {
+            Some(answers) => Ok(answers),
+            None => Ok(self.land(batch, false).await?.unwrap_or_default()),
+        }
+    }
+
+    /// One try of [`Self::finish_all`], claiming or not; `None`: the
+    /// claim failed and nothing changed.
+    async fn land(&self, batch: &[Request], claiming: bool) -> Result<Option<Vec<(bool, Option<Lease>)>>, StoreError> {
+        let err = db_err(OPERATION);
+        let mut client = self.client(OPERATION).await?;
+        let proposing = batch.iter().any(|r| !r.params.proposals.is_empty());
+        let claims = batch.iter().filter_map(|r| r.next.as_ref()).map(|next| next.now).max().filter(|_| claiming);
+        if claims.is_none() && !proposing {
+            // Nothing else to land with them: one statement, no transaction.
+            let landed = finish_rows(&client, batch).await?;
+            return Ok(Some(batch.iter().map(|r| (landed.contains(&key(&r.params)), None)).collect()));
+        }
+        let capped = match claims {
+            Some(now) => {
+                // A failed admission leaves the limited jobs to the next
+                // claim; the finishes go on.
+                let _ = self.admit_due(&client, now).await;
+                self.any_capped(&client).await?
+            }
+            None => false,
+        };
+        let tx = client.transaction().await.map_err(&err)?;
+        let landed = finish_rows(&tx, batch).await?;
+        // Proposals land with their success or not at all.
+        for r in batch.iter().filter(|r| !r.params.proposals.is_empty()) {
+            if r.params.finish.status() == JobStatus::Succeeded && landed.contains(&key(&r.params)) {
+                super::proposals::insert(&tx, r.params.id, &r.params.proposals).await?;
+            }
+        }
+        let mut leases = match claims {
+            Some(_) => match claim_next(&tx, batch, &landed, capped).await {
+                Ok(leases) => leases,
+                Err(_) => {
+                    tx.rollback().await.map_err(&err)?;
+                    return Ok(None);
+                }
+            },
+            None => Vec::new(),
+        };
+        tx.commit().await.map_err(&err)?;
+        leases.resize_with(batch.len(), || None);
+        Ok(Some(batch.iter().zip(leases).map(|(r, lease)| (landed.contains(&key(&r.params)), lease)).collect()))
+    }
+}
+
+/// A finish's job and lease token, as the finish statement returns them.
+fn key(params: &JobFinishParams) -> (String, String) {
+    (params.id.to_string(), params.token.clone())
+}
+
+/// Record every request's ending, each fenced by its own lease token, in
+/// one statement; the (job, token) pairs that landed.
+async fn finish_rows(client: &impl GenericClient, batch: &[Request]) -> Result<HashSet<(String, String)>, StoreError> {
+    let err = db_err(OPERATION);
+    let stmt = client
+        .prepare_cached(
+            "UPDATE jobs j SET status = f.status, output = f.output, error_kind = f.error_kind, \
+             error_message = f.message, backtrace = f.backtrace, fuel_used = f.fuel, peak_memory_bytes = f.peak, \
+             finished_at = f.now, last_heartbeat = f.now, lease_token = NULL, lease_expires_at = NULL, \
+             progress_json = COALESCE(f.progress, j.progress_json), logs_json = f.logs \
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[], \
+               $8::int8[], $9::int8[], $10::int8[], $11::text[], $12::text[]) \
+               AS f(id, token, status, output, error_kind, message, backtrace, fuel, peak, now, progress, logs) \
+             WHERE j.job_id = f.id AND j.status = 'running' AND j.lease_token = f.token \
+             RETURNING j.job_id, f.token",
+        )
+        .await
+        .map_err(&err)?;
+    let mut sorted: Vec<&JobFinishParams> = batch.iter().map(|r| &r.params).collect();
+    // One lock order for every batch (renewals lock in the same order).
+    sorted.sort_by_key(|p| p.id);
+    let columns: Vec<_> = sorted.iter().map(|p| p.finish.columns()).collect();
+    let ids: Vec<String> = sorted.iter().map(|p| p.id.to_string()).collect();
+    let tokens: Vec<&str> = sorted.iter().map(|p| p.token.as_str()).collect();
+    let statuses: Vec<&str> = sorted.iter().map(|p| p.finish.status().as_str()).collect();
+    let outputs: Vec<Option<&[u8]>> = columns.iter().map(|c| c.0).collect();
+    let kinds: Vec<Option<&str>> = sorted.iter().map(|p| p.finish.error_kind().map(ErrorKind::as_str)).collect();
+    let messages: Vec<Option<&str>> = columns.iter().map(|c| c.1).collect();
+    let backtraces: Vec<Option<&str>> = columns.iter().map(|c| c.2).collect();
+    let fuel: Vec<i64> = sorted.iter().map(|p| i64_of(p.fuel_used)).collect();
+    let peak: Vec<i64> = sorted.iter().map(|p| i64_of(p.peak_memory_bytes)).collect();
+    let nows: Vec<i64> = sorted.iter().map(|p| p.now.unix_ms()).collect();
+    let progress: Vec<Option<String>> =
+        sorted.iter().map(|p| p.progress.as_ref().map(to_json).transpose()).collect::<Result<_, _>>()?;
+    let logs: Vec<Option<String>> =
+        sorted.iter().map(|p| p.logs.as_ref().map(to_json).transpose()).collect::<Result<_, _>>()?;
+    let rows = client
+        .query(
+            &stmt,
+            &[
+                &ids,
+                &tokens,
+                &statuses,
+                &outputs,
+                &kinds,
+                &messages,
+                &backtraces,
+                &fuel,
+                &peak,
+                &nows,
+                &progress,
+                &logs,
+            ],
+        )
+        .await
+        .map_err(&err)?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Claim the next jobs of the requests that landed and asked, one claim
+/// per claimer (worker, lease length, alone or not); each such request
+/// gets at most one lease, in request order. Indexed like `batch`.
+async fn claim_next(
+    client: &impl GenericClient,
+    batch: &[Request],
+    landed: &HashSet<(String, String)>,
+    capped: bool,
+) -> Result<Vec<Option<Lease>>, StoreError> {
+    let mut leases: Vec<Option<Lease>> = batch.iter().map(|_| None).collect();
+    let mut waiting: Vec<(usize, &JobClaimParams)> = batch
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| landed.contains(&key(&r.params)))
+        .filter_map(|(i, r)| r.next.as_ref().map(|next| (i, next)))
+        .collect();
+    while let Some(&(_, first)) = waiting.first() {
+        let same = |next: &JobClaimParams| {
+            next.worker_id == first.worker_id && next.lease_ttl == first.lease_ttl && next.alone == first.alone
+        };
+        let (group, rest): (Vec<_>, Vec<_>) = waiting.iter().partition(|(_, next)| same(next));
+        let params = JobClaimParams {
+            worker_id: first.worker_id.clone(),
+            // One job each, whatever a request asked: every lease claimed
+            // has a request to go to.
+            limit: group.len() as u32,
+            alone: first.alone,
+            lease_ttl: first.lease_ttl,
+            now: group.iter().map(|(_, next)| next.now).max().unwrap_or(first.now),
+            aged: group.iter().map(|(_, next)| next.aged).sum(),
+        };
+        let claimed = claim(client, &params, capped).await?;
+        for ((i, _), lease) in group.iter().zip(claimed) {
+            leases[*i] = Some(lease);
+        }
+        waiting = rest;
+    }
+    Ok(leases)
+}
