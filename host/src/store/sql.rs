@@ -69,13 +69,16 @@ pub(crate) fn claimable(pool: ClaimPool, whose: &str, now: &str, slots: SlotsGiv
         ClaimPool::Fresh => "q.process_deaths = 0",
         ClaimPool::Suspect => "q.process_deaths > 0",
     };
-    let unslotted = match slots {
-        SlotsGiven::BeforeTheClaim => "",
-        SlotsGiven::AsPicked => "q.rate_slot IS NULL OR ",
+    // PostgreSQL's claim indexes hold no limited job without a slot: the
+    // first condition is their predicate, written as they are.
+    let (slotted, unslotted) = match slots {
+        SlotsGiven::BeforeTheClaim => (" AND (q.rate_limit IS NULL OR q.rate_slot IS NOT NULL)", ""),
+        SlotsGiven::AsPicked => ("", "q.rate_slot IS NULL OR "),
     };
     format!(
-        "q.status = 'queued' AND q.paused = 0 AND {which} AND {whose} AND q.run_after <= {now} AND q.expires_at > {now} \
-         AND (q.rate_limit IS NULL OR {unslotted}q.rate_slot >= {now} - {grace}) {PAUSES_AND_KEYS}",
+        "q.status = 'queued' AND q.paused = 0{slotted} AND {which} AND {whose} AND q.run_after <= {now} \
+         AND q.expires_at > {now} AND (q.rate_limit IS NULL OR {unslotted}q.rate_slot >= {now} - {grace}) \
+         {PAUSES_AND_KEYS}",
         grace = RESERVATION_GRACE.as_millis(),
     )
 }
@@ -279,7 +282,9 @@ pub(crate) const EARLIER_ATTEMPTS: &str = "SELECT run, worker_id, started_at, en
      fuel_used, peak_memory_bytes, logs_json, logs_cut FROM job_attempts WHERE job_id = {} ORDER BY id";
 
 /// When the longest-waiting queued job became claimable: a walk of one
-/// entry of the claim's `(run_after, job_id)` index on queued rows.
+/// entry of the claim's `(run_after, job_id)` index on queued rows
+/// (SQLite's; PostgreSQL's claim index leaves some queued jobs out, and
+/// its store reads them in two parts).
 pub(crate) const OLDEST_QUEUED_DUE: &str = "SELECT MIN(run_after) FROM jobs WHERE status = 'queued' AND paused = 0";
 
 /// Queued jobs, held by a pause or not: each part read from its own

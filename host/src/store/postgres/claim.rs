@@ -68,6 +68,49 @@ impl PostgresStore {
     }
 }
 
+/// The claim's indexes without the limited jobs that hold no rate slot
+/// (not claimable here, where slots are given before the claim): a claim
+/// walking them in order no longer steps over thousands of such jobs
+/// queued behind a limit. Their predicate is the one
+/// [`claimable`]'s first conditions repeat.
+pub(super) const SLOTTED_MIGRATION: &str = r#"
+DROP INDEX jobs_claim_order;
+CREATE INDEX jobs_claim_order ON jobs (priority, run_after, job_id)
+    WHERE status = 'queued' AND paused = 0 AND (rate_limit IS NULL OR rate_slot IS NOT NULL);
+DROP INDEX jobs_claim_due;
+CREATE INDEX jobs_claim_due ON jobs (run_after, job_id)
+    WHERE status = 'queued' AND paused = 0 AND (rate_limit IS NULL OR rate_slot IS NOT NULL);
+DROP INDEX jobs_queued_by;
+CREATE INDEX jobs_queued_by ON jobs (submitted_by, priority, run_after, job_id)
+    WHERE status = 'queued' AND paused = 0 AND submitted_by IS NOT NULL AND (rate_limit IS NULL OR rate_slot IS NOT NULL);
+"#;
+
+/// Queued jobs not parked, as two disjoint parts, each read from its own
+/// partial index: those the claim's indexes hold, and the limited ones
+/// waiting for a slot (`jobs_rate_waiting`).
+const NOT_PARKED_PARTS: [&str; 2] = [
+    "status = 'queued' AND paused = 0 AND (rate_limit IS NULL OR rate_slot IS NOT NULL)",
+    "status = 'queued' AND paused = 0 AND rate_limit IS NOT NULL AND rate_slot IS NULL",
+];
+
+/// How many jobs are queued, held by a pause or not.
+pub(super) static QUEUED_COUNT_PARTS: LazyLock<String> = LazyLock::new(|| {
+    let [slotted, waiting] = NOT_PARKED_PARTS;
+    format!(
+        "SELECT (SELECT COUNT(*) FROM jobs WHERE {slotted}) + (SELECT COUNT(*) FROM jobs WHERE {waiting}) \
+         + (SELECT COUNT(*) FROM jobs WHERE paused = 1 AND status = 'queued')"
+    )
+});
+
+/// When the longest-waiting queued job not parked became claimable.
+pub(super) static OLDEST_QUEUED_DUE_PARTS: LazyLock<String> = LazyLock::new(|| {
+    let [slotted, waiting] = NOT_PARKED_PARTS;
+    format!(
+        "SELECT LEAST((SELECT MIN(run_after) FROM jobs WHERE {slotted}), \
+         (SELECT MIN(run_after) FROM jobs WHERE {waiting}))"
+    )
+});
+
 /// Claim up to `params.limit` eligible jobs: queued, unexpired, due,
 /// either keyless or the oldest queued job of a key with no running job,
 /// and of a submitter below its running cap. Capped submitters' first,
@@ -115,9 +158,11 @@ fn claim_update(picked: &str) -> String {
 /// one index probe each (a recursive walk of `jobs_claim_order`), as many
 /// as the query reads.
 const LEVELS: &str = "levels(p) AS ( \
-       (SELECT l.priority FROM jobs l WHERE l.status = 'queued' AND l.paused = 0 ORDER BY l.priority LIMIT 1) \
+       (SELECT l.priority FROM jobs l WHERE l.status = 'queued' AND l.paused = 0 \
+         AND (l.rate_limit IS NULL OR l.rate_slot IS NOT NULL) ORDER BY l.priority LIMIT 1) \
        UNION ALL \
-       SELECT (SELECT l.priority FROM jobs l WHERE l.status = 'queued' AND l.paused = 0 AND l.priority > levels.p \
+       SELECT (SELECT l.priority FROM jobs l WHERE l.status = 'queued' AND l.paused = 0 \
+         AND (l.rate_limit IS NULL OR l.rate_slot IS NOT NULL) AND l.priority > levels.p \
          ORDER BY l.priority LIMIT 1) FROM levels WHERE levels.p IS NOT NULL)";
 
 /// The claim of uncapped submitters' jobs (and those of no submitter).

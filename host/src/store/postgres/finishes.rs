@@ -93,10 +93,13 @@ impl PostgresStore {
     /// failed claim aborts the transaction: the finishes are made again
     /// without it, and the claim loop will claim later.
     async fn finish_all(&self, batch: &[Request]) -> Result<Vec<(bool, Option<Lease>)>, StoreError> {
-        match self.land(batch, true).await? {
-            Some(answers) => Ok(answers),
-            None => Ok(self.land(batch, false).await?.unwrap_or_default()),
-        }
+        let answers = match self.land(batch, true).await? {
+            Some(answers) => answers,
+            None => self.land(batch, false).await?.unwrap_or_default(),
+        };
+        let changed = answers.iter().map(|(landed, next)| u64::from(*landed) + u64::from(next.is_some())).sum();
+        self.inner.freshness.changed(changed, &self.inner.pool);
+        Ok(answers)
     }
 
     /// One try of [`Self::finish_all`], claiming or not; `None`: the

@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
+use super::claim::{OLDEST_QUEUED_DUE_PARTS, QUEUED_COUNT_PARTS};
 use super::rows::{count_jobs, db_err, job_columns, list_columns, row_to_job, rows_to_jobs};
 use super::{BATCH, NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
@@ -19,9 +20,7 @@ use crate::store::rules::codec::{
     AttemptRow, InsertTimes, approval_to_column, corrupt, grants_to_column, json_column, labels_to_columns,
     target_columns, to_json,
 };
-use crate::store::sql::{
-    EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, QUEUED_COUNT, REDRIVE, decision_update_sql, filter_sql, list_filters,
-};
+use crate::store::sql::{EARLIER_ATTEMPTS, REDRIVE, decision_update_sql, filter_sql, list_filters};
 use crate::store::{
     CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, JobRedriveParams, Jobs,
     RedriveResult, StoreError,
@@ -235,13 +234,12 @@ impl Jobs for PostgresStore {
     }
 
     async fn queued_count(&self) -> Result<u64, StoreError> {
-        static SQL: LazyLock<String> = LazyLock::new(|| QUEUED_COUNT.replace("{claim}", "").replace("{parked}", ""));
-        let rows = self.read("counting queued jobs", &SQL, &[]).await?;
+        let rows = self.read("counting queued jobs", &QUEUED_COUNT_PARTS, &[]).await?;
         Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))
     }
 
     async fn oldest_queued_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        let rows = self.read("reading the oldest queued job", OLDEST_QUEUED_DUE, &[]).await?;
+        let rows = self.read("reading the oldest queued job", &OLDEST_QUEUED_DUE_PARTS, &[]).await?;
         Ok(rows.first().and_then(|r| r.get::<_, Option<i64>>(0)).map(Timestamp::from_unix_ms))
     }
 

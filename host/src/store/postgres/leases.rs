@@ -20,24 +20,8 @@ use crate::store::{
 #[async_trait::async_trait]
 impl Leases for PostgresStore {
     async fn job_claim(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
-        let mut client = self.client("claiming jobs").await?;
-        if !self.any_capped(&client).await? {
-            let Some(admission) = self.admission(&client).await? else {
-                return claim(&client, &params, false).await;
-            };
-            // Sent together, the admission first (its statement is in
-            // hand, so it goes out as soon as it is polled): the claim
-            // runs after it and sees the slots it gave.
-            let (admitted, claimed) =
-                tokio::join!(self.admit_with(&client, &admission, params.now), claim(&client, &params, false));
-            admitted?;
-            return claimed;
-        }
-        self.admit_due(&client, params.now).await?;
-        let err = db_err("claiming jobs");
-        let tx = client.transaction().await.map_err(&err)?;
-        let leases = claim(&tx, &params, true).await?;
-        tx.commit().await.map_err(&err)?;
+        let leases = self.claim_jobs(params).await?;
+        self.inner.freshness.changed(leases.len() as u64, &self.inner.pool);
         Ok(leases)
     }
 
@@ -141,5 +125,30 @@ impl Leases for PostgresStore {
 
     fn enqueued(&self) -> Option<watch::Receiver<u64>> {
         Some(self.inner.enqueued.clone())
+    }
+}
+
+impl PostgresStore {
+    /// [`Leases::job_claim`], but for counting the rows it changed.
+    async fn claim_jobs(&self, params: JobClaimParams) -> Result<Vec<Lease>, StoreError> {
+        let mut client = self.client("claiming jobs").await?;
+        if !self.any_capped(&client).await? {
+            let Some(admission) = self.admission(&client).await? else {
+                return claim(&client, &params, false).await;
+            };
+            // Sent together, the admission first (its statement is in
+            // hand, so it goes out as soon as it is polled): the claim
+            // runs after it and sees the slots it gave.
+            let (admitted, claimed) =
+                tokio::join!(self.admit_with(&client, &admission, params.now), claim(&client, &params, false));
+            admitted?;
+            return claimed;
+        }
+        self.admit_due(&client, params.now).await?;
+        let err = db_err("claiming jobs");
+        let tx = client.transaction().await.map_err(&err)?;
+        let leases = claim(&tx, &params, true).await?;
+        tx.commit().await.map_err(&err)?;
+        Ok(leases)
     }
 }

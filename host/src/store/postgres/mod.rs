@@ -12,7 +12,8 @@
 //!
 //! The store analyzes the jobs table itself after a burst of inserts (see
 //! `stats.rs`): autovacuum would wait up to a minute, and a claim planned
-//! on stale statistics reads every queued row.
+//! on stale statistics reads every queued row. On a server with autovacuum
+//! off it vacuums the jobs table itself too.
 //!
 //! Lease renewals from all of a process's running jobs are gathered into
 //! one statement per round trip, and so are their finishes, each with the
@@ -167,6 +168,7 @@ impl PostgresStore {
         // A connection cut while migrating (a restart, a terminated
         // backend) is waited out like a server that is not up yet.
         let started = std::time::Instant::now();
+        let vacuum_here;
         loop {
             let patience = connect_patience.saturating_sub(started.elapsed());
             let mut first = connect_when_up(&config, &shown, patience).await?;
@@ -177,7 +179,7 @@ impl PostgresStore {
                 }
                 migrated => {
                     migrated?;
-                    stats::warn_if_autovacuum_is_off(&first, &shown).await;
+                    vacuum_here = stats::autovacuum_is_off(&first, &shown).await;
                     break;
                 }
             }
@@ -199,6 +201,10 @@ impl PostgresStore {
         let alarm = crate::store::rate_limits::SlotAlarm::new(notify.clone());
         let listener = tokio::spawn(listen(config, shown, notify));
         let renewals = renew::Renewals::start(pool.clone());
+        let freshness = Arc::new(stats::Freshness::default());
+        if vacuum_here {
+            freshness.vacuum_here();
+        }
         Ok(PostgresStore {
             inner: Arc::new_cyclic(|inner| Inner {
                 pool,
@@ -206,7 +212,7 @@ impl PostgresStore {
                 listener,
                 renewals,
                 finishes: finishes::Finishes::start(inner.clone()),
-                freshness: Arc::default(),
+                freshness,
                 capped: Default::default(),
                 limited: Default::default(),
                 alarm,

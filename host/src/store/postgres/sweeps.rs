@@ -116,6 +116,7 @@ impl Sweeps for PostgresStore {
             )
         });
         let n = self.in_batches("deleting old jobs", &SQL, params.finished_before.unix_ms()).await?;
+        self.inner.freshness.changed(n, &self.inner.pool);
         self.execute("deleting old plans", DELETE_EMPTY_PLANS, &[]).await?;
         self.events_delete_before(params.events_before).await?;
         if let Some(before) = params.audit_before {
