@@ -4,12 +4,14 @@
 //!
 //! Whatever finishes are waiting when a round starts go in it; those that
 //! arrive meanwhile go in the next (nothing waits on a timer, so a lone
-//! finish goes at once). Each row stays fenced by its own lease token: a
+//! finish goes at once). [`ROUNDS`] rounds may be in flight at once, so a
+//! finish arriving during one waits for a free connection, not for that
+//! round's end. Each row stays fenced by its own lease token: a
 //! finish whose lease was lost changes nothing, is answered `false` to its
 //! own caller alone, and claims nothing.
 
 use std::collections::HashSet;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 use deadpool_postgres::GenericClient;
 use tokio::sync::{mpsc, oneshot};
@@ -23,6 +25,9 @@ use crate::store::{JobClaimParams, JobFinishParams, Lease, StoreError};
 
 /// Most finishes one round carries.
 const MOST: usize = 256;
+
+/// Rounds in flight at once.
+const ROUNDS: usize = 2;
 
 const OPERATION: &str = "finishing a job";
 
@@ -40,21 +45,23 @@ struct Request {
 #[derive(Debug)]
 pub(super) struct Finishes {
     queue: mpsc::UnboundedSender<Request>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Finishes {
     fn drop(&mut self) {
-        self.task.abort();
+        self.tasks.iter().for_each(tokio::task::JoinHandle::abort);
     }
 }
 
 impl Finishes {
-    /// Start the task; it holds the store weakly, so dropping the store
-    /// ends it.
+    /// Start the tasks; they hold the store weakly, so dropping the store
+    /// ends them.
     pub(super) fn start(store: Weak<Inner>) -> Self {
         let (queue, waiting) = mpsc::unbounded_channel();
-        Finishes { queue, task: tokio::spawn(drain(store, waiting)) }
+        let waiting = Arc::new(tokio::sync::Mutex::new(waiting));
+        let tasks = (0..ROUNDS).map(|_| tokio::spawn(drain(store.clone(), waiting.clone()))).collect();
+        Finishes { queue, tasks }
     }
 
     /// Finish one job (a success with its proposals, in one transaction),
@@ -67,9 +74,11 @@ impl Finishes {
     }
 }
 
-async fn drain(store: Weak<Inner>, mut waiting: mpsc::UnboundedReceiver<Request>) {
+/// Take whatever is waiting (the first to arrive, if nothing is), one
+/// round at a time per task; the queue is taken in turn.
+async fn drain(store: Weak<Inner>, waiting: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Request>>>) {
     let mut batch = Vec::new();
-    while waiting.recv_many(&mut batch, MOST).await > 0 {
+    while waiting.lock().await.recv_many(&mut batch, MOST).await > 0 {
         let Some(inner) = store.upgrade() else { return };
         let answers = PostgresStore { inner }.finish_all(&batch).await;
         match answers {
