@@ -10,18 +10,20 @@
 //! finish whose lease was lost changes nothing, is answered `false` to its
 //! own caller alone, and claims nothing.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use deadpool_postgres::GenericClient;
 use tokio::sync::{mpsc, oneshot};
 
 use super::claim::claim;
-use super::rows::{db_err, echo};
+use super::rows::{db_err, echo, text};
 use super::{Inner, PostgresStore};
 use crate::job::{ErrorKind, JobStatus};
 use crate::store::rules::codec::{i64_of, to_json};
-use crate::store::{JobClaimParams, JobFinishParams, Lease, StoreError};
+use crate::store::{JobClaimParams, JobFinishParams, JobReleaseParams, Lease, Leases, StoreError};
 
 /// Most finishes one round carries.
 const MOST: usize = 256;
@@ -80,16 +82,26 @@ async fn drain(store: Weak<Inner>, waiting: Arc<tokio::sync::Mutex<mpsc::Unbound
     let mut batch = Vec::new();
     while waiting.lock().await.recv_many(&mut batch, MOST).await > 0 {
         let Some(inner) = store.upgrade() else { return };
-        let answers = PostgresStore { inner }.finish_all(&batch).await;
-        match answers {
-            Ok(answers) => {
-                for (request, answer) in batch.drain(..).zip(answers) {
-                    let _ = request.reply.send(Ok(answer));
+        let store = PostgresStore { inner };
+        match store.finish_all(&batch).await {
+            // A refusal that is not transient rolled the round back: made
+            // again one by one, so one request's bad row fails it alone.
+            // (A transient one may have come after the commit: each caller
+            // retries, and checks the row before calling its lease lost.)
+            Err(e) if batch.len() > 1 && !e.is_transient() => {
+                for request in batch.drain(..) {
+                    let answer = store.finish_all(std::slice::from_ref(&request)).await;
+                    store.reply(request, answer.map(|mut answers| answers.pop().unwrap_or((false, None)))).await;
                 }
             }
             Err(e) => {
                 for request in batch.drain(..) {
                     let _ = request.reply.send(Err(echo(OPERATION, &e)));
+                }
+            }
+            Ok(answers) => {
+                for (request, answer) in batch.drain(..).zip(answers) {
+                    store.reply(request, Ok(answer)).await;
                 }
             }
         }
@@ -109,6 +121,25 @@ impl PostgresStore {
         let changed = answers.iter().map(|(landed, next)| u64::from(*landed) + u64::from(next.is_some())).sum();
         self.inner.freshness.changed(changed, &self.inner.pool);
         Ok(answers)
+    }
+
+    /// Answer one request. A caller gone before its answer came (its
+    /// future dropped) leaves the job its slot claimed: released to the
+    /// queue again, not left running until its lease expires.
+    async fn reply(&self, request: Request, answer: Answer) {
+        let now = request.next.as_ref().map(|next| next.now);
+        if let (Err(Ok((_, Some(lease)))), Some(now)) = (request.reply.send(answer), now) {
+            let release = JobReleaseParams {
+                id: lease.job.id,
+                token: lease.token,
+                queue_ttl: Duration::ZERO,
+                run_after: now,
+                now,
+            };
+            if let Err(e) = self.job_release(release).await {
+                tracing::debug!(job = %lease.job.id, error = %e, "could not release a job claimed for a caller gone");
+            }
+        }
     }
 
     /// One try of [`Self::finish_all`], claiming or not; `None`: the
@@ -188,8 +219,10 @@ async fn finish_rows(client: &impl GenericClient, batch: &[Request]) -> Result<H
     let statuses: Vec<&str> = sorted.iter().map(|p| p.finish.status().as_str()).collect();
     let outputs: Vec<Option<&[u8]>> = columns.iter().map(|c| c.0).collect();
     let kinds: Vec<Option<&str>> = sorted.iter().map(|p| p.finish.error_kind().map(ErrorKind::as_str)).collect();
-    let messages: Vec<Option<&str>> = columns.iter().map(|c| c.1).collect();
-    let backtraces: Vec<Option<&str>> = columns.iter().map(|c| c.2).collect();
+    let messages: Vec<Option<Cow<str>>> = columns.iter().map(|c| c.1.map(text)).collect();
+    let backtraces: Vec<Option<Cow<str>>> = columns.iter().map(|c| c.2.map(text)).collect();
+    let messages: Vec<Option<&str>> = messages.iter().map(Option::as_deref).collect();
+    let backtraces: Vec<Option<&str>> = backtraces.iter().map(Option::as_deref).collect();
     let fuel: Vec<i64> = sorted.iter().map(|p| i64_of(p.fuel_used)).collect();
     let peak: Vec<i64> = sorted.iter().map(|p| i64_of(p.peak_memory_bytes)).collect();
     let nows: Vec<i64> = sorted.iter().map(|p| p.now.unix_ms()).collect();

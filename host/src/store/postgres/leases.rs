@@ -6,7 +6,7 @@ use tokio::sync::watch;
 
 use super::claim::claim;
 use super::fate::{apply_fate, attempt_effects, counters_of};
-use super::rows::db_err;
+use super::rows::{db_err, text};
 use super::{NOTIFY, PostgresStore};
 use crate::job::millis;
 use crate::store::rules::codec::{i64_of, to_json};
@@ -97,7 +97,7 @@ impl Leases for PostgresStore {
                 &[
                     &run_after,
                     &run_after.saturating_add(millis::column(params.queue_ttl)),
-                    &format!("{}: {}", params.kind, params.message),
+                    &text(&format!("{}: {}", params.kind, params.message)),
                     &i64_of(params.fuel_used),
                     &i64_of(params.peak_memory_bytes),
                     &logs,

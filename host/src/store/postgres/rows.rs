@@ -113,6 +113,13 @@ pub(super) fn db_err(operation: &'static str) -> impl Fn(tokio_postgres::Error) 
     move |e| StoreError::Database { operation, source: describe(&e).into(), transient: is_transient(&e) }
 }
 
+/// Text for a `TEXT` column, which cannot hold a NUL byte: a guest's error
+/// message may carry one, and its finish must not fail for it. Each NUL
+/// becomes U+FFFD.
+pub(super) fn text(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains('\0') { s.replace('\0', "\u{FFFD}").into() } else { s.into() }
+}
+
 /// The same failure, for each caller of a failed batch.
 pub(super) fn echo(operation: &'static str, e: &StoreError) -> StoreError {
     match e {

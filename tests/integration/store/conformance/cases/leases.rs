@@ -11,8 +11,8 @@ use leash::store::{
 };
 
 use super::{
-    QUEUE_TTL, T0, TTL, at, claim, claim_one, died_params, finish_params, get, insert, insert_one, new_job,
-    progress_at, reclaim, release_params, retry_params, succeed,
+    QUEUE_TTL, T0, TTL, at, claim, claim_one, claim_params, died_params, finish_params, get, insert, insert_one,
+    new_job, progress_at, reclaim, release_params, retry_params, succeed,
 };
 
 pub(crate) async fn claim_takes_the_oldest_jobs_first_up_to_the_limit(store: Arc<dyn JobStore>) {
@@ -189,14 +189,7 @@ pub(crate) async fn finishes_at_once_are_fenced_one_by_one(store: Arc<dyn JobSto
     let mine = claim(&*store, "worker-aaaaaaaa", 3, at(103)).await;
     assert_eq!(mine.len(), 3);
     let queued = insert(&*store, (0..4).map(|i| new_job(&format!("next-{i}"))).collect(), at(104)).await;
-    let next = JobClaimParams {
-        worker_id: "worker-bbbbbbbb".into(),
-        limit: 1,
-        alone: false,
-        lease_ttl: TTL,
-        now: at(105),
-        aged: 0,
-    };
+    let next = claim_params("worker-bbbbbbbb", 1, at(105));
 
     let endings = std::iter::once(&old).chain(&mine).map(|lease| {
         let store = store.clone();

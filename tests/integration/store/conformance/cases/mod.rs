@@ -107,6 +107,12 @@ pub(crate) async fn claim(store: &dyn JobStore, worker: &str, limit: u32, now: T
     leases
 }
 
+/// A claim of up to `limit` jobs by `worker` at `now`, by a pool running
+/// other jobs (no suspects), with no aged share.
+pub(crate) fn claim_params(worker: &str, limit: u32, now: Timestamp) -> JobClaimParams {
+    JobClaimParams { worker_id: worker.into(), limit, alone: false, lease_ttl: TTL, now, aged: 0 }
+}
+
 pub(crate) async fn claim_one(store: &dyn JobStore, now: Timestamp) -> Lease {
     let mut leases = claim(store, "worker-aaaaaaaa", 1, now).await;
     assert_eq!(leases.len(), 1, "expected one job to claim");
