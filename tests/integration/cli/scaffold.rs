@@ -16,7 +16,10 @@ fn leash() -> Command {
     Command::new(env!("CARGO_BIN_EXE_leash"))
 }
 
-/// A shell in `dir` whose `leash` is the binary under test.
+/// A shell in `dir` whose `leash` is the binary under test. Cargo builds
+/// share one target folder (the printed build command copies from
+/// `$CARGO_TARGET_DIR` when it is set), so each scaffold compiles only its
+/// own crate; every crate built here has a name of its own.
 fn shell(dir: &Path, line: &str) -> Output {
     let bin = Path::new(env!("CARGO_BIN_EXE_leash")).parent().unwrap().to_path_buf();
     let path = std::env::join_paths(
@@ -28,6 +31,7 @@ fn shell(dir: &Path, line: &str) -> Output {
         .current_dir(dir)
         .env("PATH", path)
         .env("LEASH", env!("CARGO_BIN_EXE_leash"))
+        .env("CARGO_TARGET_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffolds"))
         .output()
         .unwrap_or_else(|e| panic!("cannot run {line}: {e}"))
 }
@@ -412,7 +416,10 @@ fn run_doc_program(
         "python" => ("python", "app.py"),
         _ => ("js", "app.js"),
     };
-    let name = format!("doc-{scaffold_lang}-{}", with.unwrap_or("plain"));
+    // A name no other build here has at the same time (see [`shell`]).
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("doc-{scaffold_lang}-{}-{n}", with.unwrap_or("plain"));
     let (created, dir) = scaffold(parent, &name, scaffold_lang, with);
     std::fs::write(dir.join(source), program).unwrap();
     build(&created, &dir);
