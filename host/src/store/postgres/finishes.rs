@@ -152,7 +152,7 @@ impl PostgresStore {
         if claims.is_none() && !proposing {
             // Nothing else to land with them: one statement, no transaction.
             let landed = finish_rows(&client, batch).await?;
-            return Ok(Some(batch.iter().map(|r| (landed.contains(&key(&r.params)), None)).collect()));
+            return Ok(Some(landed.into_iter().map(|landed| (landed, None)).collect()));
         }
         let capped = match claims {
             Some(now) => {
@@ -166,8 +166,8 @@ impl PostgresStore {
         let tx = client.transaction().await.map_err(&err)?;
         let landed = finish_rows(&tx, batch).await?;
         // Proposals land with their success or not at all.
-        for r in batch.iter().filter(|r| !r.params.proposals.is_empty()) {
-            if r.params.finish.status() == JobStatus::Succeeded && landed.contains(&key(&r.params)) {
+        for (r, _) in batch.iter().zip(&landed).filter(|(_, landed)| **landed) {
+            if r.params.finish.status() == JobStatus::Succeeded && !r.params.proposals.is_empty() {
                 super::proposals::insert(&tx, r.params.id, &r.params.proposals).await?;
             }
         }
@@ -183,18 +183,13 @@ impl PostgresStore {
         };
         tx.commit().await.map_err(&err)?;
         leases.resize_with(batch.len(), || None);
-        Ok(Some(batch.iter().zip(leases).map(|(r, lease)| (landed.contains(&key(&r.params)), lease)).collect()))
+        Ok(Some(landed.into_iter().zip(leases).collect()))
     }
 }
 
-/// A finish's job and lease token, as the finish statement returns them.
-fn key(params: &JobFinishParams) -> (String, String) {
-    (params.id.to_string(), params.token.clone())
-}
-
 /// Record every request's ending, each fenced by its own lease token, in
-/// one statement; the (job, token) pairs that landed.
-async fn finish_rows(client: &impl GenericClient, batch: &[Request]) -> Result<HashSet<(String, String)>, StoreError> {
+/// one statement; whether each landed, indexed like `batch`.
+async fn finish_rows(client: &impl GenericClient, batch: &[Request]) -> Result<Vec<bool>, StoreError> {
     let err = db_err(OPERATION);
     let stmt = client
         .prepare_cached(
@@ -210,9 +205,10 @@ async fn finish_rows(client: &impl GenericClient, batch: &[Request]) -> Result<H
         )
         .await
         .map_err(&err)?;
-    let mut sorted: Vec<&JobFinishParams> = batch.iter().map(|r| &r.params).collect();
     // One lock order for every batch (renewals lock in the same order).
-    sorted.sort_by_key(|p| p.id);
+    let mut order: Vec<usize> = (0..batch.len()).collect();
+    order.sort_by_key(|&i| batch[i].params.id);
+    let sorted: Vec<&JobFinishParams> = order.iter().map(|&i| &batch[i].params).collect();
     let columns: Vec<_> = sorted.iter().map(|p| p.finish.columns()).collect();
     let ids: Vec<String> = sorted.iter().map(|p| p.id.to_string()).collect();
     let tokens: Vec<&str> = sorted.iter().map(|p| p.token.as_str()).collect();
@@ -250,7 +246,12 @@ async fn finish_rows(client: &impl GenericClient, batch: &[Request]) -> Result<H
         )
         .await
         .map_err(&err)?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    let found: HashSet<(&str, &str)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let mut landed = vec![false; batch.len()];
+    for ((&i, id), token) in order.iter().zip(&ids).zip(&tokens) {
+        landed[i] = found.contains(&(id.as_str(), *token));
+    }
+    Ok(landed)
 }
 
 /// Claim the next jobs of the requests that landed and asked, one claim
@@ -259,14 +260,14 @@ async fn finish_rows(client: &impl GenericClient, batch: &[Request]) -> Result<H
 async fn claim_next(
     client: &impl GenericClient,
     batch: &[Request],
-    landed: &HashSet<(String, String)>,
+    landed: &[bool],
     capped: bool,
 ) -> Result<Vec<Option<Lease>>, StoreError> {
     let mut leases: Vec<Option<Lease>> = batch.iter().map(|_| None).collect();
     let mut waiting: Vec<(usize, &JobClaimParams)> = batch
         .iter()
         .enumerate()
-        .filter(|(_, r)| landed.contains(&key(&r.params)))
+        .filter(|(i, _)| landed[*i])
         .filter_map(|(i, r)| r.next.as_ref().map(|next| (i, next)))
         .collect();
     while let Some(&(_, first)) = waiting.first() {

@@ -34,11 +34,13 @@ const MIN_ROWS: u64 = 1000;
 /// Changed rows below which no vacuum is started.
 const MIN_CHANGED: u64 = 10_000;
 
-/// Rows inserted since the last analyze this process ran.
+/// Rows inserted since the last analyze this process ran, and rows
+/// changed since its last vacuum.
 #[derive(Debug, Default)]
 pub(super) struct Freshness {
     inserted: AtomicU64,
-    /// The table's row estimate after that analyze.
+    /// The table's row estimate as last read (after an analyze, or by a
+    /// vacuum's check).
     rows_then: AtomicU64,
     running: AtomicBool,
     /// Whether this store vacuums the table (the server does not).
@@ -62,28 +64,44 @@ impl Freshness {
     }
 
     /// Count `n` rows updated or deleted; vacuum in the background if the
-    /// store vacuums and they pass a tenth of the table.
+    /// store vacuums and they pass a tenth of the table. (A process that
+    /// inserts nothing never analyzes: the table's size is read before
+    /// each vacuum, and a vacuum not due yet is not run.)
     pub(super) fn changed(self: &Arc<Self>, n: u64, pool: &deadpool_postgres::Pool) {
         if n == 0 || !self.vacuums.load(Ordering::Relaxed) {
             return;
         }
         let changed = self.changed.fetch_add(n, Ordering::Relaxed) + n;
-        if changed < MIN_CHANGED.max(self.rows_then.load(Ordering::Relaxed) / 10)
-            || self.vacuuming.swap(true, Ordering::AcqRel)
-        {
+        if !self.vacuum_due(changed) || self.vacuuming.swap(true, Ordering::AcqRel) {
             return;
         }
         // Rows changed while it runs are counted toward the next one.
-        self.changed.store(0, Ordering::Relaxed);
+        let counted = self.changed.swap(0, Ordering::Relaxed);
         let (this, pool) = (self.clone(), pool.clone());
         tokio::spawn(async move {
-            let vacuumed =
-                async { pool.get().await?.batch_execute("VACUUM (SKIP_LOCKED) jobs").await.map_err(Into::into) };
-            if let Err(e) = vacuumed.await as Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            if let Err(e) = this.vacuum_if_due(&pool, counted).await {
                 tracing::debug!(error = %e, "could not vacuum the jobs table");
             }
             this.vacuuming.store(false, Ordering::Release);
         });
+    }
+
+    fn vacuum_due(&self, changed: u64) -> bool {
+        changed >= MIN_CHANGED.max(self.rows_then.load(Ordering::Relaxed) / 10)
+    }
+
+    /// `VACUUM (SKIP_LOCKED) jobs` if `counted` changed rows pass a tenth of
+    /// the table as it is now; else they stay counted.
+    async fn vacuum_if_due(&self, pool: &deadpool_postgres::Pool, counted: u64) -> Result<(), BoxError> {
+        let client = pool.get().await?;
+        self.rows_then.store(row_estimate(&client).await?, Ordering::Relaxed);
+        if !self.vacuum_due(counted) {
+            self.changed.fetch_add(counted, Ordering::Relaxed);
+            return Ok(());
+        }
+        client.batch_execute("VACUUM (SKIP_LOCKED) jobs").await?;
+        self.rows_then.store(row_estimate(&client).await?, Ordering::Relaxed);
+        Ok(())
     }
 
     fn stale(&self) -> bool {
@@ -125,10 +143,17 @@ impl Freshness {
     }
 }
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// `ANALYZE jobs`; the row estimate it left.
-async fn analyze(pool: &deadpool_postgres::Pool) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+async fn analyze(pool: &deadpool_postgres::Pool) -> Result<u64, BoxError> {
     let client = pool.get().await?;
     client.batch_execute("ANALYZE jobs").await?;
+    row_estimate(&client).await
+}
+
+/// The jobs table's row estimate (the last analyze's or vacuum's).
+async fn row_estimate(client: &deadpool_postgres::Client) -> Result<u64, BoxError> {
     let row = client.query_one("SELECT reltuples::bigint FROM pg_class WHERE oid = 'jobs'::regclass", &[]).await?;
     Ok(row.get::<_, i64>(0).max(0) as u64)
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leash::job::{ErrorKind, JobId, JobLogs, JobStatus, LogLine, NewJob};
+use leash::job::{ErrorKind, Job, JobId, JobLogs, JobStatus, LogLine, NewJob};
 use leash::store::{
     CancelResult, Finish, JobClaimParams, JobProgressParams, JobStore, JobsExpireParams, Lease, LeaseExtendParams,
     LeaseState, ReclaimReport,
@@ -116,14 +116,19 @@ pub(crate) async fn finish_records_failure_kind_message_and_backtrace(store: Arc
     assert_eq!((got.status, got.error_kind), (JobStatus::Cancelled, Some(ErrorKind::Cancelled)));
 }
 
+/// A job of two attempts whose first lease (`old`) expired and was
+/// reclaimed, claimed again (`new`) at 101 s; its row as `new` took it.
+async fn lost_and_claimed_again(store: &dyn JobStore) -> (Lease, Lease, Job) {
+    insert_one(store, NewJob { max_attempts: 2, ..new_job("lost") }, T0).await;
+    let old = claim_one(store, at(1)).await;
+    reclaim(store, at(100)).await;
+    let new = claim_one(store, at(101)).await;
+    let before = get(store, new.job.id).await;
+    (old, new, before)
+}
+
 pub(crate) async fn a_stale_token_changes_nothing(store: Arc<dyn JobStore>) {
-    let mut job = new_job("x");
-    job.max_attempts = 2;
-    insert_one(&*store, job, T0).await;
-    let old = claim_one(&*store, at(1)).await;
-    reclaim(&*store, at(100)).await;
-    let new = claim_one(&*store, at(101)).await;
-    let before = get(&*store, new.job.id).await;
+    let (old, new, before) = lost_and_claimed_again(&*store).await;
 
     assert!(!store.job_finish(succeed(&old, at(102))).await.unwrap(), "stale finish");
     let extend = LeaseExtendParams { id: old.job.id, token: old.token.clone(), lease_ttl: TTL, now: at(102) };
@@ -178,13 +183,7 @@ pub(crate) async fn finish_and_claim_ends_one_job_and_claims_the_next(store: Arc
 /// by one: the one whose lease was lost changes nothing and claims
 /// nothing; the others land and each claims one next job.
 pub(crate) async fn finishes_at_once_are_fenced_one_by_one(store: Arc<dyn JobStore>) {
-    let mut lost = new_job("lost");
-    lost.max_attempts = 2;
-    insert_one(&*store, lost, T0).await;
-    let old = claim_one(&*store, at(1)).await;
-    reclaim(&*store, at(100)).await;
-    let new = claim_one(&*store, at(101)).await;
-    let before = get(&*store, new.job.id).await;
+    let (old, new, before) = lost_and_claimed_again(&*store).await;
     insert(&*store, (0..3).map(|i| new_job(&format!("mine-{i}"))).collect(), at(102)).await;
     let mine = claim(&*store, "worker-aaaaaaaa", 3, at(103)).await;
     assert_eq!(mine.len(), 3);
