@@ -197,6 +197,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// A slot claims a job ahead (run as soon as the slot is free, while
+    /// the finish before it commits) only after an attempt shorter than
+    /// this (default 100 ms; zero claims none ahead). See
+    /// `docs/ARCHITECTURE.md`, "Claim".
+    pub fn claim_ahead_below(mut self, d: Duration) -> Self {
+        self.worker.claim_ahead_below = d;
+        self
+    }
+
     /// Run guests on threads of their own (the default), or beside the
     /// caller's tasks (`false`: one runtime for everything, as a benchmark
     /// baseline).
@@ -409,6 +418,7 @@ impl Runtime {
                 isolate_guests: true,
                 guest_nice: 0,
                 suspect_alone_for: crate::worker::DEFAULT_SUSPECT_ALONE_FOR,
+                claim_ahead_below: crate::worker::DEFAULT_CLAIM_AHEAD_BELOW,
             },
             job_ttl: DEFAULT_JOB_TTL,
             event_ttl: DEFAULT_EVENT_TTL,

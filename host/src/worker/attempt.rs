@@ -7,16 +7,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+use tracing::Instrument as _;
 
 use super::failure::HostFailure;
+use super::finish::Ending;
 use super::lease::{LeaseKeeper, LeaseLedger, LeaseWatch};
-use crate::clock::Timestamp;
-use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, JobStatus, LogLine, Proposal, millis};
+use super::slot::Slot;
+use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, LogLine, Proposal, millis};
 use crate::metrics::AttemptEnd;
 use crate::sandbox::http::EffectFence;
 use crate::sandbox::{LogLevel, LogRecord, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, StopHandle};
 use crate::store::{Finish, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease};
-use crate::worker::{Completion, JobStarted, PROGRESS_WRITE_INTERVAL, Pool, RunningJob};
+use crate::worker::{JobStarted, PROGRESS_WRITE_INTERVAL, Pool, RunningJob};
 
 impl Pool {
     /// The job's plugin, and when this job had to wait for it (the first
@@ -57,9 +59,10 @@ impl Pool {
         })
     }
 
-    /// Run one claimed job to its recorded end. Returns the slot's next
-    /// job when the finish claimed one (registered already).
-    pub(super) async fn run_job(self: Arc<Self>, lease: Lease, running: RunningJob) -> Option<(Lease, RunningJob)> {
+    /// Run one claimed job's guest and record its outcome. A finish is
+    /// recorded on a task of its own, which gives the jobs it claims to
+    /// `slot` (registered already); a release or a retry here.
+    pub(super) async fn run_job(self: Arc<Self>, lease: Lease, running: RunningJob, slot: Arc<Slot>) {
         let Lease { job, token } = lease;
         let id = job.id;
         let claimed = Instant::now();
@@ -187,8 +190,6 @@ impl Pool {
         self.stats.last_heartbeat_ms.store(self.clock.now().unix_ms() as u64, Ordering::Relaxed);
 
         let user_cancel = cancelled.load(Ordering::SeqCst) || watch.cancel_requested.load(Ordering::SeqCst);
-        let mut next = None;
-        let mut completion = None;
         let end;
         if let Ok(o) = &mut outcome {
             self.forward_guest_logs(o);
@@ -301,55 +302,22 @@ impl Pool {
                 proposals,
                 now: self.clock.now(),
             };
-            let finish_started = std::time::Instant::now();
-            let claim_next = !self.shutting_down.load(Ordering::SeqCst) && !suspect;
-            let recorded;
-            (recorded, next) = self.finish_with_retry(params, claim_next).await;
-            self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
-            if recorded {
-                match error_kind {
-                    None => tracing::info!(status = %status, fuel_used, "finished"),
-                    Some(kind) => tracing::info!(status = %status, error_kind = %kind, fuel_used, "finished"),
-                }
-                self.metrics.job_finished(&plugin_label, status, error_kind, fuel_used);
-                end = AttemptEnd::Finished(status);
-                let counter = match status {
-                    JobStatus::Succeeded => &self.stats.processed,
-                    JobStatus::Cancelled => &self.stats.cancelled,
-                    _ => &self.stats.failed,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-                completion = Some(Completion { id, status, error_kind, fuel_used, plan_id });
+            // The finish goes out on a task of its own: a slot with a job
+            // ready runs it while the finish commits (see `slot`).
+            let depth = if self.shutting_down.load(Ordering::SeqCst) || suspect {
+                0
+            } else if claimed.elapsed() < self.config.claim_ahead_below {
+                2
             } else {
-                self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
-                self.metrics.leases_lost.inc();
-                end = AttemptEnd::LeaseLost;
-                tracing::warn!("lease lost before the outcome was recorded: the result is dropped");
-            }
+                1
+            };
+            let asked = slot.sending(depth);
+            let ending = Ending { id, claimed, plugin_label, status, error_kind, fuel_used, plan_id };
+            let task = self.clone().record_finish(params, asked, slot, ending);
+            tokio::spawn(task.instrument(tracing::Span::current()));
+            return;
         }
-        self.metrics.attempt_ended(&plugin_label, end, claimed.elapsed());
-
-        // The next job is registered before this one leaves, so shutdown
-        // never sees an idle pool in between.
-        let next = next.map(|lease| {
-            self.stats.claimed.fetch_add(1, Ordering::Relaxed);
-            let running = self.register(lease.job.id);
-            (lease, running)
-        });
-        let now_empty = {
-            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-            running.remove(&id);
-            running.is_empty()
-        };
-        if now_empty {
-            self.idle.notify_waiters();
-        }
-        // Last: a waiter woken by the completion reads metrics that count
-        // the attempt and a pool that no longer runs the job.
-        if let Some(completion) = completion {
-            self.notify(completion);
-        }
-        next
+        self.leave(id, end, claimed, &plugin_label, None);
     }
 
     /// Run the guest: on the guest runtime when there is one, else here.
@@ -421,55 +389,6 @@ impl Pool {
             }
             tokio::time::sleep(PROGRESS_WRITE_INTERVAL).await;
         }
-    }
-
-    /// Record the outcome, retrying transient store errors while the lease
-    /// could still be ours. `false`: the lease was lost.
-    ///
-    /// A failed call may still have committed (the reply was lost): then the
-    /// retry matches no running row, and the row is checked for this very
-    /// finish before the lease is called lost.
-    ///
-    /// With `claim_next`, the first try also claims the slot's next job
-    /// (returned with the answer); retries only finish.
-    async fn finish_with_retry(&self, mut params: JobFinishParams, claim_next: bool) -> (bool, Option<Lease>) {
-        let mut delay = Duration::from_millis(5);
-        let give_up = self.clock.now().plus(self.config.lease_ttl);
-        let mut tried_at = Vec::new();
-        loop {
-            tried_at.push(params.now);
-            let answer = if claim_next && tried_at.len() == 1 {
-                let next = self.claim_params(1, false);
-                self.store
-                    .job_finish_and_claim(params.clone(), next)
-                    .await
-                    .map(|(done, leases)| (done, leases.into_iter().next()))
-            } else {
-                self.store.job_finish(params.clone()).await.map(|done| (done, None))
-            };
-            match answer {
-                Ok((true, next)) => return (true, next),
-                Ok((false, _)) if tried_at.len() > 1 => return (self.finish_landed(&params, &tried_at).await, None),
-                Ok((false, _)) => return (false, None),
-                Err(e) if e.is_transient() && self.clock.now() < give_up => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_millis(500));
-                    params.now = self.clock.now();
-                }
-                Err(_) => return (self.finish_landed(&params, &tried_at).await, None),
-            }
-        }
-    }
-
-    /// Whether the row shows this finish: written by one of our attempts
-    /// (its `finished_at`), with our ending and usage.
-    async fn finish_landed(&self, params: &JobFinishParams, tried_at: &[Timestamp]) -> bool {
-        let Ok(Some(job)) = self.store.job_get(params.id).await else { return false };
-        job.status == params.finish.status()
-            && job.error_kind == params.finish.error_kind()
-            && job.worker_id.as_deref() == Some(self.worker_id.as_str())
-            && job.fuel_used == Some(params.fuel_used)
-            && job.finished_at.is_some_and(|at| tried_at.contains(&at))
     }
 }
 

@@ -18,9 +18,11 @@ mod attempt;
 pub(crate) mod ceilings;
 pub mod egress;
 mod failure;
+mod finish;
 mod guests;
 pub mod lease;
 mod plan;
+mod slot;
 pub use plan::REPORT_FIELDS;
 pub(crate) use plan::settle_apply;
 
@@ -83,6 +85,9 @@ pub struct WorkerConfig {
     /// pool before the pool takes other jobs beside it: a crash it causes
     /// in that time costs no other job.
     pub suspect_alone_for: Duration,
+    /// A slot claims a job ahead only after an attempt (claim to the
+    /// guest's end) shorter than this; zero claims none ahead.
+    pub claim_ahead_below: Duration,
 }
 
 /// Default of [`WorkerConfig::suspect_alone_for`]: a job that crashes its
@@ -90,6 +95,10 @@ pub struct WorkerConfig {
 /// a minute spares other jobs that, and spares the pool a long suspect's
 /// whole run.
 pub const DEFAULT_SUSPECT_ALONE_FOR: Duration = Duration::from_secs(60);
+
+/// Default of [`WorkerConfig::claim_ahead_below`]: where a commit is a
+/// large part of a job's time.
+pub const DEFAULT_CLAIM_AHEAD_BELOW: Duration = Duration::from_millis(100);
 
 /// A fresh random worker id, `worker-<8 hex>`: never a host name.
 pub fn new_worker_id() -> String {
@@ -405,12 +414,21 @@ impl Pool {
         let running = self.register(lease.job.id);
         let pool = self.clone();
         tokio::spawn(async move {
-            // A finish may claim the slot's next job in the same round
-            // trip; the slot runs it at once.
+            // A finish may claim the slot's next jobs in the same round
+            // trip; the slot runs them in turn, and ends when none is
+            // ready and no finish of its own is still out.
+            let slot = Arc::new(slot::Slot::default());
             let mut next = Some((lease, running));
             while let Some((lease, running)) = next {
-                let span = job_span(&pool.worker_id, &lease.job);
-                next = pool.clone().run_job(lease, running).instrument(span).await;
+                if pool.shutting_down.load(Ordering::SeqCst) {
+                    // Not started, so nothing to stop: back to the queue.
+                    drop(running);
+                    pool.release_unstarted(lease, "the pool is stopping").await;
+                } else {
+                    let span = job_span(&pool.worker_id, &lease.job);
+                    pool.clone().run_job(lease, running, slot.clone()).instrument(span).await;
+                }
+                next = slot.next().await;
             }
             if let Some(alone) = alone {
                 alone.lock().unwrap_or_else(|e| e.into_inner()).clear();

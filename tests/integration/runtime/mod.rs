@@ -1,5 +1,6 @@
 //! The embedding API (`leash::runtime`) end to end.
 
+mod ahead;
 mod egress_limits;
 mod embedding;
 mod faults;

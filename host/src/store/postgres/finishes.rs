@@ -33,12 +33,13 @@ const ROUNDS: usize = 2;
 
 const OPERATION: &str = "finishing a job";
 
-/// A finish's answer: whether it landed, and the slot's next job.
-type Answer = Result<(bool, Option<Lease>), StoreError>;
+/// A finish's answer: whether it landed, and the slot's next jobs.
+type Answer = Result<(bool, Vec<Lease>), StoreError>;
 
 struct Request {
     params: JobFinishParams,
-    /// The slot's next claim (one job), made only if the finish lands.
+    /// The slot's next claim (up to its limit), made only if the finish
+    /// lands.
     next: Option<JobClaimParams>,
     reply: oneshot::Sender<Answer>,
 }
@@ -91,7 +92,7 @@ async fn drain(store: Weak<Inner>, waiting: Arc<tokio::sync::Mutex<mpsc::Unbound
             Err(e) if batch.len() > 1 && !e.is_transient() => {
                 for request in batch.drain(..) {
                     let answer = store.finish_all(std::slice::from_ref(&request)).await;
-                    store.reply(request, answer.map(|mut answers| answers.pop().unwrap_or((false, None)))).await;
+                    store.reply(request, answer.map(|mut answers| answers.pop().unwrap_or((false, Vec::new())))).await;
                 }
             }
             Err(e) => {
@@ -113,22 +114,23 @@ impl PostgresStore {
     /// landed and asked, in one transaction; answers in request order. A
     /// failed claim aborts the transaction: the finishes are made again
     /// without it, and the claim loop will claim later.
-    async fn finish_all(&self, batch: &[Request]) -> Result<Vec<(bool, Option<Lease>)>, StoreError> {
+    async fn finish_all(&self, batch: &[Request]) -> Result<Vec<(bool, Vec<Lease>)>, StoreError> {
         let answers = match self.land(batch, true).await? {
             Some(answers) => answers,
             None => self.land(batch, false).await?.unwrap_or_default(),
         };
-        let changed = answers.iter().map(|(landed, next)| u64::from(*landed) + u64::from(next.is_some())).sum();
+        let changed = answers.iter().map(|(landed, next)| u64::from(*landed) + next.len() as u64).sum();
         self.inner.freshness.changed(changed, &self.inner.pool);
         Ok(answers)
     }
 
     /// Answer one request. A caller gone before its answer came (its
-    /// future dropped) leaves the job its slot claimed: released to the
-    /// queue again, not left running until its lease expires.
+    /// future dropped) leaves the jobs its slot claimed: released to the
+    /// queue again, not left running until their leases expire.
     async fn reply(&self, request: Request, answer: Answer) {
         let now = request.next.as_ref().map(|next| next.now);
-        if let (Err(Ok((_, Some(lease)))), Some(now)) = (request.reply.send(answer), now) {
+        let (Err(Ok((_, leases))), Some(now)) = (request.reply.send(answer), now) else { return };
+        for lease in leases {
             let release = JobReleaseParams {
                 id: lease.job.id,
                 token: lease.token,
@@ -144,7 +146,7 @@ impl PostgresStore {
 
     /// One try of [`Self::finish_all`], claiming or not; `None`: the
     /// claim failed and nothing changed.
-    async fn land(&self, batch: &[Request], claiming: bool) -> Result<Option<Vec<(bool, Option<Lease>)>>, StoreError> {
+    async fn land(&self, batch: &[Request], claiming: bool) -> Result<Option<Vec<(bool, Vec<Lease>)>>, StoreError> {
         let err = db_err(OPERATION);
         let mut client = self.client(OPERATION).await?;
         let proposing = batch.iter().any(|r| !r.params.proposals.is_empty());
@@ -152,7 +154,7 @@ impl PostgresStore {
         if claims.is_none() && !proposing {
             // Nothing else to land with them: one statement, no transaction.
             let landed = finish_rows(&client, batch).await?;
-            return Ok(Some(landed.into_iter().map(|landed| (landed, None)).collect()));
+            return Ok(Some(landed.into_iter().map(|landed| (landed, Vec::new())).collect()));
         }
         let capped = match claims {
             Some(now) => {
@@ -182,7 +184,7 @@ impl PostgresStore {
             None => Vec::new(),
         };
         tx.commit().await.map_err(&err)?;
-        leases.resize_with(batch.len(), || None);
+        leases.resize_with(batch.len(), Vec::new);
         Ok(Some(landed.into_iter().zip(leases).collect()))
     }
 }
@@ -256,19 +258,20 @@ async fn finish_rows(client: &impl GenericClient, batch: &[Request]) -> Result<V
 
 /// Claim the next jobs of the requests that landed and asked, one claim
 /// per claimer (worker, lease length, alone or not); each such request
-/// gets at most one lease, in request order. Indexed like `batch`.
+/// gets at most its own limit, in request order. Indexed like `batch`.
 async fn claim_next(
     client: &impl GenericClient,
     batch: &[Request],
     landed: &[bool],
     capped: bool,
-) -> Result<Vec<Option<Lease>>, StoreError> {
-    let mut leases: Vec<Option<Lease>> = batch.iter().map(|_| None).collect();
+) -> Result<Vec<Vec<Lease>>, StoreError> {
+    let mut leases: Vec<Vec<Lease>> = batch.iter().map(|_| Vec::new()).collect();
     let mut waiting: Vec<(usize, &JobClaimParams)> = batch
         .iter()
         .enumerate()
         .filter(|(i, _)| landed[*i])
         .filter_map(|(i, r)| r.next.as_ref().map(|next| (i, next)))
+        .filter(|(_, next)| next.limit > 0)
         .collect();
     while let Some(&(_, first)) = waiting.first() {
         let same = |next: &JobClaimParams| {
@@ -277,17 +280,17 @@ async fn claim_next(
         let (group, rest): (Vec<_>, Vec<_>) = waiting.iter().partition(|(_, next)| same(next));
         let params = JobClaimParams {
             worker_id: first.worker_id.clone(),
-            // One job each, whatever a request asked: every lease claimed
-            // has a request to go to.
-            limit: group.len() as u32,
+            // What the group asked, together: every lease claimed has a
+            // request to go to.
+            limit: group.iter().map(|(_, next)| next.limit).sum(),
             alone: first.alone,
             lease_ttl: first.lease_ttl,
             now: group.iter().map(|(_, next)| next.now).max().unwrap_or(first.now),
             aged: group.iter().map(|(_, next)| next.aged).sum(),
         };
-        let claimed = claim(client, &params, capped).await?;
-        for ((i, _), lease) in group.iter().zip(claimed) {
-            leases[*i] = Some(lease);
+        let mut claimed = claim(client, &params, capped).await?.into_iter();
+        for (i, next) in &group {
+            leases[*i].extend(claimed.by_ref().take(next.limit as usize));
         }
         waiting = rest;
     }

@@ -42,8 +42,7 @@ impl Leases for PostgresStore {
         // after the finishes, in their transaction, so they see the
         // finished jobs' concurrency keys released; a finish that changed
         // nothing (the lease was lost) claims nothing.
-        let (finished, next) = self.inner.finishes.finish(params, Some(next)).await?;
-        Ok((finished, next.into_iter().collect()))
+        self.inner.finishes.finish(params, Some(next)).await
     }
 
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {

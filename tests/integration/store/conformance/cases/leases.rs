@@ -181,19 +181,21 @@ pub(crate) async fn finish_and_claim_ends_one_job_and_claims_the_next(store: Arc
 
 /// Finishes sent at once (which a store may land together) are fenced one
 /// by one: the one whose lease was lost changes nothing and claims
-/// nothing; the others land and each claims one next job.
+/// nothing; the others land and each claims as many next jobs as it asked
+/// for (a slot claiming one ahead asks for two).
 pub(crate) async fn finishes_at_once_are_fenced_one_by_one(store: Arc<dyn JobStore>) {
     let (old, new, before) = lost_and_claimed_again(&*store).await;
     insert(&*store, (0..3).map(|i| new_job(&format!("mine-{i}"))).collect(), at(102)).await;
     let mine = claim(&*store, "worker-aaaaaaaa", 3, at(103)).await;
     assert_eq!(mine.len(), 3);
-    let queued = insert(&*store, (0..4).map(|i| new_job(&format!("next-{i}"))).collect(), at(104)).await;
-    let next = claim_params("worker-bbbbbbbb", 1, at(105));
+    let queued = insert(&*store, (0..5).map(|i| new_job(&format!("next-{i}"))).collect(), at(104)).await;
+    // The lost one and the first of mine ask for two each; the others one.
+    let asks = [2, 2, 1, 1];
 
-    let endings = std::iter::once(&old).chain(&mine).map(|lease| {
+    let endings = std::iter::once(&old).chain(&mine).zip(asks).map(|(lease, ask)| {
         let store = store.clone();
         let finish = succeed(lease, at(105));
-        let next = next.clone();
+        let next = claim_params("worker-bbbbbbbb", ask, at(105));
         async move { store.job_finish_and_claim(finish, next).await.unwrap() }
     });
     let answers = futures_util::future::join_all(endings).await;
@@ -201,21 +203,23 @@ pub(crate) async fn finishes_at_once_are_fenced_one_by_one(store: Arc<dyn JobSto
     assert!(!answers[0].0 && answers[0].1.is_empty(), "the lost lease's finish lands nothing and claims nothing");
     assert_eq!(get(&*store, new.job.id).await, before, "the row is exactly as the new owner left it");
     let mut claimed = Vec::new();
-    for ((done, leases), lease) in answers[1..].iter().zip(&mine) {
+    for (((done, leases), lease), ask) in answers[1..].iter().zip(&mine).zip(&asks[1..]) {
         assert!(*done, "a held lease's finish lands");
         assert_eq!(get(&*store, lease.job.id).await.status, JobStatus::Succeeded);
-        assert_eq!(leases.len(), 1, "each landed finish claims its slot's next job");
-        let row = get(&*store, leases[0].job.id).await;
-        assert_eq!(row.lease_token.as_deref(), Some(leases[0].token.as_str()), "claimed as returned");
-        assert_eq!(row.worker_id.as_deref(), Some("worker-bbbbbbbb"));
-        claimed.push(leases[0].job.id);
+        assert_eq!(leases.len(), *ask as usize, "each landed finish claims what its slot asked for");
+        for next in leases {
+            let row = get(&*store, next.job.id).await;
+            assert_eq!(row.lease_token.as_deref(), Some(next.token.as_str()), "claimed as returned");
+            assert_eq!(row.worker_id.as_deref(), Some("worker-bbbbbbbb"));
+            claimed.push(next.job.id);
+        }
     }
     claimed.sort();
     // Due at once: claimed in id order.
     let mut queued: Vec<JobId> = queued.iter().map(|j| j.id).collect();
     queued.sort();
-    assert_eq!(claimed, queued[..3], "three distinct jobs, first in claim order");
-    assert_eq!(get(&*store, queued[3]).await.status, JobStatus::Queued, "the lost finish took no job");
+    assert_eq!(claimed, queued[..4], "four distinct jobs, first in claim order");
+    assert_eq!(get(&*store, queued[4]).await.status, JobStatus::Queued, "the lost finish took no job");
     assert!(store.job_finish(succeed(&new, at(106))).await.unwrap(), "the new owner still owns it");
 }
 

@@ -1,0 +1,144 @@
+//! A slot's jobs claimed ahead of it.
+//!
+//! A finish may claim the slot's next jobs in the same round trip. After a
+//! short attempt it claims one more than the slot needs (a job *ahead*),
+//! so the slot's next finish does not hold the slot: the slot starts the
+//! job ahead at once, and that finish, with the claim that refills it,
+//! commits while the guest runs. On a store whose commit is the slowest
+//! step (PostgreSQL's, a disk flush) a busy slot runs two jobs per commit
+//! instead of one.
+//!
+//! A job ahead holds a lease it does not renew, so it may wait at most
+//! [`Slot::hold_for`] (a third of the lease, at most [`MOST_HELD`]): then it
+//! is released to the queue again, no attempt spent, for any worker to
+//! take. A slot claims ahead only after attempts shorter than
+//! [`AHEAD_BELOW`]; a pool of long jobs never holds one, and a short job
+//! waits behind at most one other. Shutdown releases them without running
+//! them.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::store::Lease;
+use crate::worker::RunningJob;
+
+/// Longest a job ahead waits for its slot before it is released.
+pub(super) const MOST_HELD: Duration = Duration::from_secs(1);
+
+/// A claimed job and its registration, not yet run.
+pub(super) type Claimed = (Lease, RunningJob);
+
+/// The jobs a slot's finishes claimed, in the order they came, and the
+/// finishes still out.
+#[derive(Debug, Default)]
+pub(super) struct Slot {
+    state: Mutex<Ahead>,
+    changed: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Ahead {
+    ready: VecDeque<Claimed>,
+    /// Finishes sent and not yet answered.
+    finishing: usize,
+    /// Jobs those finishes asked for.
+    asked: u32,
+}
+
+impl Slot {
+    /// How long a job ahead may wait for this slot, for a lease of `ttl`:
+    /// less than a renewal period, so it starts without renewing.
+    pub(super) fn hold_for(ttl: Duration) -> Duration {
+        (ttl / 3).min(MOST_HELD)
+    }
+
+    /// The slot's next job: the first ready, or the first a finish still
+    /// out brings; `None` when nothing is ready and no finish is out.
+    pub(super) async fn next(&self) -> Option<Claimed> {
+        loop {
+            {
+                let mut ahead = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(job) = ahead.ready.pop_front() {
+                    return Some(job);
+                }
+                if ahead.finishing == 0 {
+                    return None;
+                }
+            }
+            // A permit stored by a finish answered in between is taken here.
+            self.changed.notified().await;
+        }
+    }
+
+    /// A finish is going out: how many jobs it should claim so the slot
+    /// has `depth` jobs ready or asked for (0 claims nothing), counted as
+    /// asked until [`Slot::answered`].
+    pub(super) fn sending(&self, depth: u32) -> u32 {
+        let mut ahead = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let have = u32::try_from(ahead.ready.len()).unwrap_or(u32::MAX).saturating_add(ahead.asked);
+        let want = depth.saturating_sub(have);
+        ahead.finishing += 1;
+        ahead.asked += want;
+        want
+    }
+
+    /// A finish that asked for `asked` jobs was answered with `jobs`
+    /// (registered already).
+    pub(super) fn answered(&self, asked: u32, jobs: Vec<Claimed>) {
+        {
+            let mut ahead = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            ahead.finishing -= 1;
+            ahead.asked -= asked;
+            ahead.ready.extend(jobs);
+        }
+        self.changed.notify_one();
+    }
+
+    /// Take a job still waiting, by id (its wait ran out).
+    pub(super) fn take(&self, id: crate::job::JobId) -> Option<Claimed> {
+        let mut ahead = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let at = ahead.ready.iter().position(|(lease, _)| lease.job.id == id)?;
+        ahead.ready.remove(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finish_asks_only_for_what_the_slot_lacks() {
+        let slot = Slot::default();
+        // Nothing ready, nothing asked: the first finish asks for two.
+        assert_eq!(slot.sending(2), 2);
+        // One out asking for two: the next one asks for none.
+        assert_eq!(slot.sending(2), 0);
+        // The first answered with nothing (the queue was empty): the next
+        // finish asks again.
+        slot.answered(2, Vec::new());
+        assert_eq!(slot.sending(1), 1);
+        slot.answered(0, Vec::new());
+        slot.answered(1, Vec::new());
+        assert_eq!(slot.sending(0), 0, "depth 0 (shutdown, a suspect) claims nothing");
+    }
+
+    #[test]
+    fn the_hold_stays_inside_a_renewal_period() {
+        assert_eq!(Slot::hold_for(Duration::from_secs(30)), MOST_HELD);
+        assert_eq!(Slot::hold_for(Duration::from_millis(900)), Duration::from_millis(300));
+    }
+
+    #[tokio::test]
+    async fn the_slot_waits_for_a_finish_out_and_ends_when_none_is() {
+        let slot = std::sync::Arc::new(Slot::default());
+        assert!(slot.next().await.is_none());
+        slot.sending(1);
+        let waiter = slot.clone();
+        let next = tokio::spawn(async move { waiter.next().await.is_none() });
+        slot.answered(1, Vec::new());
+        assert!(next.await.unwrap(), "answered with nothing: the slot ends");
+    }
+}
