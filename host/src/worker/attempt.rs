@@ -311,9 +311,9 @@ impl Pool {
             } else {
                 1
             };
-            let asked = slot.sending(depth);
+            let sent = slot.sending(depth);
             let ending = Ending { id, claimed, plugin_label, status, error_kind, fuel_used, plan_id };
-            let task = self.clone().record_finish(params, asked, slot, ending);
+            let task = self.clone().record_finish(params, sent, ending);
             tokio::spawn(task.instrument(tracing::Span::current()));
             return;
         }

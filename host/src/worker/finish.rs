@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::slot::{Claimed, Slot};
+use super::slot::{Claimed, Sent, Slot};
 use crate::clock::Timestamp;
 use crate::job::{ErrorKind, JobId, JobStatus};
 use crate::metrics::AttemptEnd;
@@ -27,18 +27,12 @@ pub(super) struct Ending {
 }
 
 impl Pool {
-    /// Record a finish, asking for `asked` jobs for `slot`; then count the
-    /// attempt and leave.
-    pub(super) async fn record_finish(
-        self: Arc<Self>,
-        params: JobFinishParams,
-        asked: u32,
-        slot: Arc<Slot>,
-        ending: Ending,
-    ) {
+    /// Record a finish, claiming what `sent` asks for its slot; then count
+    /// the attempt and leave.
+    pub(super) async fn record_finish(self: Arc<Self>, params: JobFinishParams, sent: Sent, ending: Ending) {
         let Ending { id, claimed, plugin_label, status, error_kind, fuel_used, plan_id } = ending;
         let finish_started = Instant::now();
-        let (recorded, next) = self.finish_with_retry(params, asked).await;
+        let (recorded, next) = self.finish_with_retry(params, sent.asked()).await;
         self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
         let (end, completion) = if recorded {
             match error_kind {
@@ -71,7 +65,8 @@ impl Pool {
             })
             .collect();
         let waiting: Vec<JobId> = next.iter().map(|(lease, _)| lease.job.id).collect();
-        slot.answered(asked, next);
+        let slot = sent.slot().clone();
+        sent.answer(next);
         // A job still waiting for its slot when its hold runs out (the
         // slot's guest runs long) goes back to the queue.
         // (Held weakly: a pool dropped meanwhile has nothing to release.)

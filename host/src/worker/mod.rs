@@ -85,8 +85,9 @@ pub struct WorkerConfig {
     /// pool before the pool takes other jobs beside it: a crash it causes
     /// in that time costs no other job.
     pub suspect_alone_for: Duration,
-    /// A slot claims a job ahead only after an attempt (claim to the
-    /// guest's end) shorter than this; zero claims none ahead.
+    /// A slot claims a job ahead only after an attempt (from its start in
+    /// the slot, the plugin's load included, to its guest's end) shorter
+    /// than this; zero claims none ahead.
     pub claim_ahead_below: Duration,
 }
 

@@ -17,7 +17,7 @@
 //! them.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -73,21 +73,21 @@ impl Slot {
         }
     }
 
-    /// A finish is going out: how many jobs it should claim so the slot
-    /// has `depth` jobs ready or asked for (0 claims nothing), counted as
-    /// asked until [`Slot::answered`].
-    pub(super) fn sending(&self, depth: u32) -> u32 {
+    /// A finish is going out: it should claim enough jobs that the slot
+    /// has `depth` ready or asked for (0 claims nothing), counted as asked
+    /// until it is answered.
+    pub(super) fn sending(self: &Arc<Self>, depth: u32) -> Sent {
         let mut ahead = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let have = u32::try_from(ahead.ready.len()).unwrap_or(u32::MAX).saturating_add(ahead.asked);
-        let want = depth.saturating_sub(have);
+        let asked = depth.saturating_sub(have);
         ahead.finishing += 1;
-        ahead.asked += want;
-        want
+        ahead.asked += asked;
+        Sent { slot: self.clone(), asked, answered: false }
     }
 
     /// A finish that asked for `asked` jobs was answered with `jobs`
     /// (registered already).
-    pub(super) fn answered(&self, asked: u32, jobs: Vec<Claimed>) {
+    fn answered(&self, asked: u32, jobs: Vec<Claimed>) {
         {
             let mut ahead = self.state.lock().unwrap_or_else(|e| e.into_inner());
             ahead.finishing -= 1;
@@ -105,24 +105,63 @@ impl Slot {
     }
 }
 
+/// A finish out for a slot. Answered once: by [`Sent::answer`], or, if
+/// its task ends without answering (a panic), with nothing when dropped,
+/// so the slot never waits for it forever.
+#[derive(Debug)]
+pub(super) struct Sent {
+    slot: Arc<Slot>,
+    asked: u32,
+    answered: bool,
+}
+
+impl Sent {
+    /// How many jobs the finish should claim.
+    pub(super) fn asked(&self) -> u32 {
+        self.asked
+    }
+
+    /// The slot it is for.
+    pub(super) fn slot(&self) -> &Arc<Slot> {
+        &self.slot
+    }
+
+    /// The finish was answered with `jobs` (registered already).
+    pub(super) fn answer(mut self, jobs: Vec<Claimed>) {
+        self.answered = true;
+        self.slot.answered(self.asked, jobs);
+    }
+}
+
+impl Drop for Sent {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.slot.answered(self.asked, Vec::new());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_finish_asks_only_for_what_the_slot_lacks() {
-        let slot = Slot::default();
+        let slot = Arc::new(Slot::default());
         // Nothing ready, nothing asked: the first finish asks for two.
-        assert_eq!(slot.sending(2), 2);
+        let first = slot.sending(2);
+        assert_eq!(first.asked(), 2);
         // One out asking for two: the next one asks for none.
-        assert_eq!(slot.sending(2), 0);
+        let second = slot.sending(2);
+        assert_eq!(second.asked(), 0);
         // The first answered with nothing (the queue was empty): the next
         // finish asks again.
-        slot.answered(2, Vec::new());
-        assert_eq!(slot.sending(1), 1);
-        slot.answered(0, Vec::new());
-        slot.answered(1, Vec::new());
-        assert_eq!(slot.sending(0), 0, "depth 0 (shutdown, a suspect) claims nothing");
+        first.answer(Vec::new());
+        let third = slot.sending(1);
+        assert_eq!(third.asked(), 1);
+        second.answer(Vec::new());
+        third.answer(Vec::new());
+        assert_eq!(slot.sending(0).asked(), 0, "depth 0 (shutdown, a suspect) claims nothing");
     }
 
     #[test]
@@ -133,12 +172,26 @@ mod tests {
 
     #[tokio::test]
     async fn the_slot_waits_for_a_finish_out_and_ends_when_none_is() {
-        let slot = std::sync::Arc::new(Slot::default());
+        let slot = Arc::new(Slot::default());
         assert!(slot.next().await.is_none());
-        slot.sending(1);
+        let sent = slot.sending(1);
         let waiter = slot.clone();
         let next = tokio::spawn(async move { waiter.next().await.is_none() });
-        slot.answered(1, Vec::new());
+        sent.answer(Vec::new());
         assert!(next.await.unwrap(), "answered with nothing: the slot ends");
+    }
+
+    #[tokio::test]
+    async fn a_finish_whose_task_died_does_not_hold_its_slot() {
+        let slot = Arc::new(Slot::default());
+        let sent = slot.sending(2);
+        let task = tokio::spawn(async move {
+            let _sent = sent;
+            panic!("a finish task that panics");
+        });
+        assert!(task.await.is_err());
+        let next = tokio::time::timeout(Duration::from_secs(10), slot.next()).await;
+        assert!(next.expect("the slot ends instead of waiting forever").is_none());
+        assert_eq!(slot.sending(2).asked(), 2, "and what it asked for is asked again");
     }
 }
