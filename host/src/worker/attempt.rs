@@ -306,7 +306,9 @@ impl Pool {
             // ready runs it while the finish commits (see `slot`).
             let depth = if self.shutting_down.load(Ordering::SeqCst) || suspect {
                 0
-            } else if claimed.elapsed() < self.config.claim_ahead_below {
+            } else if claimed.elapsed() < self.config.claim_ahead_below && self.slots.available_permits() == 0 {
+                // Every slot busy: a job ahead waits for this one, not
+                // for a free slot's claim.
                 2
             } else {
                 1

@@ -56,7 +56,7 @@ impl Pool {
         // The next jobs are registered before this one leaves, so shutdown
         // never sees an idle pool in between.
         self.stats.claimed.fetch_add(next.len() as u64, Ordering::Relaxed);
-        let hold = Slot::hold_for(self.config.lease_ttl);
+        let hold = Slot::hold_for(self.config.lease_ttl, self.config.claim_ahead_below);
         let next: Vec<Claimed> = next
             .into_iter()
             .map(|lease| {

@@ -198,6 +198,8 @@ pub(crate) struct Pool {
     shutting_down: AtomicBool,
     /// Job slots asked for by claims so far (the aged share's count).
     claim_slots: AtomicU64,
+    /// The free job slots: a permit each.
+    slots: Arc<Semaphore>,
     idle: Notify,
     started_at: Timestamp,
     guests: Option<GuestRuntime>,
@@ -236,6 +238,7 @@ impl Pool {
             start_subscribers: Mutex::default(),
             shutting_down: AtomicBool::new(false),
             claim_slots: AtomicU64::new(0),
+            slots: Arc::new(Semaphore::new(config.max_workers)),
             idle: Notify::new(),
             started_at: clock.now(),
             guests: if config.isolate_guests {
@@ -329,7 +332,7 @@ impl Pool {
 
     /// Claim and run jobs until shutdown begins.
     pub(crate) async fn claim_loop(self: Arc<Self>) {
-        let slots = Arc::new(Semaphore::new(self.config.max_workers));
+        let slots = self.slots.clone();
         let mut state = self.state.subscribe();
         // Jobs enqueued through another process sharing the store.
         let mut elsewhere = self.store.enqueued();

@@ -8,13 +8,15 @@
 //! step (PostgreSQL's, a disk flush) a busy slot runs two jobs per commit
 //! instead of one.
 //!
-//! A job ahead holds a lease it does not renew, so it may wait at most
-//! [`Slot::hold_for`] (a third of the lease, at most [`MOST_HELD`]): then it
-//! is released to the queue again, no attempt spent, for any worker to
-//! take. A slot claims ahead only after attempts shorter than
-//! [`AHEAD_BELOW`]; a pool of long jobs never holds one, and a short job
-//! waits behind at most one other. Shutdown releases them without running
-//! them.
+//! A slot claims ahead only after attempts shorter than
+//! [`WorkerConfig::claim_ahead_below`](super::WorkerConfig::claim_ahead_below)
+//! (100 ms unless set), and only while every slot of the pool is busy (a
+//! free slot's claim would take the job sooner). A job ahead holds a lease
+//! it does not renew, and waits at most [`Slot::hold_for`] (that same
+//! time, at most a third of the lease and [`MOST_HELD`]): then it is
+//! released to the queue again, no attempt spent, for any slot or worker
+//! to take. A pool of long jobs never holds one, and a short job waits
+//! behind at most one other. Shutdown releases them without running them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -49,10 +51,12 @@ struct Ahead {
 }
 
 impl Slot {
-    /// How long a job ahead may wait for this slot, for a lease of `ttl`:
-    /// less than a renewal period, so it starts without renewing.
-    pub(super) fn hold_for(ttl: Duration) -> Duration {
-        (ttl / 3).min(MOST_HELD)
+    /// How long a job ahead may wait for its slot, for a lease of `ttl`
+    /// and jobs claimed ahead after attempts shorter than `below`: about
+    /// one such attempt, and less than a renewal period, so it starts
+    /// without renewing.
+    pub(super) fn hold_for(ttl: Duration, below: Duration) -> Duration {
+        (ttl / 3).min(MOST_HELD).min(below)
     }
 
     /// The slot's next job: the first ready, or the first a finish still
@@ -166,8 +170,10 @@ mod tests {
 
     #[test]
     fn the_hold_stays_inside_a_renewal_period() {
-        assert_eq!(Slot::hold_for(Duration::from_secs(30)), MOST_HELD);
-        assert_eq!(Slot::hold_for(Duration::from_millis(900)), Duration::from_millis(300));
+        let (long, short) = (Duration::from_secs(3600), Duration::from_millis(100));
+        assert_eq!(Slot::hold_for(Duration::from_secs(30), long), MOST_HELD);
+        assert_eq!(Slot::hold_for(Duration::from_millis(900), long), Duration::from_millis(300));
+        assert_eq!(Slot::hold_for(Duration::from_secs(30), short), short, "about one short attempt");
     }
 
     #[tokio::test]
