@@ -17,7 +17,7 @@ use crate::worker::{Completion, Pool};
 /// A finished attempt, as the pool counts it once its finish is recorded.
 pub(super) struct Ending {
     pub(super) id: JobId,
-    /// When the attempt began (its claim, here).
+    /// When the attempt began in its slot.
     pub(super) claimed: Instant,
     pub(super) plugin_label: String,
     pub(super) status: JobStatus,
