@@ -67,16 +67,19 @@ impl Pool {
         let waiting: Vec<JobId> = next.iter().map(|(lease, _)| lease.job.id).collect();
         let slot = sent.slot().clone();
         sent.answer(next);
-        // A job still waiting for its slot when its hold runs out (the
-        // slot's guest runs long) goes back to the queue.
-        // (Held weakly: a pool dropped meanwhile has nothing to release.)
-        for job in waiting {
+        // Jobs still waiting for the slot when their hold runs out (its
+        // guest runs long) go back to the queue. One timer per answer,
+        // holding the pool and slot weakly: a pool dropped meanwhile has
+        // nothing to release.
+        if !waiting.is_empty() {
             let (pool, slot) = (Arc::downgrade(&self), Arc::downgrade(&slot));
             tokio::spawn(async move {
                 tokio::time::sleep(hold).await;
                 let (Some(pool), Some(slot)) = (pool.upgrade(), slot.upgrade()) else { return };
-                if let Some((lease, _)) = slot.take(job) {
-                    pool.release_unstarted(lease, "it waited too long for its slot").await;
+                for job in waiting {
+                    if let Some((lease, _)) = slot.take(job) {
+                        pool.release_unstarted(lease, "it waited too long for its slot").await;
+                    }
                 }
             });
         }

@@ -426,7 +426,6 @@ impl Pool {
             while let Some((lease, running)) = next {
                 if pool.shutting_down.load(Ordering::SeqCst) {
                     // Not started, so nothing to stop: back to the queue.
-                    drop(running);
                     pool.release_unstarted(lease, "the pool is stopping").await;
                 } else {
                     let span = job_span(&pool.worker_id, &lease.job);

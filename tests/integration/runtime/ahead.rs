@@ -56,14 +56,22 @@ async fn short_long_short(runtime: &Runtime) -> [JobId; 3] {
     [first, long, last]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_ahead_of_a_long_one_goes_back_to_the_queue_unspent() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = runtime(&dir, Duration::from_secs(3600)).await;
+/// A runtime that always claims ahead, whose last job is claimed ahead of
+/// its long one; the guests started so far; the long job and the one
+/// ahead.
+async fn one_ahead(dir: &tempfile::TempDir) -> (Runtime, Arc<Mutex<Vec<JobId>>>, JobId, JobId) {
+    let runtime = runtime(dir, Duration::from_secs(3600)).await;
     let started = starts(&runtime);
     let [_, long, ahead] = short_long_short(&runtime).await;
     // Claimed with the first one's finish, waiting behind the long one.
     wait_for_status(&runtime, ahead, JobStatus::Running).await;
+    (runtime, started, long, ahead)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_ahead_of_a_long_one_goes_back_to_the_queue_unspent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, started, long, ahead) = one_ahead(&dir).await;
 
     // Its hold (a second) runs out long before its lease (six): back to
     // the queue by a release, not by the sweeper (which would count a
@@ -89,10 +97,7 @@ async fn a_job_ahead_of_a_long_one_goes_back_to_the_queue_unspent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_releases_a_job_ahead_without_running_it() {
     let dir = tempfile::tempdir().unwrap();
-    let runtime = runtime(&dir, Duration::from_secs(3600)).await;
-    let started = starts(&runtime);
-    let [_, long, ahead] = short_long_short(&runtime).await;
-    wait_for_status(&runtime, ahead, JobStatus::Running).await;
+    let (runtime, started, long, ahead) = one_ahead(&dir).await;
     runtime.shutdown().await;
 
     for id in [long, ahead] {
@@ -108,8 +113,8 @@ async fn a_pool_told_to_claim_none_ahead_claims_none() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = runtime(&dir, Duration::ZERO).await;
     let [_, long, last] = short_long_short(&runtime).await;
-    // The first finish claimed the long job only; the last stays queued
-    // while the long one runs (it has a second of hold to show it).
+    // The first finish claimed the long job only; the last stays queued,
+    // never claimed, while the long one runs.
     let job = runtime.get(last).await.unwrap();
     assert_eq!((job.status, job.worker_id), (JobStatus::Queued, None), "claimed ahead though told not to");
     runtime.cancel(long).await.unwrap();
