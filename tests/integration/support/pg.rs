@@ -13,23 +13,7 @@ use tokio_postgres::NoTls;
 
 /// The database URL, or `None` after saying why the test is skipped.
 pub(crate) fn url() -> Option<String> {
-    match std::env::var("LEASH_TEST_POSTGRES") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("CI is set but LEASH_TEST_POSTGRES is not: the PostgreSQL tests must not be skipped in CI")
-        }
-        _ => {
-            // Straight to the process's stderr: the test harness captures
-            // `eprintln!` of a passing test, and this must be seen.
-            let test = std::thread::current().name().unwrap_or("a PostgreSQL test").to_owned();
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped {test}: it needs PostgreSQL; set LEASH_TEST_POSTGRES=postgres://USER@HOST:PORT/DATABASE \
-                 (a database it may create schemas in) to run it"
-            );
-            None
-        }
-    }
+    leash_tests::postgres_url()
 }
 
 /// A schema created for one test and dropped after it; `url` connects with

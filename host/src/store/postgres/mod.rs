@@ -56,6 +56,8 @@ mod sessions;
 mod standing;
 mod stats;
 mod sweeps;
+#[cfg(test)]
+mod tests;
 mod workers;
 
 use events::VISIBLE_TXN;
