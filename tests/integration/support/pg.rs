@@ -1,82 +1,12 @@
-//! What the PostgreSQL tests share: the database they use, and a schema of
-//! their own in it for each test.
-//!
-//! They run against `LEASH_TEST_POSTGRES` (a `postgres://` URL of a
-//! database they may create schemas in). Unset, each PostgreSQL test says
-//! it was skipped and why, and passes; with `CI` set, an unset variable
-//! fails the test instead, so CI never skips them (`.ci/run` sets it).
+//! What the PostgreSQL tests share: the database they use and a schema of
+//! their own in it for each test (both from [`leash_tests::pg`]), and a
+//! cluster of a test's own to crash and restart.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio_postgres::NoTls;
 
-/// The database URL, or `None` after saying why the test is skipped.
-pub(crate) fn url() -> Option<String> {
-    leash_tests::postgres_url()
-}
-
-/// A schema created for one test and dropped after it; `url` connects with
-/// it as the search path, so the store's tables land in it.
-pub(crate) struct Schema {
-    pub(crate) url: String,
-    pub(crate) name: String,
-    base: String,
-}
-
-impl Schema {
-    pub(crate) async fn create(base: &str) -> Schema {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-        let name = format!("leash_test_{}_{nanos:x}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        execute(base, &format!("CREATE SCHEMA {name}")).await;
-        let separator = if base.contains('?') { '&' } else { '?' };
-        // The schema's name is also its connections' application name, so
-        // a test can find (and terminate) its own connections.
-        let url = format!("{base}{separator}options=-csearch_path%3D{name}&application_name={name}");
-        Schema { url, name, base: base.to_owned() }
-    }
-
-    /// Run SQL in this schema.
-    pub(crate) async fn execute(&self, sql: &str) {
-        execute(&self.url, sql).await;
-    }
-
-    /// Terminate this schema's connections that `filter` (SQL over
-    /// `pg_stat_activity`) selects, as an operator or a failover would;
-    /// how many were terminated.
-    pub(crate) async fn terminate_backends(&self, filter: &str) -> u64 {
-        let (client, connection) = tokio_postgres::connect(&self.base, NoTls).await.unwrap();
-        tokio::spawn(connection);
-        let sql = format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 \
-             AND pid <> pg_backend_pid() AND ({filter})"
-        );
-        client.query(&sql, &[&self.name]).await.unwrap_or_else(|e| panic!("{sql}: {e}")).len() as u64
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let (base, sql) = (self.base.clone(), format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
-        // Drop runs inside the test's runtime, which cannot block on
-        // itself: a thread of its own does the dropping.
-        let dropped = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(execute(&base, &sql))
-        })
-        .join();
-        if dropped.is_err() && !std::thread::panicking() {
-            panic!("could not drop the test schema");
-        }
-    }
-}
-
-async fn execute(url: &str, sql: &str) {
-    let (client, connection) =
-        tokio_postgres::connect(url, NoTls).await.unwrap_or_else(|e| panic!("connecting to LEASH_TEST_POSTGRES: {e}"));
-    tokio::spawn(connection);
-    client.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
+pub(crate) use leash_tests::pg::{Schema, url};
 
 /// Where Debian puts PostgreSQL 15's server binaries (`initdb`, `pg_ctl`).
 const SERVER_BIN: &str = "/usr/lib/postgresql/15/bin";

@@ -6,24 +6,13 @@
 
 use std::time::Duration;
 
-use tokio_postgres::NoTls;
+use leash_tests::pg::Schema;
 
 use super::PostgresStore;
 use super::claim::claim;
 use crate::clock::Timestamp;
 use crate::job::{Digest, JobLimits, NewJob, Target};
 use crate::store::{JobClaimParams, JobInsertParams, Jobs};
-
-/// A store in a new schema of `base`'s database, and the schema's name
-/// (dropped by the caller).
-async fn store_in_new_schema(base: &str, client: &tokio_postgres::Client) -> (PostgresStore, String) {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    let schema = format!("leash_unit_{}_{nanos:x}", std::process::id());
-    client.batch_execute(&format!("CREATE SCHEMA {schema}")).await.unwrap();
-    let separator = if base.contains('?') { '&' } else { '?' };
-    let store = PostgresStore::open(&format!("{base}{separator}options=-csearch_path%3D{schema}")).await.unwrap();
-    (store, schema)
-}
 
 fn new_job() -> NewJob {
     NewJob {
@@ -60,10 +49,9 @@ fn new_job() -> NewJob {
 /// in a transaction or not.
 #[tokio::test]
 async fn the_claim_is_planned_once_per_connection() {
-    let Some(base) = leash_tests::postgres_url() else { return };
-    let (admin, connection) = tokio_postgres::connect(&base, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let (store, schema) = store_in_new_schema(&base, &admin).await;
+    let Some(base) = leash_tests::pg::url() else { return };
+    let schema = Schema::create(&base).await;
+    let store = PostgresStore::open(&schema.url).await.unwrap();
     let now = Timestamp::from_unix_ms(1_700_000_000_000);
     store.job_insert(JobInsertParams { jobs: (0..8).map(|_| new_job()).collect(), now }).await.unwrap();
 
@@ -85,8 +73,8 @@ async fn the_claim_is_planned_once_per_connection() {
         } else {
             let tx = client.transaction().await.unwrap();
             claimed += claim(&tx, &params, false).await.unwrap().len();
-            let during: String = tx.query_one(settings, &[]).await.unwrap().get(0);
-            assert_eq!(during, before, "the settings after a claim in a transaction");
+            let then: String = tx.query_one(settings, &[]).await.unwrap().get(0);
+            assert_eq!(then, before, "the settings after a claim in a transaction");
             tx.commit().await.unwrap();
         }
     }
@@ -104,8 +92,4 @@ async fn the_claim_is_planned_once_per_connection() {
     assert_eq!(plans, vec![(8, 0)], "(generic, custom) runs of the claim");
     let after: String = client.query_one(settings, &[]).await.unwrap().get(0);
     assert_eq!(after, before, "the settings after the claims");
-
-    drop(client);
-    drop(store);
-    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.unwrap();
 }
