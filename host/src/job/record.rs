@@ -461,6 +461,25 @@ impl Job {
     pub fn waiting_rate(&self, now: Timestamp) -> bool {
         self.status == JobStatus::Queued && self.rate_slot.is_some_and(|slot| slot > now)
     }
+
+    /// A queued job as `GET /v1/jobs/{id}` gives it, its fields changed
+    /// by `edit` (an object of the same keys).
+    #[cfg(test)]
+    pub(crate) fn for_tests(edit: serde_json::Value) -> Job {
+        let mut job = serde_json::json!({
+            "attempt": 1, "backoff": {"base_ms": 1000, "cap_ms": 300000}, "cancel_requested": false,
+            "created_at": "2026-12-05T04:20:00.000Z", "expires_at": "2026-12-06T04:20:00.000Z",
+            "free_rerun_limit": 3, "free_reruns": 0, "id": "01M926XFVQHZM05AGHKSGVVEM1", "lost_leases": 0,
+            "limits": {"fuel": null, "memory_bytes": 67108864, "output_bytes": 1048576, "timeout_ms": 3600000},
+            "max_attempts": 3, "plugin": format!("sha256:{}", "ab".repeat(32)), "process_deaths": 0,
+            "releases": 0, "retries": 0, "run_after": "2026-12-05T04:20:00.000Z", "schema_version": 1,
+            "status": "queued", "target": "execute",
+        });
+        for (key, value) in edit.as_object().expect("an object of the job's keys") {
+            job[key] = value.clone();
+        }
+        serde_json::from_value(job).expect("a job")
+    }
 }
 
 /// A guest's latest progress report, as stored.

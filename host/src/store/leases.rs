@@ -192,10 +192,13 @@ pub struct JobReleaseParams {
     pub id: JobId,
     /// The lease token from the claim.
     pub token: String,
-    /// How long the requeued job may wait again (from `run_after`).
+    /// How long the requeued job may wait again (from `run_after` or
+    /// `now`, whichever is later).
     pub queue_ttl: Duration,
     /// Not claimed again before this: `now`, or later for a pause before
-    /// the next try.
+    /// the next try; or the job's own `run_after` for a job released
+    /// before it started, which keeps its place in the queue (and its age
+    /// for the aged share). Never moves the job's `run_after` earlier.
     pub run_after: Timestamp,
     /// Now.
     pub now: Timestamp,

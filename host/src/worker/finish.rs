@@ -32,6 +32,11 @@ impl Pool {
     pub(super) async fn record_finish(self: Arc<Self>, params: JobFinishParams, sent: Sent, ending: Ending) {
         let Ending { id, claimed, plugin_label, status, error_kind, fuel_used, plan_id } = ending;
         let finish_started = Instant::now();
+        if sent.asked() > 0 {
+            // A job of this slot's going back to the queue first: this
+            // claim is to find it in its place, not take those behind it.
+            sent.slot().releases_done().await;
+        }
         let (recorded, next) = self.finish_with_retry(params, sent.asked()).await;
         self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
         let (end, completion) = if recorded {
@@ -77,8 +82,9 @@ impl Pool {
                 tokio::time::sleep(hold).await;
                 let (Some(pool), Some(slot)) = (pool.upgrade(), slot.upgrade()) else { return };
                 for job in waiting {
-                    if let Some((lease, _)) = slot.take(job) {
+                    if let Some(((lease, _), releasing)) = slot.take(job) {
                         pool.release_unstarted(lease, "it waited too long for its slot").await;
+                        drop(releasing);
                     }
                 }
             });
@@ -86,12 +92,14 @@ impl Pool {
         self.leave(id, end, claimed, &plugin_label, completion);
     }
 
-    /// A job claimed ahead that will not run here: back to the queue, no
-    /// attempt spent (it recorded no effect), and out of the pool.
+    /// A job claimed ahead that will not run here: back to the queue in
+    /// the place it had (its own `run_after`), no attempt spent (it
+    /// recorded no effect), and out of the pool.
     pub(super) async fn release_unstarted(&self, lease: Lease, why: &str) {
         let id = lease.job.id;
         let now = self.clock.now();
-        let params = JobReleaseParams { id, token: lease.token, queue_ttl: self.config.queue_ttl, run_after: now, now };
+        let run_after = lease.job.run_after;
+        let params = JobReleaseParams { id, token: lease.token, queue_ttl: self.config.queue_ttl, run_after, now };
         match self.store.job_release(params).await {
             Ok(true) => tracing::debug!(job_id = %id, why, "a job claimed ahead went back to the queue"),
             Ok(false) => tracing::debug!(job_id = %id, why, "a job claimed ahead was lost before its release"),

@@ -13,10 +13,18 @@
 //! (100 ms unless set), and only while every slot of the pool is busy (a
 //! free slot's claim would take the job sooner). A job ahead holds a lease
 //! it does not renew, and waits at most [`Slot::hold_for`] (that same
-//! time, at most a third of the lease and [`MOST_HELD`]): then it is
-//! released to the queue again, no attempt spent, for any slot or worker
-//! to take. A pool of long jobs never holds one, and a short job waits
-//! behind at most one other. Shutdown releases them without running them.
+//! time, at most a third of the lease and [`MOST_HELD`]): then, unless the
+//! slot is already done with the job before it (it runs next), it is
+//! released to the queue again in its place (its `run_after` kept), no
+//! attempt spent, for any slot or worker to take; the slot's next claim
+//! waits for that release, so it finds the job in its place. A pool of
+//! long jobs never holds one, and a short job waits behind at most one
+//! other. Shutdown releases them without running them.
+//!
+//! Two of a slot's finishes may be out at once (a job ahead ended before
+//! the finish of the job before it was recorded); their claims may reach
+//! the store in either order, so the two jobs they bring may start in the
+//! other order than the queue's.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -39,6 +47,8 @@ pub(super) type Claimed = (Lease, RunningJob);
 pub(super) struct Slot {
     state: Mutex<Ahead>,
     changed: Notify,
+    /// Told when the last release under way ends.
+    released: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +58,11 @@ struct Ahead {
     finishing: usize,
     /// Jobs those finishes asked for.
     asked: u32,
+    /// The slot's guest ended and its next job is not taken yet: the jobs
+    /// ready are about to run, not to be released.
+    between: bool,
+    /// Jobs taken back (their wait ran out) whose release is under way.
+    releasing: usize,
 }
 
 impl Slot {
@@ -66,6 +81,7 @@ impl Slot {
             {
                 let mut ahead = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(job) = ahead.ready.pop_front() {
+                    ahead.between = false;
                     return Some(job);
                 }
                 if ahead.finishing == 0 {
@@ -84,6 +100,7 @@ impl Slot {
         let mut ahead = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let have = u32::try_from(ahead.ready.len()).unwrap_or(u32::MAX).saturating_add(ahead.asked);
         let asked = depth.saturating_sub(have);
+        ahead.between = true;
         ahead.finishing += 1;
         ahead.asked += asked;
         Sent { slot: self.clone(), asked, answered: false }
@@ -101,11 +118,54 @@ impl Slot {
         self.changed.notify_one();
     }
 
-    /// Take a job still waiting, by id (its wait ran out).
-    pub(super) fn take(&self, id: crate::job::JobId) -> Option<Claimed> {
+    /// Take a job still waiting, by id (its wait ran out), to release it;
+    /// none while the slot is between jobs (it is about to run it). The
+    /// slot's next claims wait for the release ([`Self::releases_done`])
+    /// until the [`Releasing`] returned is dropped.
+    pub(super) fn take(self: &Arc<Self>, id: crate::job::JobId) -> Option<(Claimed, Releasing)> {
         let mut ahead = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if ahead.between {
+            return None;
+        }
         let at = ahead.ready.iter().position(|(lease, _)| lease.job.id == id)?;
-        ahead.ready.remove(at)
+        let job = ahead.ready.remove(at)?;
+        ahead.releasing += 1;
+        Some((job, Releasing { slot: self.clone() }))
+    }
+
+    /// Wait until no job taken back is still being released, so a claim
+    /// sent after it sees the released jobs in their places in the queue
+    /// (a claim racing a release would take the jobs behind them first).
+    pub(super) async fn releases_done(&self) {
+        loop {
+            // Made before the check, so a release ending in between is not
+            // missed.
+            let ended = self.released.notified();
+            if self.state.lock().unwrap_or_else(|e| e.into_inner()).releasing == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
+}
+
+/// A release under way of a job taken back from its slot; dropped when the
+/// release has ended (landed, lost or failed).
+#[derive(Debug)]
+pub(super) struct Releasing {
+    slot: Arc<Slot>,
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        let none_left = {
+            let mut ahead = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
+            ahead.releasing -= 1;
+            ahead.releasing == 0
+        };
+        if none_left {
+            self.slot.released.notify_waiters();
+        }
     }
 }
 
@@ -174,6 +234,48 @@ mod tests {
         assert_eq!(Slot::hold_for(Duration::from_secs(30), long), MOST_HELD);
         assert_eq!(Slot::hold_for(Duration::from_millis(900), long), Duration::from_millis(300));
         assert_eq!(Slot::hold_for(Duration::from_secs(30), short), short, "about one short attempt");
+    }
+
+    /// A claimed job of id `n`, as a finish answers it.
+    fn claimed(n: u8) -> Claimed {
+        let id = format!("01M926XFVQHZM05AGHKSGVVEM{n}");
+        let job = crate::job::Job::for_tests(serde_json::json!({"id": id, "status": "running"}));
+        let running = RunningJob { stop: crate::sandbox::StopHandle::new(), cancelled: Default::default() };
+        (Lease { job, token: String::new() }, running)
+    }
+
+    fn id(claimed: Option<Claimed>) -> Option<String> {
+        claimed.map(|(lease, _)| lease.job.id.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_job_is_taken_back_only_while_its_slot_runs_a_guest_and_claims_wait_for_its_release() {
+        let slot = Arc::new(Slot::default());
+        let (first, second) = (claimed(1), claimed(2));
+        let ids = (first.0.job.id, second.0.job.id);
+        // A finish brings two jobs: the slot runs the first; the second
+        // waits ahead.
+        slot.sending(2).answer(vec![first, second]);
+        assert_eq!(id(slot.next().await), Some(ids.0.to_string()));
+        // The first's guest ended and its finish is out: the slot is
+        // about to run the second, which is not taken back.
+        let sent = slot.sending(2);
+        assert!(slot.take(ids.1).is_none(), "taken from a slot about to run it");
+        assert_eq!(id(slot.next().await), Some(ids.1.to_string()));
+        // That finish brings the next job ahead while the second's guest
+        // runs: that one is taken back; until its release ends, the
+        // slot's claims wait.
+        let third = claimed(3).0.job.id;
+        sent.answer(vec![claimed(3)]);
+        let (taken, releasing) = slot.take(third).expect("a job ahead of a running guest");
+        assert_eq!(id(Some(taken)), Some(third.to_string()));
+        let waiter = slot.clone();
+        let waiting = tokio::spawn(async move { waiter.releases_done().await });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "a claim went out before the release ended");
+        drop(releasing);
+        tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("the release ended").unwrap();
+        slot.releases_done().await;
     }
 
     #[tokio::test]

@@ -72,6 +72,7 @@ async fn one_ahead(dir: &tempfile::TempDir) -> (Runtime, Arc<Mutex<Vec<JobId>>>,
 async fn a_job_ahead_of_a_long_one_goes_back_to_the_queue_unspent() {
     let dir = tempfile::tempdir().unwrap();
     let (runtime, started, long, ahead) = one_ahead(&dir).await;
+    let due = runtime.get(ahead).await.unwrap().run_after;
 
     // Its hold (a second) runs out long before its lease (six): back to
     // the queue by a release, not by the sweeper (which would count a
@@ -83,6 +84,7 @@ async fn a_job_ahead_of_a_long_one_goes_back_to_the_queue_unspent() {
     })
     .await;
     assert_eq!((back.lost_leases, back.retries, back.free_reruns), (0, 0, 0), "no attempt spent: {back:?}");
+    assert_eq!(back.run_after, due, "in the place it had in the queue, not behind jobs submitted since");
     assert!(!started.lock().unwrap().contains(&ahead), "never started while it waited");
 
     // The slot frees: it runs, once, and succeeds.
@@ -98,6 +100,7 @@ async fn a_job_ahead_of_a_long_one_goes_back_to_the_queue_unspent() {
 async fn shutdown_releases_a_job_ahead_without_running_it() {
     let dir = tempfile::tempdir().unwrap();
     let (runtime, started, long, ahead) = one_ahead(&dir).await;
+    let due = runtime.get(ahead).await.unwrap().run_after;
     runtime.shutdown().await;
 
     for id in [long, ahead] {
@@ -106,6 +109,7 @@ async fn shutdown_releases_a_job_ahead_without_running_it() {
         assert_eq!(counted, (JobStatus::Queued, 0, 0, 0), "{job:?}");
     }
     assert!(!started.lock().unwrap().contains(&ahead), "the job ahead never started");
+    assert_eq!(runtime.get(ahead).await.unwrap().run_after, due, "in the place it had in the queue");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -366,19 +366,7 @@ mod tests {
 
     /// A job as `GET /v1/jobs/{id}` gives it, changed by `edit`.
     fn job(edit: serde_json::Value) -> Job {
-        let mut job = serde_json::json!({
-            "attempt": 1, "backoff": {"base_ms": 1000, "cap_ms": 300000}, "cancel_requested": false,
-            "created_at": "2026-12-05T04:20:00.000Z", "expires_at": "2026-12-06T04:20:00.000Z",
-            "free_rerun_limit": 3, "free_reruns": 0, "id": "01M926XFVQHZM05AGHKSGVVEM1", "lost_leases": 0,
-            "limits": {"fuel": null, "memory_bytes": 67108864, "output_bytes": 1048576, "timeout_ms": 3600000},
-            "max_attempts": 3, "plugin": format!("sha256:{}", "ab".repeat(32)), "process_deaths": 0,
-            "releases": 0, "retries": 0, "run_after": "2026-12-05T04:20:00.000Z", "schema_version": 1,
-            "status": "queued", "target": "execute",
-        });
-        for (key, value) in edit.as_object().unwrap() {
-            job[key] = value.clone();
-        }
-        serde_json::from_value(job).unwrap()
+        Job::for_tests(edit)
     }
 
     #[test]

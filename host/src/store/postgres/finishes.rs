@@ -126,7 +126,8 @@ impl PostgresStore {
 
     /// Answer one request. A caller gone before its answer came (its
     /// future dropped) leaves the jobs its slot claimed: released to the
-    /// queue again, not left running until their leases expire.
+    /// queue again in their places, not left running until their leases
+    /// expire.
     async fn reply(&self, request: Request, answer: Answer) {
         let now = request.next.as_ref().map(|next| next.now);
         let (Err(Ok((_, leases))), Some(now)) = (request.reply.send(answer), now) else { return };
@@ -135,7 +136,7 @@ impl PostgresStore {
                 id: lease.job.id,
                 token: lease.token,
                 queue_ttl: Duration::ZERO,
-                run_after: now,
+                run_after: lease.job.run_after,
                 now,
             };
             if let Err(e) = self.job_release(release).await {

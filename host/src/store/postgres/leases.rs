@@ -46,8 +46,10 @@ impl Leases for PostgresStore {
     }
 
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
-        let run_after = params.run_after.max(params.now).unix_ms();
-        let requeue_until = run_after.saturating_add(millis::column(params.queue_ttl));
+        // Its place kept (an earlier `run_after` is not moved); its
+        // queue time counted from now.
+        let run_after = params.run_after.unix_ms();
+        let requeue_until = params.run_after.max(params.now).unix_ms().saturating_add(millis::column(params.queue_ttl));
         let err = db_err("releasing a job");
         let mut client = self.client("releasing a job").await?;
         let tx = client.transaction().await.map_err(&err)?;

@@ -89,7 +89,10 @@ impl Leases for SqliteStore {
     }
 
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError> {
-        let run_after = params.run_after.max(params.now).unix_ms();
+        // Its place kept (an earlier `run_after` is not moved); its
+        // queue time counted from now.
+        let run_after = params.run_after.unix_ms();
+        let requeue_until = params.run_after.max(params.now).unix_ms().saturating_add(millis::column(params.queue_ttl));
         self.write(move |conn| {
             let err = db_err("releasing a job");
             let id = params.id.to_string();
@@ -113,7 +116,7 @@ impl Leases for SqliteStore {
                  expires_at = MIN(MAX(expires_at, ?1), COALESCE(deadline_at, MAX(expires_at, ?1))) \
                  WHERE job_id = ?2",
             )
-            .and_then(|mut s| s.execute(params![run_after + millis::column(params.queue_ttl), id, run_after]))
+            .and_then(|mut s| s.execute(params![requeue_until, id, run_after]))
             .map_err(&err)?;
             Ok(true)
         })

@@ -55,6 +55,7 @@ macro_rules! with_cases {
                 extend_renews_the_lease_and_reads_cancel_requested,
                 release_requeues_without_spending_an_attempt,
                 a_released_job_is_claimable_again,
+                a_job_released_unstarted_keeps_its_place,
                 concurrency_key_allows_one_running_job_per_key,
                 progress_is_fenced_by_the_token_and_reset_by_a_claim,
                 finish_keeps_logs_and_last_progress,

@@ -291,6 +291,22 @@ pub(crate) async fn a_released_job_is_claimable_again(store: Arc<dyn JobStore>) 
     assert!(store.job_finish(succeed(&again, at(6))).await.unwrap());
 }
 
+/// A job released before it started (claimed ahead, or for a caller
+/// gone) passes its own `run_after`: it keeps its place ahead of jobs due
+/// after it, and its queue time still counts from the release.
+pub(crate) async fn a_job_released_unstarted_keeps_its_place(store: Arc<dyn JobStore>) {
+    let first = insert_one(&*store, new_job("first"), T0).await;
+    let second = insert_one(&*store, new_job("second"), at(1)).await;
+    let lease = claim_one(&*store, at(2)).await;
+    assert_eq!(lease.job.id, first.id);
+    let release = release_params(&lease, lease.job.run_after, at(3));
+    assert!(store.job_release(release).await.unwrap());
+    let got = get(&*store, first.id).await;
+    assert_eq!((got.run_after, got.expires_at), (T0, at(3).plus(QUEUE_TTL)), "its place, and a fresh queue time");
+    let next = claim(&*store, "w", 1, at(4)).await;
+    assert_eq!(next.iter().map(|l| l.job.id).collect::<Vec<_>>(), [first.id], "ahead of {}", second.id);
+}
+
 pub(crate) async fn concurrency_key_allows_one_running_job_per_key(store: Arc<dyn JobStore>) {
     let keyed = |input: &str, key: &str| NewJob { concurrency_key: Some(key.into()), ..new_job(input) };
     let a1 = insert_one(&*store, keyed("a1", "plan-a"), at(0)).await;
