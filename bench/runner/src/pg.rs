@@ -635,6 +635,11 @@ async fn drain_segments(rig: &Rig, jobs: u64, segment: u64) -> Vec<f64> {
         let next = (done + segment).min(jobs);
         let seconds = rig.until_completed(next).await;
         rates.push((next - done) as f64 / seconds);
+        eprintln!(
+            "    {next} of {jobs} drained: {:.0} jobs/s over the last {}",
+            (next - done) as f64 / seconds,
+            next - done
+        );
         done = next;
     }
     rates
