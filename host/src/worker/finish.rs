@@ -32,10 +32,13 @@ impl Pool {
     pub(super) async fn record_finish(self: Arc<Self>, params: JobFinishParams, sent: Sent, ending: Ending) {
         let Ending { id, claimed, plugin_label, status, error_kind, fuel_used, plan_id } = ending;
         let finish_started = Instant::now();
+        let hold = Slot::hold_for(self.config.lease_ttl, self.config.claim_ahead_below);
         if sent.asked() > 0 {
             // A job of this slot's going back to the queue first: this
             // claim is to find it in its place, not take those behind it.
-            sent.slot().releases_done().await;
+            // Not for longer than a hold: a release stuck on the store
+            // does not hold the finish up (the order is then the store's).
+            let _ = tokio::time::timeout(hold, sent.slot().releases_done()).await;
         }
         let (recorded, next) = self.finish_with_retry(params, sent.asked()).await;
         self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
@@ -61,7 +64,6 @@ impl Pool {
         // The next jobs are registered before this one leaves, so shutdown
         // never sees an idle pool in between.
         self.stats.claimed.fetch_add(next.len() as u64, Ordering::Relaxed);
-        let hold = Slot::hold_for(self.config.lease_ttl, self.config.claim_ahead_below);
         let next: Vec<Claimed> = next
             .into_iter()
             .map(|lease| {
