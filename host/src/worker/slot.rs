@@ -17,9 +17,9 @@
 //! slot is already done with the job before it (it runs next), it is
 //! released to the queue again in its place (its `run_after` kept), no
 //! attempt spent, for any slot or worker to take; the slot's next claim
-//! waits for that release, so it finds the job in its place. A pool of
-//! long jobs never holds one, and a short job waits behind at most one
-//! other. Shutdown releases them without running them.
+//! waits for that release (at most a hold), so it finds the job in its
+//! place. A pool of long jobs never holds one, and a short job waits
+//! behind at most one other. Shutdown releases them without running them.
 //!
 //! Two of a slot's finishes may be out at once (a job ahead ended before
 //! the finish of the job before it was recorded); their claims may reach

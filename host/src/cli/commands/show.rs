@@ -364,11 +364,6 @@ pub(super) fn attempts_table(attempts: &[Attempt], width: usize) -> Table {
 mod tests {
     use super::*;
 
-    /// A job as `GET /v1/jobs/{id}` gives it, changed by `edit`.
-    fn job(edit: serde_json::Value) -> Job {
-        Job::for_tests(edit)
-    }
-
     #[test]
     fn the_status_line_says_what_the_job_waits_for() {
         let now: Timestamp = serde_json::from_value(serde_json::json!("2026-12-05T04:22:00.000Z")).unwrap();
@@ -387,7 +382,7 @@ mod tests {
             (serde_json::json!({"status": "failed", "error_kind": "trap"}), "failed (trap) · attempts 1/3"),
         ];
         for (edit, said) in cases {
-            assert_eq!(status_line(&job(edit), now), said);
+            assert_eq!(status_line(&Job::for_tests(edit), now), said);
         }
     }
 
