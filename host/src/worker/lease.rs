@@ -175,14 +175,20 @@ impl LeaseLedger {
         stopping()?;
         let confirmed = Timestamp::from_unix_ms(self.watch.confirmed_at_ms.load(Ordering::SeqCst));
         if confirmed.plus(self.keeper.period()) <= self.keeper.clock.now() {
-            match patiently(|| self.keeper.renew_once(&self.stop, &self.watch)).await {
-                Ok(LeaseState::Held { .. }) => {}
-                Ok(LeaseState::Lost) => return Err(LOST.to_owned()),
-                Err(e) => return Err(self.store_refusal("the store could not confirm the attempt's lease", &e)),
-            }
+            self.renew().await?;
         }
         // A renewal may have brought a cancel.
         stopping()
+    }
+
+    /// Renew the lease now: `Err` when it is lost, or the store could not
+    /// say.
+    async fn renew(&self) -> Result<(), String> {
+        match patiently(|| self.keeper.renew_once(&self.stop, &self.watch)).await {
+            Ok(LeaseState::Held { .. }) => Ok(()),
+            Ok(LeaseState::Lost) => Err(LOST.to_owned()),
+            Err(e) => Err(self.store_refusal("the store could not confirm the attempt's lease", &e)),
+        }
     }
 
     /// Refuse an effect because the store failed: busy past the retries,
@@ -193,6 +199,14 @@ impl LeaseLedger {
     fn store_refusal(&self, what: &str, error: &StoreError) -> String {
         self.watch.host_refused.store(true, Ordering::SeqCst);
         format!("{what}: {error}")
+    }
+
+    /// When the lease runs out by the local clock: a TTL from its last
+    /// confirmation.
+    fn lease_until(&self) -> std::time::Instant {
+        let confirmed = Timestamp::from_unix_ms(self.watch.confirmed_at_ms.load(Ordering::SeqCst));
+        let left = confirmed.plus(self.keeper.lease_ttl).unix_ms() - self.keeper.clock.now().unix_ms();
+        std::time::Instant::now() + Duration::from_millis(left.max(0) as u64)
     }
 
     /// Why no new effect may start, known without the store.
@@ -228,15 +242,11 @@ impl crate::sandbox::http::EffectLedger for LeaseLedger {
         match patiently(|| self.effects.effect_begin(params())).await {
             Ok(Some(effect)) => {
                 self.watch.effects_recorded.fetch_add(1, Ordering::SeqCst);
-                // The lease holds for a TTL from its last confirmation.
-                let confirmed = Timestamp::from_unix_ms(self.watch.confirmed_at_ms.load(Ordering::SeqCst));
-                let left = confirmed.plus(self.keeper.lease_ttl).unix_ms() - self.keeper.clock.now().unix_ms();
-                let left = Duration::from_millis(left.max(0) as u64);
                 Ok(EffectTicket {
                     attempt: effect.attempt,
                     seq: effect.seq,
                     idempotency_key: effect.idempotency_key,
-                    lease_until: Some(std::time::Instant::now() + left),
+                    lease_until: Some(self.lease_until()),
                 })
             }
             Ok(None) => {
@@ -246,6 +256,11 @@ impl crate::sandbox::http::EffectLedger for LeaseLedger {
             }
             Err(e) => Err(self.store_refusal("the effect could not be recorded", &e)),
         }
+    }
+
+    async fn reconfirm(&self) -> Result<std::time::Instant, String> {
+        self.renew().await?;
+        Ok(self.lease_until())
     }
 
     async fn end(&self, ticket: &EffectTicket, outcome: EffectOutcome) {

@@ -277,6 +277,10 @@ struct Ledger {
     /// What `refusing` says: known without the store.
     stopping: Option<String>,
     lease_until: Option<std::time::Instant>,
+    /// What `reconfirm` says when a ticket's `lease_until` has passed:
+    /// why the lease is gone, or (`None`) that it holds for another minute.
+    lapsed: Option<String>,
+    reconfirmed: std::sync::atomic::AtomicU32,
     begun: std::sync::Mutex<Vec<(String, String)>>,
     ended: std::sync::Mutex<Vec<(u32, EffectOutcome)>>,
 }
@@ -295,6 +299,11 @@ impl EffectLedger for Ledger {
         begun.push((method.to_owned(), url.to_owned()));
         let seq = begun.len() as u32;
         Ok(EffectTicket { attempt: 1, seq, idempotency_key: format!("job/{seq}"), lease_until: self.lease_until })
+    }
+
+    async fn reconfirm(&self) -> Result<std::time::Instant, String> {
+        self.reconfirmed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.lapsed.clone().map_or_else(|| Ok(std::time::Instant::now() + Duration::from_secs(60)), Err)
     }
 
     async fn end(&self, ticket: &EffectTicket, outcome: EffectOutcome) {
@@ -335,23 +344,29 @@ async fn an_effect_is_recorded_before_it_is_sent_and_refused_when_the_ledger_say
     );
 
     // Recorded, but the lease ran out (by the host's clock) before the
-    // request could leave: it is not sent, and the ledger says so.
-    let expired = Arc::new(Ledger { lease_until: Some(std::time::Instant::now()), ..Ledger::default() });
+    // request could leave, and the store says it is lost: it is not sent,
+    // and the ledger says so.
+    let lost = "the attempt's lease is lost".to_owned();
+    let expired =
+        Arc::new(Ledger { lease_until: Some(std::time::Instant::now()), lapsed: Some(lost), ..Ledger::default() });
     let post = json!({ "url": upstream.url("/hello"), "method": "POST" });
-    let outcome = attempt(post, expired.clone()).await;
+    let outcome = attempt(post.clone(), expired.clone()).await;
     assert!(failure_message(&outcome).contains("HttpRequestDenied"));
-    assert!(
-        denials(&outcome)[0].ends_with("the attempt's lease ran out before the request left"),
-        "{:?}",
-        denials(&outcome)
-    );
+    assert!(denials(&outcome)[0].ends_with("no new effects: the attempt's lease is lost"), "{:?}", denials(&outcome));
     assert_eq!(expired.begun.lock().unwrap().len(), 1);
+    assert_eq!(expired.reconfirmed.load(std::sync::atomic::Ordering::SeqCst), 1);
     let ended = expired.ended.lock().unwrap().clone();
-    assert_eq!(
-        ended,
-        vec![(1, EffectOutcome::Error("not sent: the attempt's lease ran out before the request left".into()))]
-    );
+    assert_eq!(ended, vec![(1, EffectOutcome::Error("not sent: the attempt's lease is lost".into()))]);
     assert_eq!(upstream.received().len(), 2, "nothing more was sent");
+
+    // The store confirms the lease still holds: the request leaves (a
+    // pause is no failure of the guest's).
+    let renewed = Arc::new(Ledger { lease_until: Some(std::time::Instant::now()), ..Ledger::default() });
+    let outcome = attempt(post, renewed.clone()).await;
+    assert_eq!(output_json(&outcome)["status"], 200);
+    assert_eq!(renewed.reconfirmed.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(*renewed.ended.lock().unwrap(), vec![(1, EffectOutcome::Status(200))]);
+    assert_eq!(upstream.received().len(), 3);
 }
 
 #[tokio::test]
@@ -420,12 +435,22 @@ async fn the_lease_ledger_renews_a_stale_lease_records_intents_and_closes_when_t
     assert_eq!(recorded.len(), 2);
     assert_eq!((recorded[0].status, recorded[1].status, recorded[1].finished_at), (Some(201), None, None));
 
+    // A ticket whose lease ran out by the local clock (a pause) is
+    // confirmed again by renewing, and holds a whole lease from then.
+    clock.advance(ttl / 6);
+    let until = ledger.reconfirm().await.unwrap();
+    assert_eq!(metrics.lease_renewals.get(), 2, "reconfirming asks the store");
+    let lease_left = until.saturating_duration_since(std::time::Instant::now());
+    assert!(lease_left > ttl - Duration::from_secs(5) && lease_left <= ttl, "{lease_left:?}");
+
     // The lease runs out and the sweeper takes the job back.
     clock.advance(ttl * 2);
     let reclaimed = store.lease_reclaim_expired(LeaseReclaimParams { now: clock.now(), queue_ttl: ttl }).await.unwrap();
     assert_eq!(reclaimed.requeued + reclaimed.failed, 1);
-    assert_eq!(ledger.begin("POST", url, None).await, Err("the attempt's lease is lost".to_owned()));
+    let lost = "the attempt's lease is lost".to_owned();
+    assert_eq!(ledger.reconfirm().await, Err(lost.clone()), "a paused attempt whose job was taken back sends nothing");
     assert!(watch.lost.load(Ordering::SeqCst) && stop.is_forced(), "the keeper saw it lost and stopped the guest");
+    assert_eq!(ledger.begin("POST", url, None).await, Err(lost));
     assert_eq!(store.effects(lease.job.id).await.unwrap().len(), 2, "nothing more was recorded");
 
     let stopping = LeaseLedger {

@@ -70,6 +70,10 @@ impl EffectLedger for StopsWhileWaiting {
         Ok(EffectTicket { attempt: 1, seq, idempotency_key: format!("job/{seq}"), lease_until: None })
     }
 
+    async fn reconfirm(&self) -> Result<std::time::Instant, String> {
+        unreachable!("its tickets carry no lease")
+    }
+
     async fn end(&self, _ticket: &EffectTicket, _outcome: EffectOutcome) {}
 }
 

@@ -62,6 +62,13 @@ pub trait EffectLedger: Send + Sync + std::fmt::Debug {
     /// a stopping guest's requests cost the host no connection.
     fn refusing(&self) -> Option<String>;
 
+    /// Confirm, by asking the store, that the attempt still holds its
+    /// lease, for a recorded intent whose ticket's `lease_until` passed
+    /// before its request left (the process was paused, or the intent
+    /// was slow to record): `Ok` with when the lease now runs out by the
+    /// local clock, and the request is sent; `Err` says why it may not be.
+    async fn reconfirm(&self) -> Result<std::time::Instant, String>;
+
     /// Record how the effect ended.
     async fn end(&self, ticket: &EffectTicket, outcome: EffectOutcome);
 }
@@ -76,7 +83,8 @@ pub struct EffectTicket {
     /// The `Idempotency-Key` the request carries.
     pub idempotency_key: String,
     /// When the attempt's lease, as last confirmed, runs out by the local
-    /// clock: the request is not sent after it. `None`: no lease.
+    /// clock: the request is not sent after it unless
+    /// [`EffectLedger::reconfirm`] renews it first. `None`: no lease.
     pub lease_until: Option<std::time::Instant>,
 }
 

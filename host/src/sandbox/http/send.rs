@@ -190,9 +190,11 @@ async fn send_checked(
         let key = http::HeaderValue::from_str(&ticket.idempotency_key).map_err(|_| Error::HttpRequestDenied)?;
         request.headers_mut().insert("idempotency-key", key);
         // A process paused since the intent was recorded may have lost its
-        // lease meanwhile: by the local clock, send only inside it.
-        if ticket.lease_until.is_some_and(|until| Instant::now() >= until) {
-            let why = "the attempt's lease ran out before the request left";
+        // lease meanwhile: by the local clock, send only inside it, or once
+        // the store has confirmed the lease again.
+        if ticket.lease_until.is_some_and(|until| Instant::now() >= until)
+            && let Err(why) = ledger.reconfirm().await
+        {
             ledger.end(ticket, EffectOutcome::Error(format!("not sent: {why}"))).await;
             withdrawn(journal, meter, &target.shown(), &format!("no new effects: {why}"));
             return Err(Error::HttpRequestDenied);
