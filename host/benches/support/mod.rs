@@ -37,37 +37,13 @@ pub fn sandbox_config(slots: usize) -> SandboxConfig {
 /// A store-level job of `plugin` (an `echo` in the durable bench): one
 /// attempt, a day's queue TTL, priority 0; for filling the store directly.
 pub fn raw_job(plugin: leash::job::Digest) -> leash::job::NewJob {
-    leash::job::NewJob {
-        plugin,
-        plugin_name: None,
-        target: leash::job::Target::Execute,
-        input: b"x".to_vec(),
-        limits: leash::job::JobLimits {
-            timeout: Duration::from_secs(60),
-            fuel: None,
-            memory_bytes: 64 << 20,
-            output_bytes: 1 << 20,
-        },
-        grants: Default::default(),
-        max_attempts: 1,
-        free_rerun_limit: 0,
-        concurrency_key: None,
-        plan_id: None,
-        queue_ttl: Duration::from_secs(86_400),
-        idempotency: None,
-        run_at: None,
-        deadline: None,
-        backoff: leash::job::Backoff::default(),
-        approval: None,
-        approval_ttl: leash::job::DEFAULT_APPROVAL_TTL,
-        submitted_by: None,
-        priority: 0,
-        schedule_id: None,
-        tags: Vec::new(),
-        metadata: Default::default(),
-        rate_limit: None,
-        rate_key: String::new(),
-    }
+    let limits = leash::job::JobLimits {
+        timeout: Duration::from_secs(60),
+        fuel: None,
+        memory_bytes: 64 << 20,
+        output_bytes: 1 << 20,
+    };
+    leash::job::NewJob::new(plugin, leash::job::Target::Execute, b"x".to_vec(), limits)
 }
 
 /// The finish of a claimed job as succeeded with a one-byte output, at

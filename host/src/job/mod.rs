@@ -19,6 +19,7 @@ pub mod grant;
 mod id;
 pub mod labels;
 pub mod millis;
+mod new_job;
 pub mod plan;
 mod plugin;
 pub mod proposal;
@@ -34,13 +35,13 @@ pub use effect::{Effect, EffectOutcome};
 pub use event::{Event, EventId, EventKind, JobEvent, WorkerEvent};
 pub use grant::Grants;
 pub use id::JobId;
+pub use new_job::{DEFAULT_APPROVAL_TTL, LOWEST_PRIORITY, MAX_ATTEMPTS_CEILING, MAX_KEY_BYTES, NewJob};
 pub use plan::{ApplyInput, ApplyMode, PlanPhase, PlanRecord, PlanStatus};
 pub use plugin::{DEFAULT_PLUGIN_VERSION, PluginInfo, PluginName, PluginRef};
 pub use proposal::{Proposal, ProposalState, ProposalView};
 pub use record::{
-    Backoff, Counts, DEFAULT_APPROVAL_TTL, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, IdempotencyKey, Job, JobLimits,
-    JobLogs, JobProgress, JobStatus, KEY_SEPARATOR, LOWEST_PRIORITY, LogLine, MAX_ATTEMPTS_CEILING,
-    MAX_IDEMPOTENCY_KEY_BYTES, MAX_KEY_BYTES, NewJob, SCHEMA_VERSION,
+    Backoff, Counts, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, IdempotencyKey, Job, JobLimits, JobLogs, JobProgress,
+    JobStatus, KEY_SEPARATOR, LogLine, MAX_IDEMPOTENCY_KEY_BYTES, SCHEMA_VERSION,
 };
 pub use rule::{ApprovalRule, Remember};
 pub use schedule::{Cadence, CatchUp, Firings, JobTemplate, Overlap, Schedule, SchedulePause};

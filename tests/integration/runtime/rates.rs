@@ -19,31 +19,11 @@ use crate::support::GENEROUS;
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
 
 fn limited(i: usize) -> NewJob {
+    let limits =
+        JobLimits { timeout: Duration::from_secs(1), fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 };
     NewJob {
-        plugin: Digest::of(b"plugin"),
-        plugin_name: None,
-        target: Target::Execute,
-        input: i.to_string().into_bytes(),
-        limits: JobLimits { timeout: Duration::from_secs(1), fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 },
-        grants: Default::default(),
-        max_attempts: 1,
-        free_rerun_limit: 0,
-        concurrency_key: None,
-        plan_id: None,
-        queue_ttl: Duration::from_secs(3600),
-        idempotency: None,
-        run_at: None,
-        deadline: None,
-        backoff: leash::job::Backoff::default(),
-        approval: None,
-        approval_ttl: Duration::from_secs(3600),
-        submitted_by: None,
-        priority: 0,
-        schedule_id: None,
-        tags: Vec::new(),
-        metadata: Default::default(),
         rate_limit: Some("upstream".into()),
-        rate_key: String::new(),
+        ..NewJob::new(Digest::of(b"plugin"), Target::Execute, i.to_string().into_bytes(), limits)
     }
 }
 

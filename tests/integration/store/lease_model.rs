@@ -421,20 +421,8 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
     let t0 = Timestamp::from_unix_ms(1_800_000_000_000);
     let mut now = t0;
     let job = NewJob {
-        plugin: Digest::of(b"p"),
-        plugin_name: None,
-        target: Target::Execute,
-        input: Vec::new(),
-        limits: JobLimits { timeout: Duration::from_secs(1), fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 },
-        grants: Default::default(),
         max_attempts: max_attempts.into(),
         free_rerun_limit: FREE_RERUNS.into(),
-        concurrency_key: None,
-        plan_id: None,
-        queue_ttl: Duration::from_secs(86_400),
-        idempotency: None,
-        run_at: None,
-        deadline: None,
         // Requeued jobs are due by the next step.
         backoff: leash::job::Backoff { base: Duration::from_millis(1), cap: Duration::from_millis(1) },
         approval: (gating != Gating::None).then_some(Gate {
@@ -445,13 +433,12 @@ async fn replay(store: Arc<dyn JobStore>, (max_attempts, gating): (u8, Gating), 
             duties: Duties::default(),
         }),
         approval_ttl: APPROVAL_TTL,
-        submitted_by: None,
-        priority: 0,
-        schedule_id: None,
-        tags: Vec::new(),
-        metadata: Default::default(),
-        rate_limit: None,
-        rate_key: String::new(),
+        ..NewJob::new(
+            Digest::of(b"p"),
+            Target::Execute,
+            Vec::new(),
+            JobLimits { timeout: Duration::from_secs(1), fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 },
+        )
     };
     let id: JobId = store.job_insert(JobInsertParams { jobs: vec![job], now }).await.unwrap()[0].id;
     let mut model = initial(max_attempts, gating);

@@ -15,32 +15,12 @@ use crate::job::{Digest, JobLimits, NewJob, Target};
 use crate::store::{JobClaimParams, JobInsertParams, Jobs};
 
 fn new_job() -> NewJob {
-    NewJob {
-        plugin: Digest::of(b"plugin"),
-        plugin_name: None,
-        target: Target::Execute,
-        input: Vec::new(),
-        limits: JobLimits { timeout: Duration::from_secs(1), fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 },
-        grants: Default::default(),
-        max_attempts: 1,
-        free_rerun_limit: 0,
-        concurrency_key: None,
-        plan_id: None,
-        queue_ttl: Duration::from_secs(3600),
-        idempotency: None,
-        run_at: None,
-        deadline: None,
-        backoff: Default::default(),
-        approval: None,
-        approval_ttl: Duration::from_secs(3600),
-        submitted_by: None,
-        priority: 0,
-        schedule_id: None,
-        tags: Vec::new(),
-        metadata: Default::default(),
-        rate_limit: None,
-        rate_key: String::new(),
-    }
+    NewJob::new(
+        Digest::of(b"plugin"),
+        Target::Execute,
+        Vec::new(),
+        JobLimits { timeout: Duration::from_secs(1), fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 },
+    )
 }
 
 /// The claim runs its generic plan from its first run on a connection (the

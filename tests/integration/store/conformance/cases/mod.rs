@@ -55,36 +55,12 @@ pub(crate) fn at(seconds: u64) -> Timestamp {
 /// A queued job of a made-up plugin with small limits, one attempt and no
 /// free re-runs, for store tests.
 pub(crate) fn new_job(input: &str) -> NewJob {
+    let limits =
+        JobLimits { timeout: Duration::from_secs(1), fuel: Some(5), memory_bytes: 1 << 20, output_bytes: 1 << 10 };
     NewJob {
-        plugin: Digest::of(b"plugin"),
-        plugin_name: None,
-        target: Target::Execute,
-        input: input.as_bytes().to_vec(),
-        limits: JobLimits {
-            timeout: Duration::from_secs(1),
-            fuel: Some(5),
-            memory_bytes: 1 << 20,
-            output_bytes: 1 << 10,
-        },
-        grants: Default::default(),
-        max_attempts: 1,
-        free_rerun_limit: 0,
-        concurrency_key: None,
-        plan_id: None,
         queue_ttl: QUEUE_TTL,
-        idempotency: None,
-        run_at: None,
-        deadline: None,
-        backoff: leash::job::Backoff::default(),
-        approval: None,
         approval_ttl: APPROVAL_TTL,
-        submitted_by: None,
-        priority: 0,
-        schedule_id: None,
-        tags: Vec::new(),
-        metadata: Default::default(),
-        rate_limit: None,
-        rate_key: String::new(),
+        ..NewJob::new(Digest::of(b"plugin"), Target::Execute, input.as_bytes().to_vec(), limits)
     }
 }
 
