@@ -35,7 +35,9 @@ pub use effect::{Effect, EffectOutcome};
 pub use event::{Event, EventId, EventKind, JobEvent, WorkerEvent};
 pub use grant::Grants;
 pub use id::JobId;
-pub use new_job::{DEFAULT_APPROVAL_TTL, LOWEST_PRIORITY, MAX_ATTEMPTS_CEILING, MAX_KEY_BYTES, NewJob};
+pub use new_job::{
+    DEFAULT_APPROVAL_TTL, DEFAULT_QUEUE_TTL, LOWEST_PRIORITY, MAX_ATTEMPTS_CEILING, MAX_KEY_BYTES, NewJob,
+};
 pub use plan::{ApplyInput, ApplyMode, PlanPhase, PlanRecord, PlanStatus};
 pub use plugin::{DEFAULT_PLUGIN_VERSION, PluginInfo, PluginName, PluginRef};
 pub use proposal::{Proposal, ProposalState, ProposalView};

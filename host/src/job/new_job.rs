@@ -75,6 +75,9 @@ pub struct NewJob {
 /// default) to this (claimed last), as in Oban.
 pub const LOWEST_PRIORITY: u8 = 9;
 
+/// Default time a job may wait in the queue: a day.
+pub const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(86_400);
+
 /// Default time a gated job waits for a decision: 7 days.
 pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(7 * 86_400);
 
@@ -87,7 +90,7 @@ impl NewJob {
     /// A job of `plugin` with `input`, run as `target` under `limits`, and
     /// every other field as a runtime with no settings would give it: one
     /// attempt and no free re-run, a day in the queue
-    /// ([`DEFAULT_QUEUE_TTL`](crate::runtime::DEFAULT_QUEUE_TTL)), due at
+    /// ([`DEFAULT_QUEUE_TTL`]), due at
     /// once, priority 0, the default backoff, no gate, no grants, no key,
     /// label or rate limit. For filling a store directly (tests, benches,
     /// tools); a runtime's submit fills it from its request and settings.
@@ -103,7 +106,7 @@ impl NewJob {
             free_rerun_limit: 0,
             concurrency_key: None,
             plan_id: None,
-            queue_ttl: crate::runtime::DEFAULT_QUEUE_TTL,
+            queue_ttl: DEFAULT_QUEUE_TTL,
             idempotency: None,
             run_at: None,
             deadline: None,

@@ -69,8 +69,7 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 /// Default retention of terminal jobs.
 pub const DEFAULT_JOB_TTL: Duration = Duration::from_secs(86_400);
-/// Default time a job may wait in the queue.
-pub const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(86_400);
+pub use crate::job::DEFAULT_QUEUE_TTL;
 /// Default shutdown budget.
 pub const DEFAULT_SHUTDOWN_BUDGET: Duration = Duration::from_secs(3);
 /// Default number of times a job runs again without spending an attempt
