@@ -87,13 +87,13 @@ pub const MAX_ATTEMPTS_CEILING: u32 = 100;
 pub const MAX_KEY_BYTES: usize = 256;
 
 impl NewJob {
-    /// A job of `plugin` with `input`, run as `target` under `limits`, and
-    /// every other field as a runtime with no settings would give it: one
-    /// attempt and no free re-run, a day in the queue
-    /// ([`DEFAULT_QUEUE_TTL`]), due at
-    /// once, priority 0, the default backoff, no gate, no grants, no key,
-    /// label or rate limit. For filling a store directly (tests, benches,
-    /// tools); a runtime's submit fills it from its request and settings.
+    /// A job of `plugin` with `input`, run as `target` under `limits`;
+    /// the rest: one attempt and no free re-run, a day in the queue
+    /// ([`DEFAULT_QUEUE_TTL`]), due at once, priority 0, the default
+    /// backoff, no gate, no grants, no key, label or rate limit. For
+    /// filling a store directly (tests, benches, tools); a runtime's submit
+    /// fills every field from its request and settings instead (its
+    /// defaults differ: free re-runs among them).
     pub fn new(plugin: Digest, target: Target, input: Vec<u8>, limits: JobLimits) -> NewJob {
         NewJob {
             plugin,

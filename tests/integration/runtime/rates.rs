@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leash::clock::Timestamp;
 use leash::job::rate::RateLimit;
-use leash::job::{Digest, JobLimits, NewJob, PluginName, PluginRef, Target};
+use leash::job::{NewJob, PluginName, PluginRef, Target};
 use leash::runtime::{PluginSource, RuntimeError, Submit};
 use leash::store::{Database, Durability, JobClaimParams, JobInsertParams, JobListParams, JobStore};
 
@@ -19,12 +19,7 @@ use crate::support::GENEROUS;
 const T0: Timestamp = Timestamp::from_unix_ms(1_800_000_000_000);
 
 fn limited(i: usize) -> NewJob {
-    let limits =
-        JobLimits { timeout: Duration::from_secs(1), fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 };
-    NewJob {
-        rate_limit: Some("upstream".into()),
-        ..NewJob::new(Digest::of(b"plugin"), Target::Execute, i.to_string().into_bytes(), limits)
-    }
+    NewJob { rate_limit: Some("upstream".into()), ..crate::store::conformance::cases::new_job(&i.to_string()) }
 }
 
 /// Two handles on `db` claim together every 10 ms of a driven 30 s, from
