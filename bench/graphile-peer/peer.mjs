@@ -80,10 +80,12 @@ async function latency(rate, seconds, workers) {
     if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
     await utils.addJob("noop", { sent: performance.now() });
   }
+  // One job at a time: an add slower than the gap holds the next back.
+  const submittedPerS = jobs / ((performance.now() - begin) / 1000);
   await all;
   await runner.stop();
   await utils.release();
-  console.log(JSON.stringify({ latencies_us: latencies }));
+  console.log(JSON.stringify({ latencies_us: latencies, submitted_per_s: submittedPerS }));
 }
 
 const numbers = rest.map(Number);

@@ -212,16 +212,18 @@ async fn main() {
             let run = queue.spawn_worker(tally.clone(), workers);
             let gap = Duration::from_secs_f64(1.0 / rate);
             let mut next = tokio::time::Instant::now();
+            let began = std::time::Instant::now();
             for _ in 0..jobs {
                 tokio::time::sleep_until(next).await;
                 next += gap;
                 let sent_us = tally.epoch.elapsed().as_micros() as u64;
                 sink.push(Noop { sent_us }).await;
             }
+            let submitted_per_s = jobs as f64 / began.elapsed().as_secs_f64();
             finished.await;
             run.abort();
             let latencies = tally.latencies.lock().unwrap().clone();
-            println!("{}", serde_json::json!({ "latencies_us": latencies }));
+            println!("{}", serde_json::json!({ "latencies_us": latencies, "submitted_per_s": submitted_per_s }));
         }
         other => panic!("unknown mode {other:?}"),
     }

@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use serde::Serialize;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, watch};
 use tracing::Instrument as _;
@@ -363,6 +364,13 @@ impl Pool {
             // Every slot free: nothing runs here, so a job a process died
             // under may be claimed, to run alone.
             let alone = wanted == self.config.max_workers;
+            // Every wake-up heard so far is for a job committed before this
+            // claim runs, so the claim sees it: spent here, not on a claim
+            // after this one that would find nothing new.
+            self.wake.notified().now_or_never();
+            if let Some(rx) = &mut elsewhere {
+                rx.borrow_and_update();
+            }
             let claim_started = std::time::Instant::now();
             let claimed = self.store.job_claim(self.claim_params(wanted as u32, alone)).await.unwrap_or_default();
             self.metrics.claim_seconds.observe(claim_started.elapsed().as_secs_f64());

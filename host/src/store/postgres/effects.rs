@@ -24,7 +24,7 @@ impl Effects for PostgresStore {
                 "INSERT INTO effects (job_id, attempt, seq, method, url, started_at, proposal) \
                  SELECT j.job_id, j.attempt, 1 + COALESCE((SELECT MAX(e.seq) FROM effects e \
                    WHERE e.job_id = j.job_id AND e.attempt = j.attempt), 0), $3, $4, $5, $6 \
-                 FROM jobs j WHERE j.job_id = $1 AND j.status = 'running' AND j.lease_token = $2 \
+                 FROM jobs j WHERE j.job_id = $1 AND j.lease_token = $2 \
                  AND ($6::int4 IS NULL OR NOT EXISTS (SELECT 1 FROM effects x WHERE x.job_id = j.job_id \
                    AND x.proposal = $6 AND x.proposal IS NOT NULL AND x.status IS NOT NULL)) \
                  FOR SHARE OF j RETURNING attempt, seq",

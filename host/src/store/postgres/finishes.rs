@@ -190,24 +190,24 @@ impl PostgresStore {
     }
 }
 
-/// Record every request's ending, each fenced by its own lease token, in
-/// one statement; whether each landed, indexed like `batch`.
-async fn finish_rows(client: &impl GenericClient, batch: &[Request]) -> Result<Vec<bool>, StoreError> {
-    let err = db_err(OPERATION);
-    let stmt = client
-        .prepare_cached(
-            "UPDATE jobs j SET status = f.status, output = f.output, error_kind = f.error_kind, \
+/// The finish: every ending in the arrays, each row found by its id and
+/// fenced by its lease token alone (the module's "fenced" paragraph says
+/// why not by status too).
+pub(super) const FINISH: &str = "UPDATE jobs j SET status = f.status, output = f.output, error_kind = f.error_kind, \
              error_message = f.message, backtrace = f.backtrace, fuel_used = f.fuel, peak_memory_bytes = f.peak, \
              finished_at = f.now, last_heartbeat = f.now, lease_token = NULL, lease_expires_at = NULL, \
              progress_json = COALESCE(f.progress, j.progress_json), logs_json = f.logs \
              FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[], \
                $8::int8[], $9::int8[], $10::int8[], $11::text[], $12::text[]) \
                AS f(id, token, status, output, error_kind, message, backtrace, fuel, peak, now, progress, logs) \
-             WHERE j.job_id = f.id AND j.status = 'running' AND j.lease_token = f.token \
-             RETURNING j.job_id, f.token",
-        )
-        .await
-        .map_err(&err)?;
+             WHERE j.job_id = f.id AND j.lease_token = f.token \
+             RETURNING j.job_id, f.token";
+
+/// Record every request's ending, each fenced by its own lease token, in
+/// one statement ([`FINISH`]); whether each landed, indexed like `batch`.
+async fn finish_rows(client: &impl GenericClient, batch: &[Request]) -> Result<Vec<bool>, StoreError> {
+    let err = db_err(OPERATION);
+    let stmt = client.prepare_cached(FINISH).await.map_err(&err)?;
     // One lock order for every batch (renewals lock in the same order).
     let mut order: Vec<usize> = (0..batch.len()).collect();
     order.sort_by_key(|&i| batch[i].params.id);

@@ -55,7 +55,7 @@ impl Leases for PostgresStore {
         let tx = client.transaction().await.map_err(&err)?;
         let id = params.id.to_string();
         let sql = format!(
-            "SELECT {COUNTER_COLUMNS} FROM jobs WHERE job_id = $1 AND status = 'running' AND lease_token = $2 \
+            "SELECT {COUNTER_COLUMNS} FROM jobs WHERE job_id = $1 AND lease_token = $2 \
              FOR UPDATE"
         );
         let Some(row) = tx.query_opt(&sql, &[&id, &params.token]).await.map_err(&err)? else { return Ok(false) };
@@ -93,7 +93,7 @@ impl Leases for PostgresStore {
                  lease_expires_at = NULL, run_after = $1, \
                  expires_at = LEAST(GREATEST(expires_at, $2), COALESCE(deadline_at, GREATEST(expires_at, $2))), \
                  last_error = $3, fuel_used = $4, peak_memory_bytes = $5, logs_json = $6, last_heartbeat = $7 \
-                 WHERE job_id = $8 AND status = 'running' AND lease_token = $9 \
+                 WHERE job_id = $8 AND lease_token = $9 \
                  AND lost_leases + retries + 1 < max_attempts",
                 &[
                     &run_after,
@@ -117,7 +117,7 @@ impl Leases for PostgresStore {
             .execute(
                 "recording progress",
                 "UPDATE jobs SET progress_json = $1, last_heartbeat = $2 \
-                 WHERE job_id = $3 AND status = 'running' AND lease_token = $4",
+                 WHERE job_id = $3 AND lease_token = $4",
                 &[&progress, &params.now.unix_ms(), &params.id.to_string(), &params.token],
             )
             .await?;

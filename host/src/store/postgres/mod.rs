@@ -23,6 +23,14 @@
 //! a job submitted through one replica starts on another at once. That
 //! connection reconnects when lost; the poll interval stays the fallback.
 //!
+//! A statement fenced by a lease (a finish, a renewal, a release, a
+//! retry, progress, an effect's intent) finds its row by id and matches
+//! the token alone, without `status = 'running'`: only a running row has a
+//! token (the table's CHECK), so the match says it runs, and the planner,
+//! told the row runs, read it from `jobs_running_worker`, every running
+//! row and every dead entry since the last vacuum, instead of by its id
+//! (`finishes.rs`).
+//!
 //! Timestamps are the caller's clock (`now` in every params struct), as
 //! milliseconds, never the server's `now()`. A dropped connection, a
 //! terminated backend or a restarting server surfaces as a transient

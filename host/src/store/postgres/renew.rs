@@ -82,7 +82,7 @@ async fn renew_all(
         .prepare_cached(
             "UPDATE jobs j SET lease_expires_at = r.expires, last_heartbeat = r.now \
              FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) AS r(id, token, expires, now) \
-             WHERE j.job_id = r.id AND j.status = 'running' AND j.lease_token = r.token \
+             WHERE j.job_id = r.id AND j.lease_token = r.token \
              RETURNING j.job_id, j.lease_token, j.cancel_requested",
         )
         .await

@@ -10,8 +10,10 @@ use leash_tests::pg::Schema;
 
 use super::PostgresStore;
 use super::claim::claim;
+use super::finishes::FINISH;
+use super::jobs::{InsertColumns, insert_rows};
 use crate::clock::Timestamp;
-use crate::job::{Digest, JobLimits, NewJob, Target};
+use crate::job::{Digest, JobId, JobLimits, NewJob, Target};
 use crate::store::{JobClaimParams, JobInsertParams, Jobs};
 
 fn new_job() -> NewJob {
@@ -21,6 +23,18 @@ fn new_job() -> NewJob {
         Vec::new(),
         JobLimits { timeout: Duration::from_secs(1), fuel: None, memory_bytes: 1 << 20, output_bytes: 1 << 10 },
     )
+}
+
+/// The (generic, custom) plans run of each statement this connection
+/// prepared whose text is `like` (an SQL `LIKE` pattern).
+async fn plans(client: &tokio_postgres::Client, like: &str) -> Vec<(i64, i64)> {
+    client
+        .query("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE $1", &[&like])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
 }
 
 /// The claim runs its generic plan from its first run on a connection (the
@@ -59,17 +73,83 @@ async fn the_claim_is_planned_once_per_connection() {
         }
     }
     assert_eq!(claimed, 8, "every job claimed, one a claim");
-    let plans: Vec<(i64, i64)> = client
+    assert_eq!(plans(&client, "WITH picked%").await, vec![(8, 0)], "(generic, custom) runs of the claim");
+    let after: String = client.query_one(settings, &[]).await.unwrap().get(0);
+    assert_eq!(after, before, "the settings after the claims");
+}
+
+/// A submit's insert runs its generic plan from its first run on a
+/// connection (left to choose, the server planned every single-job insert
+/// afresh: its generic plan, costed at ten rows, looked dearer), and the
+/// statements after it in its transaction are planned as before.
+#[tokio::test]
+async fn the_insert_is_planned_once_per_connection() {
+    let Some(base) = leash_tests::pg::url() else { return };
+    let schema = Schema::create(&base).await;
+    let store = PostgresStore::open(&schema.url).await.unwrap();
+    let now = Timestamp::from_unix_ms(1_700_000_000_000);
+    let mut client = store.client("test").await.unwrap();
+    for _ in 0..8 {
+        let mut columns = InsertColumns::default();
+        columns.push(new_job(), JobId::new(now), now).unwrap();
+        let tx = client.transaction().await.unwrap();
+        assert_eq!(insert_rows(&tx, &columns, now).await.unwrap().len(), 1);
+        let then: String = tx.query_one("SHOW plan_cache_mode", &[]).await.unwrap().get(0);
+        assert_eq!(then, "auto", "the setting after the insert, in its transaction");
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(plans(&client, "INSERT INTO jobs%").await, vec![(8, 0)], "(generic, custom) runs of the insert");
+    let mode: String = client.query_one("SHOW plan_cache_mode", &[]).await.unwrap().get(0);
+    assert_eq!(mode, "auto", "the connection's own setting after the inserts");
+}
+
+/// The finish finds its rows by id (the primary key), not by reading every
+/// running row: the planner, told the rows run, walked
+/// `jobs_running_worker` and its dead entries for each finish.
+#[tokio::test]
+async fn a_finish_reads_its_rows_by_id() {
+    let Some(base) = leash_tests::pg::url() else { return };
+    let schema = Schema::create(&base).await;
+    let store = PostgresStore::open(&schema.url).await.unwrap();
+    let now = Timestamp::from_unix_ms(1_700_000_000_000);
+    // Enough rows that no plan reads them all; a few running, as in a drain.
+    store.job_insert(JobInsertParams { jobs: (0..2000).map(|_| new_job()).collect(), now }).await.unwrap();
+    let client = store.client("test").await.unwrap();
+    let params = JobClaimParams {
+        worker_id: "w".into(),
+        limit: 4,
+        alone: false,
+        lease_ttl: Duration::from_secs(30),
+        now,
+        aged: 0,
+    };
+    // Analyzed while none runs, as a queue filled before its workers start.
+    client.batch_execute("ANALYZE jobs").await.unwrap();
+    let lease = claim(&client, &params, false).await.unwrap().remove(0);
+    let none: Vec<Option<&str>> = vec![None];
+    let plan: Vec<String> = client
         .query(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH picked%'",
-            &[],
+            &format!("EXPLAIN {FINISH}"),
+            &[
+                &vec![lease.job.id.to_string()],
+                &vec![lease.token.as_str()],
+                &vec!["succeeded"],
+                &vec![Some(b"out".as_slice())],
+                &none,
+                &none,
+                &none,
+                &vec![1_i64],
+                &vec![1_i64],
+                &vec![now.unix_ms()],
+                &none,
+                &none,
+            ],
         )
         .await
         .unwrap()
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| r.get(0))
         .collect();
-    assert_eq!(plans, vec![(8, 0)], "(generic, custom) runs of the claim");
-    let after: String = client.query_one(settings, &[]).await.unwrap().get(0);
-    assert_eq!(after, before, "the settings after the claims");
+    let plan = plan.join("\n");
+    assert!(plan.contains("jobs_pkey") && !plan.contains("jobs_running_worker"), "the finish's plan:\n{plan}");
 }
