@@ -25,6 +25,11 @@ fn new_job() -> NewJob {
     )
 }
 
+/// A claim of up to `limit` jobs by worker `w`, at `now`.
+fn claim_params(limit: u32, now: Timestamp) -> JobClaimParams {
+    JobClaimParams { worker_id: "w".into(), limit, alone: false, lease_ttl: Duration::from_secs(30), now, aged: 0 }
+}
+
 /// The (generic, custom) plans run of each statement this connection
 /// prepared whose text is `like` (an SQL `LIKE` pattern).
 async fn plans(client: &tokio_postgres::Client, like: &str) -> Vec<(i64, i64)> {
@@ -52,14 +57,7 @@ async fn the_claim_is_planned_once_per_connection() {
     let mut client = store.client("test").await.unwrap();
     let settings = "SELECT current_setting('jit') || ' ' || current_setting('plan_cache_mode')";
     let before: String = client.query_one(settings, &[]).await.unwrap().get(0);
-    let params = JobClaimParams {
-        worker_id: "w".into(),
-        limit: 1,
-        alone: false,
-        lease_ttl: Duration::from_secs(30),
-        now,
-        aged: 0,
-    };
+    let params = claim_params(1, now);
     let mut claimed = 0;
     for i in 0..8 {
         if i % 2 == 0 {
@@ -115,14 +113,7 @@ async fn a_finish_reads_its_rows_by_id() {
     // Enough rows that no plan reads them all; a few running, as in a drain.
     store.job_insert(JobInsertParams { jobs: (0..2000).map(|_| new_job()).collect(), now }).await.unwrap();
     let client = store.client("test").await.unwrap();
-    let params = JobClaimParams {
-        worker_id: "w".into(),
-        limit: 4,
-        alone: false,
-        lease_ttl: Duration::from_secs(30),
-        now,
-        aged: 0,
-    };
+    let params = claim_params(4, now);
     // Analyzed while none runs, as a queue filled before its workers start.
     client.batch_execute("ANALYZE jobs").await.unwrap();
     let lease = claim(&client, &params, false).await.unwrap().remove(0);
