@@ -3,10 +3,11 @@
 //! [`labels`](crate::job::labels)).
 
 use deadpool_postgres::GenericClient;
+use serde_json::{Map, Value};
 
 use super::rows::db_err;
-use crate::job::Job;
 use crate::job::labels::labels_of;
+use crate::job::{Job, JobId};
 use crate::store::StoreError;
 
 /// The migration that adds tags and metadata (listed in
@@ -34,21 +35,36 @@ CREATE TRIGGER jobs_labels_delete AFTER DELETE ON jobs FOR EACH ROW
 
 /// Store the labels of `jobs`, just inserted, in the caller's transaction.
 pub(super) async fn insert(client: &impl GenericClient, jobs: &[Job]) -> Result<(), StoreError> {
-    let (mut labels, mut ids) = (Vec::new(), Vec::new());
-    for job in jobs.iter().filter(|j| !j.tags.is_empty() || !j.metadata.is_empty()) {
-        for label in labels_of(&job.tags, &job.metadata) {
-            labels.push(label);
-            ids.push(job.id.to_string());
-        }
-    }
-    if labels.is_empty() {
+    let columns = Columns::of(jobs.iter().map(|j| (j.id, &j.tags, &j.metadata)));
+    if columns.labels.is_empty() {
         return Ok(());
     }
     let err = db_err("storing a job's tags and metadata");
-    let statement = client
-        .prepare_cached("INSERT INTO job_labels (label, job_id) SELECT * FROM unnest($1::text[], $2::text[])")
-        .await
-        .map_err(&err)?;
-    client.execute(&statement, &[&labels, &ids]).await.map_err(&err)?;
+    let statement = client.prepare_cached(INSERT).await.map_err(&err)?;
+    client.execute(&statement, &[&columns.labels, &columns.ids]).await.map_err(&err)?;
     Ok(())
+}
+
+/// The insert of a job's label rows: [`Columns`] bound as `$1` and `$2`.
+pub(super) const INSERT: &str = "INSERT INTO job_labels (label, job_id) SELECT * FROM unnest($1::text[], $2::text[])";
+
+/// The label rows of some jobs, one array per column.
+#[derive(Default)]
+pub(super) struct Columns {
+    pub(super) labels: Vec<String>,
+    pub(super) ids: Vec<String>,
+}
+
+impl Columns {
+    /// The rows for each job's `(id, tags, metadata)`.
+    pub(super) fn of<'a>(jobs: impl Iterator<Item = (JobId, &'a Vec<String>, &'a Map<String, Value>)>) -> Self {
+        let mut columns = Columns::default();
+        for (id, tags, metadata) in jobs {
+            for label in labels_of(tags, metadata) {
+                columns.labels.push(label);
+                columns.ids.push(id.to_string());
+            }
+        }
+        columns
+    }
 }

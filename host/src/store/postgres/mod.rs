@@ -47,6 +47,7 @@ mod effects;
 mod events;
 mod fate;
 mod finishes;
+mod inserts;
 mod jobs;
 mod labels;
 mod leases;

@@ -3,7 +3,7 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::jobs::{InsertColumns, idempotency_conflict, insert_rows};
+use super::inserts::{InsertColumns, idempotency_conflict, insert_rows};
 use super::rows::{db_err, row_to_plan};
 use super::{NOTIFY, PostgresStore};
 use crate::clock::Timestamp;

@@ -97,7 +97,7 @@ async fn insert_jobs(
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
-    super::jobs::insert_audited(tx, jobs, now).await
+    super::inserts::insert_audited(tx, jobs, now).await
 }
 
 #[async_trait::async_trait]

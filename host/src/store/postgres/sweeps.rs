@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use deadpool_postgres::GenericClient;
 
 use super::fate::{apply_fate, attempt_effects, counters_of};
-use super::jobs::{InsertColumns, insert_rows};
+use super::inserts::{InsertColumns, insert_rows};
 use super::rows::{db_err, job_columns, row_to_plan, rows_to_jobs};
 use super::{BATCH, NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
