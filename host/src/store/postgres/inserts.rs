@@ -263,9 +263,10 @@ pub(super) async fn insert_unsigned(
     let labels = super::labels::Columns::of(ids.iter().zip(&jobs).map(|(id, j)| (*id, &j.tags, &j.metadata)));
     let chunks = InsertColumns::chunks(jobs, &ids, now)?;
     let stmt = client.prepare_cached(&INSERT).await.map_err(&err)?;
-    let labels_stmt = match labels.labels.is_empty() {
-        true => None,
-        false => Some(client.prepare_cached(super::labels::INSERT).await.map_err(&err)?),
+    let labels_stmt = if labels.labels.is_empty() {
+        None
+    } else {
+        Some(client.prepare_cached(super::labels::INSERT).await.map_err(&err)?)
     };
     let fixed = Fixed::of(now);
     let binds: Vec<_> = chunks.iter().map(|c| c.binds(&fixed)).collect();
