@@ -6,8 +6,8 @@
 //     runner and time it until every job is complete; prints
 //     {"jobs_per_s": ...} as the last line.
 //   node peer.mjs latency <url> <rate> <seconds> <workers>
-//     enqueue one job at a time (addJob) at <rate> per second while a runner
-//     works; prints the enqueue→start latencies in microseconds.
+//     enqueue jobs (addJob) at <rate> per second, each at its own time
+//     whether or not the ones before it have answered, while a runner works; prints the enqueue→start latencies in microseconds.
 //
 // Settings: concurrency <workers>, maxPoolSize <workers> + 2 (its docs'
 // advice), LISTEN/NOTIFY wake-ups (always on), completion unbatched
@@ -74,13 +74,16 @@ async function latency(rate, seconds, workers) {
   );
   const gap = 1000 / rate;
   const begin = performance.now();
+  // Open loop: each add starts at its own time, whether or not the ones
+  // before it have answered.
+  const adds = [];
   for (let i = 0; i < jobs; i++) {
     const due = begin + i * gap;
     const wait = due - performance.now();
     if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-    await utils.addJob("noop", { sent: performance.now() });
+    adds.push(utils.addJob("noop", { sent: performance.now() }));
   }
-  // One job at a time: an add slower than the gap holds the next back.
+  await Promise.all(adds);
   const submittedPerS = jobs / ((performance.now() - begin) / 1000);
   await all;
   await runner.stop();

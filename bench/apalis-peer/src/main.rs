@@ -4,9 +4,10 @@
 //!
 //! `apalis-peer drain <db> <jobs> <workers> <batch>`: enqueue `jobs` no-op jobs, then
 //! start a worker and time it running them all; prints `{"jobs_per_s": ...}`.
-//! `apalis-peer latency <db> <rate> <seconds> <workers> <batch>`: enqueue one job at a
-//! time at `rate` per second while a worker runs; prints the enqueue→start
-//! latencies in microseconds.
+//! `apalis-peer latency <db> <rate> <seconds> <workers> <batch>`: enqueue jobs
+//! at `rate` per second, each at its own time whether or not the ones
+//! before it have answered (an open loop), while a worker runs; prints the
+//! enqueue→start latencies in microseconds.
 //!
 //! Settings, matched to leash's: WAL, `synchronous = NORMAL` on every
 //! connection (apalis's `setup` would leave one connection at `OFF`), the
@@ -206,19 +207,24 @@ async fn main() {
             );
             let jobs = (rate * seconds) as u64;
             let queue = Queue::open(db, workers, batch).await;
-            let mut sink = queue.sink();
+            let sink = queue.sink();
             let tally = tally(jobs);
             let finished = tally.finished.notified();
             let run = queue.spawn_worker(tally.clone(), workers);
             let gap = Duration::from_secs_f64(1.0 / rate);
             let mut next = tokio::time::Instant::now();
             let began = std::time::Instant::now();
+            // Open loop, as leash's runner: each push starts at its own
+            // time, whether or not the ones before it have answered.
+            let mut pushes = tokio::task::JoinSet::new();
             for _ in 0..jobs {
                 tokio::time::sleep_until(next).await;
                 next += gap;
                 let sent_us = tally.epoch.elapsed().as_micros() as u64;
-                sink.push(Noop { sent_us }).await;
+                let mut sink = sink.sink();
+                pushes.spawn(async move { sink.push(Noop { sent_us }).await });
             }
+            pushes.join_all().await;
             let submitted_per_s = jobs as f64 / began.elapsed().as_secs_f64();
             finished.await;
             run.abort();

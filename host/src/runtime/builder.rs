@@ -197,10 +197,10 @@ impl RuntimeBuilder {
         self
     }
 
-    /// A slot claims a job ahead (run as soon as the slot is free, while
-    /// the finish before it commits) only after an attempt shorter than
-    /// this (default 100 ms; zero claims none ahead). See
-    /// `docs/ARCHITECTURE.md`, "Claim".
+    /// A slot claims jobs ahead (run as soon as the slot is free, while
+    /// the finishes before them commit) only after an attempt shorter than
+    /// this (default 100 ms; zero claims none ahead); a job ahead waits at
+    /// most this long for its slot. See `docs/ARCHITECTURE.md`, "Claim".
     pub fn claim_ahead_below(mut self, d: Duration) -> Self {
         self.worker.claim_ahead_below = d;
         self

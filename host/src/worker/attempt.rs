@@ -307,9 +307,10 @@ impl Pool {
             let depth = if self.shutting_down.load(Ordering::SeqCst) || suspect {
                 0
             } else if claimed.elapsed() < self.config.claim_ahead_below && self.slots.available_permits() == 0 {
-                // Every slot busy: a job ahead waits for this one, not
-                // for a free slot's claim.
-                2
+                // Every slot busy: jobs ahead wait for this one, not for
+                // a free slot's claim.
+                let hold = Slot::hold_for(self.config.lease_ttl, self.config.claim_ahead_below);
+                Slot::depth(claimed.elapsed(), self.finish_round(), hold)
             } else {
                 1
             };

@@ -41,7 +41,9 @@ impl Pool {
             let _ = tokio::time::timeout(hold, sent.slot().releases_done()).await;
         }
         let (recorded, next) = self.finish_with_retry(params, sent.asked()).await;
-        self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
+        let round = finish_started.elapsed();
+        self.metrics.complete_seconds.observe(round.as_secs_f64());
+        self.finish_answered_in(round);
         let (end, completion) = if recorded {
             match error_kind {
                 None => tracing::info!(status = %status, fuel_used, "finished"),
@@ -92,6 +94,20 @@ impl Pool {
             });
         }
         self.leave(id, end, claimed, &plugin_label, completion);
+    }
+
+    /// Count a finish answered after `round` into the moving average of
+    /// [`Self::finish_round`] (each new one weighs an eighth).
+    fn finish_answered_in(&self, round: Duration) {
+        let us = u64::try_from(round.as_micros()).unwrap_or(u64::MAX);
+        let _ = self.finish_round_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some(if old == 0 { us } else { old - old / 8 + us / 8 })
+        });
+    }
+
+    /// How long a finish takes to be answered, lately.
+    pub(super) fn finish_round(&self) -> Duration {
+        Duration::from_micros(self.finish_round_us.load(Ordering::Relaxed))
     }
 
     /// A job claimed ahead that will not run here: back to the queue in

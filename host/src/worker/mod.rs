@@ -86,7 +86,7 @@ pub struct WorkerConfig {
     /// pool before the pool takes other jobs beside it: a crash it causes
     /// in that time costs no other job.
     pub suspect_alone_for: Duration,
-    /// A slot claims a job ahead only after an attempt (from its start in
+    /// A slot claims jobs ahead only after an attempt (from its start in
     /// the slot, the plugin's load included, to its guest's end) shorter
     /// than this; zero claims none ahead.
     pub claim_ahead_below: Duration,
@@ -199,6 +199,9 @@ pub(crate) struct Pool {
     shutting_down: AtomicBool,
     /// Job slots asked for by claims so far (the aged share's count).
     claim_slots: AtomicU64,
+    /// How long a finish takes to be answered, a moving average in µs: how
+    /// far ahead a busy slot claims ([`slot::Slot::depth`]).
+    finish_round_us: AtomicU64,
     /// The free job slots: a permit each.
     slots: Arc<Semaphore>,
     idle: Notify,
@@ -239,6 +242,7 @@ impl Pool {
             start_subscribers: Mutex::default(),
             shutting_down: AtomicBool::new(false),
             claim_slots: AtomicU64::new(0),
+            finish_round_us: AtomicU64::new(0),
             slots: Arc::new(Semaphore::new(config.max_workers)),
             idle: Notify::new(),
             started_at: clock.now(),

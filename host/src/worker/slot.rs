@@ -1,30 +1,34 @@
 //! A slot's jobs claimed ahead of it.
 //!
 //! A finish may claim the slot's next jobs in the same round trip. After a
-//! short attempt it claims one more than the slot needs (a job *ahead*),
-//! so the slot's next finish does not hold the slot: the slot starts the
-//! job ahead at once, and that finish, with the claim that refills it,
-//! commits while the guest runs. On a store whose commit is the slowest
-//! step (PostgreSQL's, a disk flush) a busy slot runs two jobs per commit
-//! instead of one.
+//! short attempt it claims more than the slot needs (jobs *ahead*), so
+//! the slot's next finish does not hold the slot: the slot starts a job
+//! ahead at once, and that finish, with the claim that refills it,
+//! commits while the guest runs. How many: enough to cover a finish's
+//! round trip ([`Slot::depth`]: as many attempts like the last as fit in
+//! the time finishes take to be answered lately, at least one and at
+//! most [`DEEPEST`] less one). On a store whose commit is the slowest
+//! step (PostgreSQL's, a disk flush) a busy slot of short jobs then runs
+//! several jobs per commit instead of one.
 //!
 //! A slot claims ahead only after attempts shorter than
 //! [`WorkerConfig::claim_ahead_below`](super::WorkerConfig::claim_ahead_below)
 //! (100 ms unless set), and only while every slot of the pool is busy (a
 //! free slot's claim would take the job sooner). A job ahead holds a lease
 //! it does not renew, and waits at most [`Slot::hold_for`] (that same
-//! time, at most a third of the lease and [`MOST_HELD`]): then, unless the
-//! slot is already done with the job before it (it runs next), it is
-//! released to the queue again in its place (its `run_after` kept), no
-//! attempt spent, for any slot or worker to take; the slot's next claim
-//! waits for that release (at most a hold), so it finds the job in its
-//! place. A pool of long jobs never holds one, and a short job waits
-//! behind at most one other. Shutdown releases them without running them.
+//! time, at most a third of the lease and [`MOST_HELD`]); a slot claims
+//! no more ahead than attempts like the last would start within a hold.
+//! A job still waiting when its hold ends, unless the slot is already
+//! done with the job before it (it runs next), is released to the queue
+//! again in its place (its `run_after` kept), no attempt spent, for any
+//! slot or worker to take; the slot's next claim waits for that release
+//! (at most a hold), so it finds the job in its place. A pool of long
+//! jobs never holds one. Shutdown releases them without running them.
 //!
-//! Two of a slot's finishes may be out at once (a job ahead ended before
-//! the finish of the job before it was recorded); their claims may reach
-//! the store in either order, so the two jobs they bring may start in the
-//! other order than the queue's.
+//! Several of a slot's finishes may be out at once (a job ahead ended
+//! before the finish of the job before it was recorded); their claims may
+//! reach the store in any order, so the jobs they bring may start in
+//! another order than the queue's.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -37,6 +41,9 @@ use crate::worker::RunningJob;
 
 /// Longest a job ahead waits for its slot before it is released.
 pub(super) const MOST_HELD: Duration = Duration::from_secs(1);
+
+/// Most jobs a slot has ready or asked for: the next one and those ahead.
+pub(super) const DEEPEST: u32 = 8;
 
 /// A claimed job and its registration, not yet run.
 pub(super) type Claimed = (Lease, RunningJob);
@@ -72,6 +79,20 @@ impl Slot {
     /// without renewing.
     pub(super) fn hold_for(ttl: Duration, below: Duration) -> Duration {
         (ttl / 3).min(MOST_HELD).min(below)
+    }
+
+    /// How many jobs a busy slot should have ready or asked for after an
+    /// attempt that took `attempt`, when finishes are answered in `round`:
+    /// the next one, and behind it as many attempts like this one as fit
+    /// in a round (at least one), so the slot does not wait for its
+    /// finishes; at most [`DEEPEST`], and no more than would start within
+    /// `hold`.
+    pub(super) fn depth(attempt: Duration, round: Duration, hold: Duration) -> u32 {
+        let attempt = attempt.as_nanos().max(1);
+        let cover = round.as_nanos().div_ceil(attempt);
+        let within = hold.as_nanos() / attempt;
+        let ahead = u32::try_from(cover.min(within).max(1)).unwrap_or(u32::MAX);
+        ahead.saturating_add(1).min(DEEPEST)
     }
 
     /// The slot's next job: the first ready, or the first a finish still
@@ -226,6 +247,24 @@ mod tests {
         second.answer(Vec::new());
         third.answer(Vec::new());
         assert_eq!(slot.sending(0).asked(), 0, "depth 0 (shutdown, a suspect) claims nothing");
+    }
+
+    #[test]
+    fn a_slot_claims_ahead_what_covers_a_round_and_starts_within_a_hold() {
+        let ms = Duration::from_millis;
+        let hold = ms(100);
+        // Finishes answered in 4 ms, attempts of 1 ms: four ahead.
+        assert_eq!(Slot::depth(ms(1), ms(4), hold), 5);
+        // Attempts of 0.1 ms would want forty: at most `DEEPEST`.
+        assert_eq!(Slot::depth(Duration::from_micros(100), ms(4), hold), DEEPEST);
+        assert_eq!(Slot::depth(Duration::ZERO, ms(4), hold), DEEPEST);
+        // Attempts longer than a round, or no round measured yet: one.
+        assert_eq!(Slot::depth(ms(20), ms(4), hold), 2);
+        assert_eq!(Slot::depth(ms(1), Duration::ZERO, hold), 2);
+        // A job ahead must start within its hold: 30 ms attempts and
+        // 100 ms finishes would want four ahead; three start in time.
+        assert_eq!(Slot::depth(ms(30), ms(100), hold), 4);
+        assert_eq!(Slot::depth(ms(60), ms(100), hold), 2, "one ahead at least, as before");
     }
 
     #[test]

@@ -12,6 +12,43 @@ use crate::store::rules::events::EventRow;
 use crate::store::sql::EVENT_COLUMNS;
 use crate::store::{EventPage, Events, EventsAfterParams, StoreError};
 
+/// A job's changes are written to the feed once per statement, not once
+/// per row (listed in [`MIGRATIONS`](super::schema::MIGRATIONS)): a claim
+/// or a finish of many jobs appends all their events in one insert from
+/// the statement's transition tables. Row by row, a trigger call and an
+/// insert for each job were a third of the server's time in a drain
+/// (`pg_stat_statements`: ~30 µs a row, 20,000 rows for 10,000 jobs).
+/// The events are the same as the row trigger's (which stays for
+/// inserts): a status change; a cancel asked of a running job; a running
+/// job's new progress. Within one statement they are in job id order.
+pub(super) const STATEMENT_MIGRATION: &str = r#"
+DROP TRIGGER jobs_events_update ON jobs;
+CREATE FUNCTION leash_job_events_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO events (what, job_id, plan_id, plugin_digest, plugin_name, plugin_version, phase, action, status,
+                        previous, attempt, worker_id, error_kind, progress_json)
+    SELECT c.what, n.job_id, n.plan_id, n.plugin_digest, n.plugin_name, n.plugin_version, n.phase, n.action,
+           n.status, CASE WHEN c.what = 'status' THEN o.status END, n.attempt, n.worker_id, n.error_kind,
+           n.progress_json
+    FROM leash_new n JOIN leash_old o ON o.job_id = n.job_id
+    CROSS JOIN LATERAL (SELECT CASE
+        WHEN n.status IS DISTINCT FROM o.status THEN 'status'
+        WHEN n.status = 'running' AND n.cancel_requested AND NOT o.cancel_requested THEN 'cancel'
+        -- A claim clears the progress and a finish keeps the last: only a
+        -- report from a running guest is an event of its own.
+        WHEN n.status = 'running' AND o.status = 'running' AND n.progress_json IS NOT NULL
+             AND n.progress_json IS DISTINCT FROM o.progress_json THEN 'progress'
+    END AS what) c
+    WHERE c.what IS NOT NULL
+    ORDER BY n.job_id;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobs_events_updated AFTER UPDATE ON jobs
+    REFERENCING OLD TABLE AS leash_old NEW TABLE AS leash_new
+    FOR EACH STATEMENT EXECUTE FUNCTION leash_job_events_updated();
+"#;
+
 #[async_trait::async_trait]
 impl Events for PostgresStore {
     async fn events_after(&self, params: EventsAfterParams) -> Result<EventPage, StoreError> {

@@ -148,6 +148,7 @@ macro_rules! with_cases {
             }
             events {
                 every_change_appends_one_event_in_commit_order,
+                changes_to_many_jobs_at_once_append_one_event_each,
                 a_decision_and_a_worker_change_are_events,
                 events_resume_after_any_id_and_page_in_order,
                 retention_deletes_old_events_and_a_reader_behind_hears_it_missed_some,

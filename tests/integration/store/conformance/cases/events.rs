@@ -5,11 +5,14 @@ use std::time::Duration;
 
 use leash::clock::Timestamp;
 use leash::job::{ErrorKind, EventKind, JobId, JobStatus, NewJob, Target};
-use leash::store::{CancelResult, EventsAfterParams, JobDecision, JobProgressParams, JobStore, JobsDeleteParams};
+use leash::store::{
+    CancelResult, EventsAfterParams, JobDecision, JobProgressParams, JobStore, JobsDeleteParams, LeaseExtendParams,
+    LeaseState,
+};
 
 use super::{
-    T0, at, claim_one, decide, events_since, gated_job, insert, insert_one, new_job, progress_at, release_params,
-    story, succeed, worker_record,
+    T0, TTL, at, claim, claim_one, decide, events_since, gated_job, insert, insert_one, new_job, progress_at,
+    release_params, story, succeed, worker_record,
 };
 
 pub(crate) async fn every_change_appends_one_event_in_commit_order(store: Arc<dyn JobStore>) {
@@ -53,6 +56,35 @@ pub(crate) async fn every_change_appends_one_event_in_commit_order(store: Arc<dy
     assert_eq!(about(2).progress, Some(progress_at(1)));
     assert_eq!((about(4).previous_status, about(4).error_kind), (Some(Running), None));
     assert_eq!(about(7).previous_status, Some(Running));
+}
+
+/// A claim and finishes of several jobs at once (one statement each on
+/// PostgreSQL, whose feed is written once per statement) append one event
+/// per job, each with its own previous status, worker and attempt; a
+/// renewal, which changes no status, appends none.
+pub(crate) async fn changes_to_many_jobs_at_once_append_one_event_each(store: Arc<dyn JobStore>) {
+    let start = store.events_head().await.unwrap();
+    let jobs = insert(&*store, (0..3).map(|i| new_job(&format!("m{i}"))).collect(), T0).await;
+    let leases = claim(&*store, "worker-bbbbbbbb", 3, at(1)).await;
+    assert_eq!(leases.len(), 3, "one claim takes all three");
+    for lease in &leases {
+        let extend = LeaseExtendParams { id: lease.job.id, token: lease.token.clone(), lease_ttl: TTL, now: at(2) };
+        assert_eq!(store.lease_extend(extend).await.unwrap(), LeaseState::Held { cancel_requested: false });
+    }
+    let finishes = leases.iter().map(|lease| store.job_finish(succeed(lease, at(3))));
+    assert!(futures_util::future::join_all(finishes).await.into_iter().all(|landed| landed.unwrap()));
+
+    let events = events_since(&*store, start, 9).await;
+    use EventKind::*;
+    use JobStatus::*;
+    for job in &jobs {
+        assert_eq!(story(&events, job.id), [(JobSubmitted, Queued), (JobStarted, Running), (JobFinished, Succeeded)]);
+        let about: Vec<_> = events.iter().filter_map(|e| e.job.clone()).filter(|j| j.id == job.id).collect();
+        assert_eq!(about[1].previous_status, Some(Queued));
+        assert_eq!((about[1].worker_id.as_deref(), about[1].attempt), (Some("worker-bbbbbbbb"), 1));
+        assert_eq!((about[2].previous_status, about[2].error_kind), (Some(Running), None));
+    }
+    assert!(events.windows(2).all(|w| w[0].id < w[1].id), "ids rise in commit order");
 }
 
 pub(crate) async fn a_decision_and_a_worker_change_are_events(store: Arc<dyn JobStore>) {
