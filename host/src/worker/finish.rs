@@ -40,10 +40,12 @@ impl Pool {
             // does not hold the finish up (the order is then the store's).
             let _ = tokio::time::timeout(hold, sent.slot().releases_done()).await;
         }
+        // The round counts the store's answer alone: a wait for a release
+        // above must not make the slots claim further ahead.
+        let sent_at = Instant::now();
         let (recorded, next) = self.finish_with_retry(params, sent.asked()).await;
-        let round = finish_started.elapsed();
-        self.metrics.complete_seconds.observe(round.as_secs_f64());
-        self.finish_answered_in(round);
+        self.finish_answered_in(sent_at.elapsed());
+        self.metrics.complete_seconds.observe(finish_started.elapsed().as_secs_f64());
         let (end, completion) = if recorded {
             match error_kind {
                 None => tracing::info!(status = %status, fuel_used, "finished"),
