@@ -7,7 +7,8 @@
 //     {"jobs_per_s": ...} as the last line.
 //   node peer.mjs latency <url> <rate> <seconds> <workers>
 //     enqueue jobs (addJob) at <rate> per second, each at its own time
-//     whether or not the ones before it have answered, while a runner works; prints the enqueue→start latencies in microseconds.
+//     whether or not the ones before it have answered, while a runner
+//     works; prints the enqueue→start latencies in microseconds.
 //
 // Settings: concurrency <workers>, maxPoolSize <workers> + 2 (its docs'
 // advice), LISTEN/NOTIFY wake-ups (always on), completion unbatched

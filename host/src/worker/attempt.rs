@@ -304,13 +304,13 @@ impl Pool {
             };
             // The finish goes out on a task of its own: a slot with a job
             // ready runs it while the finish commits (see `slot`).
+            let attempt = claimed.elapsed();
             let depth = if self.shutting_down.load(Ordering::SeqCst) || suspect {
                 0
-            } else if claimed.elapsed() < self.config.claim_ahead_below && self.slots.available_permits() == 0 {
+            } else if attempt < self.config.claim_ahead_below && self.slots.available_permits() == 0 {
                 // Every slot busy: jobs ahead wait for this one, not for
                 // a free slot's claim.
-                let hold = Slot::hold_for(self.config.lease_ttl, self.config.claim_ahead_below);
-                Slot::depth(claimed.elapsed(), self.finish_round(), hold)
+                self.ahead_depth(attempt)
             } else {
                 1
             };

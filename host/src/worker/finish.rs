@@ -32,7 +32,7 @@ impl Pool {
     pub(super) async fn record_finish(self: Arc<Self>, params: JobFinishParams, sent: Sent, ending: Ending) {
         let Ending { id, claimed, plugin_label, status, error_kind, fuel_used, plan_id } = ending;
         let finish_started = Instant::now();
-        let hold = Slot::hold_for(self.config.lease_ttl, self.config.claim_ahead_below);
+        let hold = self.ahead_hold();
         if sent.asked() > 0 {
             // A job of this slot's going back to the queue first: this
             // claim is to find it in its place, not take those behind it.
@@ -98,8 +98,8 @@ impl Pool {
         self.leave(id, end, claimed, &plugin_label, completion);
     }
 
-    /// Count a finish answered after `round` into the moving average of
-    /// [`Self::finish_round`] (each new one weighs an eighth).
+    /// Count a finish answered after `round` into the moving average
+    /// [`Self::ahead_depth`] reads (each new one weighs an eighth).
     fn finish_answered_in(&self, round: Duration) {
         let us = u64::try_from(round.as_micros()).unwrap_or(u64::MAX);
         let _ = self.finish_round_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
@@ -107,9 +107,17 @@ impl Pool {
         });
     }
 
-    /// How long a finish takes to be answered, lately.
-    pub(super) fn finish_round(&self) -> Duration {
-        Duration::from_micros(self.finish_round_us.load(Ordering::Relaxed))
+    /// How long a job ahead may wait for its slot here.
+    fn ahead_hold(&self) -> Duration {
+        Slot::hold_for(self.config.lease_ttl, self.config.claim_ahead_below)
+    }
+
+    /// How many jobs a busy slot should have ready or asked for after an
+    /// attempt that took `attempt` ([`Slot::depth`]), given how long
+    /// finishes have lately taken to be answered.
+    pub(super) fn ahead_depth(&self, attempt: Duration) -> u32 {
+        let round = Duration::from_micros(self.finish_round_us.load(Ordering::Relaxed));
+        Slot::depth(attempt, round, self.ahead_hold())
     }
 
     /// A job claimed ahead that will not run here: back to the queue in

@@ -58,10 +58,10 @@ pub(crate) async fn every_change_appends_one_event_in_commit_order(store: Arc<dy
     assert_eq!(about(7).previous_status, Some(Running));
 }
 
-/// A claim and finishes of several jobs at once (one statement each on
-/// PostgreSQL, whose feed is written once per statement) append one event
-/// per job, each with its own previous status, worker and attempt; a
-/// renewal, which changes no status, appends none.
+/// A claim of several jobs (one statement; PostgreSQL writes the feed once
+/// per statement) and their finishes sent at once (which may share one)
+/// append one event per job, each with its own previous status, worker and
+/// attempt; a renewal, which changes no status, appends none.
 pub(crate) async fn changes_to_many_jobs_at_once_append_one_event_each(store: Arc<dyn JobStore>) {
     let start = store.events_head().await.unwrap();
     let jobs = insert(&*store, (0..3).map(|i| new_job(&format!("m{i}"))).collect(), T0).await;
