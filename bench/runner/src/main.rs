@@ -278,7 +278,7 @@ async fn queue_leash(args: &[String]) -> anyhow::Result<()> {
                 next += gap;
                 let at = Instant::now();
                 let (runtime, job) = (runtime.clone(), job(digest));
-                submits.spawn(async move { runtime.submit(job).await.map(|id| (id, at)) });
+                submits.spawn(async move { runtime.submit(job).await.map(|id| (id, at, at.elapsed())) });
             }
             let mut sent = Vec::with_capacity(jobs);
             while let Some(submitted) = submits.join_next().await {
@@ -287,14 +287,19 @@ async fn queue_leash(args: &[String]) -> anyhow::Result<()> {
             // The rate reached: below the one asked only if the submits
             // could not keep up at all.
             let submitted_per_s = jobs as f64 / began.elapsed().as_secs_f64();
-            for (id, _) in &sent {
+            for (id, _, _) in &sent {
                 runtime.wait(*id, Duration::from_secs(60)).await?;
             }
             runtime.shutdown().await;
             let starts = starts.lock().unwrap();
             let latencies: Vec<u64> =
-                sent.iter().map(|(id, at)| starts[id].saturating_duration_since(*at).as_micros() as u64).collect();
-            println!("{}", json!({ "latencies_us": latencies, "submitted_per_s": submitted_per_s }));
+                sent.iter().map(|(id, at, _)| starts[id].saturating_duration_since(*at).as_micros() as u64).collect();
+            // How long each submit took to answer (part of its latency).
+            let answers: Vec<u64> = sent.iter().map(|(_, _, took)| took.as_micros() as u64).collect();
+            println!(
+                "{}",
+                json!({ "latencies_us": latencies, "submit_us": answers, "submitted_per_s": submitted_per_s })
+            );
         }
         other => anyhow::bail!("unknown queue-leash mode {other:?}"),
     }

@@ -162,6 +162,19 @@ pub(super) struct QueueDepth {
     counted_at: Option<std::time::Instant>,
     /// This process's claim count when the store was counted.
     claimed_then: u64,
+    /// A stale estimate's recount is under way: the submits that come
+    /// meanwhile use the estimate rather than count again each.
+    counting: bool,
+}
+
+/// Clears [`QueueDepth::counting`] however the count ends, a dropped
+/// submit's included.
+struct Counting<'a>(&'a std::sync::Mutex<QueueDepth>);
+
+impl Drop for Counting<'_> {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).counting = false;
+    }
 }
 
 impl Runtime {
@@ -331,20 +344,29 @@ impl Runtime {
     /// Queued jobs, for admission: counted in the store at most once per
     /// poll interval (or now, with `recount`), plus what this process
     /// submitted since, less what it claimed since. Counting on every
-    /// submit would cost a scan per job.
+    /// submit would cost a scan per job; so would every submit that finds
+    /// the estimate stale while one count is under way (on a deep queue
+    /// at a thousand submits a second, that was tens of scans at once).
     async fn queue_depth(&self, recount: bool) -> Result<u64, RuntimeError> {
         let fresh_for = self.inner.settings.worker.poll_interval;
+        let mut counting = None;
         let stale = recount || {
-            let queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
-            queue.counted_at.is_none_or(|at| at.elapsed() >= fresh_for)
+            let mut queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let stale = queue.counted_at.is_none_or(|at| at.elapsed() >= fresh_for) && !queue.counting;
+            if stale {
+                queue.counting = true;
+                counting = Some(Counting(&self.inner.queue));
+            }
+            stale
         };
         let claimed = || self.inner.pool.stats.claimed.load(Ordering::Relaxed);
         if stale {
             let claimed_then = claimed();
             let queued = self.inner.store.queued_count().await?;
             let mut queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
-            *queue = QueueDepth { queued, counted_at: Some(std::time::Instant::now()), claimed_then };
+            *queue = QueueDepth { queued, counted_at: Some(std::time::Instant::now()), claimed_then, counting: false };
         }
+        drop(counting);
         let queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
         Ok(queue.queued.saturating_sub(claimed().saturating_sub(queue.claimed_then)))
     }

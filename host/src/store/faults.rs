@@ -56,6 +56,9 @@ pub enum Op {
     EffectBegin,
     /// `rule_list` (the standing rules read as gated jobs arrive).
     RuleList,
+    /// `queued_count` (the admission count a submit reads when its
+    /// estimate is stale).
+    QueuedCount,
 }
 
 /// What goes wrong.
@@ -117,6 +120,12 @@ impl FaultyStore {
     /// Faults injected so far.
     pub fn injected(&self) -> u64 {
         self.injected.load(Ordering::Relaxed)
+    }
+
+    /// Calls of `op` made so far (counted for the operations faults can
+    /// target).
+    pub fn calls(&self, op: Op) -> u64 {
+        self.plan.lock().unwrap_or_else(|e| e.into_inner()).calls.get(&op).copied().unwrap_or(0)
     }
 
     /// Faults planned but not yet applied (one-shot ones).
@@ -209,7 +218,7 @@ impl Jobs for FaultyStore {
     }
 
     async fn queued_count(&self) -> Result<u64, StoreError> {
-        self.inner.queued_count().await
+        self.around(Op::QueuedCount, self.inner.queued_count()).await
     }
 
     async fn oldest_queued_due(&self) -> Result<Option<Timestamp>, StoreError> {

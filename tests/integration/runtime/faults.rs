@@ -324,6 +324,38 @@ async fn first_jobs_of_a_new_digest_share_one_compile_and_other_jobs_run_meanwhi
     runtime.shutdown().await;
 }
 
+/// Admission counts the queue once however many submits find the count
+/// stale at once: the others use the estimate meanwhile (a deep queue at a
+/// thousand submits a second had tens of counts running). A submit dropped
+/// while it counts leaves the next one to count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submits_that_find_the_queue_count_stale_together_count_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = runtime_with(&dir, false, STEADY).await;
+    // The count stays under way until the submit holding it is dropped.
+    faults.inject(Op::QueuedCount, Fault::Stall(Duration::from_secs(600)));
+    let holder = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.submit(job("hello", "", 1)).await }
+    });
+    eventually("the first submit counting", async || (faults.calls(Op::QueuedCount) == 1).then_some(())).await;
+    let mut others = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let runtime = runtime.clone();
+        others.spawn(async move { runtime.submit(job("hello", "", 1)).await });
+    }
+    while let Some(submitted) = others.join_next().await {
+        submitted.unwrap().unwrap();
+    }
+    assert_eq!(faults.calls(Op::QueuedCount), 1, "twenty submits during one count counted again");
+    holder.abort();
+    assert!(holder.await.unwrap_err().is_cancelled());
+    runtime.submit(job("hello", "", 1)).await.unwrap();
+    assert_eq!(faults.calls(Op::QueuedCount), 2, "the count a dropped submit held was not given up");
+    assert_eq!(runtime.health().await.unwrap().counts.queued, 21);
+    runtime.shutdown().await;
+}
+
 /// A database that goes away just after the store opened (a restart as a
 /// server comes up) is waited out, not a failed start: the chaos run found
 /// a `leash serve` exiting on "the database system is shutting down".

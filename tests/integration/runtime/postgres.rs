@@ -99,7 +99,8 @@ async fn an_insert_through_one_store_wakes_another_even_after_its_listener_is_ki
     insert_one(&submitter).await;
     next_signal(&mut signal, "an insert through the other store").await;
 
-    let killed = schema.terminate_backends("query LIKE 'LISTEN%'").await;
+    // Each connection last ran its set-up (`LISTEN …`) or a wake-up.
+    let killed = schema.terminate_backends("query LIKE 'LISTEN%' OR query = 'NOTIFY leash_jobs'").await;
     assert_eq!(killed, 2, "each store has one listening connection");
     // The reconnect is itself a wake-up: notifications may have been missed.
     next_signal(&mut signal, "the listener reconnects").await;
@@ -120,24 +121,32 @@ async fn a_deleted_job_takes_its_label_rows() {
     crate::store::conformance::cases::labels::a_deleted_job_takes_its_label_rows(store, count).await;
 }
 
+/// A table filled in a burst is analyzed without waiting for autovacuum,
+/// at its first thousand rows and again each time it has doubled (the
+/// threshold's own arithmetic is `stats::tests`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_inserts_into_a_new_table_is_analyzed_without_waiting_for_autovacuum() {
     let Some(url) = crate::support::pg::url() else { return };
     let schema = Schema::create(&url).await;
     let store = PostgresStore::open(&schema.url).await.unwrap();
-    for _ in 0..3 {
-        let jobs = (0..1000).map(|_| crate::store::conformance::cases::new_job("burst")).collect();
-        store.job_insert(JobInsertParams { jobs, now: leash::clock::Timestamp::now() }).await.unwrap();
-    }
     // A table never analyzed has reltuples -1, and the claim is planned as
     // if it held a handful of rows; autovacuum looks once a minute at most.
     let (client, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
-    eventually("the jobs table is analyzed after 3,000 inserts", async || {
-        let row = client.query_one("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass", &[]).await.unwrap();
-        (row.get::<_, f32>(0) >= 3000.0).then_some(())
-    })
-    .await;
+    let mut inserted = 0;
+    for (batches, analyzed) in [(1, 1000.0), (1, 2000.0), (2, 4000.0)] {
+        for _ in 0..batches {
+            let jobs = (0..1000).map(|_| crate::store::conformance::cases::new_job("burst")).collect();
+            store.job_insert(JobInsertParams { jobs, now: leash::clock::Timestamp::now() }).await.unwrap();
+            inserted += 1000;
+        }
+        eventually(format!("the jobs table is analyzed after {inserted} inserts"), async || {
+            let row =
+                client.query_one("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass", &[]).await.unwrap();
+            (row.get::<_, f32>(0) >= analyzed).then_some(())
+        })
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
+use super::BATCH;
 use super::rows::{db_err, job_columns, rows_to_jobs};
-use super::{BATCH, NOTIFY};
 use crate::clock::Timestamp;
 use crate::job::{Job, JobId, NewJob, SCHEMA_VERSION, millis};
 use crate::store::StoreError;
@@ -224,14 +224,13 @@ pub(super) async fn insert_rows(
 }
 
 /// Insert `jobs` in the caller's transaction, in chunks, with their submit
-/// notes and a wake-up for every replica's claim loop; answered in the
-/// given order.
+/// notes; answered in the given order. The caller wakes the claim loops
+/// once it commits.
 pub(super) async fn insert_audited(
     tx: &deadpool_postgres::Transaction<'_>,
     jobs: Vec<NewJob>,
     now: Timestamp,
 ) -> Result<Vec<Job>, StoreError> {
-    let err = db_err("inserting jobs");
     let ids: Vec<JobId> = jobs.iter().map(|_| JobId::new(now)).collect();
     let chunks = InsertColumns::chunks(jobs, &ids, now)?;
     let mut inserted = Vec::with_capacity(ids.len());
@@ -241,14 +240,13 @@ pub(super) async fn insert_audited(
     let inserted = in_order(ids, inserted)?;
     let notes: Vec<_> = inserted.iter().filter_map(submit_note).collect();
     super::audit::append_all(tx, &notes, now).await?;
-    tx.execute(NOTIFY, &[]).await.map_err(&err)?;
     Ok(inserted)
 }
 
 /// A submit no principal signs for (no audit note to chain, so no
 /// statement waits on another's answer), in one round trip: `BEGIN`, the
-/// inserts with their generic plan (see [`GENERIC_INSERT`]), the labels,
-/// the wake-up and `COMMIT` are all sent on this future's first poll, and
+/// inserts with their generic plan (see [`GENERIC_INSERT`]), the labels
+/// and `COMMIT` are all sent on this future's first poll, and
 /// then their answers read. A refused statement aborts the transaction and
 /// the server answers the `COMMIT` sent after it with a rollback, so the
 /// connection goes back to the pool idle whatever happened, even if this
@@ -270,7 +268,7 @@ pub(super) async fn insert_unsigned(
     };
     let fixed = Fixed::of(now);
     let binds: Vec<_> = chunks.iter().map(|c| c.binds(&fixed)).collect();
-    let (begin, generic, rows, labelled, reset, notify, commit) = tokio::join!(
+    let (begin, generic, rows, labelled, reset, commit) = tokio::join!(
         biased;
         client.batch_execute("BEGIN"),
         client.batch_execute(GENERIC_INSERT),
@@ -282,7 +280,6 @@ pub(super) async fn insert_unsigned(
             }
         },
         client.batch_execute(INSERT_PLANS_AS_BEFORE),
-        client.execute(NOTIFY, &[]),
         client.batch_execute("COMMIT")
     );
     // The first refusal is the cause; the ones after it only say the
@@ -295,7 +292,6 @@ pub(super) async fn insert_unsigned(
     }
     labelled.map_err(&err)?;
     reset.map_err(&err)?;
-    notify.map_err(&err)?;
     commit.map_err(&err)?;
     in_order(ids, inserted)
 }

@@ -7,10 +7,10 @@ use std::sync::LazyLock;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
+use super::PostgresStore;
 use super::claim::{OLDEST_QUEUED_DUE_PARTS, QUEUED_COUNT_PARTS};
 use super::inserts::{idempotency_conflict, insert_audited, insert_unsigned};
 use super::rows::{count_jobs, db_err, job_columns, list_columns, row_to_job, rows_to_jobs};
-use super::{NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
 use crate::job::{Approval, ApprovalRule, Attempt, Counts, Job, JobId, JobLogs, JobStatus, NewJob};
 use crate::store::rules::approval::{self as gate, GatedRow};
@@ -49,7 +49,7 @@ impl Jobs for PostgresStore {
                 return Err(e);
             }
         };
-        self.inner.freshness.inserted(inserted.len() as u64, &self.inner.pool);
+        self.inserted(&inserted);
         Ok(inserted)
     }
 
@@ -200,9 +200,6 @@ impl Jobs for PostgresStore {
             )
             .await
             .map_err(&err)?;
-        if change.status() == JobStatus::Queued {
-            tx.execute(NOTIFY, &[]).await.map_err(&err)?;
-        }
         let job = rows.first().map(row_to_job).transpose()?.ok_or_else(|| corrupt(&id, "decided but not returned"))?;
         let mut made = None;
         if change.approves(&params) {
@@ -222,6 +219,9 @@ impl Jobs for PostgresStore {
         notes.extend(made.as_ref().map(gate::rule_created));
         super::audit::append_all(&tx, &notes, params.now).await?;
         tx.commit().await.map_err(&err)?;
+        if change.status() == JobStatus::Queued {
+            self.wake();
+        }
         Ok(change.refusal().map_or(Ok(job), Err))
     }
 

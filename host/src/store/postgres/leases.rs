@@ -4,10 +4,10 @@
 use deadpool_postgres::GenericClient;
 use tokio::sync::watch;
 
+use super::PostgresStore;
 use super::claim::claim;
 use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::rows::{db_err, text};
-use super::{NOTIFY, PostgresStore};
 use crate::job::millis;
 use crate::store::rules::codec::{i64_of, to_json};
 use crate::store::rules::unfinished::{self, Decision};
@@ -78,8 +78,8 @@ impl Leases for PostgresStore {
                 .map_err(&err)?;
             }
         }
-        tx.execute(NOTIFY, &[]).await.map_err(&err)?;
         tx.commit().await.map_err(&err)?;
+        self.wake();
         Ok(true)
     }
 

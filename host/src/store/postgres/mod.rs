@@ -17,11 +17,13 @@
 //!
 //! Lease renewals from all of a process's running jobs are gathered into
 //! one statement per round trip, and so are their finishes, each with the
-//! next job its slot claims, in one transaction (`finishes.rs`). Every insert, release and requeue by the
-//! reclaim sweep sends `NOTIFY leash_jobs` in its transaction; each store
-//! keeps one extra connection that `LISTEN`s and wakes the local pool, so
-//! a job submitted through one replica starts on another at once. That
-//! connection reconnects when lost; the poll interval stays the fallback.
+//! next job its slot claims, in one transaction (`finishes.rs`). Every
+//! write that makes jobs claimable (an insert, a release, a requeue by the
+//! reclaim sweep, a resume, an approval) wakes the local pool once it
+//! commits and, through one extra connection each store keeps, the other
+//! stores' (`wake.rs`), so a job submitted through one replica starts on
+//! another at once. That connection reconnects when lost; the poll
+//! interval stays the fallback.
 //!
 //! A statement fenced by a lease (a finish, a renewal, a release, a
 //! retry, progress, an effect's intent) finds its row by id and matches
@@ -67,10 +69,11 @@ mod stats;
 mod sweeps;
 #[cfg(test)]
 mod tests;
+mod wake;
 mod workers;
 
 use events::VISIBLE_TXN;
-use rows::{db_err, describe, pool_err};
+use rows::{db_err, pool_err};
 use schema::{connect_when_up, migrate};
 
 use std::sync::{Arc, LazyLock};
@@ -90,8 +93,6 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 const DEFAULT_CONNECT_PATIENCE: Duration = Duration::from_secs(30);
 /// How long a call waits for a free pooled connection, or for a new one.
 const POOL_WAIT: Duration = Duration::from_secs(10);
-/// The channel inserts and releases notify.
-const CHANNEL: &str = "leash_jobs";
 /// Rows per statement of a sweep or a large insert.
 const BATCH: i64 = 1000;
 
@@ -104,8 +105,9 @@ pub struct PostgresStore {
 #[derive(Debug)]
 struct Inner {
     pool: deadpool_postgres::Pool,
-    /// Bumped by every notification the listener receives.
+    /// Bumped by every wake-up, this process's or another store's.
     enqueued: watch::Receiver<u64>,
+    wakeups: wake::Wakeups,
     listener: tokio::task::JoinHandle<()>,
     renewals: renew::Renewals,
     finishes: finishes::Finishes,
@@ -210,7 +212,8 @@ impl PostgresStore {
             .map_err(|e| StoreError::Config(format!("building the connection pool: {e}")))?;
         let (notify, enqueued) = watch::channel(0u64);
         let alarm = crate::store::rate_limits::SlotAlarm::new(notify.clone());
-        let listener = tokio::spawn(listen(config, shown, notify));
+        let wakeups = wake::Wakeups::new(notify);
+        let listener = tokio::spawn(wakeups.clone().run(config, shown));
         let renewals = renew::Renewals::start(pool.clone());
         let freshness = Arc::new(stats::Freshness::default());
         if vacuum_here {
@@ -220,6 +223,7 @@ impl PostgresStore {
             inner: Arc::new_cyclic(|inner| Inner {
                 pool,
                 enqueued,
+                wakeups,
                 listener,
                 renewals,
                 finishes: finishes::Finishes::start(inner.clone()),
@@ -229,6 +233,22 @@ impl PostgresStore {
                 alarm,
             }),
         })
+    }
+
+    /// Jobs became claimable in a transaction that has committed: wake
+    /// every store's claim loop (see `wake.rs`).
+    fn wake(&self) {
+        self.inner.wakeups.wake();
+    }
+
+    /// `jobs` were inserted in a transaction that has committed: wake the
+    /// claim loops for the queued ones, and count them towards the table's
+    /// next `ANALYZE`.
+    fn inserted(&self, jobs: &[crate::job::Job]) {
+        if jobs.iter().any(|j| j.status == crate::job::JobStatus::Queued) {
+            self.wake();
+        }
+        self.inner.freshness.inserted(jobs.len() as u64, &self.inner.pool);
     }
 
     async fn client(&self, operation: &'static str) -> Result<deadpool_postgres::Object, StoreError> {
@@ -321,48 +341,3 @@ impl PostgresStore {
         }
     }
 }
-
-/// Keep one connection listening on [`CHANNEL`], reconnecting with backoff
-/// when it is lost; every notification (and every reconnect, which may
-/// have missed some) bumps `notify`.
-async fn listen(config: tokio_postgres::Config, shown: String, notify: watch::Sender<u64>) {
-    let mut pause = Duration::from_millis(100);
-    loop {
-        match config.connect(NoTls).await {
-            Ok((client, mut connection)) => {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                let driver = tokio::spawn(async move {
-                    while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                        match message {
-                            Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
-                                if tx.send(()).is_err() {
-                                    return;
-                                }
-                            }
-                            Ok(_) => {}
-                            Err(_) => return,
-                        }
-                    }
-                });
-                if client.batch_execute(&format!("LISTEN {CHANNEL}")).await.is_ok() {
-                    pause = Duration::from_millis(100);
-                    notify.send_modify(|n| *n = n.wrapping_add(1));
-                    while rx.recv().await.is_some() {
-                        notify.send_modify(|n| *n = n.wrapping_add(1));
-                    }
-                    tracing::warn!(database = %shown, "the LISTEN connection was lost; reconnecting");
-                }
-                driver.abort();
-            }
-            Err(e) => {
-                tracing::debug!(database = %shown, error = %describe(&e), "the LISTEN connection could not connect")
-            }
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(5));
-    }
-}
-
-/// A notification for every listening store, sent when the transaction
-/// that runs it commits.
-const NOTIFY: &str = "SELECT pg_notify('leash_jobs', '')";

@@ -3,8 +3,8 @@
 
 use tokio_postgres::Row;
 
+use super::PostgresStore;
 use super::rows::db_err;
-use super::{NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
 use crate::store::rules::audit::pause_note;
 use crate::store::{PauseParams, Pauses, PluginPause, ResumeParams, StoreError};
@@ -65,9 +65,9 @@ impl Pauses for PostgresStore {
         if let Some(note) = pause_note(params.actor, &params.name, None) {
             super::audit::append(&tx, &note, params.now).await?;
         }
-        // Its jobs are claimable again: wake every replica's claim loop.
-        tx.execute(NOTIFY, &[]).await.map_err(&err)?;
         tx.commit().await.map_err(&err)?;
+        // Its jobs are claimable again: wake every replica's claim loop.
+        self.wake();
         Ok(true)
     }
 

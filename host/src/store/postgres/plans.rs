@@ -3,9 +3,9 @@
 
 use deadpool_postgres::GenericClient;
 
+use super::PostgresStore;
 use super::inserts::{InsertColumns, idempotency_conflict, insert_rows};
 use super::rows::{db_err, row_to_plan};
-use super::{NOTIFY, PostgresStore};
 use crate::clock::Timestamp;
 use crate::job::millis;
 use crate::job::{Job, JobId, JobStatus, NewJob, PlanRecord, Proposal};
@@ -57,13 +57,13 @@ impl Plans for PostgresStore {
         )
         .await
         .map_err(&err)?;
-        if execute.status == JobStatus::Queued {
-            tx.execute(NOTIFY, &[]).await.map_err(&err)?;
-        }
         if let Some(note) = submit_note(&execute) {
             super::audit::append(&tx, &note, params.now).await?;
         }
         tx.commit().await.map_err(&err)?;
+        if execute.status == JobStatus::Queued {
+            self.wake();
+        }
         let record = PlanRecord {
             plan_id: params.plan_id,
             apply_mode: params.apply_mode,

@@ -257,7 +257,7 @@ impl Schedules for PostgresStore {
         if active {
             return Ok(ScheduleFired::SkippedActive);
         }
-        self.inner.freshness.inserted(inserted.len() as u64, &self.inner.pool);
+        self.inserted(&inserted);
         Ok(ScheduleFired::Fired(inserted))
     }
 
@@ -276,7 +276,7 @@ impl Schedules for PostgresStore {
         let detail = serde_json::json!({ "job": jobs[0].id });
         super::audit::append(&tx, &note(actor, "schedule.trigger", &schedule.name, detail), now).await?;
         tx.commit().await.map_err(&err)?;
-        self.inner.freshness.inserted(1, &self.inner.pool);
+        self.inserted(&jobs);
         Ok(jobs.pop())
     }
 }

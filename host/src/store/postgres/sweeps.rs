@@ -8,7 +8,7 @@ use deadpool_postgres::GenericClient;
 use super::fate::{apply_fate, attempt_effects, counters_of};
 use super::inserts::{InsertColumns, insert_rows};
 use super::rows::{db_err, job_columns, row_to_plan, rows_to_jobs};
-use super::{BATCH, NOTIFY, PostgresStore};
+use super::{BATCH, PostgresStore};
 use crate::clock::Timestamp;
 use crate::job::{ApprovalPolicy, Job, JobId, JobStatus};
 use crate::store::rules::codec::{corrupt, policy_of};
@@ -56,10 +56,10 @@ impl Sweeps for PostgresStore {
                 requeued |= matches!(decision.fate, Fate::Requeue { .. });
                 apply_fate(&tx, &id, &decision, params.queue_ttl, params.now).await.map_err(&err)?;
             }
-            if requeued {
-                tx.execute(NOTIFY, &[]).await.map_err(&err)?;
-            }
             tx.commit().await.map_err(&err)?;
+            if requeued {
+                self.wake();
+            }
             if (expired.len() as i64) < BATCH {
                 return Ok(report);
             }
@@ -81,9 +81,6 @@ impl Sweeps for PostgresStore {
             report.count(&decision.fate);
             apply_fate(&tx, &id, &decision, params.queue_ttl, params.now).await.map_err(&err)?;
         }
-        if report.requeued > 0 {
-            tx.execute(NOTIFY, &[]).await.map_err(&err)?;
-        }
         tx.execute(
             "UPDATE workers SET state = 'stopped', running = 0, last_heartbeat = GREATEST(last_heartbeat, $2) \
              WHERE worker_id = $1",
@@ -92,6 +89,9 @@ impl Sweeps for PostgresStore {
         .await
         .map_err(&err)?;
         tx.commit().await.map_err(&err)?;
+        if report.requeued > 0 {
+            self.wake();
+        }
         Ok(report)
     }
 
@@ -170,10 +170,10 @@ impl Sweeps for PostgresStore {
             .map_err(&err)?;
             created.push(apply);
         }
-        if created.iter().any(|j| j.status == JobStatus::Queued) {
-            tx.execute(NOTIFY, &[]).await.map_err(&err)?;
-        }
         tx.commit().await.map_err(&err)?;
+        if created.iter().any(|j| j.status == JobStatus::Queued) {
+            self.wake();
+        }
         Ok(created)
     }
 

@@ -6,7 +6,9 @@
 //! statement, or a savepoint for multi-statement writes), never the
 //! others'. Under load this pays one fsync per batch
 //! instead of one per state change; alone, a call commits at once. Reads
-//! use a separate connection (WAL lets them run beside the writer).
+//! use a separate connection (WAL lets them run beside the writer), and
+//! so do checkpoints, on a thread of their own (`checkpoint.rs`), so no
+//! write waits for the WAL to be copied into the database file.
 //!
 //! Durability ([`Durability`]): `normal` (WAL + `synchronous=NORMAL`, the
 //! default) survives a killed process — a committed change is in the WAL —
@@ -19,6 +21,7 @@
 //! transient [`StoreError`].
 
 mod audit;
+mod checkpoint;
 mod claim;
 mod effects;
 mod events;
@@ -89,11 +92,20 @@ impl SqliteStore {
         let path = path.as_ref().to_owned();
         create_private(&path)?;
         let (writer, reader) = open_when_free(&path, durability)?;
+        let cannot_start = |what: &str, e: std::io::Error| StoreError::Invalid(format!("cannot start the {what}: {e}"));
+        let (checkpoint, checkpointer) = checkpoint::start(schema::open_connection(&path, durability)?)
+            .map_err(|e| cannot_start("checkpoint thread", e))?;
         let (tx, rx) = mpsc::channel::<WriteOp>();
         let thread = std::thread::Builder::new()
             .name("leash-sqlite-writer".into())
-            .spawn(move || writer_loop(writer, rx))
-            .map_err(|e| StoreError::Invalid(format!("cannot start the writer thread: {e}")))?;
+            .spawn(move || {
+                writer_loop(writer, rx, move || {
+                    let _ = checkpoint.try_send(());
+                });
+                // The writer's sender gone, the checkpointer ends too.
+                let _ = checkpointer.join();
+            })
+            .map_err(|e| cannot_start("writer thread", e))?;
         let (signal, enqueued) = watch::channel(0);
         Ok(SqliteStore {
             inner: Arc::new(Inner {

@@ -30,7 +30,7 @@ pub(super) fn create_private(path: &Path) -> Result<(), StoreError> {
     }
 }
 
-fn open_connection(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
+pub(super) fn open_connection(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,

@@ -326,7 +326,7 @@ fn a_batch_whose_transaction_is_rolled_back_stores_nothing() {
         tx.send(op).unwrap();
     }
     drop(tx);
-    writer_loop(writer, rx);
+    writer_loop(writer, rx, || {});
 
     let answer =
         |rx: tokio::sync::oneshot::Receiver<Result<usize, StoreError>>| rx.blocking_recv().unwrap().unwrap_err();
@@ -350,4 +350,33 @@ fn reopening_does_not_reapply_migrations() {
     let conn = Connection::open(&path).unwrap();
     let n: i64 = conn.query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0)).unwrap();
     assert_eq!(n as usize, MIGRATIONS.len());
+}
+
+/// Commits are copied into the database file by the checkpoint thread,
+/// long before the writer's own checkpoint (10,000 pages) would run: the
+/// file grows while the WAL holds a few hundred pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_are_checkpointed_off_the_writer() {
+    use crate::job::{JobLimits, NewJob, Target};
+    use crate::store::{JobInsertParams, Jobs};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.db");
+    let store = SqliteStore::open(&path, Durability::Normal).unwrap();
+    let size = || std::fs::metadata(&path).unwrap().len();
+    let before = size();
+    let limits = JobLimits {
+        timeout: std::time::Duration::from_secs(1),
+        fuel: None,
+        memory_bytes: 1 << 20,
+        output_bytes: 1 << 10,
+    };
+    // ~100 pages of input: a hundredth of the writer's threshold.
+    let jobs =
+        (0..100).map(|_| NewJob::new(Digest::of(b"plugin"), Target::Execute, vec![7; 4096], limits.clone())).collect();
+    store.job_insert(JobInsertParams { jobs, now: Timestamp::now() }).await.unwrap();
+    let start = std::time::Instant::now();
+    while size() < before + 100 * 4096 {
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "not checkpointed: {} bytes", size());
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }

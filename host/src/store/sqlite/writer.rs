@@ -43,7 +43,9 @@ pub(super) fn write_op<T: Send + 'static>(
     (op, answer)
 }
 
-pub(super) fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>) {
+/// Run batches until every sender of `ops` is gone, calling `committed`
+/// after each batch's commit.
+pub(super) fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>, committed: impl Fn()) {
     while let Ok(first) = ops.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_WRITE_BATCH {
@@ -97,7 +99,7 @@ pub(super) fn writer_loop(conn: Connection, ops: mpsc::Receiver<WriteOp>) {
                 transient: true,
             })
         } else if in_tx {
-            run("COMMIT").map_err(db_err("committing")).inspect_err(|_| {
+            run("COMMIT").map_err(db_err("committing")).inspect(|()| committed()).inspect_err(|_| {
                 let _ = run("ROLLBACK");
             })
         } else {
