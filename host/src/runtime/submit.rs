@@ -346,7 +346,8 @@ impl Runtime {
     /// submitted since, less what it claimed since. Counting on every
     /// submit would cost a scan per job; so would every submit that finds
     /// the estimate stale while one count is under way (on a deep queue
-    /// at a thousand submits a second, that was tens of scans at once).
+    /// at a thousand submits a second the count was among the server's
+    /// busiest statements).
     async fn queue_depth(&self, recount: bool) -> Result<u64, RuntimeError> {
         let fresh_for = self.inner.settings.worker.poll_interval;
         let mut counting = None;
