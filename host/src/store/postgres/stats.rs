@@ -16,9 +16,8 @@
 //! at a tenth, as before, a queue at a thousand submits a second on a young
 //! table was analyzed every second, and each analyze (~25 ms of a core on
 //! a table of 6,000 rows) showed as a 20-35 ms stall of the job starts
-//! around it. `ANALYZE` samples a bounded
-//! number of rows, so it costs about the same on a table of ten thousand
-//! rows or ten million.
+//! around it. `ANALYZE` samples a bounded number of rows, so it costs
+//! about the same on a table of ten thousand rows or ten million.
 //!
 //! Vacuum, likewise, when the server does not run it (autovacuum off):
 //! every claim and finish leaves a dead row version, and retention's
