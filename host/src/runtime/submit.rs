@@ -365,7 +365,9 @@ impl Runtime {
             let claimed_then = claimed();
             let queued = self.inner.store.queued_count().await?;
             let mut queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
-            *queue = QueueDepth { queued, counted_at: Some(std::time::Instant::now()), claimed_then, counting: false };
+            // `counting` is the guard's: a forced recount leaves another's be.
+            (queue.queued, queue.counted_at, queue.claimed_then) =
+                (queued, Some(std::time::Instant::now()), claimed_then);
         }
         drop(counting);
         let queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());

@@ -270,11 +270,17 @@ pub trait Leases: Send + Sync + std::fmt::Debug {
     /// longer owns it.
     async fn job_release(&self, params: JobReleaseParams) -> Result<bool, StoreError>;
 
-    /// A signal that changes when jobs may have become claimable through
-    /// another process sharing the store (PostgreSQL's `NOTIFY`), so a
-    /// pool wakes before its poll interval. `None`: the store cannot tell,
-    /// and pools poll.
+    /// A signal that changes when jobs may have become claimable (through
+    /// another process sharing the store, PostgreSQL's `NOTIFY`; a write of
+    /// this process's own; a rate slot coming), so a pool wakes before its
+    /// poll interval. `None`: the store cannot tell, and pools poll.
     fn enqueued(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
     }
+}
+
+/// Change an [`enqueued`](Leases::enqueued) signal: its pools look for
+/// jobs now.
+pub(crate) fn ring(signal: &tokio::sync::watch::Sender<u64>) {
+    signal.send_modify(|n| *n = n.wrapping_add(1));
 }

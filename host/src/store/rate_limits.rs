@@ -100,7 +100,7 @@ impl SlotAlarm {
                 *armed = None;
             }
             drop(armed);
-            alarm.signal.send_modify(|n| *n = n.wrapping_add(1));
+            super::leases::ring(&alarm.signal);
         });
     }
 }

@@ -8,7 +8,7 @@ use super::inserts::{InsertColumns, idempotency_conflict, insert_rows};
 use super::rows::{db_err, row_to_plan};
 use crate::clock::Timestamp;
 use crate::job::millis;
-use crate::job::{Job, JobId, JobStatus, NewJob, PlanRecord, Proposal};
+use crate::job::{Job, JobId, NewJob, PlanRecord, Proposal};
 
 use crate::store::rules::audit::{note, submit_note};
 use crate::store::sql::PLAN_COLUMNS;
@@ -61,9 +61,7 @@ impl Plans for PostgresStore {
             super::audit::append(&tx, &note, params.now).await?;
         }
         tx.commit().await.map_err(&err)?;
-        if execute.status == JobStatus::Queued {
-            self.wake();
-        }
+        self.inserted(std::slice::from_ref(&execute));
         let record = PlanRecord {
             plan_id: params.plan_id,
             apply_mode: params.apply_mode,

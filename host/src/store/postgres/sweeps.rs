@@ -10,7 +10,7 @@ use super::inserts::{InsertColumns, insert_rows};
 use super::rows::{db_err, job_columns, row_to_plan, rows_to_jobs};
 use super::{BATCH, PostgresStore};
 use crate::clock::Timestamp;
-use crate::job::{ApprovalPolicy, Job, JobId, JobStatus};
+use crate::job::{ApprovalPolicy, Job, JobId};
 use crate::store::rules::codec::{corrupt, policy_of};
 use crate::store::rules::plan::apply_job;
 use crate::store::rules::unfinished::{self, Death, Decision, Fate};
@@ -171,9 +171,7 @@ impl Sweeps for PostgresStore {
             created.push(apply);
         }
         tx.commit().await.map_err(&err)?;
-        if created.iter().any(|j| j.status == JobStatus::Queued) {
-            self.wake();
-        }
+        self.inserted(&created);
         Ok(created)
     }
 

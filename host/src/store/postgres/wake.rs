@@ -28,6 +28,7 @@ use tokio::sync::{Notify, watch};
 use tokio_postgres::NoTls;
 
 use super::rows::describe;
+use crate::store::leases::ring;
 
 /// What the connection runs once it is up: listen, and commit without
 /// waiting for the flush.
@@ -39,7 +40,7 @@ const WAKE_OTHERS: &str = "NOTIFY leash_jobs";
 /// The handle writes call after they commit.
 #[derive(Debug, Clone)]
 pub(super) struct Wakeups {
-    /// Bumped for every wake-up, this process's own or another's.
+    /// Rung for every wake-up, this process's own or another's.
     local: watch::Sender<u64>,
     /// Holds one permit while a `NOTIFY` is owed.
     owed: Arc<Notify>,
@@ -53,11 +54,11 @@ impl Wakeups {
     /// Jobs became claimable in a transaction that has committed: wake
     /// this process's claim loop now and the other stores' soon.
     pub(super) fn wake(&self) {
-        bump(&self.local);
+        ring(&self.local);
         self.owed.notify_one();
     }
 
-    /// Keep the connection up, bumping `local` for every other store's
+    /// Keep the connection up, ringing `local` for every other store's
     /// wake-up (and for every reconnect, which may have missed some), and
     /// sending the owed ones. Runs until aborted.
     pub(super) async fn run(self, config: tokio_postgres::Config, shown: String) {
@@ -81,11 +82,11 @@ impl Wakeups {
                     });
                     if let Ok(own) = set_up(&client).await {
                         pause = Duration::from_millis(100);
-                        bump(&self.local);
+                        ring(&self.local);
                         let hearing = async {
                             while let Some(from) = hear.recv().await {
                                 if from != own {
-                                    bump(&self.local);
+                                    ring(&self.local);
                                 }
                             }
                         };
@@ -123,8 +124,4 @@ async fn set_up(client: &tokio_postgres::Client) -> Result<i32, tokio_postgres::
     let row = client.query_one("SELECT pg_backend_pid()", &[]).await?;
     client.batch_execute(SET_UP).await?;
     Ok(row.get(0))
-}
-
-fn bump(signal: &watch::Sender<u64>) {
-    signal.send_modify(|n| *n = n.wrapping_add(1));
 }
