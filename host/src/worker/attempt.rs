@@ -114,7 +114,12 @@ impl Pool {
         };
         let mut outcome = match fence {
             Err(failure) => Err(failure),
-            Ok(fence) => match self.plugin(job.plugin).await {
+            // The lease is kept while the plugin loads: a first compile
+            // of a big guest (a Python one) can outlast a lease.
+            Ok(fence) => match tokio::select! {
+                loaded = self.plugin(job.plugin) => loaded,
+                _ = keeper.keep(&stop, &watch) => unreachable!("keep only returns by never returning"),
+            } {
                 Err(failure) => Err(failure),
                 Ok((plugin, waited)) => {
                     compile_wait = waited;

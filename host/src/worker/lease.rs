@@ -94,9 +94,10 @@ impl LeaseKeeper {
 
     /// Whether the lease that runs out at `expires_at` may still be relied
     /// on to start the guest. A claim is normally a few milliseconds old
-    /// here; after a pause (a stopped process, a slow plugin load) the
-    /// sweeper may have reclaimed the job, so a lease with less than two
-    /// renewal periods left is renewed first. `false`: do not start.
+    /// here, and renewed while the plugin loads; after a pause (a stopped
+    /// process, renewals held up) the sweeper may have reclaimed the job,
+    /// so a lease with less than two renewal periods left is renewed
+    /// first. `false`: do not start.
     pub async fn confirm_before_start(
         &self,
         expires_at: Option<Timestamp>,

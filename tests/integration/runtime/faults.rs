@@ -223,9 +223,11 @@ async fn a_claim_that_grew_old_before_its_guest_started_is_not_started() {
         let starts: Arc<std::sync::Mutex<Vec<u32>>> = Arc::default();
         let sink = starts.clone();
         runtime.on_start(move |s| sink.lock().unwrap().push(s.attempt));
-        // Attempt 1 waits three leases for its plugin (as a paused process
-        // would); meanwhile the sweeper takes its lease back.
+        // Attempt 1 waits three leases for its plugin and for its first
+        // renewal (as a paused process would); meanwhile the sweeper takes
+        // its lease back.
         faults.inject(Op::PluginGet, Fault::Stall(LEASE * 3));
+        faults.inject(Op::Extend, Fault::Stall(LEASE * 3));
         let id = runtime.submit(job("hello", "{}", max_attempts)).await.unwrap();
         let done = runtime.wait(id, GENEROUS).await.unwrap();
         // Wait for attempt 1's worker to give up: it counts the lost lease.
@@ -233,7 +235,7 @@ async fn a_claim_that_grew_old_before_its_guest_started_is_not_started() {
             (runtime.health().await.unwrap().leases_lost != 0).then_some(())
         })
         .await;
-        assert_eq!(faults.injected(), 1);
+        assert_eq!(faults.injected(), 2);
         if max_attempts == 2 {
             assert_eq!((done.status, done.attempt, done.lost_leases), (JobStatus::Succeeded, 2, 1));
             assert_eq!(*starts.lock().unwrap(), vec![2], "attempt 1 never started its guest");
@@ -243,6 +245,24 @@ async fn a_claim_that_grew_old_before_its_guest_started_is_not_started() {
         }
         runtime.shutdown().await;
     }
+}
+
+/// A plugin load that outlasts the lease (a first compile of a big guest
+/// on a slow machine) keeps the lease: the job runs once and succeeds,
+/// with no lease lost, even with `max_attempts = 1` and no free re-runs.
+/// It used to lose the lease to the sweeper and run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_load_longer_than_the_lease_keeps_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runtime, faults) = runtime(&dir).await;
+    faults.inject(Op::PluginGet, Fault::Stall(LEASE * 3));
+    let id = runtime.submit(job("hello", "{}", 1)).await.unwrap();
+    let done = runtime.wait(id, GENEROUS).await.unwrap();
+    assert_eq!(faults.injected(), 1);
+    assert_eq!((done.status, done.attempt, done.lost_leases), (JobStatus::Succeeded, 1, 0), "{done:?}");
+    assert!(faults.calls(Op::Extend) >= 2, "renewed while the plugin loaded: {}", faults.calls(Op::Extend));
+    assert_eq!(runtime.health().await.unwrap().leases_lost, 0);
+    runtime.shutdown().await;
 }
 
 /// A transient host error before the guest starts (the plugin cannot be
