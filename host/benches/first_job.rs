@@ -35,10 +35,24 @@ mod support;
 const SLOTS: usize = 16;
 
 async fn runtime(dir: &std::path::Path, cache: &std::path::Path, completions: Arc<AtomicU64>) -> Runtime {
+    runtime_with(dir, cache, completions, FUNCTIONS_ON).await
+}
+
+/// The function cache's bound: the default, or 0 (off).
+const FUNCTIONS_ON: u64 = leash::sandbox::DEFAULT_FUNCTION_CACHE_BYTES;
+const FUNCTIONS_OFF: u64 = 0;
+
+async fn runtime_with(
+    dir: &std::path::Path,
+    cache: &std::path::Path,
+    completions: Arc<AtomicU64>,
+    function_cache_bytes: u64,
+) -> Runtime {
     Runtime::builder(dir.join("first.db"))
         .sandbox(SandboxConfig {
             cache_dir: Some(cache.to_owned()),
             compile_nice: compile_nice(),
+            function_cache_bytes,
             ..support::sandbox_config(SLOTS)
         })
         .max_workers(SLOTS)
@@ -105,37 +119,88 @@ async fn main() {
     if python.is_none() {
         println!("componentize-py is missing: the large guest is skipped\n");
     }
-    let mut guests = vec![("rust hello", leash_tests::plugin_bytes("hello"))];
-    if let Some(bytes) = &python {
-        guests.push(("python hello", bytes.clone()));
+    let mut guests = vec![("rust hello", leash_tests::plugin_bytes("hello"), None)];
+    for lang in Lang::ALL {
+        if let (Some(hello), Some(echo)) = (polyglot::guest_bytes(lang, "hello"), polyglot::guest_bytes(lang, "echo")) {
+            guests.push((if lang == Lang::Python { "python hello" } else { "js hello" }, hello, Some(echo)));
+        }
     }
 
     println!("leash first-job benchmark, {SLOTS} slots, {rounds} rounds (medians), compile nice {}\n", compile_nice());
+    println!("Time to first output: `plugins add`, then a submit and its output. Cold: empty caches, a new digest;");
+    println!("function cache off: the same with Cranelift's incremental cache off (what the cache costs on a miss);");
+    println!("warm: a fresh runtime whose compile cache holds the plugin.\n");
     println!(
-        "{:<14} {:>9} {:>12} {:>16} {:>20}",
-        "guest", "size", "plugins add", "cold: to output", "warm cache: to output"
+        "{:<14} {:>9} {:>12} {:>14} {:>17} {:>10} {:>13}",
+        "guest", "size", "plugins add", "cold: output", "no fn cache: out", "on / off", "warm: output"
     );
-    for (label, bytes) in &guests {
-        let (mut adds, mut colds, mut warms) = (Vec::new(), Vec::new(), Vec::new());
+    let mut seconds = Vec::new();
+    for (label, bytes, second) in &guests {
+        let (mut adds, mut colds, mut offs, mut warms) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut then_on, mut then_off, mut reused) = (Vec::new(), Vec::new(), None);
         for round in 0..rounds {
-            let dir = tempfile::tempdir().unwrap();
-            let cache = dir.path().join("cache");
-            let bytes = fresh_digest(bytes, round as u64 + 1);
             let name = PluginName::new("guest", "1.0.0").unwrap();
-            let runtime = runtime(dir.path(), &cache, Arc::default()).await;
-            let (added, first) = add_then_first_output(&runtime, bytes, &name).await;
-            runtime.shutdown().await;
-            adds.push(added);
-            colds.push(first);
-            warms.push(warm_first_output(dir.path(), &cache, &name).await);
+            for functions in [FUNCTIONS_ON, FUNCTIONS_OFF] {
+                let dir = tempfile::tempdir().unwrap();
+                let cache = dir.path().join("cache");
+                let bytes = fresh_digest(bytes, round as u64 + 1);
+                let runtime = runtime_with(dir.path(), &cache, Arc::default(), functions).await;
+                let (added, first) = add_then_first_output(&runtime, bytes, &name).await;
+                // A second, different plugin of the same language, on the
+                // caches the first left.
+                if let Some(second) = second {
+                    let other = PluginName::new("second", "1.0.0").unwrap();
+                    let before = runtime.sandbox().compiled_functions();
+                    let (_, took) =
+                        add_then_first_output(&runtime, fresh_digest(second, round as u64 + 1), &other).await;
+                    if functions == FUNCTIONS_ON {
+                        then_on.push(took);
+                        let (before, after) = (before.unwrap(), runtime.sandbox().compiled_functions().unwrap());
+                        reused = Some((after.reused - before.reused, after.compiled - before.compiled));
+                    } else {
+                        then_off.push(took);
+                    }
+                }
+                runtime.shutdown().await;
+                if functions == FUNCTIONS_OFF {
+                    offs.push(first);
+                    continue;
+                }
+                adds.push(added);
+                colds.push(first);
+                warms.push(warm_first_output(dir.path(), &cache, &name).await);
+            }
         }
+        let (cold, off) = (support::median(colds), support::median(offs));
         println!(
-            "{label:<14} {:>6.1} MB {:>9.0} ms {:>13.0} ms {:>17.0} ms",
+            "{label:<14} {:>6.1} MB {:>9.0} ms {:>11.0} ms {:>14.0} ms {:>10.2} {:>10.0} ms",
             bytes.len() as f64 / 1e6,
             support::ms(support::median(adds)),
-            support::ms(support::median(colds)),
+            support::ms(cold),
+            support::ms(off),
+            cold.as_secs_f64() / off.as_secs_f64(),
             support::ms(support::median(warms)),
         );
+        if let Some((reused, compiled)) = reused {
+            seconds.push((label, support::median(then_on), support::median(then_off), reused, compiled));
+        }
+    }
+    if !seconds.is_empty() {
+        println!("\nA second, different plugin of the same language (its echo), after the hello compiled:");
+        println!(
+            "{:<14} {:>16} {:>17} {:>8} {:>22}",
+            "after", "cold: output", "no fn cache: out", "ratio", "functions reused"
+        );
+        for (label, on, off, reused, compiled) in seconds {
+            println!(
+                "{label:<14} {:>13.0} ms {:>14.0} ms {:>8.2} {:>14} of {:<6}",
+                support::ms(on),
+                support::ms(off),
+                on.as_secs_f64() / off.as_secs_f64(),
+                reused,
+                reused + compiled
+            );
+        }
     }
 
     let Some(large) = python else { return };

@@ -48,6 +48,7 @@ pub const FILE_KEYS: &[&str] = &[
     "guest_nice",
     "compile_nice",
     "keep_resident",
+    "function_cache_size",
     "start_log",
     "listen",
     "token_file",

@@ -343,6 +343,13 @@ struct WorkerArgs {
     /// much resident memory per slot while idle; 0 gives every page back.
     #[arg(long, env = "LEASH_KEEP_RESIDENT", value_name = "SIZE", value_parser = parse_size, default_value = "1MiB")]
     keep_resident: u64,
+    /// Bytes of compiled functions kept in the cache folder
+    /// (`functions.db`, least recently used evicted first): a plugin that
+    /// shares code with one compiled before (a second Python or
+    /// JavaScript plugin, a rebuilt one) compiles only what differs. 0
+    /// turns it off.
+    #[arg(long, env = "LEASH_FUNCTION_CACHE_SIZE", value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
+    function_cache_size: u64,
     /// Forward guest log records at or above this level to the host log
     /// (target `leash::guest`) when each attempt ends.
     #[arg(long, env = "LEASH_GUEST_LOGS", default_value = "off",
@@ -533,6 +540,7 @@ mod tests {
             unreachable!("parsed as worker")
         };
         assert_eq!(args.keep_resident, crate::sandbox::DEFAULT_KEEP_RESIDENT_BYTES);
+        assert_eq!(args.function_cache_size, crate::sandbox::DEFAULT_FUNCTION_CACHE_BYTES);
         assert_eq!(args.compile_nice, crate::sandbox::DEFAULT_COMPILE_NICE);
     }
 

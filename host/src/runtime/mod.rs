@@ -144,6 +144,11 @@ impl Runtime {
         &self.inner.store
     }
 
+    /// This process's sandbox (its engine and compile caches).
+    pub fn sandbox(&self) -> &Arc<Sandbox> {
+        &self.inner.sandbox
+    }
+
     /// This process's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics

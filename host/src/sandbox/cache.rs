@@ -31,6 +31,11 @@ impl CompileCache {
         CompileCache { dir: root.join(format!("{:016x}", hasher.finish())) }
     }
 
+    /// The folder of this engine configuration's entries.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn entry(&self, digest: &Digest) -> PathBuf {
         self.dir.join(format!("{}.cwasm", digest.hex()))
     }

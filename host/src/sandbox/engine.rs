@@ -13,14 +13,15 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use crate::job::Digest;
 use crate::sandbox::cache::CompileCache;
+use crate::sandbox::functions::{FunctionCache, FunctionCounts};
 use crate::sandbox::http::SecretStore;
 use crate::sandbox::journal::cut_text;
 use crate::sandbox::shape::ComponentLimits;
 use crate::sandbox::state::HostState;
 use crate::sandbox::{
-    DEFAULT_COMPILE_CONCURRENCY, DEFAULT_COMPILE_NICE, DEFAULT_EPOCH_TICK, DEFAULT_KEEP_RESIDENT_BYTES,
-    DEFAULT_MEMORY_CEILING_BYTES, DEFAULT_POOL_SLOTS, Loaded, MAX_TABLE_ELEMENTS, Plugin, Sandbox, SandboxError,
-    bindings, lower_thread_priority, one_line, proposals, shape,
+    DEFAULT_COMPILE_CONCURRENCY, DEFAULT_COMPILE_NICE, DEFAULT_EPOCH_TICK, DEFAULT_FUNCTION_CACHE_BYTES,
+    DEFAULT_KEEP_RESIDENT_BYTES, DEFAULT_MEMORY_CEILING_BYTES, DEFAULT_POOL_SLOTS, Loaded, MAX_TABLE_ELEMENTS, Plugin,
+    Sandbox, SandboxError, bindings, lower_thread_priority, one_line, proposals, shape,
 };
 
 /// What a component missing the `run` export is told: how each guest
@@ -36,6 +37,14 @@ impl Sandbox {
         proposals::configure(&mut wasm);
         wasm.consume_fuel(config.fuel);
         wasm.epoch_interruption(true);
+        let functions = match (&config.cache_dir, config.function_cache_bytes) {
+            (Some(_), bytes) if bytes > 0 => {
+                let functions = Arc::new(FunctionCache::new(bytes));
+                wasm.enable_incremental_compilation(functions.clone()).map_err(engine_err)?;
+                Some(functions)
+            }
+            _ => None,
+        };
         if let Allocator::Pooling { slots } = config.allocator {
             let ceiling = usize::try_from(config.memory_ceiling_bytes)
                 .map_err(|_| SandboxError::Engine("memory ceiling does not fit this platform".into()))?;
@@ -81,10 +90,22 @@ impl Sandbox {
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(engine_err)?;
         shadow_error_debug_string(&mut linker).map_err(engine_err)?;
         let cache = config.cache_dir.as_deref().map(|dir| CompileCache::new(dir, &engine));
+        if let (Some(cache), Some(functions)) = (&cache, &functions) {
+            functions.place(cache.dir());
+        }
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)
             .map_err(|e| SandboxError::Engine(format!("cannot start the epoch ticker thread: {e}")))?;
         let compiling = tokio::sync::Semaphore::new(config.compile_concurrency.max(1));
-        Ok(Sandbox { engine, linker, cache, config, compiling, compile_pool: Default::default(), _ticker: ticker })
+        Ok(Sandbox {
+            engine,
+            linker,
+            cache,
+            functions,
+            config,
+            compiling,
+            compile_pool: Default::default(),
+            _ticker: ticker,
+        })
     }
 
     /// The settings this sandbox was built with.
@@ -112,6 +133,7 @@ impl Sandbox {
         let started = Instant::now();
         let cached = self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest));
         let from_cache = cached.is_some();
+        let before = self.compiled_functions();
         let component = match cached {
             Some(component) => component,
             // The whole miss (parse, compile, write to the cache) runs on
@@ -121,17 +143,34 @@ impl Sandbox {
                 None => self.compile_uncached(bytes, &digest)?,
             },
         };
+        let functions = match (from_cache, before, self.compiled_functions()) {
+            (false, Some(before), Some(after)) => Some(FunctionCounts {
+                reused: after.reused - before.reused,
+                compiled: after.compiled - before.compiled,
+            }),
+            _ => None,
+        };
         let pre = self.linker.instantiate_pre(&component).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
         let pre = bindings::PluginPre::new(pre)
             .map_err(|e| SandboxError::WorldMismatch(format!("{}; {EXPORT_HINT}", one_line(&e))))?;
-        Ok(Plugin { digest, pre, loaded: Loaded { duration: started.elapsed(), from_cache } })
+        Ok(Plugin { digest, pre, loaded: Loaded { duration: started.elapsed(), from_cache, functions } })
+    }
+
+    /// The incremental cache's function lookups since this sandbox was
+    /// made: found compiled, and compiled. `None` without the cache.
+    pub fn compiled_functions(&self) -> Option<FunctionCounts> {
+        self.functions.as_ref().map(|f| f.counts())
     }
 
     /// Check, compile and cache a component the cache does not hold.
     fn compile_uncached(&self, bytes: &[u8], digest: &Digest) -> Result<Component, SandboxError> {
         let shape = shape::Shape::of(bytes).map_err(SandboxError::InvalidComponent)?;
         shape.check(&self.config.components).map_err(SandboxError::CompileLimit)?;
-        let component = Component::new(&self.engine, bytes).map_err(|e| {
+        let compiled = Component::new(&self.engine, bytes);
+        if let Some(functions) = &self.functions {
+            functions.flush();
+        }
+        let component = compiled.map_err(|e| {
             let why = one_line(&e);
             // The pooling allocator counts what instantiation would
             // create (nested instantiations included) at compile time.
@@ -256,8 +295,14 @@ pub enum Allocator {
 pub struct SandboxConfig {
     /// Instance allocation strategy.
     pub allocator: Allocator,
-    /// Where compiled components are cached; `None` disables the cache.
+    /// Where compiled components are cached; `None` disables the cache
+    /// (and the function cache with it).
     pub cache_dir: Option<PathBuf>,
+    /// Bytes of compiled functions kept in the cache folder for Cranelift's
+    /// incremental compilation (least recently used evicted first): a
+    /// component sharing code with one compiled before compiles only what
+    /// differs. 0 turns it off.
+    pub function_cache_bytes: u64,
     /// Epoch tick period.
     pub epoch_tick: Duration,
     /// The largest memory limit any job may have.
@@ -293,6 +338,7 @@ impl Default for SandboxConfig {
         SandboxConfig {
             allocator: Allocator::Pooling { slots: DEFAULT_POOL_SLOTS },
             cache_dir: None,
+            function_cache_bytes: DEFAULT_FUNCTION_CACHE_BYTES,
             epoch_tick: DEFAULT_EPOCH_TICK,
             memory_ceiling_bytes: DEFAULT_MEMORY_CEILING_BYTES,
             fuel: true,

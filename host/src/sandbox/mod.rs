@@ -21,6 +21,7 @@ mod bindings;
 mod cache;
 mod capture;
 mod engine;
+mod functions;
 pub mod http;
 mod journal;
 mod limiter;
@@ -42,6 +43,7 @@ use wasmtime::component::Linker;
 use self::cache::CompileCache;
 use self::engine::EpochTicker;
 pub use self::engine::{Allocator, MAX_GUEST_ERROR_TEXT_BYTES, SandboxConfig};
+pub use self::functions::FunctionCounts;
 pub use self::journal::{
     FIELDS_DROPPED_KEY, LogLevel, LogRecord, MAX_LOG_FIELDS, MAX_LOG_KEY_BYTES, MAX_LOG_MESSAGE_BYTES,
     MAX_LOG_VALUE_BYTES, NoObserver, Progress, RunObserver,
@@ -74,6 +76,8 @@ pub const DEFAULT_LOG_BYTES: usize = 256 << 10;
 pub const DEFAULT_CAPTURE_BYTES: usize = 64 << 10;
 /// Default time a guest has to stop after a cooperative stop request.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+/// Default bound of the function cache ([`SandboxConfig::function_cache_bytes`]).
+pub const DEFAULT_FUNCTION_CACHE_BYTES: u64 = 1 << 30;
 /// Default number of pooled instance slots.
 pub const DEFAULT_POOL_SLOTS: u32 = 64;
 /// Elements one table of a job may have.
@@ -206,6 +210,21 @@ pub struct Loaded {
     pub duration: Duration,
     /// Whether the compiled code came from the on-disk compile cache.
     pub from_cache: bool,
+    /// When compiled with the function cache on: its functions found
+    /// compiled and compiled now. With more than one compile at once
+    /// ([`SandboxConfig::compile_concurrency`]) the others' are counted too.
+    pub functions: Option<FunctionCounts>,
+}
+
+impl Loaded {
+    /// What the function cache saved, for a line about the compile: `" (9300
+    /// of 9400 functions reused)"`, or nothing when it saved nothing.
+    pub fn reuse_note(&self) -> String {
+        match self.functions {
+            Some(f) if f.reused > 0 => format!(" ({} of {} functions reused)", f.reused, f.reused + f.compiled),
+            _ => String::new(),
+        }
+    }
 }
 
 impl fmt::Debug for Plugin {
@@ -219,6 +238,8 @@ pub struct Sandbox {
     engine: Engine,
     linker: Linker<HostState>,
     cache: Option<CompileCache>,
+    /// Cranelift's incremental cache, beside the compile cache.
+    functions: Option<std::sync::Arc<functions::FunctionCache>>,
     config: SandboxConfig,
     /// Bounds how many compiles run at once, so a burst of new plugins (or
     /// a compile bomb) holds a bounded number of blocking threads.

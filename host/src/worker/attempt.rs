@@ -445,19 +445,24 @@ fn attempts_spent(max_attempts: u32) -> String {
 /// in `leash.compile_ms` and whether the compile cache had it in
 /// `leash.compile_cached`. Later jobs of the digest start at once.
 fn compile_wait_record(plugin: &Plugin, waited: Duration) -> LogRecord {
-    let from_cache = plugin.loaded().from_cache;
+    let loaded = plugin.loaded();
+    let from_cache = loaded.from_cache;
     let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
     let how = if from_cache { "load from the compile cache" } else { "compile" };
     tracing::info!(wait_ms = ms, from_cache, "plugin ready");
+    let mut fields =
+        vec![("leash.compile_ms".into(), ms.to_string()), ("leash.compile_cached".into(), from_cache.to_string())];
+    if let Some(functions) = loaded.functions {
+        fields.push(("leash.functions_reused".into(), functions.reused.to_string()));
+        fields.push(("leash.functions_compiled".into(), functions.compiled.to_string()));
+    }
     LogRecord {
         level: LogLevel::Info,
         message: format!(
-            "leash: this job waited {ms} ms for its plugin to {how} (the first jobs of a plugin in a process do)"
+            "leash: this job waited {ms} ms for its plugin to {how}{} (the first jobs of a plugin in a process do)",
+            loaded.reuse_note()
         ),
-        fields: vec![
-            ("leash.compile_ms".into(), ms.to_string()),
-            ("leash.compile_cached".into(), from_cache.to_string()),
-        ],
+        fields,
         elapsed: Duration::ZERO,
     }
 }

@@ -82,6 +82,9 @@ async fn a_write_lock_held_elsewhere_is_transient_and_opening_waits_for_it() {
 
 /// Only `store/` knows the backends: the runtime, the pool, the faces and
 /// the metrics reach a store through `store::open` and the `JobStore` trait.
+/// One file outside it uses SQLite, for no job's state: the sandbox's
+/// function cache (`sandbox/functions.rs`), a local cache file of compiled
+/// code beside the compile cache, which names no store.
 #[test]
 fn nothing_outside_the_store_names_a_backend() {
     fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
@@ -102,6 +105,9 @@ fn nothing_outside_the_store_names_a_backend() {
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         for word in ["store::sqlite", "SqliteStore", "rusqlite", "store::postgres", "PostgresStore", "tokio_postgres"] {
+            if word == "rusqlite" && file.ends_with("sandbox/functions.rs") {
+                continue;
+            }
             assert!(!text.contains(word), "{} names the backend ({word})", file.display());
         }
     }

@@ -282,7 +282,7 @@ async fn run_built(
             Ok(plugin) => {
                 let loaded = plugin.loaded();
                 let how = if loaded.from_cache { "loaded from the compile cache" } else { "compiled" };
-                line.push_str(&format!(" · {how} in {}", human_duration(loaded.duration)));
+                line.push_str(&format!(" · {how} in {}{}", human_duration(loaded.duration), loaded.reuse_note()));
                 warm.push((digest, plugin.clone()));
                 if warm.len() > KEPT {
                     warm.remove(0);

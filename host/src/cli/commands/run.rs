@@ -171,7 +171,12 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
     let loaded = plugin.loaded();
     if !args.json {
         let how = if loaded.from_cache { "loaded from the compile cache" } else { "compiled" };
-        say!("leash: {how} {} in {:.1} ms", args.component.display(), loaded.duration.as_secs_f64() * 1000.0);
+        say!(
+            "leash: {how} {} in {:.1} ms{}",
+            args.component.display(),
+            loaded.duration.as_secs_f64() * 1000.0,
+            loaded.reuse_note()
+        );
     }
     say!("leash: running {} ({})", args.component.display(), plugin.digest());
     let limits = args.sandbox.limits();
@@ -266,6 +271,11 @@ struct RunReport<'a> {
     /// it from the compile cache (`compile_cached`).
     compile_ms: f64,
     compile_cached: bool,
+    /// A compile's functions found in the function cache, and compiled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    functions_reused: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    functions_compiled: Option<u64>,
     /// The run itself, instantiation included.
     duration_ms: f64,
     http_requests: u64,
@@ -312,6 +322,8 @@ fn report(outcome: &Outcome, loaded: Loaded, json: bool) -> Result<(), CliError>
             peak_memory_bytes: outcome.usage.peak_memory_bytes,
             compile_ms: loaded.duration.as_secs_f64() * 1000.0,
             compile_cached: loaded.from_cache,
+            functions_reused: loaded.functions.map(|f| f.reused),
+            functions_compiled: loaded.functions.map(|f| f.compiled),
             duration_ms: outcome.usage.duration.as_secs_f64() * 1000.0,
             http_requests: outcome.usage.http_requests,
             http_denied: outcome.usage.http_denied,

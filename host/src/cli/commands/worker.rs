@@ -51,6 +51,7 @@ pub(in crate::cli) fn worker_builder(args: &WorkerArgs) -> Result<RuntimeBuilder
             secrets: load_secrets(args.secrets_file.as_deref())?,
             compile_nice: args.compile_nice,
             keep_resident_bytes: args.keep_resident,
+            function_cache_bytes: args.function_cache_size,
             ..SandboxConfig::default()
         })
         .max_workers(args.max_workers)
