@@ -1,24 +1,30 @@
 //! The first job of a new plugin, and what its compile costs the others.
 //!
 //! Run with `cargo bench -p leash --bench first_job` (`-- --quick`: one
-//! round). The large guest is the Python `hello` (~18 MB), built with the
-//! pinned componentize-py (`leash_tests::polyglot`); without it only the
-//! Rust figures are printed.
+//! round). The large guests are the Python and JavaScript `hello` and
+//! `echo` (~19 and ~13 MB), built with the pinned componentize-py and
+//! componentize-js (`leash_tests::polyglot`); without them only the Rust
+//! figures are printed.
 //!
 //! 1. **Time to first output**: `Runtime::plugin_register` (what `leash
 //!    plugins add` does: validate, compile into the cache, store), then a
 //!    submit and the wait for its output, in a runtime with 16 slots (a
-//!    `leash serve`). *Cold*: an empty compile cache and a digest never
-//!    seen. *Warm cache*: a fresh runtime (a restarted or second worker)
-//!    whose cache already holds the plugin; its first job loads it.
-//! 2. **Throughput beside a compile**: `echo` jobs kept queued on the same
+//!    `leash serve`). *Cold*: empty caches and a digest never seen; again
+//!    with the function cache off (what it costs a miss). *Warm*: a fresh
+//!    runtime (a restarted or second worker) whose compile cache already
+//!    holds the plugin; its first job loads it.
+//! 2. **A second plugin**: in the runtime the cold hello left, the same
+//!    for the language's `echo`, with the function cache and without.
+//! 3. **Throughput beside a compile**: `echo` jobs kept queued on the same
 //!    16 slots; their completions per second while a job of a new large
 //!    plugin (a fresh digest each round: the Python guest with a custom
 //!    section appended) waits for its compile, against the same seconds
-//!    before it, alternating.
+//!    before it, alternating. The rounds share the function cache, so
+//!    after the first they compile little.
 //!
 //! `LEASH_BENCH_COMPILE_NICE=N` sets the compile threads' niceness (default
-//! 10) for A/B runs.
+//! 10) and `LEASH_BENCH_FUNCTION_CACHE=0` turns the function cache off in
+//! part 3, for A/B runs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +41,11 @@ mod support;
 const SLOTS: usize = 16;
 
 async fn runtime(dir: &std::path::Path, cache: &std::path::Path, completions: Arc<AtomicU64>) -> Runtime {
-    runtime_with(dir, cache, completions, FUNCTIONS_ON).await
+    let functions = match std::env::var("LEASH_BENCH_FUNCTION_CACHE").as_deref() {
+        Ok("0") => FUNCTIONS_OFF,
+        _ => FUNCTIONS_ON,
+    };
+    runtime_with(dir, cache, completions, functions).await
 }
 
 /// The function cache's bound: the default, or 0 (off).

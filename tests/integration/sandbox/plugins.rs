@@ -402,10 +402,9 @@ fn a_rebuilt_plugin_reuses_its_compiled_functions_and_a_damaged_function_cache_i
     let rebuilt = sandbox.load(&with_custom_section(&bytes, 1)).unwrap();
     let functions = rebuilt.loaded().functions.unwrap();
     assert!(!rebuilt.loaded().from_cache);
-    // Most, not all: compiled on more than one thread, a few functions'
-    // Cranelift input differs from one compile to the next (measured: 3
-    // to 5 of echo's 42 here, 2-6% of a Python guest's), and each such
-    // function is compiled again.
+    // Most, not all: a few functions' Cranelift input differs from one
+    // compile to the next (measured: 2 to 5 of echo's 42 here, 2-6% of a
+    // Python guest's), and each such function is compiled again.
     let total = first.compiled + first.reused;
     assert_eq!(functions.compiled + functions.reused, total, "{functions:?}");
     assert!(functions.reused * 4 >= total * 3, "at least 75% reused: {functions:?} of {total}");
