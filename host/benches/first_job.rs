@@ -63,6 +63,10 @@ async fn runtime_with(
             cache_dir: Some(cache.to_owned()),
             compile_nice: compile_nice(),
             function_cache_bytes,
+            compiler: match std::env::var("LEASH_BENCH_COMPILER").as_deref() {
+                Ok("winch") => leash::sandbox::Compiler::Winch,
+                _ => leash::sandbox::Compiler::Cranelift,
+            },
             ..support::sandbox_config(SLOTS)
         })
         .max_workers(SLOTS)
@@ -165,7 +169,8 @@ async fn main() {
                         add_then_first_output(&runtime, fresh_digest(second, round as u64 + 1), &other).await;
                     if functions == FUNCTIONS_ON {
                         then_on.push(took);
-                        let (before, after) = (before.unwrap(), runtime.sandbox().compiled_functions().unwrap());
+                        let after = runtime.sandbox().compiled_functions();
+                        let (before, after) = (before.unwrap_or_default(), after.unwrap_or_default());
                         reused = Some((after.reused - before.reused, after.compiled - before.compiled));
                     } else {
                         then_off.push(took);

@@ -37,8 +37,12 @@ impl Sandbox {
         proposals::configure(&mut wasm);
         wasm.consume_fuel(config.fuel);
         wasm.epoch_interruption(true);
+        if config.compiler == Compiler::Winch {
+            wasm.strategy(wasmtime::Strategy::Winch);
+        }
+        // Cranelift's cache: Winch keeps none.
         let functions = match (&config.cache_dir, config.function_cache_bytes) {
-            (Some(_), bytes) if bytes > 0 => {
+            (Some(_), bytes) if bytes > 0 && config.compiler == Compiler::Cranelift => {
                 let functions = Arc::new(FunctionCache::new(bytes));
                 wasm.enable_incremental_compilation(functions.clone()).map_err(engine_err)?;
                 Some(functions)
@@ -277,6 +281,17 @@ const USABLE_ADDRESS_SPACE: u64 = 80 << 40;
 /// Instance slots whose memory is reset in one batch of system calls.
 pub(super) const DECOMMIT_BATCH: usize = 16;
 
+/// Which of wasmtime's compilers turns components into machine code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compiler {
+    /// The optimizing compiler: slower to compile, faster code.
+    #[default]
+    Cranelift,
+    /// The baseline compiler: one pass, several times quicker to compile,
+    /// slower code. Fuel, epochs and memory limits hold alike.
+    Winch,
+}
+
 /// How instances get their memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Allocator {
@@ -298,6 +313,8 @@ pub struct SandboxConfig {
     /// Where compiled components are cached; `None` disables the cache
     /// (and the function cache with it).
     pub cache_dir: Option<PathBuf>,
+    /// The compiler (Cranelift unless told).
+    pub compiler: Compiler,
     /// Bytes of compiled functions kept in the cache folder for Cranelift's
     /// incremental compilation (least recently used evicted first): a
     /// component sharing code with one compiled before compiles only what
@@ -338,6 +355,7 @@ impl Default for SandboxConfig {
         SandboxConfig {
             allocator: Allocator::Pooling { slots: DEFAULT_POOL_SLOTS },
             cache_dir: None,
+            compiler: Compiler::Cranelift,
             function_cache_bytes: DEFAULT_FUNCTION_CACHE_BYTES,
             epoch_tick: DEFAULT_EPOCH_TICK,
             memory_ceiling_bytes: DEFAULT_MEMORY_CEILING_BYTES,

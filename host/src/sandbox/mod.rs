@@ -42,7 +42,7 @@ use wasmtime::component::Linker;
 
 use self::cache::CompileCache;
 use self::engine::EpochTicker;
-pub use self::engine::{Allocator, MAX_GUEST_ERROR_TEXT_BYTES, SandboxConfig};
+pub use self::engine::{Allocator, Compiler, MAX_GUEST_ERROR_TEXT_BYTES, SandboxConfig};
 pub use self::functions::FunctionCounts;
 pub use self::journal::{
     FIELDS_DROPPED_KEY, LogLevel, LogRecord, MAX_LOG_FIELDS, MAX_LOG_KEY_BYTES, MAX_LOG_MESSAGE_BYTES,

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash::job::{ErrorKind, Target};
-use leash::sandbox::{Allocator, NoObserver, RunLimits, Sandbox, SandboxConfig, SandboxError, StopHandle, StopMode};
+use leash::sandbox::{
+    Allocator, Compiler, NoObserver, RunLimits, Sandbox, SandboxConfig, SandboxError, StopHandle, StopMode,
+};
 
 use crate::support::{self, GENEROUS, ProgressTap, assert_hello_still_runs, limits, load, output_json, request, run};
 
@@ -433,6 +435,42 @@ fn a_rebuilt_plugin_reuses_its_compiled_functions_and_a_damaged_function_cache_i
     let off = SandboxConfig { function_cache_bytes: 0, ..config() };
     let plugin = Sandbox::new(off).unwrap().load(&with_custom_section(&bytes, 9)).unwrap();
     assert_eq!(plugin.loaded().functions, None);
+}
+
+/// The baseline compiler (Winch) keeps every limit Cranelift's code
+/// keeps: a timeout and a forced stop (epochs), fuel to the unit, the
+/// memory limit, a stack overflow as a trap; and runs hello after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_baseline_compiler_keeps_every_limit() {
+    let sandbox = Sandbox::new(SandboxConfig { compiler: Compiler::Winch, ..support::sandbox_config() }).unwrap();
+    let hello = run(&sandbox, "hello", br#"{"name":"Ada"}"#, limits()).await;
+    assert_eq!(output_json(&hello)["greeting"], "Hello, Ada!");
+    assert_eq!(hello.logs[0].message, "greeting Ada");
+
+    let timeout = Duration::from_millis(200);
+    let outcome = run(&sandbox, "spin", b"", RunLimits { timeout, ..limits() }).await;
+    assert_eq!(failure_kind(&outcome), ErrorKind::Timeout);
+    assert!(outcome.usage.duration >= timeout && outcome.usage.duration < GENEROUS, "{:?}", outcome.usage.duration);
+
+    let fuel = 50_000_000;
+    let outcome = run(&sandbox, "spin", b"", RunLimits { fuel: Some(fuel), ..limits() }).await;
+    assert_eq!(failure_kind(&outcome), ErrorKind::OutOfFuel);
+    assert_eq!(outcome.usage.fuel_used, fuel);
+
+    let stop = StopHandle::new();
+    stop.request();
+    let req = request(b"", RunLimits { cancel_grace: Duration::from_millis(100), ..limits() });
+    let outcome = sandbox.run(&load(&sandbox, "spin"), req, &stop, Arc::new(NoObserver)).await;
+    assert_eq!(outcome.result.as_ref().unwrap_err().stopped, Some(StopMode::Forced));
+
+    let memory = 32 << 20;
+    let outcome = run(&sandbox, "alloc-bomb", b"", RunLimits { memory_bytes: memory, ..limits() }).await;
+    assert_eq!(failure_kind(&outcome), ErrorKind::MemoryLimit);
+    assert!(outcome.usage.peak_memory_bytes <= memory);
+
+    let outcome = run(&sandbox, "stack-overflow", b"", limits()).await;
+    assert_eq!(failure_kind(&outcome), ErrorKind::Trap);
+    assert_hello_still_runs(&sandbox).await;
 }
 
 /// The same component with a custom section appended: a new digest.
