@@ -23,8 +23,9 @@
 //!    after the first they compile little.
 //!
 //! `LEASH_BENCH_COMPILE_NICE=N` sets the compile threads' niceness (default
-//! 10) and `LEASH_BENCH_FUNCTION_CACHE=0` turns the function cache off in
-//! part 3, for A/B runs.
+//! 10), `LEASH_BENCH_FUNCTION_CACHE=0` turns the function cache off in
+//! part 3, and `LEASH_BENCH_COMPILER=winch` compiles everything with the
+//! baseline compiler, for A/B runs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,10 +64,7 @@ async fn runtime_with(
             cache_dir: Some(cache.to_owned()),
             compile_nice: compile_nice(),
             function_cache_bytes,
-            compiler: match std::env::var("LEASH_BENCH_COMPILER").as_deref() {
-                Ok("winch") => leash::sandbox::Compiler::Winch,
-                _ => leash::sandbox::Compiler::Cranelift,
-            },
+            compiler: compiler(),
             ..support::sandbox_config(SLOTS)
         })
         .max_workers(SLOTS)
@@ -77,6 +75,14 @@ async fn runtime_with(
         .build()
         .await
         .unwrap()
+}
+
+/// `LEASH_BENCH_COMPILER=winch` compiles with the baseline compiler.
+fn compiler() -> leash::sandbox::Compiler {
+    match std::env::var("LEASH_BENCH_COMPILER").as_deref() {
+        Ok("winch") => leash::sandbox::Compiler::Winch,
+        _ => leash::sandbox::Compiler::Cranelift,
+    }
 }
 
 /// `LEASH_BENCH_COMPILE_NICE` overrides the default, for A/B runs.

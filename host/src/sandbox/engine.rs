@@ -137,22 +137,18 @@ impl Sandbox {
         let started = Instant::now();
         let cached = self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest));
         let from_cache = cached.is_some();
-        let before = self.compiled_functions();
-        let component = match cached {
-            Some(component) => component,
+        let (component, functions) = match cached {
+            Some(component) => (component, None),
             // The whole miss (parse, compile, write to the cache) runs on
             // the compile threads, at their priority.
-            None => match self.compile_pool() {
-                Some(pool) => pool.install(|| self.compile_uncached(bytes, &digest))?,
-                None => self.compile_uncached(bytes, &digest)?,
-            },
-        };
-        let functions = match (from_cache, before, self.compiled_functions()) {
-            (false, Some(before), Some(after)) => Some(FunctionCounts {
-                reused: after.reused - before.reused,
-                compiled: after.compiled - before.compiled,
-            }),
-            _ => None,
+            None => {
+                let before = self.compiled_functions();
+                let component = match self.compile_pool() {
+                    Some(pool) => pool.install(|| self.compile_uncached(bytes, &digest))?,
+                    None => self.compile_uncached(bytes, &digest)?,
+                };
+                (component, self.compiled_functions().zip(before).map(|(after, before)| after.since(before)))
+            }
         };
         let pre = self.linker.instantiate_pre(&component).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
         let pre = bindings::PluginPre::new(pre)
@@ -287,8 +283,8 @@ pub enum Compiler {
     /// The optimizing compiler: slower to compile, faster code.
     #[default]
     Cranelift,
-    /// The baseline compiler: one pass, 3-5x quicker to compile here (a
-    /// Python guest in 1.8 s against 6.7 s); its code is not optimized
+    /// The baseline compiler: one pass, 3.6-6x quicker to compile here (a
+    /// Python guest in 1.8 s against 6.6 s); its code is not optimized
     /// (what that costs a job is not measured yet). Fuel, epochs and
     /// memory limits hold alike. By wasmtime's documentation, a guest using
     /// a SIMD instruction Winch lacks fails to compile.

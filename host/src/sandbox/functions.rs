@@ -73,6 +73,13 @@ pub struct FunctionCounts {
     pub compiled: u64,
 }
 
+impl FunctionCounts {
+    /// The lookups made since `before` was read.
+    pub(crate) fn since(self, before: FunctionCounts) -> FunctionCounts {
+        FunctionCounts { reused: self.reused - before.reused, compiled: self.compiled - before.compiled }
+    }
+}
+
 impl FunctionCache {
     /// A cache of at most `max_bytes` of compiled functions; its folder is
     /// given later by [`FunctionCache::place`].
@@ -118,6 +125,7 @@ impl FunctionCache {
             Err(e) => {
                 if is_corrupt(&e) {
                     tracing::warn!(error = %e, path = %path.display(), "the function cache is corrupt: starting it again");
+                    // Close it before its files are removed.
                     *db = Db::Closed;
                     *db = restart(path);
                 } else {
@@ -298,6 +306,23 @@ mod tests {
         vec![n; 32]
     }
 
+    /// A file on the folder holding one entry, `key(1)`.
+    fn one_entry_written(dir: &Path) {
+        let first = cache(dir, 1 << 20);
+        first.insert(&key(1), b"code one".to_vec());
+        first.flush();
+    }
+
+    /// The rows in the file and their bytes.
+    fn stored(dir: &Path) -> (i64, i64) {
+        Connection::open(dir.join(FILE))
+            .unwrap()
+            .query_row("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM functions", [], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .unwrap()
+    }
+
     #[test]
     fn what_a_compile_adds_is_found_by_the_next_cache_on_the_folder() {
         let dir = tempfile::tempdir().unwrap();
@@ -316,30 +341,20 @@ mod tests {
     #[test]
     fn an_altered_value_is_a_miss_and_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let first = cache(dir.path(), 1 << 20);
-        first.insert(&key(1), b"code one".to_vec());
-        first.flush();
-        drop(first);
+        one_entry_written(dir.path());
         let conn = Connection::open(dir.path().join(FILE)).unwrap();
         conn.execute("UPDATE functions SET value = ?1", [b"code 0ne".to_vec()]).unwrap();
         drop(conn);
         let second = cache(dir.path(), 1 << 20);
         assert!(second.get(&key(1)).is_none(), "an altered value is never handed out");
         second.flush();
-        let rows: i64 = Connection::open(dir.path().join(FILE))
-            .unwrap()
-            .query_row("SELECT COUNT(*) FROM functions", [], |row| row.get(0))
-            .unwrap();
-        assert_eq!(rows, 0, "the altered entry was dropped");
+        assert_eq!(stored(dir.path()).0, 0, "the altered entry was dropped");
     }
 
     #[test]
     fn a_file_that_is_not_a_database_is_started_again() {
         let dir = tempfile::tempdir().unwrap();
-        let first = cache(dir.path(), 1 << 20);
-        first.insert(&key(1), b"code one".to_vec());
-        first.flush();
-        drop(first);
+        one_entry_written(dir.path());
         std::fs::write(dir.path().join(FILE), vec![0xA5; 64 << 10]).unwrap();
         let _ = std::fs::remove_file(dir.path().join(format!("{FILE}-wal")));
         let second = cache(dir.path(), 1 << 20);
@@ -365,12 +380,8 @@ mod tests {
         cache.insert(&key(5), vec![5; 1000]);
         cache.insert(&key(6), vec![6; 1000]);
         cache.flush();
-        let (rows, bytes): (i64, i64) = Connection::open(dir.path().join(FILE))
-            .unwrap()
-            .query_row("SELECT COUNT(*), SUM(bytes) FROM functions", [], |row| Ok((row.get(0)?, row.get(1)?)))
-            .unwrap();
         // Over the bound, cut to 90% of it: four entries.
-        assert_eq!((rows, bytes), (4, 4_000));
+        assert_eq!(stored(dir.path()), (4, 4_000));
         let kept: Vec<u8> = (0..7).filter(|&n| cache.get(&key(n)).is_some()).collect();
         assert_eq!(kept, [0, 4, 5, 6], "the least recently used went first; the one used again stayed");
     }

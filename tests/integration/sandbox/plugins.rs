@@ -440,9 +440,20 @@ fn a_rebuilt_plugin_reuses_its_compiled_functions_and_a_damaged_function_cache_i
 /// The baseline compiler (Winch) keeps every limit Cranelift's code
 /// keeps: a timeout and a forced stop (epochs), fuel to the unit, the
 /// memory limit, a stack overflow as a trap; and runs hello after each.
+/// Its artifacts and Cranelift's, in one cache folder, are never taken
+/// for each other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_baseline_compiler_keeps_every_limit() {
-    let sandbox = Sandbox::new(SandboxConfig { compiler: Compiler::Winch, ..support::sandbox_config() }).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        |compiler| SandboxConfig { compiler, cache_dir: Some(dir.path().to_owned()), ..support::sandbox_config() };
+    let sandbox = Sandbox::new(config(Compiler::Winch)).unwrap();
+    let hello_bytes = leash_tests::plugin_bytes("hello");
+    assert!(!sandbox.load(&hello_bytes).unwrap().loaded().from_cache);
+    let cranelift = Sandbox::new(config(Compiler::Cranelift)).unwrap().load(&hello_bytes).unwrap();
+    assert!(!cranelift.loaded().from_cache, "Winch's artifact is not Cranelift's");
+    assert!(Sandbox::new(config(Compiler::Winch)).unwrap().load(&hello_bytes).unwrap().loaded().from_cache);
+
     let hello = run(&sandbox, "hello", br#"{"name":"Ada"}"#, limits()).await;
     assert_eq!(output_json(&hello)["greeting"], "Hello, Ada!");
     assert_eq!(hello.logs[0].message, "greeting Ada");
