@@ -440,8 +440,8 @@ fn a_rebuilt_plugin_reuses_its_compiled_functions_and_a_damaged_function_cache_i
 /// The baseline compiler (Winch) keeps every limit Cranelift's code
 /// keeps: a timeout and a forced stop (epochs), fuel to the unit, the
 /// memory limit, a stack overflow as a trap; and runs hello after each.
-/// Its artifacts and Cranelift's, in one cache folder, are never taken
-/// for each other.
+/// In one cache folder, Cranelift does not take Winch's artifact, and
+/// Winch finds its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_baseline_compiler_keeps_every_limit() {
     let dir = tempfile::tempdir().unwrap();
