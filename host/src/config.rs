@@ -49,6 +49,7 @@ pub const FILE_KEYS: &[&str] = &[
     "compile_nice",
     "keep_resident",
     "function_cache_size",
+    "compiler",
     "start_log",
     "listen",
     "token_file",

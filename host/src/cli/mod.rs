@@ -350,6 +350,12 @@ struct WorkerArgs {
     /// turns it off.
     #[arg(long, env = "LEASH_FUNCTION_CACHE_SIZE", value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
     function_cache_size: u64,
+    /// Which compiler makes plugins' code: `tiered` (default: a large
+    /// plugin's first jobs run on code from the quick baseline compiler,
+    /// Winch, while the optimizing one, Cranelift, compiles it behind them
+    /// and takes over), `cranelift` or `winch` alone.
+    #[arg(long, env = "LEASH_COMPILER", default_value = "tiered", value_parser = ["tiered", "cranelift", "winch"])]
+    compiler: String,
     /// Forward guest log records at or above this level to the host log
     /// (target `leash::guest`) when each attempt ends.
     #[arg(long, env = "LEASH_GUEST_LOGS", default_value = "off",
@@ -542,6 +548,7 @@ mod tests {
         assert_eq!(args.keep_resident, crate::sandbox::DEFAULT_KEEP_RESIDENT_BYTES);
         assert_eq!(args.function_cache_size, crate::sandbox::DEFAULT_FUNCTION_CACHE_BYTES);
         assert_eq!(args.compile_nice, crate::sandbox::DEFAULT_COMPILE_NICE);
+        assert_eq!(args.compiler.parse::<crate::sandbox::Compiler>(), Ok(crate::sandbox::Compiler::Tiered));
     }
 
     #[test]

@@ -85,6 +85,8 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64 << 20;
 pub const DEFAULT_MAX_QUEUE_TTL: Duration = Duration::from_secs(30 * 86_400);
 /// Longest shutdown waits for the registry's last report.
 const REGISTRY_FAREWELL: Duration = Duration::from_secs(1);
+/// Longest shutdown waits for compiled code being written to the cache.
+const CACHE_WRITE_WAIT: Duration = Duration::from_secs(5);
 /// How long past a job's deadline (and its cancel grace) a sync waiter
 /// waits for the worker to record the ending.
 const DEADLINE_SETTLE: Duration = Duration::from_secs(5);
@@ -236,6 +238,9 @@ impl Runtime {
     /// and release their leases, within the shutdown budget. Idempotent.
     pub async fn shutdown(&self) {
         self.inner.stop_sweeps.send_replace(true);
+        // Baseline code compiled here and still being written (`plugins
+        // add` of a large plugin just now): the next process finds it.
+        let _ = tokio::time::timeout(CACHE_WRITE_WAIT, self.inner.sandbox.cached()).await;
         if *self.inner.pool.state.borrow() == PoolState::Stopped {
             return;
         }

@@ -18,10 +18,12 @@ use crate::sandbox::http::SecretStore;
 use crate::sandbox::journal::cut_text;
 use crate::sandbox::shape::ComponentLimits;
 use crate::sandbox::state::HostState;
+use crate::sandbox::tiers::Baseline;
 use crate::sandbox::{
-    DEFAULT_COMPILE_CONCURRENCY, DEFAULT_COMPILE_NICE, DEFAULT_EPOCH_TICK, DEFAULT_FUNCTION_CACHE_BYTES,
-    DEFAULT_KEEP_RESIDENT_BYTES, DEFAULT_MEMORY_CEILING_BYTES, DEFAULT_POOL_SLOTS, Loaded, MAX_TABLE_ELEMENTS, Plugin,
-    Sandbox, SandboxError, bindings, lower_thread_priority, one_line, proposals, shape,
+    BASELINE_FIRST_BYTES, DEFAULT_COMPILE_CONCURRENCY, DEFAULT_COMPILE_NICE, DEFAULT_EPOCH_TICK,
+    DEFAULT_FUNCTION_CACHE_BYTES, DEFAULT_KEEP_RESIDENT_BYTES, DEFAULT_MEMORY_CEILING_BYTES, DEFAULT_POOL_SLOTS,
+    Loaded, MAX_TABLE_ELEMENTS, Plugin, Sandbox, SandboxError, bindings, lower_thread_priority, one_line, proposals,
+    shape,
 };
 
 /// What a component missing the `run` export is told: how each guest
@@ -33,16 +35,13 @@ impl Sandbox {
     /// Build the engine, linker, ticker and cache.
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         let engine_err = |e: wasmtime::Error| SandboxError::Engine(one_line(&e));
-        let mut wasm = Config::new();
-        proposals::configure(&mut wasm);
-        wasm.consume_fuel(config.fuel);
-        wasm.epoch_interruption(true);
+        let mut wasm = shared_config(&config);
         if config.compiler == Compiler::Winch {
             wasm.strategy(wasmtime::Strategy::Winch);
         }
         // Cranelift's cache: Winch keeps none.
         let functions = match (&config.cache_dir, config.function_cache_bytes) {
-            (Some(_), bytes) if bytes > 0 && config.compiler == Compiler::Cranelift => {
+            (Some(_), bytes) if bytes > 0 && config.compiler != Compiler::Winch => {
                 let functions = Arc::new(FunctionCache::new(bytes));
                 wasm.enable_incremental_compilation(functions.clone()).map_err(engine_err)?;
                 Some(functions)
@@ -50,33 +49,7 @@ impl Sandbox {
             _ => None,
         };
         if let Allocator::Pooling { slots } = config.allocator {
-            let ceiling = usize::try_from(config.memory_ceiling_bytes)
-                .map_err(|_| SandboxError::Engine("memory ceiling does not fit this platform".into()))?;
-            let c = &config.components;
-            let mut pool = PoolingAllocationConfig::new();
-            // Every slot can hold the largest component the caps allow, so a
-            // component that loads always fits, and the totals are only ever
-            // reached by more concurrent runs than slots.
-            pool.total_component_instances(slots)
-                .total_core_instances(slots.saturating_mul(c.max_core_instances))
-                .total_memories(slots.saturating_mul(c.max_memories))
-                .total_tables(slots.saturating_mul(c.max_tables))
-                .total_stacks(slots)
-                .max_core_instances_per_component(c.max_core_instances)
-                .max_memories_per_component(c.max_memories)
-                .max_tables_per_component(c.max_tables)
-                .max_memories_per_module(c.max_memories)
-                .max_tables_per_module(c.max_tables)
-                .table_elements(MAX_TABLE_ELEMENTS)
-                .max_memory_size(ceiling)
-                // Each decommit is an madvise, and with more than one thread
-                // each madvise is a TLB shootdown on every core: batch them.
-                .decommit_batch_size(DECOMMIT_BATCH.min(slots as usize).max(1));
-            if config.keep_resident_bytes > 0 {
-                let keep = usize::try_from(config.keep_resident_bytes).unwrap_or(usize::MAX);
-                pool.linear_memory_keep_resident(keep).table_keep_resident(keep).pagemap_scan(wasmtime::Enabled::Auto);
-            }
-            wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(slots, &config)?));
         }
         let engine = Engine::new(&wasm).map_err(|e| match config.allocator {
             Allocator::Pooling { slots } if one_line(&e).contains("memory pool mapping") => {
@@ -84,20 +57,18 @@ impl Sandbox {
             }
             _ => engine_err(e),
         })?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_err)?;
-        wasmtime_wasi_config::add_to_linker(&mut linker, |s: &mut HostState| {
-            wasmtime_wasi_config::WasiConfig::from(&s.config)
-        })
-        .map_err(engine_err)?;
-        bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(engine_err)?;
-        shadow_error_debug_string(&mut linker).map_err(engine_err)?;
+        let linker = linker_for(&engine).map_err(engine_err)?;
         let cache = config.cache_dir.as_deref().map(|dir| CompileCache::new(dir, &engine));
         if let (Some(cache), Some(functions)) = (&cache, &functions) {
             functions.place(cache.dir());
         }
-        let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)
+        let baseline = match config.compiler {
+            Compiler::Tiered => Some(Baseline::new(&config)?),
+            _ => None,
+        };
+        let mut engines = vec![engine.clone()];
+        engines.extend(baseline.as_ref().map(|b| b.engine.clone()));
+        let ticker = EpochTicker::start(engines, config.epoch_tick)
             .map_err(|e| SandboxError::Engine(format!("cannot start the epoch ticker thread: {e}")))?;
         let compiling = tokio::sync::Semaphore::new(config.compile_concurrency.max(1));
         Ok(Sandbox {
@@ -105,6 +76,7 @@ impl Sandbox {
             linker,
             cache,
             functions,
+            baseline,
             config,
             compiling,
             compile_pool: Default::default(),
@@ -124,6 +96,12 @@ impl Sandbox {
     /// Bytes over [`ComponentLimits`] are refused before compiling, with
     /// [`SandboxError::CompileLimit`].
     pub fn load(&self, bytes: &[u8]) -> Result<Plugin, SandboxError> {
+        let digest = self.admit(bytes)?;
+        self.load_optimized(bytes, digest, Instant::now())
+    }
+
+    /// Check the header and size of `bytes`, and take their digest.
+    pub(super) fn admit(&self, bytes: &[u8]) -> Result<Digest, SandboxError> {
         check_header(bytes)?;
         let limits = &self.config.components;
         if bytes.len() > limits.max_bytes {
@@ -133,27 +111,57 @@ impl Sandbox {
                 limits.max_bytes
             )));
         }
-        let digest = Digest::of(bytes);
-        let started = Instant::now();
+        Ok(Digest::of(bytes))
+    }
+
+    /// The plugin's code from this sandbox's own compiler (Cranelift unless
+    /// [`Compiler::Winch`]), from the compile cache or compiled now and
+    /// cached.
+    pub(super) fn load_optimized(
+        &self,
+        bytes: &[u8],
+        digest: Digest,
+        started: Instant,
+    ) -> Result<Plugin, SandboxError> {
         let cached = self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest));
         let from_cache = cached.is_some();
         let (component, functions) = match cached {
             Some(component) => (component, None),
-            // The whole miss (parse, compile, write to the cache) runs on
-            // the compile threads, at their priority.
             None => {
                 let before = self.compiled_functions();
-                let component = match self.compile_pool() {
-                    Some(pool) => pool.install(|| self.compile_uncached(bytes, &digest))?,
-                    None => self.compile_uncached(bytes, &digest)?,
-                };
+                let component = self.compile_optimized(bytes, &digest)?;
                 (component, self.compiled_functions().zip(before).map(|(after, before)| after.since(before)))
             }
         };
-        let pre = self.linker.instantiate_pre(&component).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
-        let pre = bindings::PluginPre::new(pre)
-            .map_err(|e| SandboxError::WorldMismatch(format!("{}; {EXPORT_HINT}", one_line(&e))))?;
-        Ok(Plugin { digest, pre, loaded: Loaded { duration: started.elapsed(), from_cache, functions } })
+        let pre = link(&self.linker, &component)?;
+        let loaded = Loaded { duration: started.elapsed(), from_cache, functions, tier: self.own_tier() };
+        Ok(Plugin::new(digest, pre, loaded))
+    }
+
+    /// What this sandbox's own compiler makes: optimized code, unless it
+    /// is Winch alone.
+    fn own_tier(&self) -> Tier {
+        match self.config.compiler {
+            Compiler::Winch => Tier::Baseline,
+            _ => Tier::Optimized,
+        }
+    }
+
+    /// Compile with this sandbox's own compiler and write the compile
+    /// cache. The whole miss (parse, compile, write) runs on the compile
+    /// threads, at their priority.
+    pub(super) fn compile_optimized(&self, bytes: &[u8], digest: &Digest) -> Result<Component, SandboxError> {
+        let compile = || {
+            let component = self.compile_on(&self.engine, bytes)?;
+            if let Some(cache) = &self.cache {
+                cache.put(digest, &component);
+            }
+            Ok(component)
+        };
+        match self.compile_pool() {
+            Some(pool) => pool.install(compile),
+            None => compile(),
+        }
     }
 
     /// The incremental cache's function lookups since this sandbox was
@@ -162,15 +170,15 @@ impl Sandbox {
         self.functions.as_ref().map(|f| f.counts())
     }
 
-    /// Check, compile and cache a component the cache does not hold.
-    fn compile_uncached(&self, bytes: &[u8], digest: &Digest) -> Result<Component, SandboxError> {
+    /// Check a component's shape and compile it on `engine`.
+    pub(super) fn compile_on(&self, engine: &Engine, bytes: &[u8]) -> Result<Component, SandboxError> {
         let shape = shape::Shape::of(bytes).map_err(SandboxError::InvalidComponent)?;
         shape.check(&self.config.components).map_err(SandboxError::CompileLimit)?;
-        let compiled = Component::new(&self.engine, bytes);
+        let compiled = Component::new(engine, bytes);
         if let Some(functions) = &self.functions {
             functions.flush();
         }
-        let component = compiled.map_err(|e| {
+        compiled.map_err(|e| {
             let why = one_line(&e);
             // The pooling allocator counts what instantiation would
             // create (nested instantiations included) at compile time.
@@ -182,11 +190,7 @@ impl Sandbox {
             } else {
                 SandboxError::InvalidComponent(why)
             }
-        })?;
-        if let Some(cache) = &self.cache {
-            cache.put(digest, &component);
-        }
-        Ok(component)
+        })
     }
 
     /// The compile threads, started on first use.
@@ -216,10 +220,74 @@ impl Sandbox {
         let _permit =
             self.compiling.acquire().await.map_err(|_| SandboxError::Engine("the sandbox is closed".into()))?;
         let sandbox = self.clone();
-        tokio::task::spawn_blocking(move || sandbox.load(&bytes))
+        tokio::task::spawn_blocking(move || sandbox.load_tiered(bytes))
             .await
             .map_err(|e| SandboxError::Engine(format!("compiling the component failed: {e}")))?
     }
+}
+
+/// `component` linked to everything a plugin may import, checked against
+/// the `leash:plugin` world.
+pub(super) fn link(
+    linker: &Linker<HostState>,
+    component: &Component,
+) -> Result<bindings::PluginPre<HostState>, SandboxError> {
+    let pre = linker.instantiate_pre(component).map_err(|e| SandboxError::WorldMismatch(one_line(&e)))?;
+    bindings::PluginPre::new(pre).map_err(|e| SandboxError::WorldMismatch(format!("{}; {EXPORT_HINT}", one_line(&e))))
+}
+
+/// The engine settings every compiler tier shares: the proposals, fuel and
+/// epoch interruption. A job's limits hold the same on either tier.
+pub(super) fn shared_config(config: &SandboxConfig) -> Config {
+    let mut wasm = Config::new();
+    proposals::configure(&mut wasm);
+    wasm.consume_fuel(config.fuel);
+    wasm.epoch_interruption(true);
+    wasm
+}
+
+/// The pooling allocator for `slots` concurrent jobs at `config`'s caps.
+pub(super) fn pooling(slots: u32, config: &SandboxConfig) -> Result<PoolingAllocationConfig, SandboxError> {
+    let ceiling = usize::try_from(config.memory_ceiling_bytes)
+        .map_err(|_| SandboxError::Engine("memory ceiling does not fit this platform".into()))?;
+    let c = &config.components;
+    let mut pool = PoolingAllocationConfig::new();
+    // Every slot can hold the largest component the caps allow, so a
+    // component that loads always fits, and the totals are only ever
+    // reached by more concurrent runs than slots.
+    pool.total_component_instances(slots)
+        .total_core_instances(slots.saturating_mul(c.max_core_instances))
+        .total_memories(slots.saturating_mul(c.max_memories))
+        .total_tables(slots.saturating_mul(c.max_tables))
+        .total_stacks(slots)
+        .max_core_instances_per_component(c.max_core_instances)
+        .max_memories_per_component(c.max_memories)
+        .max_tables_per_component(c.max_tables)
+        .max_memories_per_module(c.max_memories)
+        .max_tables_per_module(c.max_tables)
+        .table_elements(MAX_TABLE_ELEMENTS)
+        .max_memory_size(ceiling)
+        // Each decommit is an madvise, and with more than one thread
+        // each madvise is a TLB shootdown on every core: batch them.
+        .decommit_batch_size(DECOMMIT_BATCH.min(slots as usize).max(1));
+    if config.keep_resident_bytes > 0 {
+        let keep = usize::try_from(config.keep_resident_bytes).unwrap_or(usize::MAX);
+        pool.linear_memory_keep_resident(keep).table_keep_resident(keep).pagemap_scan(wasmtime::Enabled::Auto);
+    }
+    Ok(pool)
+}
+
+/// Everything a guest may import, linked for `engine`.
+pub(super) fn linker_for(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    wasmtime_wasi_config::add_to_linker(&mut linker, |s: &mut HostState| {
+        wasmtime_wasi_config::WasiConfig::from(&s.config)
+    })?;
+    bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+    shadow_error_debug_string(&mut linker)?;
+    Ok(linker)
 }
 
 /// Longest text a guest gets from `wasi:io/error.to-debug-string`.
@@ -280,15 +348,46 @@ pub(super) const DECOMMIT_BATCH: usize = 16;
 /// Which of wasmtime's compilers turns components into machine code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Compiler {
-    /// The optimizing compiler: slower to compile, faster code.
+    /// Both, in tiers: a large component
+    /// ([`SandboxConfig::baseline_first_bytes`] or more, such as a Python or JavaScript guest) that has no optimized
+    /// code in the compile cache is compiled with Winch first, and its
+    /// first jobs run on that code, while Cranelift compiles it behind them
+    /// and its code takes over for the jobs that start after. Smaller
+    /// components, and a component Winch refuses, go to Cranelift
+    /// directly.
     #[default]
+    Tiered,
+    /// The optimizing compiler alone: slower to compile, faster code.
     Cranelift,
-    /// The baseline compiler: one pass, 3.6-6x quicker to compile here (a
-    /// Python guest in 1.8 s against 6.6 s); its code is not optimized
-    /// (what that costs a job is not measured yet). Fuel, epochs and
-    /// memory limits hold alike. By wasmtime's documentation, a guest using
-    /// a SIMD instruction Winch lacks fails to compile.
+    /// The baseline compiler alone: one pass, 3.6-6x quicker to compile
+    /// here (a Python guest in 1.8 s against 6.6 s); its code is not
+    /// optimized. Fuel, epochs and memory limits hold alike. By wasmtime's
+    /// documentation, a guest using a SIMD instruction Winch lacks fails
+    /// to compile.
     Winch,
+}
+
+impl std::str::FromStr for Compiler {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tiered" => Ok(Compiler::Tiered),
+            "cranelift" => Ok(Compiler::Cranelift),
+            "winch" => Ok(Compiler::Winch),
+            other => Err(format!("unknown compiler `{other}`: use tiered, cranelift or winch")),
+        }
+    }
+}
+
+/// Which compiler made the code a job runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// Winch's: quick to make, slower to run.
+    Baseline,
+    /// Cranelift's.
+    Optimized,
 }
 
 /// How instances get their memory.
@@ -312,8 +411,11 @@ pub struct SandboxConfig {
     /// Where compiled components are cached; `None` disables the cache
     /// (and the function cache with it).
     pub cache_dir: Option<PathBuf>,
-    /// The compiler (Cranelift unless told).
+    /// The compiler: [`Compiler::Tiered`] unless told.
     pub compiler: Compiler,
+    /// Under [`Compiler::Tiered`], components of this many bytes or more
+    /// start on the baseline tier ([`BASELINE_FIRST_BYTES`] unless told).
+    pub baseline_first_bytes: usize,
     /// Bytes of compiled functions kept in the cache folder for Cranelift's
     /// incremental compilation (least recently used evicted first): a
     /// component sharing code with one compiled before compiles only what
@@ -354,7 +456,8 @@ impl Default for SandboxConfig {
         SandboxConfig {
             allocator: Allocator::Pooling { slots: DEFAULT_POOL_SLOTS },
             cache_dir: None,
-            compiler: Compiler::Cranelift,
+            compiler: Compiler::Tiered,
+            baseline_first_bytes: BASELINE_FIRST_BYTES,
             function_cache_bytes: DEFAULT_FUNCTION_CACHE_BYTES,
             epoch_tick: DEFAULT_EPOCH_TICK,
             memory_ceiling_bytes: DEFAULT_MEMORY_CEILING_BYTES,
@@ -376,14 +479,18 @@ pub(super) struct EpochTicker {
 }
 
 impl EpochTicker {
-    pub(super) fn start(engine: Engine, tick: Duration) -> std::io::Result<Self> {
+    /// Tick every engine in `engines` (the optimizing one and, when
+    /// tiered, the baseline one).
+    pub(super) fn start(engines: Vec<Engine>, tick: Duration) -> std::io::Result<Self> {
         let done = Arc::new(AtomicBool::new(false));
         let thread = std::thread::Builder::new().name("leash-epoch".into()).spawn({
             let done = done.clone();
             move || {
                 while !done.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
-                    engine.increment_epoch();
+                    for engine in &engines {
+                        engine.increment_epoch();
+                    }
                 }
             }
         })?;

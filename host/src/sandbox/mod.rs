@@ -33,6 +33,7 @@ mod run;
 mod shape;
 mod state;
 mod stop;
+mod tiers;
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ use wasmtime::component::Linker;
 
 use self::cache::CompileCache;
 use self::engine::EpochTicker;
-pub use self::engine::{Allocator, Compiler, MAX_GUEST_ERROR_TEXT_BYTES, SandboxConfig};
+pub use self::engine::{Allocator, Compiler, MAX_GUEST_ERROR_TEXT_BYTES, SandboxConfig, Tier};
 pub use self::functions::FunctionCounts;
 pub use self::journal::{
     FIELDS_DROPPED_KEY, LogLevel, LogRecord, MAX_LOG_FIELDS, MAX_LOG_KEY_BYTES, MAX_LOG_MESSAGE_BYTES,
@@ -55,6 +56,7 @@ pub use self::request::{RunLimits, RunRequest};
 pub use self::shape::{ComponentLimits, DEFAULT_MAX_COMPONENT_BYTES, declared_requests};
 use self::state::HostState;
 pub use self::stop::StopHandle;
+pub use self::tiers::BASELINE_FIRST_BYTES;
 use crate::job::Digest;
 
 /// How often the engine's epoch advances. Bounds timeout overshoot and how
@@ -183,15 +185,29 @@ fn one_line(err: &wasmtime::Error) -> String {
     parts.join(": ")
 }
 
-/// A validated, compiled plugin, ready to instantiate. Cheap to clone.
+/// A validated, compiled plugin, ready to instantiate. Cheap to clone; the
+/// clones share its code, so when the optimized code of a plugin that
+/// started on the baseline tier arrives, every clone runs it from then on.
 #[derive(Clone)]
 pub struct Plugin {
     digest: Digest,
-    pre: bindings::PluginPre<HostState>,
+    code: std::sync::Arc<std::sync::RwLock<Code>>,
     loaded: Loaded,
 }
 
+/// The code a plugin's next instance is made from.
+#[derive(Clone)]
+struct Code {
+    tier: Tier,
+    pre: bindings::PluginPre<HostState>,
+}
+
 impl Plugin {
+    fn new(digest: Digest, pre: bindings::PluginPre<HostState>, loaded: Loaded) -> Plugin {
+        let code = Code { tier: loaded.tier, pre };
+        Plugin { digest, code: std::sync::Arc::new(std::sync::RwLock::new(code)), loaded }
+    }
+
     /// The sha256 of the component bytes.
     pub fn digest(&self) -> Digest {
         self.digest
@@ -200,6 +216,20 @@ impl Plugin {
     /// How this plugin was made ready: compiled, or read from the cache.
     pub fn loaded(&self) -> Loaded {
         self.loaded
+    }
+
+    /// Which compiler made the code its next job runs.
+    pub fn tier(&self) -> Tier {
+        self.code().tier
+    }
+
+    fn code(&self) -> Code {
+        self.code.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// From now on, instances are made from `pre`.
+    fn replace_code(&self, tier: Tier, pre: bindings::PluginPre<HostState>) {
+        *self.code.write().unwrap_or_else(|e| e.into_inner()) = Code { tier, pre };
     }
 }
 
@@ -214,9 +244,22 @@ pub struct Loaded {
     /// compiled and compiled now. With more than one compile at once
     /// ([`SandboxConfig::compile_concurrency`]) the others' are counted too.
     pub functions: Option<FunctionCounts>,
+    /// Which compiler made the code its first jobs run.
+    pub tier: Tier,
 }
 
 impl Loaded {
+    /// What the load did, for a line about it: `"compiled"`, `"compiled
+    /// with the baseline compiler"`, `"loaded from the compile cache"`.
+    pub fn how(&self) -> &'static str {
+        match (self.from_cache, self.tier) {
+            (true, Tier::Optimized) => "loaded from the compile cache",
+            (true, Tier::Baseline) => "loaded baseline code from the compile cache",
+            (false, Tier::Optimized) => "compiled",
+            (false, Tier::Baseline) => "compiled with the baseline compiler",
+        }
+    }
+
     /// What the function cache saved, for a line about the compile: `" (9300
     /// of 9400 functions reused)"`, or nothing when it saved nothing.
     pub fn reuse_note(&self) -> String {
@@ -240,6 +283,8 @@ pub struct Sandbox {
     cache: Option<CompileCache>,
     /// Cranelift's incremental cache, beside the compile cache.
     functions: Option<std::sync::Arc<functions::FunctionCache>>,
+    /// Under [`Compiler::Tiered`], the baseline compiler's engine.
+    baseline: Option<tiers::Baseline>,
     config: SandboxConfig,
     /// Bounds how many compiles run at once, so a burst of new plugins (or
     /// a compile bomb) holds a bounded number of blocking threads.

@@ -13,7 +13,7 @@ use crate::sandbox::capture::CapturedOutput;
 use crate::sandbox::journal::{LogRecord, Progress, cut_text};
 use crate::sandbox::request::{RunLimits, hostcall_fuel};
 use crate::sandbox::state::HostState;
-use crate::sandbox::{HOSTCALL_SLACK_BYTES, MAX_ERROR_MESSAGE_BYTES, MAX_RESOURCE_HANDLES, bindings};
+use crate::sandbox::{HOSTCALL_SLACK_BYTES, MAX_ERROR_MESSAGE_BYTES, MAX_RESOURCE_HANDLES, Tier, bindings};
 
 /// Frames kept in a trap's backtrace.
 pub(super) const MAX_BACKTRACE_FRAMES: usize = 48;
@@ -84,6 +84,8 @@ pub struct Usage {
     /// HTTP requests the host denied (not granted, over the request
     /// limit, or resolving to an address not granted).
     pub http_denied: u64,
+    /// Which compiler made the code that ran.
+    pub tier: Tier,
 }
 
 pub(super) fn serialize_duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -77,7 +77,9 @@ impl Sandbox {
             http,
             config: request.grants.config.iter().collect(),
         };
-        let mut store = Store::new(&self.engine, state);
+        // The code of the plugin's best tier so far, and its engine.
+        let code = plugin.code();
+        let mut store = Store::new(code.pre.engine(), state);
         store.limiter(|s| &mut s.limiter);
         // Bounds what wasmtime copies out of the guest for one call (a log
         // record, the output) before leash can look at it.
@@ -119,7 +121,7 @@ impl Sandbox {
 
         let ended = {
             let call = async {
-                let instance = plugin.pre.instantiate_async(&mut store).await?;
+                let instance = code.pre.instantiate_async(&mut store).await?;
                 instance.call_run(&mut store, &ctx, &request.input).await
             };
             tokio::pin!(call);
@@ -192,6 +194,7 @@ impl Sandbox {
                 duration: started.elapsed(),
                 http_requests,
                 http_denied,
+                tier: code.tier,
             },
             logs,
             logs_dropped,

@@ -16,7 +16,9 @@ use super::slot::Slot;
 use crate::job::{Digest, ErrorKind, JobId, JobLogs, JobProgress, LogLine, Proposal, millis};
 use crate::metrics::AttemptEnd;
 use crate::sandbox::http::EffectFence;
-use crate::sandbox::{LogLevel, LogRecord, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, StopHandle};
+use crate::sandbox::{
+    LogLevel, LogRecord, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, StopHandle, Tier,
+};
 use crate::store::{Finish, JobFinishParams, JobProgressParams, JobReleaseParams, JobRetryParams, Lease};
 use crate::worker::{JobStarted, PROGRESS_WRITE_INTERVAL, Pool, RunningJob};
 
@@ -448,10 +450,16 @@ fn compile_wait_record(plugin: &Plugin, waited: Duration) -> LogRecord {
     let loaded = plugin.loaded();
     let from_cache = loaded.from_cache;
     let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-    let how = if from_cache { "load from the compile cache" } else { "compile" };
-    tracing::info!(wait_ms = ms, from_cache, "plugin ready");
-    let mut fields =
-        vec![("leash.compile_ms".into(), ms.to_string()), ("leash.compile_cached".into(), from_cache.to_string())];
+    let tier = match loaded.tier {
+        Tier::Baseline => "baseline",
+        Tier::Optimized => "optimized",
+    };
+    tracing::info!(wait_ms = ms, from_cache, tier, "plugin ready");
+    let mut fields = vec![
+        ("leash.compile_ms".into(), ms.to_string()),
+        ("leash.compile_cached".into(), from_cache.to_string()),
+        ("leash.compile_tier".into(), tier.to_owned()),
+    ];
     if let Some(functions) = loaded.functions {
         fields.push(("leash.functions_reused".into(), functions.reused.to_string()));
         fields.push(("leash.functions_compiled".into(), functions.compiled.to_string()));
@@ -459,7 +467,8 @@ fn compile_wait_record(plugin: &Plugin, waited: Duration) -> LogRecord {
     LogRecord {
         level: LogLevel::Info,
         message: format!(
-            "leash: this job waited {ms} ms for its plugin to {how}{} (the first jobs of a plugin in a process do)",
+            "leash: this job waited {ms} ms while its plugin was {}{} (the first jobs of a plugin in a process do)",
+            loaded.how(),
             loaded.reuse_note()
         ),
         fields,

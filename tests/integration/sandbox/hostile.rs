@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use leash::job::ErrorKind;
 use leash::sandbox::{
-    ComponentLimits, MAX_ERROR_MESSAGE_BYTES, MAX_LOG_FIELDS, MAX_LOG_MESSAGE_BYTES, NoObserver, Outcome, RunLimits,
-    Sandbox, SandboxConfig, SandboxError, StopHandle,
+    Compiler, ComponentLimits, MAX_ERROR_MESSAGE_BYTES, MAX_LOG_FIELDS, MAX_LOG_MESSAGE_BYTES, NoObserver, Outcome,
+    RunLimits, Sandbox, SandboxConfig, SandboxError, StopHandle,
 };
 
 use crate::support::{self, assert_hello_still_runs, limits, request, run};
@@ -260,6 +260,10 @@ async fn instances_created_by_nested_instantiation_past_the_cap_are_refused() {
     let err = support::sandbox().load(&bytes).unwrap_err();
     assert!(matches!(err, SandboxError::CompileLimit(_)), "{err}");
     assert!(err.to_string().contains("301 core module instances"), "{err}");
+    // Starting on the baseline tier does not let it in either.
+    let tiered = SandboxConfig { compiler: Compiler::Tiered, baseline_first_bytes: 0, ..support::sandbox_config() };
+    let err = Arc::new(Sandbox::new(tiered).unwrap()).compile(Arc::new(bytes.clone())).await.unwrap_err();
+    assert!(matches!(err, SandboxError::CompileLimit(_)), "{err}");
     // Without the pool, the store's limiter stops it while it instantiates.
     let sandbox =
         Sandbox::new(SandboxConfig { allocator: leash::sandbox::Allocator::OnDemand, ..SandboxConfig::default() })

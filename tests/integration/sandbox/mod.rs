@@ -6,3 +6,4 @@ mod hostile;
 mod pacing;
 mod plugins;
 mod polyglot;
+mod tiers;

@@ -14,8 +14,8 @@ use std::time::Duration;
 use leash::job::{JobId, JobStatus, Target};
 use leash::runtime::Runtime;
 use leash::sandbox::{
-    Allocator, NoObserver, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
-    StopHandle,
+    Allocator, Compiler, NoObserver, Outcome, Plugin, Progress, RunLimits, RunObserver, RunRequest, Sandbox,
+    SandboxConfig, StopHandle,
 };
 use tokio::sync::mpsc;
 
@@ -75,10 +75,15 @@ pub fn cache_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")
 }
 
-/// The settings of [`sandbox`].
+/// The settings of [`sandbox`]. With `LEASH_TEST_TIER=baseline`, every
+/// component is compiled by the compiler a tiered sandbox runs a large
+/// plugin's first jobs with (Winch), so the sandbox suites can be run on
+/// either tier.
 pub fn sandbox_config() -> SandboxConfig {
+    let baseline = std::env::var("LEASH_TEST_TIER").as_deref() == Ok("baseline");
     SandboxConfig {
         allocator: Allocator::Pooling { slots: 16 },
+        compiler: if baseline { Compiler::Winch } else { Compiler::default() },
         cache_dir: Some(cache_dir()),
         ..SandboxConfig::default()
     }

@@ -281,7 +281,7 @@ async fn run_built(
         None => match sandbox.compile(Arc::new(bytes.clone())).await {
             Ok(plugin) => {
                 let loaded = plugin.loaded();
-                let how = if loaded.from_cache { "loaded from the compile cache" } else { "compiled" };
+                let how = loaded.how();
                 line.push_str(&format!(" · {how} in {}{}", human_duration(loaded.duration), loaded.reuse_note()));
                 warm.push((digest, plugin.clone()));
                 if warm.len() > KEPT {

@@ -23,7 +23,7 @@ use crate::sandbox;
 use crate::sandbox::http::{ApprovedEffects, EffectFence};
 use crate::sandbox::{
     Allocator, Loaded, LogRecord, Outcome, Progress, RunLimits, RunObserver, RunRequest, Sandbox, SandboxConfig,
-    StopHandle,
+    StopHandle, Tier,
 };
 
 #[derive(Debug, Args)]
@@ -82,6 +82,12 @@ pub(super) struct SandboxArgs {
     /// `--cache-dir` and LEASH_CACHE_DIR).
     #[arg(long)]
     no_cache: bool,
+    /// Which compiler makes the plugin's code: `tiered` (default: a large
+    /// plugin compiled with the quick baseline compiler, Winch, and the
+    /// optimizing one, Cranelift, behind it for the next run), `cranelift`
+    /// or `winch` alone.
+    #[arg(long, env = "LEASH_COMPILER", default_value = "tiered", value_parser = ["tiered", "cranelift", "winch"])]
+    compiler: String,
 }
 
 impl SandboxArgs {
@@ -100,6 +106,7 @@ impl SandboxArgs {
             allocator: Allocator::Pooling { slots: 1 },
             cache_dir,
             secrets: load_secrets(self.secrets_file.as_deref())?,
+            compiler: self.compiler.parse().map_err(CliError::usage)?,
             ..SandboxConfig::default()
         };
         Ok(Arc::new(Sandbox::new(config).map_err(|e| CliError::internal(e.to_string()))?))
@@ -170,7 +177,7 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
     let interrupts = tokio::spawn(stop_on_interrupt(stop.clone(), interrupt_signal()?));
     let loaded = plugin.loaded();
     if !args.json {
-        let how = if loaded.from_cache { "loaded from the compile cache" } else { "compiled" };
+        let how = loaded.how();
         say!(
             "leash: {how} {} in {:.1} ms{}",
             args.component.display(),
@@ -193,6 +200,9 @@ pub(in crate::cli) async fn run_once(args: RunArgs) -> Result<ExitStatus, CliErr
     let observer: Arc<dyn RunObserver> = if args.json { Arc::new(sandbox::NoObserver) } else { Arc::new(StderrLogs) };
     let mut outcome = sandbox.run(&plugin, request, &stop, observer).await;
     interrupts.abort();
+    // Baseline code compiled for this run, written behind it: the next
+    // run of the plugin loads it.
+    sandbox.cached().await;
     if let Some(effects) = &approved {
         say!("leash: {}", effects.report().line());
         crate::worker::settle_apply(&mut outcome, effects);
@@ -271,6 +281,9 @@ struct RunReport<'a> {
     /// it from the compile cache (`compile_cached`).
     compile_ms: f64,
     compile_cached: bool,
+    /// Which compiler made the code that ran: `baseline` (Winch, while
+    /// Cranelift's code is not ready) or `optimized`.
+    tier: Tier,
     /// A compile's functions found in the function cache, and compiled.
     #[serde(skip_serializing_if = "Option::is_none")]
     functions_reused: Option<u64>,
@@ -322,6 +335,7 @@ fn report(outcome: &Outcome, loaded: Loaded, json: bool) -> Result<(), CliError>
             peak_memory_bytes: outcome.usage.peak_memory_bytes,
             compile_ms: loaded.duration.as_secs_f64() * 1000.0,
             compile_cached: loaded.from_cache,
+            tier: outcome.usage.tier,
             functions_reused: loaded.functions.map(|f| f.reused),
             functions_compiled: loaded.functions.map(|f| f.compiled),
             duration_ms: outcome.usage.duration.as_secs_f64() * 1000.0,

@@ -52,6 +52,7 @@ pub(in crate::cli) fn worker_builder(args: &WorkerArgs) -> Result<RuntimeBuilder
             compile_nice: args.compile_nice,
             keep_resident_bytes: args.keep_resident,
             function_cache_bytes: args.function_cache_size,
+            compiler: args.compiler.parse().map_err(CliError::usage)?,
             ..SandboxConfig::default()
         })
         .max_workers(args.max_workers)
