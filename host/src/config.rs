@@ -50,6 +50,7 @@ pub const FILE_KEYS: &[&str] = &[
     "keep_resident",
     "function_cache_size",
     "compiler",
+    "shared_code_size",
     "start_log",
     "listen",
     "token_file",

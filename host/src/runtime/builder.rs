@@ -28,6 +28,7 @@ pub struct RuntimeBuilder {
     pub(super) store: Option<Arc<dyn JobStore>>,
     pub(super) durability: Durability,
     pub(super) sandbox: SandboxConfig,
+    pub(super) shared_code_bytes: u64,
     pub(super) worker: WorkerConfig,
     pub(super) job_ttl: Duration,
     pub(super) event_ttl: Duration,
@@ -93,6 +94,14 @@ impl RuntimeBuilder {
     /// Sandbox settings.
     pub fn sandbox(mut self, config: SandboxConfig) -> Self {
         self.sandbox = config;
+        self
+    }
+
+    /// Most bytes of compiled code the store keeps for every process
+    /// (default 2 GiB, least recently used dropped first): a worker that
+    /// never compiled a plugin reads its code from there. 0 keeps none.
+    pub fn shared_code_bytes(mut self, bytes: u64) -> Self {
+        self.shared_code_bytes = bytes;
         self
     }
 
@@ -320,7 +329,16 @@ impl RuntimeBuilder {
             None => crate::store::open(&self.database, self.durability).await?,
         };
         declare_stored_plugins(store.as_ref(), self.clock.as_ref()).await?;
-        let sandbox = Arc::new(Sandbox::new(self.sandbox.clone()).map_err(RuntimeError::Sandbox)?);
+        let mut sandbox_config = self.sandbox.clone();
+        if self.shared_code_bytes > 0 {
+            sandbox_config.shared_code = Some(Arc::new(super::code::StoreCode {
+                store: store.clone(),
+                clock: self.clock.clone(),
+                handle: tokio::runtime::Handle::current(),
+                bound: self.shared_code_bytes,
+            }));
+        }
+        let sandbox = Arc::new(Sandbox::new(sandbox_config).map_err(RuntimeError::Sandbox)?);
         let metrics = Arc::new(Metrics::new());
         let worker_id = self.worker_id.clone().unwrap_or_else(crate::worker::new_worker_id);
         let pool = Pool::new(
@@ -405,6 +423,7 @@ impl Runtime {
             store: None,
             durability: Durability::Normal,
             sandbox: SandboxConfig::default(),
+            shared_code_bytes: super::code::DEFAULT_SHARED_CODE_BYTES,
             worker: WorkerConfig {
                 max_workers: DEFAULT_MAX_WORKERS,
                 poll_interval: DEFAULT_POLL_INTERVAL,

@@ -127,6 +127,10 @@ impl Runtime {
         let bytes = Arc::try_unwrap(bytes).unwrap_or_else(|shared| shared.as_ref().clone());
         let now = self.inner.settings.clock.now();
         let digest = self.inner.store.plugin_put(PluginPutParams { bytes, requests, actor: self.actor(), now }).await?;
+        // The compile shared its code before the plugin was stored, which
+        // the store refuses: share it now, so every worker reads it.
+        let sandbox = self.inner.sandbox.clone();
+        let _ = tokio::task::spawn_blocking(move || sandbox.share(digest)).await;
         self.inner.known_plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(digest);
         Ok(digest)
     }

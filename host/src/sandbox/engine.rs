@@ -9,16 +9,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, HasSelf, Linker, Resource};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, PoolingAllocationConfig};
 
 use crate::job::Digest;
-use crate::sandbox::cache::CompileCache;
-use crate::sandbox::functions::{FunctionCache, FunctionCounts};
+use crate::sandbox::cache::{self, SharedCode};
+use crate::sandbox::functions::FunctionCounts;
 use crate::sandbox::http::SecretStore;
 use crate::sandbox::journal::cut_text;
 use crate::sandbox::shape::ComponentLimits;
 use crate::sandbox::state::HostState;
-use crate::sandbox::tiers::Baseline;
 use crate::sandbox::{
     BASELINE_FIRST_BYTES, DEFAULT_COMPILE_CONCURRENCY, DEFAULT_COMPILE_NICE, DEFAULT_EPOCH_TICK,
     DEFAULT_FUNCTION_CACHE_BYTES, DEFAULT_KEEP_RESIDENT_BYTES, DEFAULT_MEMORY_CEILING_BYTES, DEFAULT_POOL_SLOTS,
@@ -32,58 +31,6 @@ const EXPORT_HINT: &str = "a plugin exports `run`: in Rust with `leash_sdk::expo
      a `WitWorld` class (`class WitWorld(leash.Plugin)`), in JavaScript with `export const run = leash.plugin(handler)`";
 
 impl Sandbox {
-    /// Build the engine, linker, ticker and cache.
-    pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
-        let engine_err = |e: wasmtime::Error| SandboxError::Engine(one_line(&e));
-        let mut wasm = shared_config(&config);
-        if config.compiler == Compiler::Winch {
-            wasm.strategy(wasmtime::Strategy::Winch);
-        }
-        // Cranelift's cache: Winch keeps none.
-        let functions = match (&config.cache_dir, config.function_cache_bytes) {
-            (Some(_), bytes) if bytes > 0 && config.compiler != Compiler::Winch => {
-                let functions = Arc::new(FunctionCache::new(bytes));
-                wasm.enable_incremental_compilation(functions.clone()).map_err(engine_err)?;
-                Some(functions)
-            }
-            _ => None,
-        };
-        if let Allocator::Pooling { slots } = config.allocator {
-            wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(slots, &config)?));
-        }
-        let engine = Engine::new(&wasm).map_err(|e| match config.allocator {
-            Allocator::Pooling { slots } if one_line(&e).contains("memory pool mapping") => {
-                SandboxError::Engine(pool_too_large(slots, &config, &e))
-            }
-            _ => engine_err(e),
-        })?;
-        let linker = linker_for(&engine).map_err(engine_err)?;
-        let cache = config.cache_dir.as_deref().map(|dir| CompileCache::new(dir, &engine));
-        if let (Some(cache), Some(functions)) = (&cache, &functions) {
-            functions.place(cache.dir());
-        }
-        let baseline = match config.compiler {
-            Compiler::Tiered => Some(Baseline::new(&config)?),
-            _ => None,
-        };
-        let mut engines = vec![engine.clone()];
-        engines.extend(baseline.as_ref().map(|b| b.engine.clone()));
-        let ticker = EpochTicker::start(engines, config.epoch_tick)
-            .map_err(|e| SandboxError::Engine(format!("cannot start the epoch ticker thread: {e}")))?;
-        let compiling = tokio::sync::Semaphore::new(config.compile_concurrency.max(1));
-        Ok(Sandbox {
-            engine,
-            linker,
-            cache,
-            functions,
-            baseline,
-            config,
-            compiling,
-            compile_pool: Default::default(),
-            _ticker: ticker,
-        })
-    }
-
     /// The settings this sandbox was built with.
     pub fn config(&self) -> &SandboxConfig {
         &self.config
@@ -115,27 +62,84 @@ impl Sandbox {
     }
 
     /// The plugin's code from this sandbox's own compiler (Cranelift unless
-    /// [`Compiler::Winch`]), from the compile cache or compiled now and
-    /// cached.
+    /// [`Compiler::Winch`]): kept from before, or compiled now and kept.
     pub(super) fn load_optimized(
         &self,
         bytes: &[u8],
         digest: Digest,
         started: Instant,
     ) -> Result<Plugin, SandboxError> {
-        let cached = self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest));
-        let from_cache = cached.is_some();
-        let (component, functions) = match cached {
-            Some(component) => (component, None),
+        let (component, kept, functions) = match self.kept_code(&digest) {
+            Some((component, kept)) => (component, Some(kept), None),
             None => {
                 let before = self.compiled_functions();
-                let component = self.compile_optimized(bytes, &digest)?;
-                (component, self.compiled_functions().zip(before).map(|(after, before)| after.since(before)))
+                let component = self.compile_optimized(bytes, &digest, Share::Behind)?;
+                (component, None, self.compiled_functions().zip(before).map(|(after, before)| after.since(before)))
             }
         };
         let pre = link(&self.linker, &component)?;
-        let loaded = Loaded { duration: started.elapsed(), from_cache, functions, tier: self.own_tier() };
+        let loaded = Loaded {
+            duration: started.elapsed(),
+            from_cache: kept == Some(Kept::Cache),
+            fetched: kept == Some(Kept::Store),
+            functions,
+            tier: self.own_tier(),
+        };
         Ok(Plugin::new(digest, pre, loaded))
+    }
+
+    /// This sandbox's own code for `digest`, compiled before: from the
+    /// compile cache, else from the store's shared code (then written to
+    /// the cache). `None`: it must be compiled. Code that fails its
+    /// checksum or is another engine's is a miss.
+    pub(super) fn kept_code(&self, digest: &Digest) -> Option<(Component, Kept)> {
+        if let Some(component) = self.cache.as_ref().and_then(|c| c.get(&self.engine, digest)) {
+            return Some((component, Kept::Cache));
+        }
+        let sealed = self.config.shared_code.as_ref()?.get(*digest, &self.engine_key)?;
+        let Some(component) = cache::open(&self.engine, &sealed) else {
+            tracing::warn!(%digest, "compiled code from the store is damaged or not this engine's; compiling it here");
+            return None;
+        };
+        if let Some(cache) = &self.cache {
+            cache.write(digest, &sealed);
+        }
+        Some((component, Kept::Store))
+    }
+
+    /// Share the code of `digest` in the compile cache with other processes
+    /// (its compile shared it before the store held the plugin, say).
+    /// Blocking; nothing without a cache or shared code.
+    pub fn share(&self, digest: Digest) {
+        if let (Some(cache), Some(shared)) = (&self.cache, &self.config.shared_code)
+            && let Some(sealed) = cache.read(&digest)
+        {
+            shared.put(digest, &self.engine_key, sealed);
+        }
+    }
+
+    /// Keep code compiled now: in the compile cache, and in the store's
+    /// shared code: there on a thread of its own when a job waits for this
+    /// compile (`Share::Behind`), so it does not wait for the write.
+    fn keep(&self, digest: &Digest, component: &Component, share: Share) {
+        if self.cache.is_none() && self.config.shared_code.is_none() {
+            return;
+        }
+        let Some(sealed) = cache::seal(component) else { return };
+        if let Some(cache) = &self.cache {
+            cache.write(digest, &sealed);
+        }
+        let Some(shared) = self.config.shared_code.clone() else { return };
+        let (digest, key) = (*digest, self.engine_key.clone());
+        let put = move || shared.put(digest, &key, sealed);
+        match share {
+            Share::Now => put(),
+            Share::Behind => {
+                if let Err(e) = std::thread::Builder::new().name("leash-share-code".into()).spawn(put) {
+                    tracing::warn!(error = %e, %digest, "cannot start sharing compiled code");
+                }
+            }
+        }
     }
 
     /// What this sandbox's own compiler makes: optimized code, unless it
@@ -150,12 +154,15 @@ impl Sandbox {
     /// Compile with this sandbox's own compiler and write the compile
     /// cache. The whole miss (parse, compile, write) runs on the compile
     /// threads, at their priority.
-    pub(super) fn compile_optimized(&self, bytes: &[u8], digest: &Digest) -> Result<Component, SandboxError> {
+    pub(super) fn compile_optimized(
+        &self,
+        bytes: &[u8],
+        digest: &Digest,
+        share: Share,
+    ) -> Result<Component, SandboxError> {
         let compile = || {
             let component = self.compile_on(&self.engine, bytes)?;
-            if let Some(cache) = &self.cache {
-                cache.put(digest, &component);
-            }
+            self.keep(digest, &component, share);
             Ok(component)
         };
         match self.compile_pool() {
@@ -313,7 +320,7 @@ fn shadow_error_debug_string(linker: &mut Linker<HostState>) -> wasmtime::Result
 /// Why a pool of `slots` could not be set up: it reserves address space
 /// (not memory) for every guest memory any slot may hold, and the process
 /// has too little of it.
-fn pool_too_large(slots: u32, config: &SandboxConfig, e: &wasmtime::Error) -> String {
+pub(super) fn pool_too_large(slots: u32, config: &SandboxConfig, e: &wasmtime::Error) -> String {
     let memories = u64::from(slots) * u64::from(config.components.max_memories);
     // wasmtime reserves at least 4 GiB per memory on 64-bit hosts (so bounds
     // checks fold into guard pages), plus 32 MiB of guard after it.
@@ -380,6 +387,24 @@ impl std::str::FromStr for Compiler {
     }
 }
 
+/// When compiled code is written to the store's shared code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Share {
+    /// Before the compile returns (it runs behind the jobs already).
+    Now,
+    /// On a thread of its own: a job waits for the compile.
+    Behind,
+}
+
+/// Where a load found code compiled before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kept {
+    /// This process's compile cache.
+    Cache,
+    /// The store: another process compiled it.
+    Store,
+}
+
 /// Which compiler made the code a job runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -411,6 +436,9 @@ pub struct SandboxConfig {
     /// Where compiled components are cached; `None` disables the cache
     /// (and the function cache with it).
     pub cache_dir: Option<PathBuf>,
+    /// Where compiled code is shared with other processes (a runtime sets
+    /// its store's); `None`: nowhere.
+    pub shared_code: Option<Arc<dyn SharedCode>>,
     /// The compiler: [`Compiler::Tiered`] unless told.
     pub compiler: Compiler,
     /// Under [`Compiler::Tiered`], components of this many bytes or more
@@ -457,6 +485,7 @@ impl Default for SandboxConfig {
             allocator: Allocator::Pooling { slots: DEFAULT_POOL_SLOTS },
             cache_dir: None,
             compiler: Compiler::Tiered,
+            shared_code: None,
             baseline_first_bytes: BASELINE_FIRST_BYTES,
             function_cache_bytes: DEFAULT_FUNCTION_CACHE_BYTES,
             epoch_tick: DEFAULT_EPOCH_TICK,

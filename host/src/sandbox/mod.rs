@@ -30,6 +30,7 @@ pub mod proposals;
 mod redact;
 mod request;
 mod run;
+mod setup;
 mod shape;
 mod state;
 mod stop;
@@ -42,6 +43,7 @@ use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 use self::cache::CompileCache;
+pub use self::cache::SharedCode;
 use self::engine::EpochTicker;
 pub use self::engine::{Allocator, Compiler, MAX_GUEST_ERROR_TEXT_BYTES, SandboxConfig, Tier};
 pub use self::functions::FunctionCounts;
@@ -240,6 +242,8 @@ pub struct Loaded {
     pub duration: Duration,
     /// Whether the compiled code came from the on-disk compile cache.
     pub from_cache: bool,
+    /// Whether it came from the store: another process compiled it.
+    pub fetched: bool,
     /// When compiled with the function cache on: its functions found
     /// compiled and compiled now. With more than one compile at once
     /// ([`SandboxConfig::compile_concurrency`]) the others' are counted too.
@@ -252,6 +256,9 @@ impl Loaded {
     /// What the load did, for a line about it: `"compiled"`, `"compiled
     /// with the baseline compiler"`, `"loaded from the compile cache"`.
     pub fn how(&self) -> &'static str {
+        if self.fetched {
+            return "fetched compiled from the store";
+        }
         match (self.from_cache, self.tier) {
             (true, Tier::Optimized) => "loaded from the compile cache",
             (true, Tier::Baseline) => "loaded baseline code from the compile cache",
@@ -279,6 +286,8 @@ impl fmt::Debug for Plugin {
 /// The process's WebAssembly sandbox. Create one and share it.
 pub struct Sandbox {
     engine: Engine,
+    /// [`cache::engine_key`] of `engine`.
+    engine_key: String,
     linker: Linker<HostState>,
     cache: Option<CompileCache>,
     /// Cranelift's incremental cache, beside the compile cache.

@@ -21,7 +21,7 @@ use wasmtime::{Engine, InstanceAllocationStrategy, Strategy};
 
 use crate::job::Digest;
 use crate::sandbox::cache::CompileCache;
-use crate::sandbox::engine::{Allocator, Tier, link, linker_for, pooling, shared_config};
+use crate::sandbox::engine::{Allocator, Kept, Share, Tier, link, linker_for, pooling, shared_config};
 use crate::sandbox::state::HostState;
 use crate::sandbox::{Loaded, Plugin, Sandbox, SandboxConfig, SandboxError, one_line};
 
@@ -104,9 +104,14 @@ impl Sandbox {
         if let Some(plugin) = baseline.pending().get(&digest) {
             return Ok(plugin.clone());
         }
-        if let Some(component) = self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest)) {
-            let loaded =
-                Loaded { duration: started.elapsed(), from_cache: true, functions: None, tier: Tier::Optimized };
+        if let Some((component, kept)) = self.kept_code(&digest) {
+            let loaded = Loaded {
+                duration: started.elapsed(),
+                from_cache: kept == Kept::Cache,
+                fetched: kept == Kept::Store,
+                functions: None,
+                tier: Tier::Optimized,
+            };
             return Ok(Plugin::new(digest, link(&self.linker, &component)?, loaded));
         }
         let cached = baseline.cache.as_ref().and_then(|c| c.get(&baseline.engine, &digest));
@@ -129,7 +134,8 @@ impl Sandbox {
             },
         };
         let pre = link(&baseline.linker, &component)?;
-        let loaded = Loaded { duration: started.elapsed(), from_cache, functions: None, tier: Tier::Baseline };
+        let loaded =
+            Loaded { duration: started.elapsed(), from_cache, fetched: false, functions: None, tier: Tier::Baseline };
         let plugin = Plugin::new(digest, pre, loaded);
         baseline.pending().insert(digest, plugin.clone());
         baseline.waiting.send_modify(|n| *n += 1);
@@ -191,8 +197,8 @@ impl Sandbox {
 /// Behind the plugin's first jobs: write its baseline code to the compile
 /// cache (when it was compiled now), compile it with Cranelift (one such
 /// compile at a time, on the compile threads at their priority, through the
-/// function cache and into the compile cache), and hand its jobs the
-/// optimized code. Nothing is done once the sandbox is gone.
+/// function cache, into the compile cache and the store's shared code),
+/// and hand its jobs the optimized code. Nothing is done once the sandbox is gone.
 fn optimize_behind(sandbox: Weak<Sandbox>, plugin: Plugin, bytes: Arc<Vec<u8>>, write: Option<Component>) {
     let digest = plugin.digest();
     if let (Some(component), Some(sandbox)) = (write, sandbox.upgrade())
@@ -207,7 +213,7 @@ fn optimize_behind(sandbox: Weak<Sandbox>, plugin: Plugin, bytes: Arc<Vec<u8>>, 
     let _turn = turn.blocking_lock();
     let Some(sandbox) = sandbox.upgrade() else { return };
     let started = Instant::now();
-    match sandbox.compile_optimized(&bytes, &digest).and_then(|c| link(&sandbox.linker, &c)) {
+    match sandbox.compile_optimized(&bytes, &digest, Share::Now).and_then(|c| link(&sandbox.linker, &c)) {
         Ok(pre) => {
             plugin.replace_code(Tier::Optimized, pre);
             tracing::info!(%digest, ms = started.elapsed().as_millis() as u64, "optimized code ready; later jobs run it");

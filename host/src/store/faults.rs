@@ -18,8 +18,9 @@ use super::{
     FoundToken, JobClaimParams, JobDecideParams, JobFinishParams, JobInsertParams, JobListParams, JobProgressParams,
     JobRedriveParams, JobReleaseParams, JobRetryParams, JobStore, Jobs, JobsDeleteParams, JobsExpireParams, Lease,
     LeaseExtendParams, LeaseReclaimParams, LeaseState, Leases, PlanInsertParams, PlanListParams, Plans,
-    PlansAdvanceParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, Principals,
-    ReclaimReport, RedriveResult, Sessions, StoreError, Sweeps, WorkerDiedParams, Workers, WorkersSnapshot,
+    PlansAdvanceParams, PluginCodePutParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams,
+    Plugins, Principals, ReclaimReport, RedriveResult, Sessions, StoreError, Sweeps, WorkerDiedParams, Workers,
+    WorkersSnapshot,
 };
 use crate::access::{Principal, TokenRecord};
 use crate::clock::Timestamp;
@@ -323,6 +324,19 @@ impl Plugins for FaultyStore {
 
     async fn plugins_undeclared(&self) -> Result<Vec<Digest>, StoreError> {
         self.around(Op::Undeclared, self.inner.plugins_undeclared()).await
+    }
+
+    async fn plugin_code_get(
+        &self,
+        digest: Digest,
+        engine: String,
+        now: Timestamp,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.plugin_code_get(digest, engine, now).await
+    }
+
+    async fn plugin_code_put(&self, params: PluginCodePutParams) -> Result<bool, StoreError> {
+        self.inner.plugin_code_put(params).await
     }
 
     async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {

@@ -58,7 +58,9 @@ pub use leases::{
 };
 pub use pauses::{MAX_PAUSE_REASON_BYTES, PauseParams, Pauses, PluginPause, ResumeParams};
 pub use plans::{PlanInsertParams, PlanListParams, Plans};
-pub use plugins::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins};
+pub use plugins::{
+    PluginCodePutParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins,
+};
 pub use principals::{FoundToken, Principals};
 pub use rate_limits::{RateLimitRemoveParams, RateLimits, RateReserveParams};
 pub use rules::audit::{ChainBreak, ChainCheck, verify_chain};

@@ -71,8 +71,26 @@ pub struct PluginPutParams {
     pub now: Timestamp,
 }
 
-/// Plugin bytes by digest, registered names, and what each registration
-/// grants and requires.
+/// Parameters of [`Plugins::plugin_code_put`].
+#[derive(Debug, Clone)]
+pub struct PluginCodePutParams {
+    /// A stored plugin's digest.
+    pub digest: Digest,
+    /// Which engine configuration compiled it: code is only ever read back
+    /// under the same key.
+    pub engine: String,
+    /// The compiled code, opaque to the store: whoever reads it checks it.
+    pub code: Vec<u8>,
+    /// Most bytes of compiled code kept in all, least recently used
+    /// dropped first.
+    pub bound: u64,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// Plugin bytes by digest, registered names, what each registration
+/// grants and requires, and the compiled code of each digest, so a fleet
+/// compiles a plugin once.
 #[async_trait::async_trait]
 pub trait Plugins: Send + Sync + std::fmt::Debug {
     /// Store plugin bytes and their declared requests under their digest
@@ -103,6 +121,22 @@ pub trait Plugins: Send + Sync + std::fmt::Debug {
     /// Every registered name in name order (each name's newest version
     /// first), then every stored digest that has no name.
     async fn plugin_list(&self) -> Result<Vec<PluginInfo>, StoreError>;
+
+    /// The compiled code kept for `digest` under `engine`, marked used at
+    /// `now`; `None` when none is kept.
+    async fn plugin_code_get(
+        &self,
+        digest: Digest,
+        engine: String,
+        now: Timestamp,
+    ) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Keep compiled code of a stored plugin (replacing what that digest
+    /// and engine had), then drop the least recently used code until all
+    /// of it fits in `bound`. `false`, keeping nothing, when the digest is
+    /// not stored or the code alone is over the bound. The code goes when
+    /// its plugin does.
+    async fn plugin_code_put(&self, params: PluginCodePutParams) -> Result<bool, StoreError>;
 
     /// Resolve a reference: a name to its most recently registered version,
     /// `name@version` exactly, a digest to itself (with its newest name).

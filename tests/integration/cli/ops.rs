@@ -224,7 +224,10 @@ fn plugins_add_compiles_into_the_cache_the_workers_read() {
     let id = done["job"]["id"].as_str().unwrap();
     let logs = json(&local(&["jobs", "logs", id, "--json"]));
     let first = &logs["records"][0];
-    assert!(first["message"].as_str().unwrap().contains("to load from the compile cache"), "{logs}");
+    assert!(
+        first["message"].as_str().unwrap().contains("while its plugin was loaded from the compile cache"),
+        "{logs}"
+    );
     assert!(first["fields"].as_array().unwrap().iter().any(|f| f[0] == "leash.compile_cached" && f[1] == "true"));
 }
 

@@ -6,4 +6,5 @@ mod hostile;
 mod pacing;
 mod plugins;
 mod polyglot;
+mod shared;
 mod tiers;

@@ -55,6 +55,7 @@ pub(in crate::cli) fn worker_builder(args: &WorkerArgs) -> Result<RuntimeBuilder
             compiler: args.compiler.parse().map_err(CliError::usage)?,
             ..SandboxConfig::default()
         })
+        .shared_code_bytes(args.shared_code_size)
         .max_workers(args.max_workers)
         .poll_interval(args.poll_interval)
         .lease_ttl(args.lease_ttl)

@@ -5,10 +5,33 @@ use deadpool_postgres::GenericClient;
 
 use super::PostgresStore;
 use super::rows::{db_err, row_to_plugin};
+use crate::clock::Timestamp;
 use crate::job::{Digest, PluginInfo, PluginRef};
 use crate::store::rules::audit::{RegistrationChange, column_value, note};
 use crate::store::rules::codec::{corrupt, grants_of, policy_of, policy_to_column, requests_of, requests_to_column};
-use crate::store::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError};
+use crate::store::{
+    PluginCodePutParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError,
+};
+
+/// The table of compiled code (one of [`MIGRATIONS`](super::schema::MIGRATIONS)).
+pub(super) const CODE_MIGRATION: &str = r#"
+-- Compiled code of stored plugins, by the engine configuration that made
+-- it: a worker that never compiled a plugin reads it instead.
+CREATE TABLE plugin_code (
+    digest     TEXT COLLATE "C" NOT NULL REFERENCES plugins (digest) ON DELETE CASCADE,
+    engine     TEXT COLLATE "C" NOT NULL,
+    code       BYTEA NOT NULL,
+    size_bytes BIGINT NOT NULL CHECK (size_bytes = length(code)),
+    used_at    BIGINT NOT NULL,
+    PRIMARY KEY (digest, engine)
+);
+"#;
+
+/// Drop the least recently used compiled code past the bound (`$1`).
+const EVICT_CODE: &str = "DELETE FROM plugin_code WHERE (digest, engine) IN (\
+     SELECT digest, engine FROM (SELECT digest, engine, \
+     SUM(size_bytes) OVER (ORDER BY used_at DESC, digest, engine) AS kept FROM plugin_code) AS ranked \
+     WHERE kept > $1::BIGINT)";
 
 #[async_trait::async_trait]
 impl Plugins for PostgresStore {
@@ -44,6 +67,52 @@ impl Plugins for PostgresStore {
                 digest.parse().map_err(|e: String| corrupt(&digest, e))
             })
             .collect()
+    }
+
+    async fn plugin_code_get(
+        &self,
+        digest: Digest,
+        engine: String,
+        now: Timestamp,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let rows = self
+            .query(
+                "reading compiled code",
+                "UPDATE plugin_code SET used_at = $3 WHERE digest = $1 AND engine = $2 RETURNING code",
+                &[&digest.to_string(), &engine, &now.unix_ms()],
+            )
+            .await?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    async fn plugin_code_put(&self, params: PluginCodePutParams) -> Result<bool, StoreError> {
+        if params.code.len() as u64 > params.bound {
+            return Ok(false);
+        }
+        let err = db_err("keeping compiled code");
+        let mut client = self.client("keeping compiled code").await?;
+        let tx = client.transaction().await.map_err(&err)?;
+        // One writer of compiled code at a time, so the bound holds.
+        tx.execute("LOCK TABLE plugin_code IN SHARE ROW EXCLUSIVE MODE", &[]).await.map_err(&err)?;
+        let kept = tx
+            .execute(
+                "INSERT INTO plugin_code (digest, engine, code, size_bytes, used_at) \
+                 SELECT digest, $2, $3, $4, $5 FROM plugins WHERE digest = $1 \
+                 ON CONFLICT (digest, engine) DO UPDATE \
+                 SET code = excluded.code, size_bytes = excluded.size_bytes, used_at = excluded.used_at",
+                &[
+                    &params.digest.to_string(),
+                    &params.engine,
+                    &params.code,
+                    &(params.code.len() as i64),
+                    &params.now.unix_ms(),
+                ],
+            )
+            .await
+            .map_err(&err)?;
+        tx.execute(EVICT_CODE, &[&i64::try_from(params.bound).unwrap_or(i64::MAX)]).await.map_err(&err)?;
+        tx.commit().await.map_err(&err)?;
+        Ok(kept == 1)
     }
 
     async fn plugin_get(&self, digest: Digest) -> Result<Option<Vec<u8>>, StoreError> {

@@ -445,6 +445,7 @@ CREATE TRIGGER jobs_attempts_delete AFTER DELETE ON jobs FOR EACH ROW EXECUTE FU
     super::rate_limits::EGRESS_MIGRATION,
     super::claim::SLOTTED_MIGRATION,
     super::events::STATEMENT_MIGRATION,
+    super::plugins::CODE_MIGRATION,
 ];
 
 /// Connect, waiting up to `patience` for a server that refuses

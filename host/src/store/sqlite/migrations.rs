@@ -595,4 +595,5 @@ CREATE INDEX job_attempts_job ON job_attempts (job_id, id);
     super::labels::MIGRATION,
     super::rate_limits::MIGRATION,
     super::rate_limits::EGRESS_MIGRATION,
+    super::plugins::CODE_MIGRATION,
 ];

@@ -5,10 +5,32 @@ use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
 use super::rows::{db_err, query_plugins};
+use crate::clock::Timestamp;
 use crate::job::{Digest, PluginInfo, PluginRef};
 use crate::store::rules::audit::{RegistrationChange, column_value, note};
 use crate::store::rules::codec::{corrupt, grants_of, policy_of, policy_to_column, requests_of, requests_to_column};
-use crate::store::{PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError};
+use crate::store::{
+    PluginCodePutParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, Plugins, StoreError,
+};
+
+/// The table of compiled code (one of [`MIGRATIONS`](super::migrations::MIGRATIONS)).
+pub(super) const CODE_MIGRATION: &str = r#"
+-- Compiled code of stored plugins, by the engine configuration that made
+-- it: a process that never compiled a plugin reads it instead.
+CREATE TABLE plugin_code (
+    digest     TEXT NOT NULL REFERENCES plugins (digest) ON DELETE CASCADE,
+    engine     TEXT NOT NULL,
+    code       BLOB NOT NULL,
+    size_bytes INTEGER NOT NULL CHECK (size_bytes = length(code)),
+    used_at    INTEGER NOT NULL,
+    PRIMARY KEY (digest, engine)
+);
+"#;
+
+/// Drop the least recently used compiled code past the bound (`?1`).
+const EVICT_CODE: &str = "DELETE FROM plugin_code WHERE (digest, engine) IN (\
+     SELECT digest, engine FROM (SELECT digest, engine, \
+     SUM(size_bytes) OVER (ORDER BY used_at DESC, digest, engine) AS kept FROM plugin_code) WHERE kept > ?1)";
 
 #[async_trait::async_trait]
 impl Plugins for SqliteStore {
@@ -45,6 +67,65 @@ impl Plugins for SqliteStore {
             let mut stmt = conn.prepare_cached("SELECT digest FROM plugins WHERE requests_read = 0").map_err(&err)?;
             let digests: Vec<String> = stmt.query_map([], |r| r.get(0)).and_then(|r| r.collect()).map_err(&err)?;
             digests.into_iter().map(|d| d.parse().map_err(|e: String| corrupt(&d, e))).collect()
+        })
+        .await
+    }
+
+    async fn plugin_code_get(
+        &self,
+        digest: Digest,
+        engine: String,
+        now: Timestamp,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = (digest.to_string(), engine);
+        let read_key = key.clone();
+        let code: Option<Vec<u8>> = self
+            .read(move |conn| {
+                conn.query_row(
+                    "SELECT code FROM plugin_code WHERE digest = ?1 AND engine = ?2",
+                    params![read_key.0, read_key.1],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db_err("reading compiled code"))
+            })
+            .await?;
+        if code.is_some() {
+            self.write(move |conn| {
+                conn.execute(
+                    "UPDATE plugin_code SET used_at = ?3 WHERE digest = ?1 AND engine = ?2",
+                    params![key.0, key.1, now.unix_ms()],
+                )
+                .map_err(db_err("marking compiled code used"))
+            })
+            .await?;
+        }
+        Ok(code)
+    }
+
+    async fn plugin_code_put(&self, params: PluginCodePutParams) -> Result<bool, StoreError> {
+        if params.code.len() as u64 > params.bound {
+            return Ok(false);
+        }
+        self.write_all_or_nothing(move |conn| {
+            let err = db_err("keeping compiled code");
+            let kept = conn
+                .execute(
+                    "INSERT INTO plugin_code (digest, engine, code, size_bytes, used_at) \
+                     SELECT digest, ?2, ?3, ?4, ?5 FROM plugins WHERE digest = ?1 \
+                     ON CONFLICT (digest, engine) DO UPDATE \
+                     SET code = excluded.code, size_bytes = excluded.size_bytes, used_at = excluded.used_at",
+                    params![
+                        params.digest.to_string(),
+                        params.engine,
+                        params.code,
+                        params.code.len() as i64,
+                        params.now.unix_ms()
+                    ],
+                )
+                .map_err(&err)?;
+            conn.execute(EVICT_CODE, params![i64::try_from(params.bound).unwrap_or(i64::MAX)]).map_err(&err)?;
+            Ok(kept == 1)
         })
         .await
     }

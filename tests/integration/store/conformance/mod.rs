@@ -124,6 +124,8 @@ macro_rules! with_cases {
                 grants_belong_to_a_registration_and_are_pinned_on_jobs,
                 approval_policy_belongs_to_a_registration,
                 declared_requests_are_kept_with_the_bytes,
+                compiled_code_is_kept_by_digest_and_engine,
+                compiled_code_keeps_its_bound_dropping_the_least_recently_used,
             }
             plans {
                 a_plan_is_stored_with_its_execute_job,

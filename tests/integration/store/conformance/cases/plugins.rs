@@ -6,7 +6,8 @@ use std::sync::Arc;
 use leash::job::grant::Requests;
 use leash::job::{ApprovalPolicy, Digest, Grants, NewJob, PluginName};
 use leash::store::{
-    JobListParams, JobStore, PluginGrantsParams, PluginNameParams, PluginPolicyParams, PluginPutParams, StoreError,
+    JobListParams, JobStore, PluginCodePutParams, PluginGrantsParams, PluginNameParams, PluginPolicyParams,
+    PluginPutParams, StoreError,
 };
 
 use super::{T0, at, claim_one, get, insert_one, new_job, put_named, resolve};
@@ -175,4 +176,45 @@ pub(crate) async fn declared_requests_are_kept_with_the_bytes(store: Arc<dyn Job
     store.plugin_put(PluginPutParams { bytes, requests: None, actor: None, now: at(2) }).await.unwrap();
     assert_eq!(resolve(&*store, "asker").await.unwrap().requests, Some(requests), "kept by a second put");
     assert!(store.plugins_undeclared().await.unwrap().is_empty(), "every stored plugin's declaration is known");
+}
+
+fn code(digest: Digest, engine: &str, code: &[u8], bound: u64, now: u64) -> PluginCodePutParams {
+    PluginCodePutParams { digest, engine: engine.into(), code: code.to_vec(), bound, now: at(now) }
+}
+
+async fn put(store: &dyn JobStore, bytes: &[u8]) -> Digest {
+    store.plugin_put(PluginPutParams { bytes: bytes.to_vec(), requests: None, actor: None, now: T0 }).await.unwrap()
+}
+
+pub(crate) async fn compiled_code_is_kept_by_digest_and_engine(store: Arc<dyn JobStore>) {
+    let digest = put(&*store, b"plugin").await;
+    assert!(store.plugin_code_put(code(digest, "engine-a", b"code a", 1 << 20, 1)).await.unwrap());
+    assert!(store.plugin_code_put(code(digest, "engine-b", b"code b", 1 << 20, 2)).await.unwrap());
+    let get = |engine: &str| store.plugin_code_get(digest, engine.to_owned(), at(3));
+    assert_eq!(get("engine-a").await.unwrap().as_deref(), Some(&b"code a"[..]));
+    assert_eq!(get("engine-b").await.unwrap().as_deref(), Some(&b"code b"[..]));
+    assert_eq!(get("engine-c").await.unwrap(), None, "another engine's code is never read back");
+    // A new compile of the same digest and engine replaces the old code.
+    assert!(store.plugin_code_put(code(digest, "engine-a", b"code a2", 1 << 20, 4)).await.unwrap());
+    assert_eq!(get("engine-a").await.unwrap().as_deref(), Some(&b"code a2"[..]));
+    // Code of a plugin the store does not hold, or over the bound alone, is not kept.
+    let unknown = Digest::of(b"never stored");
+    assert!(!store.plugin_code_put(code(unknown, "engine-a", b"code", 1 << 20, 5)).await.unwrap());
+    assert_eq!(store.plugin_code_get(unknown, "engine-a".into(), at(5)).await.unwrap(), None);
+    assert!(!store.plugin_code_put(code(digest, "engine-d", b"too big", 3, 6)).await.unwrap());
+    assert_eq!(get("engine-d").await.unwrap(), None);
+}
+
+pub(crate) async fn compiled_code_keeps_its_bound_dropping_the_least_recently_used(store: Arc<dyn JobStore>) {
+    let (a, b, c) = (put(&*store, b"a").await, put(&*store, b"b").await, put(&*store, b"c").await);
+    let bound = 25;
+    let ten = [7u8; 10];
+    assert!(store.plugin_code_put(code(a, "e", &ten, bound, 1)).await.unwrap());
+    assert!(store.plugin_code_put(code(b, "e", &ten, bound, 2)).await.unwrap());
+    // Reading `a` makes `b` the least recently used.
+    assert!(store.plugin_code_get(a, "e".into(), at(3)).await.unwrap().is_some());
+    assert!(store.plugin_code_put(code(c, "e", &ten, bound, 4)).await.unwrap());
+    let kept = |d| store.plugin_code_get(d, "e".into(), at(5));
+    assert!(kept(b).await.unwrap().is_none(), "the least recently used went");
+    assert!(kept(a).await.unwrap().is_some() && kept(c).await.unwrap().is_some());
 }

@@ -1,0 +1,134 @@
+//! Compiled code shared between processes: a sandbox that never compiled a
+//! plugin reads the code another compiled, checked; damaged code and
+//! another engine's are misses, never loaded.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leash::job::{Digest, JobStatus, PluginRef, Target};
+use leash::runtime::{PluginSource, Runtime, Submit};
+use leash::sandbox::{Compiler, Sandbox, SandboxConfig, SharedCode};
+
+use crate::support::{self, GENEROUS, assert_hello_still_runs, eventually_blocking};
+
+/// Shared code kept in memory, as a store keeps it.
+#[derive(Debug, Default)]
+struct Shelf(Mutex<HashMap<(Digest, String), Vec<u8>>>);
+
+impl SharedCode for Shelf {
+    fn get(&self, digest: Digest, engine: &str) -> Option<Vec<u8>> {
+        self.0.lock().unwrap().get(&(digest, engine.to_owned())).cloned()
+    }
+
+    fn put(&self, digest: Digest, engine: &str, code: Vec<u8>) {
+        self.0.lock().unwrap().insert((digest, engine.to_owned()), code);
+    }
+}
+
+impl Shelf {
+    /// The one entry kept, once the sharing thread has written it.
+    fn only_entry(&self) -> ((Digest, String), Vec<u8>) {
+        eventually_blocking("the compiled code is shared", || {
+            let kept = self.0.lock().unwrap();
+            (kept.len() == 1).then(|| kept.iter().next().map(|(k, v)| (k.clone(), v.clone())).unwrap())
+        })
+    }
+}
+
+/// A process's sandbox: its own fresh cache folder, `shelf` shared.
+fn process(shelf: &Arc<Shelf>, compiler: Compiler) -> (Sandbox, tempfile::TempDir) {
+    let cache = tempfile::tempdir().unwrap();
+    let config = SandboxConfig {
+        compiler,
+        cache_dir: Some(cache.path().to_owned()),
+        shared_code: Some(shelf.clone()),
+        ..support::sandbox_config()
+    };
+    (Sandbox::new(config).unwrap(), cache)
+}
+
+#[tokio::test]
+async fn a_process_that_never_compiled_a_plugin_reads_its_code_from_the_store() {
+    let shelf = Arc::new(Shelf::default());
+    let hello = leash_tests::plugin_bytes("hello");
+    let (first, _cache) = process(&shelf, Compiler::Cranelift);
+    assert!(!first.load(&hello).unwrap().loaded().fetched);
+    shelf.only_entry();
+
+    let (second, second_cache) = process(&shelf, Compiler::Cranelift);
+    let loaded = second.load(&hello).unwrap().loaded();
+    assert!(loaded.fetched && !loaded.from_cache, "{loaded:?}");
+    assert_eq!(loaded.how(), "fetched compiled from the store");
+    assert_hello_still_runs(&second).await;
+    // What it fetched is in its own cache now.
+    let alone = Arc::new(Shelf::default());
+    let config = SandboxConfig {
+        compiler: Compiler::Cranelift,
+        cache_dir: Some(second_cache.path().to_owned()),
+        shared_code: Some(alone),
+        ..support::sandbox_config()
+    };
+    assert!(Sandbox::new(config).unwrap().load(&hello).unwrap().loaded().from_cache);
+}
+
+#[test]
+fn damaged_shared_code_is_a_miss_and_is_replaced() {
+    let shelf = Arc::new(Shelf::default());
+    let hello = leash_tests::plugin_bytes("hello");
+    process(&shelf, Compiler::Cranelift).0.load(&hello).unwrap();
+    let (key, sound) = shelf.only_entry();
+    let mut damaged = sound.clone();
+    damaged[sound.len() / 2] ^= 0x40;
+    shelf.put(key.0, &key.1, damaged.clone());
+
+    let loaded = process(&shelf, Compiler::Cranelift).0.load(&hello).unwrap().loaded();
+    assert!(!loaded.fetched && !loaded.from_cache, "damaged code is compiled again: {loaded:?}");
+    eventually_blocking("the damaged code is replaced", || (shelf.get(key.0, &key.1)? != damaged).then_some(()));
+    assert!(process(&shelf, Compiler::Cranelift).0.load(&hello).unwrap().loaded().fetched);
+}
+
+#[test]
+fn another_engines_code_is_never_loaded() {
+    let hello = leash_tests::plugin_bytes("hello");
+    // Winch's code, sealed sound, put where Cranelift's would be.
+    let winch = Arc::new(Shelf::default());
+    process(&winch, Compiler::Winch).0.load(&hello).unwrap();
+    let (_, foreign) = winch.only_entry();
+    let cranelift = Arc::new(Shelf::default());
+    process(&cranelift, Compiler::Cranelift).0.load(&hello).unwrap();
+    let (key, _) = cranelift.only_entry();
+    assert_ne!(winch.only_entry().0.1, key.1, "each engine has its own key");
+    cranelift.put(key.0, &key.1, foreign);
+
+    let (sandbox, _cache) = process(&cranelift, Compiler::Cranelift);
+    let loaded = sandbox.load(&hello).unwrap().loaded();
+    assert!(!loaded.fetched, "{loaded:?}");
+}
+
+/// Through a runtime: `plugins add` in one process keeps the compiled code
+/// in the store, and a worker on another machine (its own cache folder)
+/// runs its first job on it without compiling.
+#[tokio::test]
+async fn a_new_worker_runs_a_plugin_added_elsewhere_without_compiling_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = |cache: &str| {
+        Runtime::builder(dir.path().join("jobs.db"))
+            .sandbox(SandboxConfig { cache_dir: Some(dir.path().join(cache)), ..support::sandbox_config() })
+            .poll_interval(Duration::from_millis(20))
+            .build()
+    };
+    let adder = runtime("adder-cache").await.unwrap();
+    let digest = adder.plugin_add(leash_tests::plugin_bytes("hello")).await.unwrap();
+    adder.shutdown().await;
+
+    let worker = runtime("worker-cache").await.unwrap();
+    let submit =
+        Submit::new(PluginSource::Ref(PluginRef::Digest(digest)), Target::Execute, br#"{"name":"Ada"}"#.to_vec());
+    let id = worker.submit(submit).await.unwrap();
+    assert_eq!(worker.wait(id, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
+    let logs = worker.logs(id).await.unwrap();
+    let wait = &logs.records[0];
+    assert!(wait.message.contains("while its plugin was fetched compiled from the store"), "{wait:?}");
+    worker.shutdown().await;
+}
