@@ -7,14 +7,16 @@
 //! figures are printed.
 //!
 //! 1. **Time to first output**: `Runtime::plugin_register` (what `leash
-//!    plugins add` does: validate, compile into the cache, store), then a
+//!    plugins add` does: validate, compile into the caches, store), then a
 //!    submit and the wait for its output, in a runtime with 16 slots (a
-//!    `leash serve`). *Cold*: empty caches and a digest never seen; again
-//!    with the function cache off (what it costs a miss). *Warm*: a fresh
-//!    runtime (a restarted or second worker) whose compile cache already
-//!    holds the plugin; its first job loads it.
+//!    `leash serve`), with empty caches and a digest never seen: with the
+//!    tiered compiler (the default), and with Cranelift alone. *Optimized*:
+//!    when the tiered plugin's optimized code was ready. *New worker*: a
+//!    fresh runtime on the same store with an empty compile cache (another
+//!    machine): its first job reads the code from the store. *Warm*: a
+//!    fresh runtime on the same compile cache (a restarted worker).
 //! 2. **A second plugin**: in the runtime the cold hello left, the same
-//!    for the language's `echo`, with the function cache and without.
+//!    for the language's `echo`, tiered and with Cranelift alone.
 //! 3. **Throughput beside a compile**: `echo` jobs kept queued on the same
 //!    16 slots; their completions per second while a job of a new large
 //!    plugin (a fresh digest each round: the Python guest with a custom
@@ -24,8 +26,8 @@
 //!
 //! `LEASH_BENCH_COMPILE_NICE=N` sets the compile threads' niceness (default
 //! 10), `LEASH_BENCH_FUNCTION_CACHE=0` turns the function cache off in
-//! part 3, and `LEASH_BENCH_COMPILER=winch` compiles everything with the
-//! baseline compiler, for A/B runs.
+//! part 3, and `LEASH_BENCH_COMPILER=cranelift` (or `winch`) compiles
+//! parts 1 and 3 with that compiler alone, for A/B runs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use leash::job::{PluginName, PluginRef, Target};
 use leash::runtime::{PluginSource, Runtime, Submit};
-use leash::sandbox::SandboxConfig;
+use leash::sandbox::{Compiler, SandboxConfig};
 use leash_tests::polyglot::{self, Lang};
 
 #[path = "support/mod.rs"]
@@ -46,7 +48,7 @@ async fn runtime(dir: &std::path::Path, cache: &std::path::Path, completions: Ar
         Ok("0") => FUNCTIONS_OFF,
         _ => FUNCTIONS_ON,
     };
-    runtime_with(dir, cache, completions, functions).await
+    runtime_with(dir, cache, completions, functions, compiler()).await
 }
 
 /// The function cache's bound: the default, or 0 (off).
@@ -58,13 +60,14 @@ async fn runtime_with(
     cache: &std::path::Path,
     completions: Arc<AtomicU64>,
     function_cache_bytes: u64,
+    compiler: Compiler,
 ) -> Runtime {
     Runtime::builder(dir.join("first.db"))
         .sandbox(SandboxConfig {
             cache_dir: Some(cache.to_owned()),
             compile_nice: compile_nice(),
             function_cache_bytes,
-            compiler: compiler(),
+            compiler,
             ..support::sandbox_config(SLOTS)
         })
         .max_workers(SLOTS)
@@ -77,12 +80,10 @@ async fn runtime_with(
         .unwrap()
 }
 
-/// `LEASH_BENCH_COMPILER=winch` compiles with the baseline compiler.
-fn compiler() -> leash::sandbox::Compiler {
-    match std::env::var("LEASH_BENCH_COMPILER").as_deref() {
-        Ok("winch") => leash::sandbox::Compiler::Winch,
-        _ => leash::sandbox::Compiler::Cranelift,
-    }
+/// `LEASH_BENCH_COMPILER=cranelift` (or `winch`) compiles parts 1 and 3's
+/// plugins with that compiler alone; tiered unless told.
+fn compiler() -> Compiler {
+    std::env::var("LEASH_BENCH_COMPILER").map_or(Compiler::Tiered, |c| c.parse().unwrap())
 }
 
 /// `LEASH_BENCH_COMPILE_NICE` overrides the default, for A/B runs.
@@ -118,9 +119,9 @@ async fn add_then_first_output(runtime: &Runtime, bytes: Vec<u8>, name: &PluginN
     (added, started.elapsed())
 }
 
-/// A fresh runtime on the same database and a cache that has the plugin:
+/// A fresh runtime on the same database with the compile cache `cache`:
 /// submit-to-output of its first job.
-async fn warm_first_output(dir: &std::path::Path, cache: &std::path::Path, name: &PluginName) -> Duration {
+async fn first_output_of_a_new_process(dir: &std::path::Path, cache: &std::path::Path, name: &PluginName) -> Duration {
     let runtime = runtime(dir, cache, Arc::default()).await;
     let started = Instant::now();
     let id = runtime.submit(by_name(name, br#"{"name":"again"}"#)).await.unwrap();
@@ -146,80 +147,91 @@ async fn main() {
         }
     }
 
+    let tiered = compiler();
     println!("leash first-job benchmark, {SLOTS} slots, {rounds} rounds (medians), compile nice {}\n", compile_nice());
-    println!("Time to first output: `plugins add`, then a submit and its output. Cold: empty caches, a new digest;");
-    println!("function cache off: the same with Cranelift's incremental cache off (what the cache costs on a miss);");
-    println!("warm: a fresh runtime whose compile cache holds the plugin.\n");
+    println!("Time to first output: `plugins add`, then a submit and its output, with empty caches and a new digest:");
+    println!("with the {tiered:?} compiler, and with Cranelift alone (the ratio is the first over the second);");
+    println!("optimized: when the plugin's optimized code was ready (tiered); new worker: a fresh runtime with an");
+    println!("empty compile cache on the same store (another machine); warm: a fresh runtime on the same cache.\n");
     println!(
-        "{:<14} {:>9} {:>12} {:>14} {:>17} {:>10} {:>13}",
-        "guest", "size", "plugins add", "cold: output", "no fn cache: out", "on / off", "warm: output"
+        "{:<14} {:>9} {:>12} {:>14} {:>15} {:>7} {:>12} {:>13} {:>13}",
+        "guest",
+        "size",
+        "plugins add",
+        "cold: output",
+        "cranelift: out",
+        "ratio",
+        "optimized",
+        "new worker",
+        "warm: output"
     );
     let mut seconds = Vec::new();
     for (label, bytes, second) in &guests {
-        let (mut adds, mut colds, mut offs, mut warms) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut then_on, mut then_off, mut reused) = (Vec::new(), Vec::new(), None);
+        let (mut adds, mut colds, mut cranes, mut optimized, mut fresh, mut warms) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut then_tiered, mut then_crane) = (Vec::new(), Vec::new());
         for round in 0..rounds {
             let name = PluginName::new("guest", "1.0.0").unwrap();
-            for functions in [FUNCTIONS_ON, FUNCTIONS_OFF] {
+            for compiler in [tiered, Compiler::Cranelift] {
                 let dir = tempfile::tempdir().unwrap();
                 let cache = dir.path().join("cache");
                 let bytes = fresh_digest(bytes, round as u64 + 1);
-                let runtime = runtime_with(dir.path(), &cache, Arc::default(), functions).await;
+                let runtime = runtime_with(dir.path(), &cache, Arc::default(), FUNCTIONS_ON, compiler).await;
+                let started = Instant::now();
                 let (added, first) = add_then_first_output(&runtime, bytes, &name).await;
+                if compiler == tiered {
+                    runtime.sandbox().optimized().await;
+                    optimized.push(started.elapsed());
+                }
                 // A second, different plugin of the same language, on the
                 // caches the first left.
                 if let Some(second) = second {
                     let other = PluginName::new("second", "1.0.0").unwrap();
-                    let before = runtime.sandbox().compiled_functions();
                     let (_, took) =
                         add_then_first_output(&runtime, fresh_digest(second, round as u64 + 1), &other).await;
-                    if functions == FUNCTIONS_ON {
-                        then_on.push(took);
-                        let after = runtime.sandbox().compiled_functions();
-                        let (before, after) = (before.unwrap_or_default(), after.unwrap_or_default());
-                        reused = Some((after.reused - before.reused, after.compiled - before.compiled));
+                    if compiler == tiered {
+                        then_tiered.push(took)
                     } else {
-                        then_off.push(took);
+                        then_crane.push(took)
                     }
+                    runtime.sandbox().optimized().await;
                 }
                 runtime.shutdown().await;
-                if functions == FUNCTIONS_OFF {
-                    offs.push(first);
+                if compiler != tiered {
+                    cranes.push(first);
                     continue;
                 }
                 adds.push(added);
                 colds.push(first);
-                warms.push(warm_first_output(dir.path(), &cache, &name).await);
+                fresh.push(first_output_of_a_new_process(dir.path(), &dir.path().join("fresh-cache"), &name).await);
+                warms.push(first_output_of_a_new_process(dir.path(), &cache, &name).await);
             }
         }
-        let (cold, off) = (support::median(colds), support::median(offs));
+        let (cold, crane) = (support::median(colds), support::median(cranes));
         println!(
-            "{label:<14} {:>6.1} MB {:>9.0} ms {:>11.0} ms {:>14.0} ms {:>10.2} {:>10.0} ms",
+            "{label:<14} {:>6.1} MB {:>9.0} ms {:>11.0} ms {:>12.0} ms {:>7.2} {:>9.0} ms {:>10.0} ms {:>10.0} ms",
             bytes.len() as f64 / 1e6,
             support::ms(support::median(adds)),
             support::ms(cold),
-            support::ms(off),
-            cold.as_secs_f64() / off.as_secs_f64(),
+            support::ms(crane),
+            cold.as_secs_f64() / crane.as_secs_f64(),
+            support::ms(support::median(optimized)),
+            support::ms(support::median(fresh)),
             support::ms(support::median(warms)),
         );
-        if let Some((reused, compiled)) = reused {
-            seconds.push((label, support::median(then_on), support::median(then_off), reused, compiled));
+        if !then_tiered.is_empty() {
+            seconds.push((label, support::median(then_tiered), support::median(then_crane)));
         }
     }
     if !seconds.is_empty() {
         println!("\nA second, different plugin of the same language (its echo), after the hello compiled:");
-        println!(
-            "{:<14} {:>16} {:>17} {:>8} {:>22}",
-            "after", "cold: output", "no fn cache: out", "ratio", "functions reused"
-        );
-        for (label, on, off, reused, compiled) in seconds {
+        println!("{:<14} {:>16} {:>17} {:>8}", "after", "cold: output", "cranelift: out", "ratio");
+        for (label, tiered, crane) in seconds {
             println!(
-                "{label:<14} {:>13.0} ms {:>14.0} ms {:>8.2} {:>14} of {:<6}",
-                support::ms(on),
-                support::ms(off),
-                on.as_secs_f64() / off.as_secs_f64(),
-                reused,
-                reused + compiled
+                "{label:<14} {:>13.0} ms {:>14.0} ms {:>8.2}",
+                support::ms(tiered),
+                support::ms(crane),
+                tiered.as_secs_f64() / crane.as_secs_f64(),
             );
         }
     }
