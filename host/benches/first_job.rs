@@ -20,8 +20,8 @@
 //! 3. **Throughput beside a compile**: `echo` jobs kept queued on the same
 //!    16 slots; their completions per second while a job of a new large
 //!    plugin (a fresh digest each round: the Python guest with a custom
-//!    section appended) waits for its compile, against the same seconds
-//!    before it, alternating. The rounds share the function cache, so
+//!    section appended) is compiled (until its optimized code is ready,
+//!    when tiered), against the same seconds before it, alternating. The rounds share the function cache, so
 //!    after the first they compile little.
 //!
 //! `LEASH_BENCH_COMPILE_NICE=N` sets the compile threads' niceness (default
@@ -258,7 +258,8 @@ async fn main() {
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
     println!("\necho jobs/s on {SLOTS} slots, before and while a new large plugin compiles");
-    println!("{:<7} {:>12} {:>14} {:>10} {:>8}", "round", "before", "compiling", "compile", "ratio");
+    println!("the new plugin's first output, and when its compiles (both tiers, when tiered) were done");
+    println!("{:<7} {:>12} {:>14} {:>9} {:>9} {:>8}", "round", "before", "compiling", "output", "compiled", "ratio");
     let mut ratios = Vec::new();
     for round in 0..rounds {
         // The store, not the compile cache, holds the new plugin: the
@@ -282,12 +283,17 @@ async fn main() {
         let id = runtime.submit(job).await.unwrap();
         let done = runtime.wait(id, Duration::from_secs(300)).await.unwrap();
         assert!(done.output.is_some(), "{done:?}");
+        let output = started.elapsed();
+        // Tiered, the optimizing compile goes on behind the first job:
+        // the window lasts until it is done.
+        runtime.sandbox().optimized().await;
         let took = started.elapsed();
         let during = window(from, took);
         ratios.push(during / before);
         println!(
-            "{:<7} {before:>12.0} {during:>14.0} {:>7.1} s {:>8.2}",
+            "{:<7} {before:>12.0} {during:>14.0} {:>7.1} s {:>7.1} s {:>8.2}",
             round + 1,
+            output.as_secs_f64(),
             took.as_secs_f64(),
             during / before
         );

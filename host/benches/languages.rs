@@ -8,6 +8,7 @@
 //! size, a cold compile (no cache), a load from the compile cache, the
 //! cached artifact's size, and the per-job cost (fresh store, instantiate,
 //! run `hello`) as p50/p99, with each figure's ratio to Rust's.
+//! `LEASH_BENCH_JOBS=N` sets the number of jobs (300; 50 with `--quick`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,7 +85,8 @@ fn walk_size(dir: &std::path::Path) -> u64 {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let jobs = if quick { 50 } else { 300 };
+    // `LEASH_BENCH_JOBS=N` runs N jobs of each language, for a profiler.
+    let jobs = std::env::var("LEASH_BENCH_JOBS").map_or(if quick { 50 } else { 300 }, |n| n.parse().unwrap());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio");
     let mut rows = vec![measure("rust", &leash_tests::plugin_bytes("hello"), jobs, &runtime)];
     for (lang, name) in [(Lang::Python, "python"), (Lang::Js, "js")] {

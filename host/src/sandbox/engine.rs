@@ -101,8 +101,13 @@ impl Sandbox {
             tracing::warn!(%digest, "compiled code from the store is damaged or not this engine's; compiling it here");
             return None;
         };
-        if let Some(cache) = &self.cache {
-            cache.write(digest, &sealed);
+        // Into the compile cache behind the job, which does not wait for it.
+        if let Some(cache) = self.cache.clone() {
+            let digest = *digest;
+            let write = move || cache.write(&digest, &sealed);
+            if let Err(e) = std::thread::Builder::new().name("leash-cache-write".into()).spawn(write) {
+                tracing::warn!(error = %e, %digest, "cannot start writing fetched code to the compile cache");
+            }
         }
         Some((component, Kept::Store))
     }

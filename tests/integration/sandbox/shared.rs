@@ -61,7 +61,12 @@ async fn a_process_that_never_compiled_a_plugin_reads_its_code_from_the_store() 
     assert!(loaded.fetched && !loaded.from_cache, "{loaded:?}");
     assert_eq!(loaded.how(), "fetched compiled from the store");
     assert_hello_still_runs(&second).await;
-    // What it fetched is in its own cache now.
+    // What it fetched is in its own cache now (written behind the load).
+    eventually_blocking("the fetched code is in the compile cache", || {
+        let entries = std::fs::read_dir(second_cache.path()).ok()?.flatten();
+        let folders = entries.filter_map(|e| std::fs::read_dir(e.path()).ok());
+        folders.flatten().flatten().any(|f| f.path().extension().is_some_and(|x| x == "cwasm")).then_some(())
+    });
     let alone = Arc::new(Shelf::default());
     let config = SandboxConfig {
         compiler: Compiler::Cranelift,

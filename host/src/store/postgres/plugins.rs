@@ -25,6 +25,9 @@ CREATE TABLE plugin_code (
     used_at    BIGINT NOT NULL,
     PRIMARY KEY (digest, engine)
 );
+-- Machine code does not compress much, and tens of MB would be compressed
+-- on every write and inflated on every read: kept as it is.
+ALTER TABLE plugin_code ALTER COLUMN code SET STORAGE EXTERNAL;
 "#;
 
 /// Drop the least recently used compiled code past the bound (`$1`).
