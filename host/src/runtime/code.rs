@@ -23,11 +23,21 @@ pub(super) struct StoreCode {
     pub(super) bound: u64,
 }
 
+impl StoreCode {
+    /// Wait for `work` on the store's runtime from a thread of its own, so
+    /// a caller inside an async context (a sync `Sandbox::load` from async
+    /// code) blocks rather than panics.
+    fn wait<T: Send>(&self, work: impl Future<Output = T> + Send) -> T {
+        std::thread::scope(|scope| match scope.spawn(|| self.handle.block_on(work)).join() {
+            Ok(done) => done,
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
+    }
+}
+
 impl SharedCode for StoreCode {
     fn get(&self, digest: Digest, engine: &str) -> Option<Vec<u8>> {
-        let read = self.store.plugin_code_get(digest, engine.to_owned(), self.clock.now());
-        self.handle
-            .block_on(read)
+        self.wait(self.store.plugin_code_get(digest, engine.to_owned(), self.clock.now()))
             .inspect_err(|e| tracing::warn!(error = %e, %digest, "cannot read compiled code from the store"))
             .ok()
             .flatten()
@@ -36,7 +46,7 @@ impl SharedCode for StoreCode {
     fn put(&self, digest: Digest, engine: &str, code: Vec<u8>) {
         let params =
             PluginCodePutParams { digest, engine: engine.to_owned(), code, bound: self.bound, now: self.clock.now() };
-        if let Err(e) = self.handle.block_on(self.store.plugin_code_put(params)) {
+        if let Err(e) = self.wait(self.store.plugin_code_put(params)) {
             tracing::warn!(error = %e, %digest, "cannot keep compiled code in the store");
         }
     }

@@ -137,7 +137,15 @@ impl Sandbox {
         let loaded =
             Loaded { duration: started.elapsed(), from_cache, fetched: false, functions: None, tier: Tier::Baseline };
         let plugin = Plugin::new(digest, pre, loaded);
-        baseline.pending().insert(digest, plugin.clone());
+        {
+            let mut pending = baseline.pending();
+            // Another load of the digest got here first (with more than
+            // one compile at once): its plugin, and its optimizing compile.
+            if let Some(first) = pending.get(&digest) {
+                return Ok(first.clone());
+            }
+            pending.insert(digest, plugin.clone());
+        }
         baseline.waiting.send_modify(|n| *n += 1);
         let write = (!from_cache && baseline.cache.is_some()).then_some(component);
         if write.is_some() {

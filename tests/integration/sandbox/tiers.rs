@@ -3,10 +3,14 @@
 //! its code takes over; both tiers' code is cached.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use leash::sandbox::{Allocator, Compiler, NoObserver, Outcome, Plugin, Sandbox, SandboxConfig, StopHandle, Tier};
+use leash::job::ErrorKind;
+use leash::sandbox::{
+    Allocator, Compiler, NoObserver, Outcome, Plugin, RunLimits, Sandbox, SandboxConfig, StopHandle, Tier,
+};
 
-use crate::support::{self, limits, output_json, request};
+use crate::support::{self, GENEROUS, limits, output_json, request};
 
 /// A tiered sandbox caching in `cache` that starts every component (the
 /// small test plugins too) on the baseline tier.
@@ -96,4 +100,31 @@ async fn small_components_and_single_compilers_do_not_tier() {
     assert_eq!(plugin.loaded().tier, Tier::Baseline);
     winch.optimized().await;
     assert_eq!(greet(&winch, &plugin).await.usage.tier, Tier::Baseline, "Winch alone never replaces its code");
+}
+
+/// The baseline tier's engine of a tiered sandbox (its own epoch ticks,
+/// fuel and pool) keeps a job's limits.
+#[tokio::test]
+async fn jobs_on_baseline_code_keep_their_limits() {
+    let cache = tempfile::tempdir().unwrap();
+    let sandbox = tiered(cache.path());
+    let _hold = sandbox.hold_optimizing().await.expect("tiered");
+    let run = async |name: &str, limits: RunLimits| {
+        let plugin = sandbox.compile(Arc::new(leash_tests::plugin_bytes(name))).await.unwrap();
+        let outcome = sandbox.run(&plugin, request(b"", limits), &StopHandle::new(), Arc::new(NoObserver)).await;
+        assert_eq!(outcome.usage.tier, Tier::Baseline, "{name}");
+        outcome
+    };
+    let kind = |outcome: &Outcome| outcome.result.as_ref().unwrap_err().kind;
+    let timeout = Duration::from_millis(200);
+    let outcome = run("spin", RunLimits { timeout, ..limits() }).await;
+    assert_eq!(kind(&outcome), ErrorKind::Timeout);
+    assert!(outcome.usage.duration < GENEROUS, "{:?}", outcome.usage.duration);
+    let fuel = 50_000_000;
+    let outcome = run("spin", RunLimits { fuel: Some(fuel), ..limits() }).await;
+    assert_eq!((kind(&outcome), outcome.usage.fuel_used), (ErrorKind::OutOfFuel, fuel));
+    let memory = 32 << 20;
+    let outcome = run("alloc-bomb", RunLimits { memory_bytes: memory, ..limits() }).await;
+    assert_eq!(kind(&outcome), ErrorKind::MemoryLimit);
+    assert!(outcome.usage.peak_memory_bytes <= memory);
 }
