@@ -463,7 +463,8 @@ pub struct SandboxConfig {
     /// What a component may contain; checked before compiling, and the
     /// pooling allocator's per-component sizes.
     pub components: ComponentLimits,
-    /// Components compiled at once (at least 1).
+    /// Components compiled at once for loads that wait (at least 1); under
+    /// [`Compiler::Tiered`] one optimizing compile may run beside them.
     pub compile_concurrency: usize,
     /// Niceness added to the compile threads (0 to 19; 0: the process's
     /// own priority). With CPU to spare a compile runs at full speed; on

@@ -100,9 +100,11 @@ pub const HOSTCALL_SLACK_BYTES: usize = 1 << 20;
 /// What one `write` to a captured stdout or stderr may carry (the permit
 /// `check-write` gives).
 pub const STREAM_WRITE_PERMIT: usize = 64 << 10;
-/// Default number of components compiled at once; more wait their turn.
-/// One: a compile at the caps costs ~5.5 s and ~450 MiB here (BENCHMARKS.md),
-/// and Cranelift already spreads one compile over every core.
+/// Default number of components compiled at once for loads that wait;
+/// more wait their turn. One: a compile at the caps costs ~5.5 s and
+/// ~450 MiB here (BENCHMARKS.md), and Cranelift already spreads one
+/// compile over every core. Under [`Compiler::Tiered`] one optimizing
+/// compile behind the jobs may run beside it.
 pub const DEFAULT_COMPILE_CONCURRENCY: usize = 1;
 
 /// Default bytes of each pooled guest memory kept resident between
