@@ -70,6 +70,9 @@ async fn runtime_with(
             compiler,
             ..support::sandbox_config(SLOTS)
         })
+        // The "new worker" reads the code from the store: SQLite keeps
+        // none unless told.
+        .shared_code_bytes(leash::runtime::DEFAULT_SHARED_CODE_BYTES)
         .max_workers(SLOTS)
         .poll_interval(Duration::from_millis(50))
         .on_complete(move |_| {
@@ -236,6 +239,8 @@ async fn main() {
         }
     }
 
+    new_workers_on_postgres(&guests).await;
+
     let Some(large) = python else { return };
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
@@ -302,4 +307,44 @@ async fn main() {
     feeder.await.unwrap();
     runtime.shutdown().await;
     println!("\nthroughput kept while compiling (median): {:.2}", support::median(ratios));
+}
+
+/// Part 1 again for the new worker alone, with the store on PostgreSQL
+/// (`LEASH_BENCH_POSTGRES` or `LEASH_TEST_POSTGRES`, a fresh schema per
+/// guest): one runtime adds the plugin and runs it until its optimized code
+/// is kept; a second, with an empty compile cache, runs its first job.
+async fn new_workers_on_postgres(guests: &[(&str, Vec<u8>, Option<Vec<u8>>)]) {
+    let Some(base) = std::env::var("LEASH_BENCH_POSTGRES").ok().or_else(|| std::env::var("LEASH_TEST_POSTGRES").ok())
+    else {
+        println!("\nLEASH_BENCH_POSTGRES is not set: the new worker on PostgreSQL is skipped");
+        return;
+    };
+    println!("\nA new worker's first output with the store on PostgreSQL (code read from plugin_code):");
+    println!("{:<14} {:>12}", "guest", "new worker");
+    for (label, bytes, _) in guests {
+        let schema = leash_tests::pg::Schema::create(&base).await;
+        let dir = tempfile::tempdir().unwrap();
+        let build = |cache: std::path::PathBuf| {
+            Runtime::builder(schema.url.clone())
+                .sandbox(SandboxConfig { cache_dir: Some(cache), ..support::sandbox_config(SLOTS) })
+                .max_workers(SLOTS)
+                .poll_interval(Duration::from_millis(50))
+                .build()
+        };
+        let name = PluginName::new("guest", "1.0.0").unwrap();
+        let first = build(dir.path().join("cache")).await.unwrap();
+        add_then_first_output(&first, fresh_digest(bytes, 7), &name).await;
+        first.sandbox().optimized().await;
+        first.shutdown().await;
+        let worker = build(dir.path().join("fresh-cache")).await.unwrap();
+        let started = Instant::now();
+        let id = worker.submit(by_name(&name, br#"{"name":"again"}"#)).await.unwrap();
+        let job = worker.wait(id, Duration::from_secs(300)).await.unwrap();
+        assert!(job.output.is_some(), "{job:?}");
+        let took = started.elapsed();
+        let logs = worker.logs(id).await.unwrap();
+        assert!(logs.records[0].message.contains("fetched compiled from the store"), "{:?}", logs.records[0]);
+        worker.shutdown().await;
+        println!("{label:<14} {:>9.0} ms", support::ms(took));
+    }
 }

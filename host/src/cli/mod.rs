@@ -353,9 +353,10 @@ struct WorkerArgs {
     /// Bytes of compiled code kept in the store for every process (table
     /// `plugin_code`, least recently used dropped first): a worker that
     /// never compiled a plugin reads its code from there instead of
-    /// compiling it. 0 keeps none.
-    #[arg(long, env = "LEASH_SHARED_CODE_SIZE", value_name = "SIZE", value_parser = parse_size, default_value = "2GiB")]
-    shared_code_size: u64,
+    /// compiling it. 0 keeps none. Default: 2GiB on PostgreSQL; 0 on
+    /// SQLite, whose processes share one machine and its compile cache.
+    #[arg(long, env = "LEASH_SHARED_CODE_SIZE", value_name = "SIZE", value_parser = parse_size)]
+    shared_code_size: Option<u64>,
     /// Which compiler makes plugins' code: `tiered` (default: a large
     /// plugin's first jobs run on code from the quick baseline compiler,
     /// Winch, while the optimizing one, Cranelift, compiles it behind them
@@ -553,7 +554,7 @@ mod tests {
         };
         assert_eq!(args.keep_resident, crate::sandbox::DEFAULT_KEEP_RESIDENT_BYTES);
         assert_eq!(args.function_cache_size, crate::sandbox::DEFAULT_FUNCTION_CACHE_BYTES);
-        assert_eq!(args.shared_code_size, crate::runtime::DEFAULT_SHARED_CODE_BYTES);
+        assert_eq!(args.shared_code_size, None, "the backend's default");
         assert_eq!(args.compile_nice, crate::sandbox::DEFAULT_COMPILE_NICE);
         assert_eq!(args.compiler.parse::<crate::sandbox::Compiler>(), Ok(crate::sandbox::Compiler::Tiered));
     }

@@ -28,7 +28,7 @@ pub struct RuntimeBuilder {
     pub(super) store: Option<Arc<dyn JobStore>>,
     pub(super) durability: Durability,
     pub(super) sandbox: SandboxConfig,
-    pub(super) shared_code_bytes: u64,
+    pub(super) shared_code_bytes: Option<u64>,
     pub(super) worker: WorkerConfig,
     pub(super) job_ttl: Duration,
     pub(super) event_ttl: Duration,
@@ -98,10 +98,12 @@ impl RuntimeBuilder {
     }
 
     /// Most bytes of compiled code the store keeps for every process
-    /// (default 2 GiB, least recently used dropped first): a worker that
-    /// never compiled a plugin reads its code from there. 0 keeps none.
+    /// (least recently used dropped first): a worker that never compiled a
+    /// plugin reads its code from there. 0 keeps none. Default: 2 GiB on
+    /// PostgreSQL; none on SQLite, whose processes share one machine and
+    /// so its compile cache folder.
     pub fn shared_code_bytes(mut self, bytes: u64) -> Self {
-        self.shared_code_bytes = bytes;
+        self.shared_code_bytes = Some(bytes);
         self
     }
 
@@ -330,12 +332,16 @@ impl RuntimeBuilder {
         };
         declare_stored_plugins(store.as_ref(), self.clock.as_ref()).await?;
         let mut sandbox_config = self.sandbox.clone();
-        if self.shared_code_bytes > 0 {
+        let shared_code_bytes = self.shared_code_bytes.unwrap_or(match self.database {
+            Database::Postgres(_) => super::code::DEFAULT_SHARED_CODE_BYTES,
+            Database::Sqlite(_) => 0,
+        });
+        if shared_code_bytes > 0 {
             sandbox_config.shared_code = Some(Arc::new(super::code::StoreCode {
                 store: store.clone(),
                 clock: self.clock.clone(),
                 handle: tokio::runtime::Handle::current(),
-                bound: self.shared_code_bytes,
+                bound: shared_code_bytes,
             }));
         }
         let sandbox = Arc::new(Sandbox::new(sandbox_config).map_err(RuntimeError::Sandbox)?);
@@ -423,7 +429,7 @@ impl Runtime {
             store: None,
             durability: Durability::Normal,
             sandbox: SandboxConfig::default(),
-            shared_code_bytes: super::code::DEFAULT_SHARED_CODE_BYTES,
+            shared_code_bytes: None,
             worker: WorkerConfig {
                 max_workers: DEFAULT_MAX_WORKERS,
                 poll_interval: DEFAULT_POLL_INTERVAL,

@@ -9,7 +9,8 @@ use crate::job::Digest;
 use crate::sandbox::SharedCode;
 use crate::store::{JobStore, PluginCodePutParams};
 
-/// Default bound on the compiled code the store keeps for every process.
+/// Default bound on the compiled code a PostgreSQL store keeps for every
+/// process (an SQLite one keeps none unless told).
 pub const DEFAULT_SHARED_CODE_BYTES: u64 = 2 << 30;
 
 /// The store's `plugin_code`, for the sandbox's compile threads.

@@ -111,17 +111,19 @@ fn another_engines_code_is_never_loaded() {
     assert!(!loaded.fetched, "{loaded:?}");
 }
 
-/// Through a runtime: `plugins add` in one process keeps the compiled code
-/// in the store, and a worker on another machine (its own cache folder)
-/// runs its first job on it without compiling.
-#[tokio::test]
-async fn a_new_worker_runs_a_plugin_added_elsewhere_without_compiling_it() {
+/// `plugins add` through one runtime, then a worker runtime with an empty
+/// compile cache (another machine) on the same store runs a job of it:
+/// how that worker's first job got the plugin ready.
+async fn worker_after_add(database: &str, bound: Option<u64>) -> String {
     let dir = tempfile::tempdir().unwrap();
     let runtime = |cache: &str| {
-        Runtime::builder(dir.path().join("jobs.db"))
+        let mut builder = Runtime::builder(database)
             .sandbox(SandboxConfig { cache_dir: Some(dir.path().join(cache)), ..support::sandbox_config() })
-            .poll_interval(Duration::from_millis(20))
-            .build()
+            .poll_interval(Duration::from_millis(20));
+        if let Some(bound) = bound {
+            builder = builder.shared_code_bytes(bound);
+        }
+        builder.build()
     };
     let adder = runtime("adder-cache").await.unwrap();
     let digest = adder.plugin_add(leash_tests::plugin_bytes("hello")).await.unwrap();
@@ -133,7 +135,32 @@ async fn a_new_worker_runs_a_plugin_added_elsewhere_without_compiling_it() {
     let id = worker.submit(submit).await.unwrap();
     assert_eq!(worker.wait(id, GENEROUS).await.unwrap().status, JobStatus::Succeeded);
     let logs = worker.logs(id).await.unwrap();
-    let wait = &logs.records[0];
-    assert!(wait.message.contains("while its plugin was fetched compiled from the store"), "{wait:?}");
     worker.shutdown().await;
+    logs.records[0].message.clone()
+}
+
+const FETCHED: &str = "while its plugin was fetched compiled from the store";
+
+/// On PostgreSQL a fleet shares compiled code unless told not to.
+#[tokio::test]
+async fn a_new_worker_on_postgres_runs_a_plugin_added_elsewhere_without_compiling_it() {
+    let Some(base) = leash_tests::pg::url() else { return };
+    let schema = leash_tests::pg::Schema::create(&base).await;
+    let said = worker_after_add(&schema.url, None).await;
+    assert!(said.contains(FETCHED), "{said}");
+    let schema = leash_tests::pg::Schema::create(&base).await;
+    let said = worker_after_add(&schema.url, Some(0)).await;
+    assert!(said.contains("while its plugin was compiled"), "{said}");
+}
+
+/// On SQLite the store keeps compiled code only when told to.
+#[tokio::test]
+async fn on_sqlite_compiled_code_is_shared_through_the_store_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("jobs.db").to_string_lossy().into_owned();
+    let said = worker_after_add(&database, None).await;
+    assert!(said.contains("while its plugin was compiled"), "{said}");
+    let database = dir.path().join("shared.db").to_string_lossy().into_owned();
+    let said = worker_after_add(&database, Some(leash::runtime::DEFAULT_SHARED_CODE_BYTES)).await;
+    assert!(said.contains(FETCHED), "{said}");
 }

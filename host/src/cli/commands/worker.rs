@@ -43,6 +43,9 @@ pub(in crate::cli) fn worker_builder(args: &WorkerArgs) -> Result<RuntimeBuilder
     if let Some(ttl) = args.audit_ttl {
         builder = builder.audit_ttl(ttl);
     }
+    if let Some(bytes) = args.shared_code_size {
+        builder = builder.shared_code_bytes(bytes);
+    }
     Ok(builder
         .durability(durability(&args.store)?)
         .sandbox(SandboxConfig {
@@ -55,7 +58,6 @@ pub(in crate::cli) fn worker_builder(args: &WorkerArgs) -> Result<RuntimeBuilder
             compiler: args.compiler.parse().map_err(CliError::usage)?,
             ..SandboxConfig::default()
         })
-        .shared_code_bytes(args.shared_code_size)
         .max_workers(args.max_workers)
         .poll_interval(args.poll_interval)
         .lease_ttl(args.lease_ttl)
