@@ -43,6 +43,9 @@ mod support;
 
 const SLOTS: usize = 16;
 
+/// A guest measured: its label, its bytes, and its language's second plugin.
+type Guest<'a> = (&'a str, Vec<u8>, Option<Vec<u8>>);
+
 async fn runtime(dir: &std::path::Path, cache: &std::path::Path, completions: Arc<AtomicU64>) -> Runtime {
     let functions = match std::env::var("LEASH_BENCH_FUNCTION_CACHE").as_deref() {
         Ok("0") => FUNCTIONS_OFF,
@@ -313,7 +316,7 @@ async fn main() {
 /// (`LEASH_BENCH_POSTGRES` or `LEASH_TEST_POSTGRES`, a fresh schema per
 /// guest): one runtime adds the plugin and runs it until its optimized code
 /// is kept; a second, with an empty compile cache, runs its first job.
-async fn new_workers_on_postgres(guests: &[(&str, Vec<u8>, Option<Vec<u8>>)]) {
+async fn new_workers_on_postgres(guests: &[Guest<'_>]) {
     let Some(base) = std::env::var("LEASH_BENCH_POSTGRES").ok().or_else(|| std::env::var("LEASH_TEST_POSTGRES").ok())
     else {
         println!("\nLEASH_BENCH_POSTGRES is not set: the new worker on PostgreSQL is skipped");
