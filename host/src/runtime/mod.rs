@@ -237,21 +237,23 @@ impl Runtime {
     }
 
     /// Stop claiming, stop running guests (cooperatively, then by force)
-    /// and release their leases, within the shutdown budget. Idempotent.
+    /// and release their leases, within the shutdown budget; then wait (at
+    /// most 5 s) for compiled code still being written to the compile
+    /// cache. Idempotent.
     pub async fn shutdown(&self) {
         self.inner.stop_sweeps.send_replace(true);
-        // Baseline code compiled here and still being written (`plugins
-        // add` of a large plugin just now): the next process finds it.
+        if *self.inner.pool.state.borrow() != PoolState::Stopped {
+            self.inner.pool.shutdown().await;
+            // The registry's last report (`stopped`), briefly: a store that
+            // does not answer must not hold the process.
+            let registration = self.inner.registration.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(registration) = registration {
+                let _ = tokio::time::timeout(REGISTRY_FAREWELL, registration).await;
+            }
+        }
+        // Once the jobs are put back: baseline code compiled here and still
+        // being written (`plugins add` of a large plugin just now), so the
+        // next process finds it.
         let _ = tokio::time::timeout(CACHE_WRITE_WAIT, self.inner.sandbox.cached()).await;
-        if *self.inner.pool.state.borrow() == PoolState::Stopped {
-            return;
-        }
-        self.inner.pool.shutdown().await;
-        // The registry's last report (`stopped`), briefly: a store that
-        // does not answer must not hold the process.
-        let registration = self.inner.registration.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(registration) = registration {
-            let _ = tokio::time::timeout(REGISTRY_FAREWELL, registration).await;
-        }
     }
 }
