@@ -405,11 +405,13 @@ fn a_rebuilt_plugin_reuses_its_compiled_functions_and_a_damaged_function_cache_i
     let functions = rebuilt.loaded().functions.unwrap();
     assert!(!rebuilt.loaded().from_cache);
     // Most, not all: a few functions' Cranelift input differs from one
-    // compile to the next (measured: 2 to 5 of echo's 42 here, 2-6% of a
-    // Python guest's), and each such function is compiled again.
+    // compile to the next (measured: 2 to 5 of echo's 42 here alone, 12 in
+    // one run beside the whole suite under load; 2-6% of a Python
+    // guest's), and each such function is compiled again. Without the
+    // cache a compile reuses only its own duplicates: under half (below).
     let total = first.compiled + first.reused;
     assert_eq!(functions.compiled + functions.reused, total, "{functions:?}");
-    assert!(functions.reused * 4 >= total * 3, "at least 75% reused: {functions:?} of {total}");
+    assert!(functions.reused * 2 > total, "more than half reused: {functions:?} of {total}");
     runs(&sandbox, &rebuilt);
 
     let file = walk(dir.path()).into_iter().find(|p| p.ends_with("functions.db")).expect("the function cache's file");
