@@ -28,6 +28,8 @@
 //! 10), `LEASH_BENCH_FUNCTION_CACHE=0` turns the function cache off in
 //! part 3, and `LEASH_BENCH_COMPILER=cranelift` (or `winch`) compiles
 //! parts 1 and 3 with that compiler alone, for A/B runs.
+//! `LEASH_BENCH_POSTGRES` (or `LEASH_TEST_POSTGRES`), a server URL, adds
+//! part 1's new worker with the store on PostgreSQL.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
