@@ -21,8 +21,8 @@ use crate::sandbox::state::HostState;
 use crate::sandbox::{
     BASELINE_FIRST_BYTES, DEFAULT_COMPILE_CONCURRENCY, DEFAULT_COMPILE_NICE, DEFAULT_EPOCH_TICK,
     DEFAULT_FUNCTION_CACHE_BYTES, DEFAULT_KEEP_RESIDENT_BYTES, DEFAULT_MEMORY_CEILING_BYTES, DEFAULT_POOL_SLOTS,
-    Loaded, MAX_TABLE_ELEMENTS, Plugin, Sandbox, SandboxError, bindings, lower_thread_priority, one_line, proposals,
-    shape,
+    Loaded, MAX_TABLE_ELEMENTS, Plugin, Sandbox, SandboxError, behind, bindings, lower_thread_priority, one_line,
+    proposals, shape,
 };
 
 /// What a component missing the `run` export is told: how each guest
@@ -77,7 +77,19 @@ impl Sandbox {
                 (component, None, self.compiled_functions().zip(before).map(|(after, before)| after.since(before)))
             }
         };
-        let pre = link(&self.linker, &component)?;
+        self.optimized_plugin(digest, &component, kept, functions, started)
+    }
+
+    /// A plugin on this sandbox's own code, kept from before (`kept`) or
+    /// compiled now.
+    pub(super) fn optimized_plugin(
+        &self,
+        digest: Digest,
+        component: &Component,
+        kept: Option<Kept>,
+        functions: Option<FunctionCounts>,
+        started: Instant,
+    ) -> Result<Plugin, SandboxError> {
         let loaded = Loaded {
             duration: started.elapsed(),
             from_cache: kept == Some(Kept::Cache),
@@ -85,7 +97,7 @@ impl Sandbox {
             functions,
             tier: self.own_tier(),
         };
-        Ok(Plugin::new(digest, pre, loaded))
+        Ok(Plugin::new(digest, link(&self.linker, component)?, loaded))
     }
 
     /// This sandbox's own code for `digest`, compiled before: from the
@@ -103,11 +115,8 @@ impl Sandbox {
         };
         // Into the compile cache behind the job, which does not wait for it.
         if let Some(cache) = self.cache.clone() {
-            let digest = *digest;
-            let write = move || cache.write(&digest, &sealed);
-            if let Err(e) = std::thread::Builder::new().name("leash-cache-write".into()).spawn(write) {
-                tracing::warn!(error = %e, %digest, "cannot start writing fetched code to the compile cache");
-            }
+            let key = *digest;
+            behind("leash-cache-write", digest, move || cache.write(&key, &sealed));
         }
         Some((component, Kept::Store))
     }
@@ -140,9 +149,7 @@ impl Sandbox {
         match share {
             Share::Now => put(),
             Share::Behind => {
-                if let Err(e) = std::thread::Builder::new().name("leash-share-code".into()).spawn(put) {
-                    tracing::warn!(error = %e, %digest, "cannot start sharing compiled code");
-                }
+                behind("leash-share-code", &digest, put);
             }
         }
     }

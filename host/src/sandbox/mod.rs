@@ -131,6 +131,16 @@ pub(crate) fn lower_thread_priority(nice: i32) {
     }
 }
 
+/// Run `work` on a named thread of its own, behind the job that does not
+/// wait for it; `false` (said in the log) when the thread cannot start.
+fn behind(name: &str, digest: &Digest, work: impl FnOnce() + Send + 'static) -> bool {
+    let started = std::thread::Builder::new().name(name.to_owned()).spawn(work);
+    if let Err(e) = &started {
+        tracing::warn!(error = %e, %digest, thread = name, "cannot start work behind the job");
+    }
+    started.is_ok()
+}
+
 /// Why a component could not be loaded, or the sandbox built.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -195,12 +205,11 @@ fn one_line(err: &wasmtime::Error) -> String {
 #[derive(Clone)]
 pub struct Plugin {
     digest: Digest,
-    code: std::sync::Arc<std::sync::RwLock<Code>>,
+    code: std::sync::Arc<std::sync::RwLock<std::sync::Arc<Code>>>,
     loaded: Loaded,
 }
 
 /// The code a plugin's next instance is made from.
-#[derive(Clone)]
 struct Code {
     tier: Tier,
     pre: bindings::PluginPre<HostState>,
@@ -209,7 +218,7 @@ struct Code {
 impl Plugin {
     fn new(digest: Digest, pre: bindings::PluginPre<HostState>, loaded: Loaded) -> Plugin {
         let code = Code { tier: loaded.tier, pre };
-        Plugin { digest, code: std::sync::Arc::new(std::sync::RwLock::new(code)), loaded }
+        Plugin { digest, code: std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(code))), loaded }
     }
 
     /// The sha256 of the component bytes.
@@ -227,13 +236,14 @@ impl Plugin {
         self.code().tier
     }
 
-    fn code(&self) -> Code {
+    /// What a run instantiates: one reference taken under the lock.
+    fn code(&self) -> std::sync::Arc<Code> {
         self.code.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// From now on, instances are made from `pre`.
     fn replace_code(&self, tier: Tier, pre: bindings::PluginPre<HostState>) {
-        *self.code.write().unwrap_or_else(|e| e.into_inner()) = Code { tier, pre };
+        *self.code.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(Code { tier, pre });
     }
 }
 

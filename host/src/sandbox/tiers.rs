@@ -21,9 +21,9 @@ use wasmtime::{Engine, InstanceAllocationStrategy, Strategy};
 
 use crate::job::Digest;
 use crate::sandbox::cache::CompileCache;
-use crate::sandbox::engine::{Allocator, Kept, Share, Tier, link, linker_for, pooling, shared_config};
+use crate::sandbox::engine::{Allocator, Share, Tier, link, linker_for, pooling, shared_config};
 use crate::sandbox::state::HostState;
-use crate::sandbox::{Loaded, Plugin, Sandbox, SandboxConfig, SandboxError, one_line};
+use crate::sandbox::{Loaded, Plugin, Sandbox, SandboxConfig, SandboxError, behind, one_line};
 
 /// Default of [`SandboxConfig::baseline_first_bytes`]: under
 /// [`Compiler::Tiered`](super::Compiler::Tiered), components this size or
@@ -105,14 +105,7 @@ impl Sandbox {
             return Ok(plugin.clone());
         }
         if let Some((component, kept)) = self.kept_code(&digest) {
-            let loaded = Loaded {
-                duration: started.elapsed(),
-                from_cache: kept == Kept::Cache,
-                fetched: kept == Kept::Store,
-                functions: None,
-                tier: Tier::Optimized,
-            };
-            return Ok(Plugin::new(digest, link(&self.linker, &component)?, loaded));
+            return self.optimized_plugin(digest, &component, Some(kept), None, started);
         }
         let cached = baseline.cache.as_ref().and_then(|c| c.get(&baseline.engine, &digest));
         let from_cache = cached.is_some();
@@ -156,8 +149,8 @@ impl Sandbox {
             let plugin = plugin.clone();
             move || optimize_behind(sandbox, plugin, bytes, write)
         };
-        if let Err(e) = std::thread::Builder::new().name("leash-optimize".into()).spawn(optimize) {
-            tracing::warn!(error = %e, %digest, "cannot start the optimizing compile; the plugin stays on baseline code");
+        if !behind("leash-optimize", &digest, optimize) {
+            // The plugin stays on baseline code.
             self.settle(&digest);
             baseline.writing.send_modify(|n| *n = n.saturating_sub(1));
         }
