@@ -7,7 +7,9 @@
 //! whose tool is missing. For each language it prints the component's
 //! size, a cold compile (no cache), a load from the compile cache, the
 //! cached artifact's size, and the per-job cost (fresh store, instantiate,
-//! run `hello`) as p50/p99, with each figure's ratio to Rust's.
+//! run `hello`) as p50/p99, with each figure's ratio to Rust's; then each
+//! component's size in bytes as built and after `leash plugins shrink`
+//! (its names in one compressed section).
 //! `LEASH_BENCH_JOBS=N` sets the number of jobs (300; 50 with `--quick`).
 
 use std::sync::Arc;
@@ -24,6 +26,8 @@ use support::{ms, percentile, sandbox_config, us};
 struct Figures {
     lang: &'static str,
     bytes: usize,
+    /// After `leash plugins shrink`, or why it would not.
+    shrunk: Result<leash::sandbox::names::Shrunk, String>,
     cold: Duration,
     cached: Duration,
     artifact_bytes: u64,
@@ -63,6 +67,7 @@ fn measure(lang: &'static str, bytes: &[u8], jobs: usize, runtime: &tokio::runti
     Figures {
         lang,
         bytes: bytes.len(),
+        shrunk: leash::sandbox::names::shrink(bytes),
         cold,
         cached,
         artifact_bytes,
@@ -117,5 +122,20 @@ fn main() {
             us(row.job_p99),
             ratio(row.job_p99, base.job_p99),
         );
+    }
+    println!("size in bytes, as built and after `leash plugins shrink` (names moved into one compressed section)");
+    println!("{:<7} {:>12} {:>12} {:>14} {:>14}", "lang", "built", "shrunk", "names before", "names after");
+    for row in &rows {
+        match &row.shrunk {
+            Ok(s) => println!(
+                "{:<7} {:>12} {:>12} {:>14} {:>14}",
+                row.lang,
+                row.bytes,
+                s.bytes.len(),
+                s.names_before,
+                s.names_after
+            ),
+            Err(e) => println!("{:<7} {:>12} not shrunk: {e}", row.lang, row.bytes),
+        }
     }
 }

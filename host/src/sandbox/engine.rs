@@ -16,10 +16,11 @@ use crate::sandbox::cache::{self, SharedCode};
 use crate::sandbox::functions::FunctionCounts;
 use crate::sandbox::http::SecretStore;
 use crate::sandbox::journal::cut_text;
+use crate::sandbox::names::Names;
 use crate::sandbox::shape::ComponentLimits;
 use crate::sandbox::state::HostState;
 use crate::sandbox::{
-    BASELINE_FIRST_BYTES, DEFAULT_COMPILE_CONCURRENCY, DEFAULT_COMPILE_NICE, DEFAULT_EPOCH_TICK,
+    Admitted, BASELINE_FIRST_BYTES, DEFAULT_COMPILE_CONCURRENCY, DEFAULT_COMPILE_NICE, DEFAULT_EPOCH_TICK,
     DEFAULT_FUNCTION_CACHE_BYTES, DEFAULT_KEEP_RESIDENT_BYTES, DEFAULT_MEMORY_CEILING_BYTES, DEFAULT_POOL_SLOTS,
     Loaded, MAX_TABLE_ELEMENTS, Plugin, Sandbox, SandboxError, behind, bindings, lower_thread_priority, one_line,
     proposals, shape,
@@ -43,12 +44,13 @@ impl Sandbox {
     /// Bytes over [`ComponentLimits`] are refused before compiling, with
     /// [`SandboxError::CompileLimit`].
     pub fn load(&self, bytes: &[u8]) -> Result<Plugin, SandboxError> {
-        let digest = self.admit(bytes)?;
-        self.load_optimized(bytes, digest, Instant::now())
+        let admitted = self.admit(bytes)?;
+        self.load_optimized(bytes, admitted, Instant::now())
     }
 
-    /// Check the header and size of `bytes`, and take their digest.
-    pub(super) fn admit(&self, bytes: &[u8]) -> Result<Digest, SandboxError> {
+    /// Check the header and size of `bytes`, take their digest and read
+    /// their `leash:names` section.
+    pub(super) fn admit(&self, bytes: &[u8]) -> Result<Admitted, SandboxError> {
         check_header(bytes)?;
         let limits = &self.config.components;
         if bytes.len() > limits.max_bytes {
@@ -58,7 +60,8 @@ impl Sandbox {
                 limits.max_bytes
             )));
         }
-        Ok(Digest::of(bytes))
+        let names = Names::read(bytes).map_err(SandboxError::InvalidComponent)?.map(Arc::new);
+        Ok(Admitted { digest: Digest::of(bytes), names })
     }
 
     /// The plugin's code from this sandbox's own compiler (Cranelift unless
@@ -66,9 +69,10 @@ impl Sandbox {
     pub(super) fn load_optimized(
         &self,
         bytes: &[u8],
-        digest: Digest,
+        admitted: Admitted,
         started: Instant,
     ) -> Result<Plugin, SandboxError> {
+        let digest = admitted.digest;
         let (component, kept, functions) = match self.kept_code(&digest) {
             Some((component, kept)) => (component, Some(kept), None),
             None => {
@@ -77,14 +81,14 @@ impl Sandbox {
                 (component, None, self.compiled_functions().zip(before).map(|(after, before)| after.since(before)))
             }
         };
-        self.optimized_plugin(digest, &component, kept, functions, started)
+        self.optimized_plugin(admitted, &component, kept, functions, started)
     }
 
     /// A plugin on this sandbox's own code, kept from before (`kept`) or
     /// compiled now.
     pub(super) fn optimized_plugin(
         &self,
-        digest: Digest,
+        admitted: Admitted,
         component: &Component,
         kept: Option<Kept>,
         functions: Option<FunctionCounts>,
@@ -97,7 +101,7 @@ impl Sandbox {
             functions,
             tier: self.own_tier(),
         };
-        Ok(Plugin::new(digest, link(&self.linker, component)?, loaded))
+        Ok(Plugin::new(admitted, link(&self.linker, component)?, loaded))
     }
 
     /// This sandbox's own code for `digest`, compiled before: from the

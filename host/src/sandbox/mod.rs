@@ -25,6 +25,7 @@ mod functions;
 pub mod http;
 mod journal;
 mod limiter;
+pub mod names;
 mod outcome;
 pub mod proposals;
 mod redact;
@@ -207,6 +208,9 @@ pub struct Plugin {
     digest: Digest,
     code: std::sync::Arc<std::sync::RwLock<std::sync::Arc<Code>>>,
     loaded: Loaded,
+    /// Its `leash:names` section, read at load: names its backtraces'
+    /// frames when its modules carry none of their own.
+    names: Option<std::sync::Arc<names::Names>>,
 }
 
 /// The code a plugin's next instance is made from.
@@ -216,9 +220,9 @@ struct Code {
 }
 
 impl Plugin {
-    fn new(digest: Digest, pre: bindings::PluginPre<HostState>, loaded: Loaded) -> Plugin {
-        let code = Code { tier: loaded.tier, pre };
-        Plugin { digest, code: std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(code))), loaded }
+    fn new(admitted: Admitted, pre: bindings::PluginPre<HostState>, loaded: Loaded) -> Plugin {
+        let code = std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(Code { tier: loaded.tier, pre })));
+        Plugin { digest: admitted.digest, code, loaded, names: admitted.names }
     }
 
     /// The sha256 of the component bytes.
@@ -245,6 +249,14 @@ impl Plugin {
     fn replace_code(&self, tier: Tier, pre: bindings::PluginPre<HostState>) {
         *self.code.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(Code { tier, pre });
     }
+}
+
+/// A component's bytes, checked and read before compiling: its digest
+/// and the names it carries for backtraces.
+#[derive(Clone)]
+pub(super) struct Admitted {
+    pub(super) digest: Digest,
+    pub(super) names: Option<std::sync::Arc<names::Names>>,
 }
 
 /// How [`Sandbox::load`] made a plugin ready.

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 use wasmtime::component::ResourceTableError;
-use wasmtime::{Trap, WasmBacktrace};
+use wasmtime::{FrameInfo, Module, Trap, WasmBacktrace};
 
 use crate::job::ErrorKind;
 use crate::sandbox::capture::CapturedOutput;
 use crate::sandbox::journal::{LogRecord, Progress, cut_text};
+use crate::sandbox::names::{ModuleNames, Names};
 use crate::sandbox::request::{RunLimits, hostcall_fuel};
 use crate::sandbox::state::HostState;
 use crate::sandbox::{HOSTCALL_SLACK_BYTES, MAX_ERROR_MESSAGE_BYTES, MAX_RESOURCE_HANDLES, Tier, bindings};
@@ -170,6 +171,7 @@ pub(super) fn classify(
     limits: &RunLimits,
     stop_requested: bool,
     stderr: &CapturedOutput,
+    names: Option<&Names>,
 ) -> Result<Vec<u8>, Failure> {
     use bindings::leash::plugin::types::JobError;
     let returned = match ended {
@@ -193,7 +195,7 @@ pub(super) fn classify(
             Err(Failure { retryable: true, ..guest_error(ErrorKind::GuestError, "Retryable", message) })
         }
         Ok(Err(JobError::InvalidInput(message))) => Err(guest_error(ErrorKind::InvalidInput, "InvalidInput", message)),
-        Err(error) => Err(classify_error(&error, state, limits, stderr)),
+        Err(error) => Err(classify_error(&error, state, limits, stderr, names)),
     }
 }
 
@@ -206,6 +208,7 @@ pub(super) fn classify_error(
     state: &HostState,
     limits: &RunLimits,
     stderr: &CapturedOutput,
+    names: Option<&Names>,
 ) -> Failure {
     if let Some(why) = error.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
         return interrupted_failure(*why, limits);
@@ -218,7 +221,7 @@ pub(super) fn classify_error(
         );
     }
     let frames = error.downcast_ref::<WasmBacktrace>();
-    let backtrace = frames.map(format_backtrace);
+    let backtrace = frames.map(|f| format_backtrace(f, names));
     let failure = |kind, message: String| Failure { backtrace: backtrace.clone(), ..Failure::new(kind, message) };
     if let Some(exit) = error.chain().find_map(|cause| cause.downcast_ref::<wasmtime_wasi::I32Exit>()) {
         return failure(
@@ -261,7 +264,9 @@ pub(super) fn classify_error(
                 }
                 (refused, panic) => {
                     let mut message = format!("Trap: {trap}");
-                    let stub = frames.and_then(|f| f.frames().first()?.func_name()).filter(|_| panic.is_none());
+                    let stub =
+                        frames.filter(|f| !f.frames().is_empty()).and_then(|f| frame_names(f.frames(), 0, names).1);
+                    let stub = stub.filter(|_| panic.is_none());
                     if let Some(why) = stub.filter(|_| trap == Trap::UnreachableCodeReached).and_then(stubbed_import) {
                         message.push_str(&format!(" ({why})"));
                     }
@@ -426,17 +431,40 @@ fn python_exception(stderr: &str) -> Option<String> {
     Some(format!("Python {}", line.trim()))
 }
 
+/// The `leash:names` entry of frame `i`'s module: found by where the frame
+/// is in the file, or, for a frame with no offset (a stack overflow's, in
+/// its function's prologue), by another frame of the same module.
+fn module_names<'a>(frames: &'a [FrameInfo], i: usize, names: Option<&'a Names>) -> Option<&'a ModuleNames> {
+    let frame = frames.get(i)?;
+    let offset = frame.module_offset().or_else(|| {
+        frames.iter().filter(|f| Module::same(f.module(), frame.module())).find_map(FrameInfo::module_offset)
+    })?;
+    names?.module_at(offset)
+}
+
+/// Frame `i`'s module and function names: its module's own (`name`
+/// section), else the component's `leash:names` section's.
+fn frame_names<'a>(frames: &'a [FrameInfo], i: usize, names: Option<&'a Names>) -> (Option<&'a str>, Option<&'a str>) {
+    let frame = &frames[i];
+    let kept = || module_names(frames, i, names);
+    let module = frame.module().name().or_else(|| kept()?.name());
+    let function = frame.func_name().or_else(|| kept()?.function(frame.func_index()));
+    (module, function)
+}
+
 /// The guest's frames, innermost first, demangled; deep stacks are cut to
-/// the first [`MAX_BACKTRACE_FRAMES`].
-pub(super) fn format_backtrace(backtrace: &WasmBacktrace) -> String {
+/// the first [`MAX_BACKTRACE_FRAMES`]. Names come from the modules' own
+/// name sections, else from the component's `leash:names` section.
+pub(super) fn format_backtrace(backtrace: &WasmBacktrace, names: Option<&Names>) -> String {
     let frames = backtrace.frames();
     let mut lines: Vec<String> = frames
         .iter()
         .take(MAX_BACKTRACE_FRAMES)
         .enumerate()
         .map(|(i, frame)| {
-            let module = frame.module().name().unwrap_or("<module>");
-            match frame.func_name() {
+            let (module, function) = frame_names(frames, i, names);
+            let module = module.unwrap_or("<module>");
+            match function {
                 Some(name) => {
                     let name = cut_text(format!("{:#}", rustc_demangle::demangle(name)), MAX_FRAME_NAME_BYTES);
                     format!("{i:>3}: {}!{name}", cut_text(module.to_owned(), MAX_FRAME_NAME_BYTES))

@@ -148,7 +148,7 @@ impl Sandbox {
 
         let fuel_used = if self.config.fuel { fuel_budget - store.get_fuel().unwrap_or(0) } else { 0 };
         let mut state = store.into_data();
-        let mut result = classify(ended, &state, limits, stop.is_requested(), &stderr);
+        let mut result = classify(ended, &state, limits, stop.is_requested(), &stderr, plugin.names.as_deref());
         // A proposal the grant refused fails the execute phase, whatever
         // the guest made of the refusal.
         let book = std::mem::take(&mut state.http.book);

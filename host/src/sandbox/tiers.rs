@@ -96,16 +96,17 @@ impl Sandbox {
     /// first when that applies ([`Compiler::Tiered`]), else with this
     /// sandbox's own compiler.
     pub(super) fn load_tiered(self: &Arc<Self>, bytes: Arc<Vec<u8>>) -> Result<Plugin, SandboxError> {
-        let digest = self.admit(&bytes)?;
+        let admitted = self.admit(&bytes)?;
+        let digest = admitted.digest;
         let started = Instant::now();
         let Some(baseline) = self.baseline.as_ref().filter(|_| bytes.len() >= self.config.baseline_first_bytes) else {
-            return self.load_optimized(&bytes, digest, started);
+            return self.load_optimized(&bytes, admitted, started);
         };
         if let Some(plugin) = baseline.pending().get(&digest) {
             return Ok(plugin.clone());
         }
         if let Some((component, kept)) = self.kept_code(&digest) {
-            return self.optimized_plugin(digest, &component, Some(kept), None, started);
+            return self.optimized_plugin(admitted, &component, Some(kept), None, started);
         }
         let cached = baseline.cache.as_ref().and_then(|c| c.get(&baseline.engine, &digest));
         let from_cache = cached.is_some();
@@ -122,14 +123,14 @@ impl Sandbox {
                 // it lacks): Cranelift decides.
                 Err(e) => {
                     tracing::debug!(error = %e, %digest, "the baseline compiler refused a component; compiling it optimized");
-                    return self.load_optimized(&bytes, digest, started);
+                    return self.load_optimized(&bytes, admitted, started);
                 }
             },
         };
         let pre = link(&baseline.linker, &component)?;
         let loaded =
             Loaded { duration: started.elapsed(), from_cache, fetched: false, functions: None, tier: Tier::Baseline };
-        let plugin = Plugin::new(digest, pre, loaded);
+        let plugin = Plugin::new(admitted, pre, loaded);
         {
             let mut pending = baseline.pending();
             // Another load of the digest got here first (with more than

@@ -8,3 +8,4 @@ mod rules;
 mod run;
 mod scaffold;
 mod show;
+mod shrink;

@@ -3,6 +3,7 @@
 
 mod egress;
 mod hostile;
+mod names;
 mod pacing;
 mod plugins;
 mod polyglot;
