@@ -72,6 +72,25 @@ impl Timestamp {
     }
 }
 
+/// A duration as a person says it: `14 ms`, `1.3 s`, `41 s`, `2 min 5 s`,
+/// `1 h`, `3 h 20 min`, `2 d 4 h`.
+pub fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    let s = d.as_secs();
+    let two = |big: u64, big_unit: &str, small: u64, small_unit: &str| match small {
+        0 => format!("{big} {big_unit}"),
+        _ => format!("{big} {big_unit} {small} {small_unit}"),
+    };
+    match s {
+        _ if ms < 1000 => format!("{ms} ms"),
+        0..10 => format!("{:.1} s", d.as_secs_f64()),
+        10..60 => format!("{s} s"),
+        60..3600 => two(s / 60, "min", s % 60, "s"),
+        3600..86_400 => two(s / 3600, "h", s % 3600 / 60, "min"),
+        _ => two(s / 86_400, "d", s % 86_400 / 3600, "h"),
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const MS_PER_DAY: i64 = 86_400_000;

@@ -1,8 +1,7 @@
 // One job's page: why it waits, or what went wrong, first (see app.js).
 
 import {
-  TERMINAL, view, h, api, getJson, ago, duration, bytes, span, pluginName, badge, subscribe, firstLine, approvals,
-  debounced,
+  TERMINAL, view, h, api, getJson, duration, bytes, span, pluginName, badge, subscribe, approvals, debounced,
 } from './common.js';
 
 // ---------------------------------------------------------------- one job
@@ -24,44 +23,14 @@ async function bytesPanel(title, path) {
 }
 
 
-// Where a job that is not running stands and what it waits for, in one
-// sentence, from the job and the pool's figures.
-async function whyWaiting(job, pause) {
-  const now = Date.now();
-  if (job.status === 'queued' && pause) {
-    const by = pause.paused_by ? ` by ${pause.paused_by}` : '';
-    const why = pause.reason ? `: ${pause.reason}` : '';
-    return `Held: its plugin ${pause.name} is paused (since ${pause.paused_at}${by}${why}). It runs once the plugin is resumed.`;
-  }
-  if (job.status === 'queued' && job.rate_slot && Date.parse(job.rate_slot) > now) {
-    const key = job.rate_key ? ` (key ${job.rate_key})` : '';
-    return `waiting_rate: its rate limit ${job.rate_limit}${key} gave it the slot ${job.rate_slot} (in ${duration(new Date(now).toISOString(), job.rate_slot)}); it starts then.`;
-  }
-  if (job.status === 'queued' && Date.parse(job.run_after) > now) {
-    const why = job.last_error ? `backing off after attempt ${job.attempt} failed: ${firstLine(job.last_error)}` : 'delayed when submitted';
-    return `Not before ${job.run_after} (in ${duration(new Date(now).toISOString(), job.run_after)}): ${why}.`;
-  }
-  if (job.status === 'queued') {
-    let pool = '';
-    try {
-      const w = await getJson('/v1/workers');
-      const live = w.workers.filter((x) => !x.stale && x.state === 'running');
-      const slots = live.reduce((n, x) => n + x.slots, 0);
-      const busy = live.reduce((n, x) => n + x.running, 0);
-      pool = live.length
-        ? ` ${w.counts.queued} jobs are queued; ${busy} of ${slots} slots are busy on ${live.length} worker${live.length === 1 ? '' : 's'}.`
-        : ' No worker is running: start one (leash worker, or leash serve with its pool).';
-    } catch (_) { /* the pool's figures need the operate role */ }
-    return `Queued, ready to run for ${ago(job.run_after)}, waiting for a free slot.${pool}`;
-  }
-  if (job.status === 'pending_approval') {
-    return `Waiting for approval for ${ago(job.created_at)}: ${approvals(job.approval)}.`;
-  }
-  if (job.status === 'approved') return 'Approved; waiting for its run trigger (Run, below).';
-  if (job.status === 'running') {
-    return `Running on ${job.worker_id} for ${duration(job.started_at)}; last heartbeat ${ago(job.last_heartbeat)} ago.`;
-  }
-  return null;
+// Where a job that has not ended stands and what it waits for, in one
+// sentence: the server's answer (GET /v1/jobs/{id}/why, the same as
+// `leash jobs why`), its first letter raised.
+async function whyWaiting(job) {
+  if (TERMINAL.has(job.status)) return null;
+  const why = (await api('GET', `/v1/jobs/${job.id}/why`)).json;
+  if (!why || !why.sentence) return null;
+  return why.sentence.charAt(0).toUpperCase() + why.sentence.slice(1) + '.';
 }
 
 // A Python or JavaScript guest's own traceback in its stderr: what its
@@ -142,7 +111,7 @@ export async function jobView(id) {
       ? h('div', { class: 'progress' }, h('progress', { max: job.progress.total || 1, value: job.progress.done }),
         ` ${job.progress.done}/${job.progress.total} `, h('span', { class: 'note' }, job.progress.note))
       : null;
-    const why = await whyWaiting(job, pause);
+    const why = await whyWaiting(job);
     const lastLogs = job.status === 'failed' || job.last_error ? (await api('GET', `/v1/jobs/${id}/logs`)).json : null;
     top.replaceChildren(h('div', {},
       h('h1', {}, 'Job ', h('code', {}, job.id), ' ', badge(job.status)),

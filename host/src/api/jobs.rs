@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::access::Principal;
+use crate::access::{Principal, Role};
 use crate::api::access::{read_job, readable};
 use crate::api::error::{ApiError, ErrorBody, body_error, parse_body};
 use crate::api::requests::{BatchRequest, DecisionRequest, Execution, SubmitRequest, decision_by};
@@ -265,6 +265,30 @@ pub(super) async fn job_logs(
 ) -> Result<Response, ApiError> {
     readable(&state, &principal, id).await?;
     Ok(Json(state.runtime.logs(id).await?).into_response())
+}
+
+/// Why the job is where it is: one sentence and its evidence, from the
+/// store (what holds a queued job: a pause, its due time, its rate limit,
+/// its concurrency key, or the jobs ahead of it and the workers' slots; a
+/// gated job's approval; a running job's worker, heartbeat and lease; how
+/// an ended job ended). The pool's figures (the jobs ahead, the workers'
+/// slots) are given to the `operate` role only, as `GET /v1/workers`.
+#[utoipa::path(get, path = "/v1/jobs/{id}/why", tag = "jobs",
+    params(("id" = JobId, Path)),
+    responses(
+        (status = 200, body = crate::runtime::Why),
+        (status = 400, description = "Refused: the message names the field or limit", body = ErrorBody),
+        (status = 401, description = "Missing or wrong token", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+    ))]
+pub(super) async fn job_why(
+    State(state): State<Arc<AppState>>,
+    Extension(principal): Extension<Principal>,
+    ParsedPath(id): ParsedPath<JobId>,
+) -> Result<Response, ApiError> {
+    readable(&state, &principal, id).await?;
+    // The pool's figures are the `operate` role's, as `GET /v1/workers`.
+    Ok(Json(state.runtime.why(id, principal.may(Role::Operate)).await?).into_response())
 }
 
 /// A job's attempts, oldest first: each run's worker, start and end, how

@@ -100,6 +100,7 @@ pub fn router(runtime: Runtime, config: ApiConfig) -> Router {
         .route("/v1/jobs:retry", post(redrive::jobs_retry))
         .route("/v1/jobs/{id}", get(job_show))
         .route("/v1/jobs/{id}/logs", get(job_logs))
+        .route("/v1/jobs/{id}/why", get(jobs::job_why))
         .route("/v1/jobs/{id}/attempts", get(job_attempts))
         .route("/v1/jobs/{id}/effects", get(job_effects))
         .route("/v1/jobs/{id}/input", get(job_input))

@@ -178,6 +178,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Time between sweeps: the one set, else a third of the lease TTL,
+    /// at most 5 s.
+    pub(super) fn sweep_every(&self) -> Duration {
+        self.sweep_interval.unwrap_or((self.worker.lease_ttl / 3).min(Duration::from_secs(5)))
+    }
+
     /// Queued jobs beyond which submit refuses with backpressure. The store
     /// is counted at most once per poll interval; jobs this process submits
     /// in between are added to that count.
@@ -377,7 +383,7 @@ impl RuntimeBuilder {
         };
         if self.workers {
             tokio::spawn(pool.clone().claim_loop());
-            let interval = self.sweep_interval.unwrap_or((self.worker.lease_ttl / 3).min(Duration::from_secs(5)));
+            let interval = self.sweep_every();
             let sweeper = Sweeper::new(
                 store.clone(),
                 self.clock.clone(),

@@ -47,6 +47,7 @@ mod standing;
 mod submit;
 pub mod sweep;
 mod wait;
+mod why;
 pub use access::MAX_TOKEN_TTL;
 pub use approval::{DecisionBy, RememberFor};
 pub use builder::RuntimeBuilder;
@@ -62,6 +63,7 @@ pub use schedules::{FireReport, SCHEDULE_TICK, ScheduleSpec, ScheduleView};
 use submit::QueueDepth;
 pub use submit::{PluginSource, Submit, Submitted};
 pub use wait::{Called, Cancelled};
+pub use why::{Around, PoolFacts, Why, explain};
 
 /// Default job slots per process.
 pub const DEFAULT_MAX_WORKERS: usize = 4;

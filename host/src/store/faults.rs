@@ -226,6 +226,10 @@ impl Jobs for FaultyStore {
         self.inner.oldest_queued_due().await
     }
 
+    async fn jobs_ahead(&self, job: &Job, now: Timestamp) -> Result<u64, StoreError> {
+        self.inner.jobs_ahead(job, now).await
+    }
+
     async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {
         self.inner.job_list(params).await
     }

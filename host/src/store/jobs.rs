@@ -226,4 +226,12 @@ pub trait Jobs: Send + Sync + std::fmt::Debug {
     /// delayed). `None` when nothing is queued. Read from the claim's
     /// partial index, so it costs the same however many jobs are kept.
     async fn oldest_queued_due(&self) -> Result<Option<Timestamp>, StoreError>;
+
+    /// How many queued jobs come before `job` in claim order at `now`: not
+    /// paused, due, not waiting for a rate slot or a running job of their
+    /// concurrency key, and of an earlier
+    /// priority, or the same one and due earlier (then older). For `jobs
+    /// why`; the claim's capped-submitter and aged-share turns are not
+    /// counted.
+    async fn jobs_ahead(&self, job: &Job, now: Timestamp) -> Result<u64, StoreError>;
 }

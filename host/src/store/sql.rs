@@ -28,6 +28,16 @@ pub(crate) fn expiry_message_case(j: &str, now: &str) -> String {
 pub(crate) const COUNTER_COLUMNS: &str = "job_id, attempt, lost_leases, retries, max_attempts, free_reruns, \
      free_rerun_limit, cancel_requested, backoff_base_ms, backoff_cap_ms, process_deaths";
 
+/// [`Jobs::jobs_ahead`](crate::store::Jobs::jobs_ahead): ?1 now, ?2 the
+/// job's priority, ?3 its due time, ?4 its id. A job whose concurrency key
+/// has a running job is not ahead (no claim takes it now). Both stores
+/// spell it alike (PostgreSQL with `$`).
+pub(crate) const JOBS_AHEAD: &str = "SELECT COUNT(*) FROM jobs WHERE status = 'queued' AND paused = 0 \
+     AND run_after <= ?1 AND (rate_slot IS NULL OR rate_slot <= ?1) \
+     AND (priority < ?2 OR (priority = ?2 AND (run_after < ?3 OR (run_after = ?3 AND job_id < ?4)))) \
+     AND (concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs r WHERE r.status = 'running' \
+     AND r.concurrency_key = jobs.concurrency_key))";
+
 /// True when the process holding an expired lease died, as the store can
 /// tell: its worker row says it stopped, or fell silent before two thirds
 /// of the lease had run (a live process reports every poll interval, so

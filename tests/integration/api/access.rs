@@ -36,6 +36,7 @@ async fn each_route_is_refused_to_a_principal_without_its_role_and_allowed_with_
     let routes: Vec<(Method, String, Option<Value>, Option<&str>)> = vec![
         (Method::GET, "/v1/jobs".into(), None, None),
         (Method::GET, format!("/v1/jobs/{FAKE_JOB}"), None, None),
+        (Method::GET, format!("/v1/jobs/{FAKE_JOB}/why"), None, None),
         (Method::GET, "/v1/plans".into(), None, None),
         (Method::GET, "/v1/plugins".into(), None, None),
         (Method::GET, "/v1/health".into(), None, None),

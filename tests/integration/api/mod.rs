@@ -13,3 +13,4 @@ mod rules;
 mod schedules;
 mod triage;
 mod ui;
+mod why;

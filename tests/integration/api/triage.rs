@@ -131,10 +131,10 @@ async fn an_operator_triages_failures_from_the_jobs_list() {
     // Why a job is not running: delayed, or waiting for approval.
     let later = submit(&server, json!({ "plugin": "hello", "delay_ms": 3_600_000, "execution": "async" })).await;
     browser.goto(&format!("{ui}#/jobs/{later}")).await;
-    browser.wait_for_text("p.why", |t| t.starts_with("Not before ") && t.ends_with("delayed when submitted.")).await;
+    browser.wait_for_text("p.why", |t| t.starts_with("Not before ") && t.ends_with("as it was submitted.")).await;
     let gated = submit(&server, json!({ "plugin": "hello", "gate": "approval", "execution": "async" })).await;
     browser.goto(&format!("{ui}#/jobs/{gated}")).await;
-    browser.wait_for_text("p.why", |t| t.starts_with("Waiting for approval for ") && t.contains("0 of 1")).await;
+    browser.wait_for_text("p.why", |t| t.starts_with("Waiting ") && t.contains("for approval (0 of 1)")).await;
 
     // A Python or JavaScript guest's own traceback comes first; the
     // interpreter's frames fold.
@@ -362,7 +362,7 @@ async fn an_operator_pauses_a_plugin_from_a_job_and_resumes_it_from_the_jobs_lis
     let (_, pauses) = server.call(reqwest::Method::GET, "/v1/pauses", None).await;
     assert_eq!(pauses["pauses"][0]["reason"], "upstream quota", "{pauses}");
     browser
-        .wait_for_text("p.why", |t| t.starts_with("Held: its plugin hello is paused") && t.contains(": upstream quota"))
+        .wait_for_text("p.why", |t| t.starts_with("Its plugin `hello` was paused") && t.contains(": upstream quota"))
         .await;
 
     browser.goto(&format!("{}/ui#/jobs", server.url)).await;

@@ -9,3 +9,4 @@ mod metrics;
 mod postgres;
 mod rates;
 mod schedules;
+mod why;

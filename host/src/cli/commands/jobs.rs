@@ -118,6 +118,15 @@ pub(in crate::cli) enum JobsCommand {
         /// The job id.
         id: String,
     },
+    /// Say in one sentence why a job is where it is (what holds it in the
+    /// queue, whom it waits for, where it runs, how it ended), then the
+    /// evidence.
+    Why {
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// The job id.
+        id: String,
+    },
     /// Print what a finished job logged (records, stdout, stderr).
     Logs {
         #[command(flatten)]
@@ -354,6 +363,22 @@ pub(in crate::cli) async fn jobs(command: JobsCommand) -> Result<ExitStatus, Cli
                     ]);
                 }
                 print_table(table);
+                Ok(ExitStatus::Success)
+            })
+            .await
+        }
+        JobsCommand::Why { conn, id } => {
+            let json_out = conn.json;
+            with_client(&conn, false, async move |client| {
+                let why = client.json(Method::GET, &format!("/v1/jobs/{}/why", url_encode(&id)), None).await?;
+                if json_out {
+                    return print_json(&why).map(|()| ExitStatus::Success);
+                }
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{}", terminal_text(&text(&why["sentence"])));
+                for (key, value) in why["evidence"].as_object().into_iter().flatten().filter(|(_, v)| !v.is_null()) {
+                    let _ = writeln!(out, "  {key}: {}", terminal_text(&text(value)));
+                }
                 Ok(ExitStatus::Success)
             })
             .await

@@ -16,7 +16,7 @@ use crate::job::{Approval, ApprovalRule, Attempt, Counts, Job, JobId, JobLogs, J
 use crate::store::rules::approval::{self as gate, GatedRow};
 use crate::store::rules::audit::{cancel_note, redrive_note};
 use crate::store::rules::codec::{AttemptRow, corrupt, json_column, to_json};
-use crate::store::sql::{EARLIER_ATTEMPTS, REDRIVE, decision_update_sql, filter_sql, list_filters};
+use crate::store::sql::{EARLIER_ATTEMPTS, JOBS_AHEAD, REDRIVE, decision_update_sql, filter_sql, list_filters};
 use crate::store::{
     CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, JobRedriveParams, Jobs,
     RedriveResult, StoreError,
@@ -238,6 +238,14 @@ impl Jobs for PostgresStore {
     async fn oldest_queued_due(&self) -> Result<Option<Timestamp>, StoreError> {
         let rows = self.read("reading the oldest queued job", &OLDEST_QUEUED_DUE_PARTS, &[]).await?;
         Ok(rows.first().and_then(|r| r.get::<_, Option<i64>>(0)).map(Timestamp::from_unix_ms))
+    }
+
+    async fn jobs_ahead(&self, job: &Job, now: Timestamp) -> Result<u64, StoreError> {
+        static SQL: LazyLock<String> = LazyLock::new(|| JOBS_AHEAD.replace('?', "$"));
+        let priority = i16::from(job.priority);
+        let (now, due, id) = (now.unix_ms(), job.run_after.unix_ms(), job.id.to_string());
+        let rows = self.read("counting the jobs ahead", &SQL, &[&now, &priority, &due, &id]).await?;
+        Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64))
     }
 
     async fn job_list(&self, params: JobListParams) -> Result<Vec<Job>, StoreError> {

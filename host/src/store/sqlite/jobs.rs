@@ -20,7 +20,8 @@ use crate::store::rules::codec::{
     labels_to_columns, target_columns, to_json,
 };
 use crate::store::sql::{
-    EARLIER_ATTEMPTS, OLDEST_QUEUED_DUE, QUEUED_COUNT, REDRIVE, decision_update_sql, filter_sql, list_filters,
+    EARLIER_ATTEMPTS, JOBS_AHEAD, OLDEST_QUEUED_DUE, QUEUED_COUNT, REDRIVE, decision_update_sql, filter_sql,
+    list_filters,
 };
 use crate::store::{
     CancelResult, DecideRefusal, JobDecideParams, JobInsertParams, JobListParams, JobRedriveParams, Jobs,
@@ -294,6 +295,17 @@ impl Jobs for SqliteStore {
                 .and_then(|mut s| s.query_row([], |r| r.get::<_, Option<i64>>(0)))
                 .map(|at| at.map(Timestamp::from_unix_ms))
                 .map_err(db_err("reading the oldest queued job"))
+        })
+        .await
+    }
+
+    async fn jobs_ahead(&self, job: &Job, now: Timestamp) -> Result<u64, StoreError> {
+        let args = (now.unix_ms(), i64::from(job.priority), job.run_after.unix_ms(), job.id.to_string());
+        self.read(move |conn| {
+            conn.prepare_cached(JOBS_AHEAD)
+                .and_then(|mut s| s.query_row(params![args.0, args.1, args.2, args.3], |r| r.get::<_, i64>(0)))
+                .map(|n| n as u64)
+                .map_err(db_err("counting the jobs ahead"))
         })
         .await
     }
