@@ -1,7 +1,9 @@
 //! `Runtime::why` (`leash jobs why`, `GET /v1/jobs/{id}/why`) on both
-//! backends: the jobs a claim takes first are counted from the store (by
-//! priority, then due time; paused and not-yet-due jobs left out), and a
-//! pause, a delay, a gate and an ending are each named.
+//! backends, for every reason it gives: the jobs a claim takes first are
+//! counted from the store (by priority, then due time; paused, not-yet-due
+//! and running-key jobs left out), and a pause, a delay, a gate, an
+//! approval, a lost lease, a running job, its concurrency key, a busy
+//! slot, a backoff, a rate limit and each ending are named.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,6 +95,16 @@ async fn why_names_what_holds_each_job_on(db: String) {
         "{lost:?}"
     );
 
+    let mut held = job("hello", 0);
+    held.approval = Some(true);
+    held.run_on_approve = false;
+    let held = submit(held).await;
+    let by = leash::runtime::DecisionBy::new("ada");
+    runtime.approve(held, by).await.unwrap();
+    let approved = why(held).await;
+    assert_eq!(approved.reason, "approved");
+    assert!(approved.sentence.starts_with("approved by ada"), "{approved:?}");
+
     runtime.cancel(second).await.unwrap();
     let cancelled = why(second).await;
     assert_eq!(cancelled.reason, "cancelled");
@@ -163,6 +175,12 @@ async fn why_follows_jobs_through_a_pool_on(db: String) {
     for id in [keyed, other] {
         runtime.wait(id, crate::support::GENEROUS).await.unwrap();
     }
+    assert_eq!(why(other).await.reason, "succeeded");
+    let failing = runtime.submit(job("fail", 0)).await.unwrap();
+    runtime.wait(failing, crate::support::GENEROUS).await.unwrap();
+    let failed = why(failing).await;
+    assert_eq!(failed.reason, "failed");
+    assert!(failed.sentence.contains("the fail plugin always fails"), "{failed:?}");
 
     let mut retried = job("fail", 0);
     retried.input = br#"{"kind": "retryable", "message": "503 from upstream"}"#.to_vec();
