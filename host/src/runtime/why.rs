@@ -117,15 +117,19 @@ pub fn explain(job: &Job, around: &Around, now: Timestamp) -> Why {
             put("error", json!(job.error_message));
             let at = job.finished_at.map_or_else(String::new, |t| format!(" {} ago", ago(t)));
             let why = job.error_message.as_deref().map_or_else(String::new, |m| format!(": {m}"));
-            (reason, format!("{verb}{at} after {} of {} attempts{why}", job.attempt, job.max_attempts))
+            let attempts = match job.attempt {
+                0 => "before it ran".to_owned(),
+                n => format!("after {n} of {} attempts", job.max_attempts),
+            };
+            (reason, format!("{verb}{at} {attempts}{why}"))
         }
         JobStatus::PendingApproval => {
             let approval = job.approval.as_ref();
             put("since", json!(job.created_at));
             put("gated_by", json!(approval.map(|a| a.required_by)));
-            put("approvals", json!(approval.map_or(0, |a| a.approvals.len())));
-            put("quorum", json!(approval.map_or(1, |a| a.duties.quorum)));
             let (given, quorum) = approval.map_or((0, 1), |a| (a.approvals.len(), a.duties.quorum));
+            put("approvals", json!(given));
+            put("quorum", json!(quorum));
             (
                 "pending_approval",
                 format!("waiting {} for approval ({given} of {quorum}) by {}", ago(job.created_at), gate(job)),
