@@ -71,7 +71,10 @@ impl Runtime {
         let now = self.now();
         let store = &self.inner.store;
         let mut around = Around { sweep_every: self.inner.settings.sweep_every(), ..Around::default() };
-        if let Some(name) = &job.plugin_name {
+        // Only a queued job is held by a pause.
+        if job.status == JobStatus::Queued
+            && let Some(name) = &job.plugin_name
+        {
             around.pause = store.plugin_pauses().await?.into_iter().find(|p| p.name == name.name);
         }
         if job.status == JobStatus::Queued
@@ -438,8 +441,7 @@ mod tests {
             "status": "running", "worker_id": "w-3", "started_at": "2026-12-05T11:59:19.000Z",
             "last_heartbeat": "2026-12-05T11:59:59.200Z", "lease_expires_at": "2026-12-05T12:00:29.000Z",
         });
-        let live = Around { pool: None, ..Around::default() };
-        let why_running = why(running.clone(), &live);
+        let why_running = why(running.clone(), &Around::default());
         assert_eq!(why_running.reason, "running");
         assert!(
             why_running.sentence.starts_with("running on w-3 for 41 s (attempt 1 of 3)"),
